@@ -1,0 +1,59 @@
+"""GPU backends for the agent: pick NVML, a simulated inventory, or none from one `gpus` setting."""
+
+from __future__ import annotations
+
+from corral.agent.gpu.base import GpuBackend, GpuBackendError
+from corral.agent.gpu.nvml import NvmlGpuBackend, nvml_available
+from corral.agent.gpu.simulated import SimulatedGpuBackend
+from corral.core.errors import ValidationError
+from corral.core.resources import GpuInfo
+
+__all__ = [
+    "DEFAULT_SIM_SPEC",
+    "GpuBackend",
+    "GpuBackendError",
+    "NoGpuBackend",
+    "NvmlGpuBackend",
+    "SimulatedGpuBackend",
+    "load_gpu_backend",
+    "nvml_available",
+]
+
+# What "auto" falls back to on a machine without NVIDIA GPUs (laptops, CI, demos).
+DEFAULT_SIM_SPEC = "sim:8xH100-80GB"
+
+
+class NoGpuBackend:
+    """A CPU-only node."""
+
+    name = "none"
+
+    def discover(self) -> list[GpuInfo]:
+        return []
+
+    def close(self) -> None:
+        pass
+
+
+def load_gpu_backend(spec: str, node_name: str) -> GpuBackend:
+    """`auto` (NVML when it sees GPUs, else DEFAULT_SIM_SPEC), `nvml`, `sim:<N>x<MODEL>[-<MEM>GB]`, `none`.
+
+    Raises GpuBackendError for `nvml` without usable GPUs, ValidationError(field "gpus") for a bad spec.
+    """
+    spec = spec.strip()
+    if spec == "auto":
+        if nvml_available():
+            return NvmlGpuBackend()
+        return SimulatedGpuBackend(DEFAULT_SIM_SPEC, node_name)
+    if spec == "nvml":
+        if not nvml_available():
+            raise GpuBackendError(
+                "gpus=nvml but NVML found no GPUs (is the NVIDIA driver installed and are devices visible?);"
+                " use gpus=auto, gpus=sim:8xH100-80GB or gpus=none"
+            )
+        return NvmlGpuBackend()
+    if spec.startswith("sim:"):
+        return SimulatedGpuBackend(spec, node_name)
+    if spec == "none":
+        return NoGpuBackend()
+    raise ValidationError("gpus", f"unknown GPU backend {spec!r}; expected auto, nvml, sim:8xH100-80GB or none")

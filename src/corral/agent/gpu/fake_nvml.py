@@ -1,0 +1,248 @@
+"""FakeNvml: the subset of pynvml the agent calls, over fake GPUs, raising pynvml's real NVMLError classes."""
+
+from __future__ import annotations
+
+import threading
+import uuid as uuidlib
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import pynvml  # type: ignore[import-untyped]
+
+from corral.agent.gpu.simulated import gpu_bus_id
+
+_MIB = 1024 * 1024
+_UUID_NS = uuidlib.UUID("5b0c6e2a-3f1d-4c7e-9a51-0d6c1f2e8b47")
+_LINKS_PER_GPU = 18  # NVLink 4 (H100): 18 links per GPU
+
+
+@dataclass
+class FakeGpu:
+    """One fake device. `numa_node=None`: NVML answers NOT_SUPPORTED (the backend falls back to sysfs)."""
+
+    name: str = "NVIDIA H100 80GB HBM3"
+    uuid: str = ""
+    memory_mib: int = 81559
+    pci_bus_id: str = "00000000:18:00.0"
+    numa_node: int | None = 0
+    ecc_enabled: bool = True
+    nvlinks: dict[int, str] = field(default_factory=dict)  # link number -> remote PCI bus id
+    pcie_switch: int | None = None  # GPUs with the same number sit under one PCIe switch
+    lost: bool = False  # every call about this GPU raises NVMLError_GpuIsLost
+    failing_calls: dict[str, int] = field(default_factory=dict)  # NVML function name -> error code
+
+
+@dataclass(frozen=True)
+class FakeHandle:
+    index: int
+
+
+@dataclass
+class FakeMemory:
+    total: int
+    free: int
+    used: int
+
+
+@dataclass
+class FakePciInfo:
+    busId: str | bytes  # noqa: N815 - pynvml's field name
+    busIdLegacy: str | bytes  # noqa: N815
+
+
+def _error(code: int) -> pynvml.NVMLError:
+    return pynvml.NVMLError(code)  # pynvml maps the code to its subclass, e.g. NVMLError_NotSupported
+
+
+class FakeNvml:
+    """Module-like stand-in for pynvml. Tests build it with `dgx()` / `pcie_box()` or from FakeGpu values.
+
+    `init_error` (an NVML_ERROR_* code) makes nvmlInit fail, e.g. NVML_ERROR_LIBRARY_NOT_FOUND.
+    `bytes_strings` returns bytes for names, UUIDs and bus ids like pynvml < 11 did.
+    """
+
+    NVMLError = pynvml.NVMLError
+    NVML_ERROR_GPU_IS_LOST: int = pynvml.NVML_ERROR_GPU_IS_LOST
+    NVML_NVLINK_MAX_LINKS: int = pynvml.NVML_NVLINK_MAX_LINKS
+    NVML_FEATURE_ENABLED: int = pynvml.NVML_FEATURE_ENABLED
+    NVML_FEATURE_DISABLED: int = pynvml.NVML_FEATURE_DISABLED
+    NVML_NVLINK_DEVICE_TYPE_GPU: int = pynvml.NVML_NVLINK_DEVICE_TYPE_GPU
+    NVML_NVLINK_DEVICE_TYPE_SWITCH: int = pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH
+    NVML_NVLINK_DEVICE_TYPE_IBMNPU: int = pynvml.NVML_NVLINK_DEVICE_TYPE_IBMNPU
+    NVML_TOPOLOGY_INTERNAL: int = pynvml.NVML_TOPOLOGY_INTERNAL
+    NVML_TOPOLOGY_SINGLE: int = pynvml.NVML_TOPOLOGY_SINGLE
+    NVML_TOPOLOGY_MULTIPLE: int = pynvml.NVML_TOPOLOGY_MULTIPLE
+    NVML_TOPOLOGY_HOSTBRIDGE: int = pynvml.NVML_TOPOLOGY_HOSTBRIDGE
+    NVML_TOPOLOGY_NODE: int = pynvml.NVML_TOPOLOGY_NODE
+    NVML_TOPOLOGY_SYSTEM: int = pynvml.NVML_TOPOLOGY_SYSTEM
+
+    def __init__(
+        self, gpus: list[FakeGpu] | None = None, *, init_error: int | None = None, bytes_strings: bool = False
+    ) -> None:
+        self.gpus = list(gpus or [])
+        self.init_error = init_error
+        self.bytes_strings = bytes_strings
+        self.init_refs = 0  # NVML counts nvmlInit/nvmlShutdown pairs
+        self.calls: Counter[str] = Counter()
+        self._lock = threading.Lock()
+        for i, gpu in enumerate(self.gpus):
+            if not gpu.uuid:
+                gpu.uuid = f"GPU-{uuidlib.uuid5(_UUID_NS, f'{gpu.pci_bus_id}/{i}')}"
+
+    # ----- builders -----
+    @classmethod
+    def dgx(
+        cls,
+        count: int = 8,
+        model: str = "NVIDIA H100 80GB HBM3",
+        *,
+        nvlink: Literal["all", "direct", "none"] = "all",
+        memory_mib: int = 81559,
+    ) -> FakeNvml:
+        """An SXM box: two NUMA nodes, GPU pairs per PCIe switch. NVLink "all" runs through four
+        NVSwitches (as on DGX H100: remote PCI info names the switch), "direct" links every pair of GPUs
+        point to point, "none" has no NVLink."""
+        buses = [gpu_bus_id(i) for i in range(count)]
+        gpus = [
+            FakeGpu(name=model, memory_mib=memory_mib, pci_bus_id=buses[i], numa_node=_half(i, count),
+                    ecc_enabled=True, pcie_switch=i // 2)
+            for i in range(count)
+        ]
+        if nvlink == "all":
+            switches = [f"00000000:{0x05 + k:02X}:00.0" for k in range(4)]
+            for gpu in gpus:
+                gpu.nvlinks = {link: switches[link % 4] for link in range(_LINKS_PER_GPU)}
+        elif nvlink == "direct":
+            for i, gpu in enumerate(gpus):
+                gpu.nvlinks = {link: buses[j] for link, j in enumerate(j for j in range(count) if j != i)}
+        return cls(gpus)
+
+    @classmethod
+    def pcie_box(
+        cls, count: int = 4, model: str = "NVIDIA L40S", *, numa_nodes: int = 2, memory_mib: int = 46068
+    ) -> FakeNvml:
+        """A PCIe server: no NVLink, GPUs spread evenly over `numa_nodes`, pairs under one switch."""
+        gpus = [
+            FakeGpu(name=model, memory_mib=memory_mib, pci_bus_id=gpu_bus_id(i),
+                    numa_node=i * numa_nodes // max(count, 1), ecc_enabled=False, pcie_switch=i // 2)
+            for i in range(count)
+        ]
+        return cls(gpus)
+
+    def lose(self, index: int) -> None:
+        """Make a GPU fall off the bus: every later call about it raises NVMLError_GpuIsLost."""
+        self.gpus[index].lost = True
+
+    def fail(self, index: int, call: str, code: int = pynvml.NVML_ERROR_UNKNOWN) -> None:
+        """Make one NVML function fail for one GPU with the given NVML_ERROR_* code."""
+        self.gpus[index].failing_calls[call] = code
+
+    # ----- library -----
+    def nvmlInit(self) -> None:  # noqa: N802 - pynvml's names
+        self.calls["nvmlInit"] += 1
+        if self.init_error is not None:
+            raise _error(self.init_error)
+        with self._lock:
+            self.init_refs += 1
+
+    def nvmlShutdown(self) -> None:  # noqa: N802
+        with self._lock:
+            if self.init_refs == 0:
+                raise _error(pynvml.NVML_ERROR_UNINITIALIZED)
+            self.init_refs -= 1
+
+    def nvmlDeviceGetCount(self) -> int:  # noqa: N802
+        self._require_init()
+        return len(self.gpus)
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> FakeHandle:  # noqa: N802
+        self._require_init()
+        if not 0 <= index < len(self.gpus):
+            raise _error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        self._gpu(FakeHandle(index), "nvmlDeviceGetHandleByIndex")
+        return FakeHandle(index)
+
+    # ----- per device -----
+    def nvmlDeviceGetUUID(self, handle: FakeHandle) -> str | bytes:  # noqa: N802
+        return self._text(self._gpu(handle, "nvmlDeviceGetUUID").uuid)
+
+    def nvmlDeviceGetName(self, handle: FakeHandle) -> str | bytes:  # noqa: N802
+        return self._text(self._gpu(handle, "nvmlDeviceGetName").name)
+
+    def nvmlDeviceGetMemoryInfo(self, handle: FakeHandle) -> FakeMemory:  # noqa: N802
+        total = self._gpu(handle, "nvmlDeviceGetMemoryInfo").memory_mib * _MIB
+        return FakeMemory(total=total, free=total - 512 * _MIB, used=512 * _MIB)
+
+    def nvmlDeviceGetPciInfo(self, handle: FakeHandle) -> FakePciInfo:  # noqa: N802
+        return self._pci(self._gpu(handle, "nvmlDeviceGetPciInfo").pci_bus_id)
+
+    def nvmlDeviceGetNumaNodeId(self, handle: FakeHandle) -> int:  # noqa: N802
+        node = self._gpu(handle, "nvmlDeviceGetNumaNodeId").numa_node
+        if node is None:
+            raise _error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return node
+
+    def nvmlDeviceGetEccMode(self, handle: FakeHandle) -> list[int]:  # noqa: N802
+        on = self._gpu(handle, "nvmlDeviceGetEccMode").ecc_enabled
+        mode = pynvml.NVML_FEATURE_ENABLED if on else self.NVML_FEATURE_DISABLED
+        return [mode, mode]
+
+    def nvmlDeviceGetNvLinkState(self, handle: FakeHandle, link: int) -> int:  # noqa: N802
+        gpu = self._gpu(handle, "nvmlDeviceGetNvLinkState")
+        if not gpu.nvlinks:
+            raise _error(pynvml.NVML_ERROR_NOT_SUPPORTED)  # what PCIe cards answer
+        if not 0 <= link < _LINKS_PER_GPU:
+            raise _error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        return self.NVML_FEATURE_ENABLED if link in gpu.nvlinks else self.NVML_FEATURE_DISABLED
+
+    def nvmlDeviceGetNvLinkRemotePciInfo(self, handle: FakeHandle, link: int) -> FakePciInfo:  # noqa: N802
+        gpu = self._gpu(handle, "nvmlDeviceGetNvLinkRemotePciInfo")
+        if link not in gpu.nvlinks:
+            raise _error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        return self._pci(gpu.nvlinks[link])
+
+    def nvmlDeviceGetNvLinkRemoteDeviceType(self, handle: FakeHandle, link: int) -> int:  # noqa: N802
+        gpu = self._gpu(handle, "nvmlDeviceGetNvLinkRemoteDeviceType")
+        if link not in gpu.nvlinks:
+            raise _error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        is_gpu = any(g.pci_bus_id == gpu.nvlinks[link] for g in self.gpus)
+        return self.NVML_NVLINK_DEVICE_TYPE_GPU if is_gpu else self.NVML_NVLINK_DEVICE_TYPE_SWITCH
+
+    def nvmlDeviceGetTopologyCommonAncestor(self, h1: FakeHandle, h2: FakeHandle) -> int:  # noqa: N802
+        a = self._gpu(h1, "nvmlDeviceGetTopologyCommonAncestor")
+        b = self._gpu(h2, "nvmlDeviceGetTopologyCommonAncestor")
+        if h1.index == h2.index:
+            return self.NVML_TOPOLOGY_INTERNAL
+        if a.pcie_switch is not None and a.pcie_switch == b.pcie_switch:
+            return self.NVML_TOPOLOGY_SINGLE
+        if a.numa_node == b.numa_node:
+            return self.NVML_TOPOLOGY_NODE
+        return self.NVML_TOPOLOGY_SYSTEM
+
+    # ----- internals -----
+    def _require_init(self) -> None:
+        if self.init_refs == 0:
+            raise _error(pynvml.NVML_ERROR_UNINITIALIZED)
+
+    def _gpu(self, handle: FakeHandle, call: str) -> FakeGpu:
+        self._require_init()
+        self.calls[call] += 1
+        gpu = self.gpus[handle.index]
+        if gpu.lost:
+            raise _error(pynvml.NVML_ERROR_GPU_IS_LOST)
+        if call in gpu.failing_calls:
+            raise _error(gpu.failing_calls[call])
+        return gpu
+
+    def _text(self, value: str) -> str | bytes:
+        return value.encode() if self.bytes_strings else value
+
+    def _pci(self, bus_id: str) -> FakePciInfo:
+        legacy = bus_id[-12:]  # the old 13-byte field held 0000:18:00.0
+        return FakePciInfo(busId=self._text(bus_id), busIdLegacy=self._text(legacy))
+
+
+def _half(i: int, count: int) -> int:
+    return 0 if count < 4 or i < count // 2 else 1
+

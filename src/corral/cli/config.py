@@ -1,0 +1,34 @@
+"""Where the CLI finds its server and token: flag > CORRAL_URL/CORRAL_TOKEN > ~/.config/corral/config.json."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from corral.sdk.client import CorralClient
+from corral.server.bootstrap import cli_config_path
+from corral.server.settings import DEFAULT_PORT
+
+
+class ConfigError(Exception):
+    pass
+
+
+def resolve_target(url: str | None = None, token: str | None = None) -> tuple[str, str]:
+    path = cli_config_path()
+    saved: dict[str, str] = {}
+    if path.exists():
+        try:
+            saved = json.loads(path.read_text())
+        except ValueError as e:
+            raise ConfigError(f"{path} is not valid JSON: {e}") from e
+    url = url or os.environ.get("CORRAL_URL") or saved.get("url") or f"http://127.0.0.1:{DEFAULT_PORT}"
+    token = token or os.environ.get("CORRAL_TOKEN") or saved.get("token")
+    if not token:
+        raise ConfigError(f"no API token: set CORRAL_TOKEN or run `corral up` once to write {path}")
+    return url, token
+
+
+def make_client(url: str | None = None, token: str | None = None) -> CorralClient:
+    u, t = resolve_target(url, token)
+    return CorralClient(u, t)

@@ -1,0 +1,131 @@
+"""Job commands: submit, jobs, show, logs, cancel, wait."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Annotated
+
+import typer
+
+from corral.cli.config import make_client
+from corral.cli.output import console, print_json, print_table, short_time
+from corral.core.errors import ValidationError
+from corral.server.schemas import JobOut, JobSubmit
+
+JSON = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+
+
+def parse_env(pairs: list[str]) -> dict[str, str]:
+    env = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ValidationError("--env", f"{pair!r} is not KEY=VALUE")
+        env[key] = value
+    return env
+
+
+def submit(
+    command: Annotated[list[str], typer.Argument(help="The command to run, after --.")],
+    gpus: Annotated[int, typer.Option(min=0, help="Whole GPUs on one node.")] = 0,
+    gpu_model: Annotated[str | None, typer.Option(help="Allowed GPU models, e.g. A100|H100.")] = None,
+    name: Annotated[str | None, typer.Option(help="A name for the job.")] = None,
+    env: Annotated[list[str] | None, typer.Option("--env", "-e", help="KEY=VALUE, repeatable.")] = None,
+    workdir: Annotated[str | None, typer.Option(help="Working directory on the node (absolute).")] = None,
+    priority: Annotated[int, typer.Option(help="Higher runs first.")] = 0,
+    as_json: JSON = False,
+) -> None:
+    """Submit a job; prints its id."""
+    body = JobSubmit(command=command, gpus=gpus, gpu_model=gpu_model, name=name or "", env=parse_env(env or []),
+                     workdir=workdir, priority=priority)
+    with make_client() as c:
+        job = c.submit(body)
+    if as_json:
+        print_json(job)
+    else:
+        print(job.id)
+
+
+def jobs(all: Annotated[bool, typer.Option("--all", "-a", help="Include finished jobs.")] = False, as_json: JSON = False) -> None:
+    """List pending and running jobs (all with --all)."""
+    with make_client() as c:
+        items = c.jobs(all=all)
+    if as_json:
+        print_json(items)
+        return
+    rows = [(j.id, j.name, j.state.value, j.node, ",".join(map(str, j.gpus)) or j.gpu_count or "",
+             j.exit_code, short_time(j.created_at), j.pending_reason or j.reason) for j in items]
+    print_table(None, ["ID", "NAME", "STATE", "NODE", "GPUS", "EXIT", "CREATED", "REASON"], rows)
+
+
+def show(job_id: Annotated[int, typer.Argument(help="Job id.")], as_json: JSON = False) -> None:
+    """Show one job."""
+    with make_client() as c:
+        job = c.job(job_id)
+        events = [] if as_json else c.events(job_id)
+    if as_json:
+        print_json(job)
+        return
+    _print_job(job)
+    for e in events:
+        console.print(f"  {e['at'][:19]}  {e['kind']:<16} {e['message']}")
+
+
+def _print_job(j: JobOut) -> None:
+    fields = [("id", j.id), ("name", j.name), ("state", j.state.value), ("node", j.node),
+              ("gpus", ",".join(map(str, j.gpus)) or f"{j.gpu_count} requested"), ("command", " ".join(j.command)),
+              ("exit code", j.exit_code), ("reason", j.pending_reason or j.reason), ("created", short_time(j.created_at)),
+              ("started", short_time(j.started_at)), ("finished", short_time(j.finished_at))]
+    for k, v in fields:
+        console.print(f"[bold]{k:>10}[/bold]  {'' if v is None else v}", highlight=False)
+
+
+def logs(job_id: Annotated[int, typer.Argument(help="Job id.")],
+         follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing until the job ends.")] = False) -> None:
+    """Print a job's logs (stdout and stderr)."""
+    offset = 0
+    with make_client() as c:
+        while True:
+            data, size, state = c.logs(job_id, offset)
+            if data:
+                sys.stdout.buffer.write(data)
+                sys.stdout.buffer.flush()
+                offset += len(data)
+            if offset < size:
+                continue
+            if not follow or state in ("SUCCEEDED", "FAILED", "CANCELLED"):
+                # a final read after the end: the agent ships all logs before it reports the exit
+                if follow:
+                    data, _, _ = c.logs(job_id, offset)
+                    sys.stdout.buffer.write(data)
+                    sys.stdout.buffer.flush()
+                return
+            time.sleep(0.5)
+
+
+def cancel(job_id: Annotated[int, typer.Argument(help="Job id.")], as_json: JSON = False) -> None:
+    """Cancel a job (SIGTERM, then SIGKILL after a grace period)."""
+    with make_client() as c:
+        job = c.cancel(job_id)
+    if as_json:
+        print_json(job)
+    else:
+        print(f"job {job.id}: {'cancelling' if job.state.value == 'RUNNING' else job.state.value.lower()}")
+
+
+def wait(job_id: Annotated[int, typer.Argument(help="Job id.")],
+         timeout: Annotated[float | None, typer.Option(min=0, help="Give up after S seconds (exit 124).")] = None) -> None:
+    """Wait for a job to end; exits with the job's exit code."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    with make_client() as c:
+        while True:
+            job = c.job(job_id)
+            if job.state.terminal:
+                code = job.exit_code if job.exit_code is not None else (130 if job.state.value == "CANCELLED" else 1)
+                print(f"job {job.id} {job.state.value} (exit code {job.exit_code})", file=sys.stderr)
+                raise typer.Exit(code if 0 <= code <= 255 else 1)
+            if deadline is not None and time.monotonic() >= deadline:
+                print(f"error: job {job_id} still {job.state.value} after {timeout:g} s", file=sys.stderr)
+                raise typer.Exit(124)
+            time.sleep(0.25)

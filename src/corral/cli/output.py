@@ -1,0 +1,36 @@
+"""Rendering helpers: Rich tables for people, JSON for tools."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic import BaseModel
+from rich.console import Console
+from rich.table import Table
+
+console = Console()
+
+
+def print_json(data: BaseModel | Sequence[BaseModel] | Any) -> None:
+    if isinstance(data, BaseModel):
+        payload: Any = data.model_dump(mode="json")
+    elif isinstance(data, list | tuple) and all(isinstance(d, BaseModel) for d in data):
+        payload = [d.model_dump(mode="json") for d in data]
+    else:
+        payload = data
+    print(json.dumps(payload, indent=2))
+
+
+def print_table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    table = Table(title=title, header_style="bold")
+    for c in columns:
+        table.add_column(c)
+    for r in rows:
+        table.add_row(*["" if v is None else str(v) for v in r])
+    console.print(table)
+
+
+def short_time(dt: Any) -> str:
+    return dt.strftime("%Y-%m-%d %H:%M:%S") if dt else ""

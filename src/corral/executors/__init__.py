@@ -1,0 +1,8 @@
+"""Executors: how the agent runs jobs (the Executor protocol and its implementations)."""
+
+from __future__ import annotations
+
+from corral.executors.base import ExitRecord, Executor, LaunchSpec
+from corral.executors.process import ProcessExecutor
+
+__all__ = ["ExitRecord", "Executor", "LaunchSpec", "ProcessExecutor"]

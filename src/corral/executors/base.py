@@ -1,0 +1,67 @@
+"""The Executor protocol: how the agent starts, watches and stops jobs on its node."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+# Exit codes an executor reports for jobs that did not run to their own end, shell style.
+EXIT_CANNOT_EXECUTE = 126
+EXIT_COMMAND_NOT_FOUND = 127
+EXIT_LOST = 255
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchSpec:
+    job_id: str
+    command: tuple[str, ...]
+    env: Mapping[str, str]  # user env; the executor adds CUDA_VISIBLE_DEVICES etc.
+    workdir: str | None
+    gpu_indices: tuple[int, ...]
+    gpu_uuids: tuple[str, ...]
+    log_path: Path  # stdout+stderr both appended here
+
+
+@dataclass(frozen=True, slots=True)
+class ExitRecord:
+    job_id: str
+    exit_code: int  # 128+signal for a signal death, like a shell
+    reason: str = ""  # e.g. "command not found", "lost: shim died"
+
+
+class Executor(Protocol):
+    """Runs jobs on this node. Failures of jobs are events (ExitRecords), never exceptions.
+
+    Implementations: ProcessExecutor (plain processes). All methods are thread-safe and non-blocking.
+    """
+
+    def launch(self, spec: LaunchSpec) -> None:
+        """Start the job and return without waiting for it.
+
+        Idempotent per job_id: a second call for a known id (running or finished, not yet acked) is a
+        no-op. A command that cannot start is not an exception: it becomes an ExitRecord (127 command
+        not found, 126 not executable, 1 workdir missing, with a reason). Raises ValidationError only
+        for a malformed spec (e.g. a job_id that is not a safe file name).
+        """
+        ...
+
+    def running(self) -> list[str]:
+        """Ids of jobs alive now, including those recovered from a previous agent process."""
+        ...
+
+    def collect_exits(self) -> list[ExitRecord]:
+        """Finished jobs not yet acknowledged. Repeats the same records on every call until ack()."""
+        ...
+
+    def ack(self, job_id: str) -> None:
+        """Forget a finished job once its exit was reported upstream. No-op for unknown or running ids."""
+        ...
+
+    def cancel(self, job_id: str, grace_s: float) -> None:
+        """SIGTERM to the job's process group now, SIGKILL after grace_s. Returns at once.
+
+        No-op for unknown or finished ids. The job's exit then arrives through collect_exits().
+        """
+        ...

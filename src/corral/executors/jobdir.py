@@ -1,0 +1,143 @@
+"""Durable per-job state of ProcessExecutor: one directory per job under the executor's state_dir.
+
+Files: spec.json (what to run, written before the shim starts), shim.json (shim pid + start time, to
+tell it from a later process with the same pid), cancel (deadline of a pending SIGKILL), exit (code).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from corral.core.errors import ValidationError
+from corral.executors.base import ExitRecord, LaunchSpec
+from corral.executors.shim import EXIT_FILE, SPEC_FILE, write_json_atomic
+
+SHIM_FILE = "shim.json"
+CANCEL_FILE = "cancel"
+_SAFE_ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,199}$")
+_START_TIME_TOLERANCE_S = 0.5
+
+
+def check_job_id(job_id: str) -> None:
+    """Job ids become directory names: refuse anything that could escape state_dir."""
+    if not _SAFE_ID.match(job_id):
+        raise ValidationError("job_id", f"{job_id!r} is not usable as a file name (letters, digits, . _ -)")
+
+
+def compute_child_env(spec: LaunchSpec) -> dict[str, str]:
+    """What the executor adds to the agent's environment for the job: user env, then GPU visibility."""
+    return {
+        **dict(spec.env),
+        # An empty list hides every GPU: a job without GPUs must not see the node's GPUs.
+        "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in spec.gpu_indices),
+        "NVIDIA_VISIBLE_DEVICES": ",".join(spec.gpu_uuids) if spec.gpu_uuids else "void",
+        "CORRAL_JOB_ID": spec.job_id,
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class ShimIdentity:
+    pid: int
+    create_time: float
+
+
+@dataclass(frozen=True, slots=True)
+class JobDir:
+    """Read and write one job's files. Every write is atomic; reads tolerate missing files."""
+
+    path: Path
+
+    @property
+    def job_id(self) -> str:
+        return self.path.name
+
+    def write_spec(self, spec: LaunchSpec) -> None:
+        self.path.mkdir(mode=0o700, parents=True, exist_ok=True)  # spec.json may hold secrets from env
+        write_json_atomic(self.path / SPEC_FILE, {
+            "job_id": spec.job_id,
+            "command": list(spec.command),
+            "workdir": spec.workdir,
+            "gpu_indices": list(spec.gpu_indices),
+            "gpu_uuids": list(spec.gpu_uuids),
+            "log_path": str(spec.log_path),
+            "child_env": compute_child_env(spec),
+        })
+
+    def has_spec(self) -> bool:
+        return (self.path / SPEC_FILE).exists()
+
+    def write_shim(self, shim: ShimIdentity) -> None:
+        write_json_atomic(self.path / SHIM_FILE, {"pid": shim.pid, "create_time": shim.create_time})
+
+    def load_shim(self) -> ShimIdentity | None:
+        data = _load_json(self.path / SHIM_FILE)
+        if not isinstance(data, dict):
+            return None
+        return ShimIdentity(pid=int(data["pid"]), create_time=float(data["create_time"]))
+
+    def write_exit(self, record: ExitRecord) -> None:
+        write_json_atomic(self.path / EXIT_FILE, {"exit_code": record.exit_code, "reason": record.reason})
+
+    def load_exit(self) -> ExitRecord | None:
+        path = self.path / EXIT_FILE
+        if not path.exists():
+            return None
+        data = _load_json(path)
+        if not isinstance(data, dict) or not isinstance(data.get("exit_code"), int):
+            return ExitRecord(self.job_id, 255, "lost: unreadable exit record")
+        return ExitRecord(self.job_id, data["exit_code"], str(data.get("reason", "")))
+
+    def write_cancel(self, deadline: float, killed: bool) -> None:
+        write_json_atomic(self.path / CANCEL_FILE, {"deadline": deadline, "killed": killed})
+
+    def load_cancel(self) -> tuple[float, bool] | None:
+        data = _load_json(self.path / CANCEL_FILE)
+        if not isinstance(data, dict):
+            return None
+        return float(data["deadline"]), bool(data["killed"])
+
+    def remove(self) -> None:
+        shutil.rmtree(self.path, ignore_errors=True)
+
+
+def _load_json(path: Path) -> object:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def identify(pid: int) -> ShimIdentity | None:
+    """The identity of a live process, or None when it is gone."""
+    try:
+        return ShimIdentity(pid=pid, create_time=psutil.Process(pid).create_time())
+    except psutil.Error:
+        return None
+
+
+def is_alive(shim: ShimIdentity) -> bool:
+    """The same process (not a reused pid) still exists and is not a zombie."""
+    try:
+        proc = psutil.Process(shim.pid)
+        if abs(proc.create_time() - shim.create_time) > _START_TIME_TOLERANCE_S:
+            return False
+        return bool(proc.status() != psutil.STATUS_ZOMBIE)
+    except psutil.Error:
+        return False
+
+
+def find_shim(job_dir: Path) -> ShimIdentity | None:
+    """Look for the shim of `job_dir` among all processes: only when the agent died between starting
+    the shim and recording its pid (a rare recovery path, so a process scan is affordable)."""
+    marker = str(job_dir)
+    for proc in psutil.process_iter(["cmdline", "create_time"]):
+        cmdline = proc.info.get("cmdline") or []
+        if len(cmdline) >= 2 and cmdline[-1] == marker and cmdline[-2].endswith("shim.py"):
+            return ShimIdentity(pid=proc.pid, create_time=float(proc.info["create_time"]))
+    return None

@@ -1,0 +1,240 @@
+"""ProcessExecutor: each job a process group under a shim that outlives the agent and records the exit.
+
+The agent may be killed -9 and restarted: a new ProcessExecutor over the same state_dir finds running
+jobs (live shims), finished ones (exit files) and lost ones (dead shim, no exit file) in jobdir files.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from corral.core.errors import ValidationError
+from corral.executors import shim as shim_module
+from corral.executors.base import EXIT_LOST, ExitRecord, LaunchSpec
+from corral.executors.jobdir import (
+    JobDir,
+    ShimIdentity,
+    check_job_id,
+    find_shim,
+    identify,
+    is_alive,
+)
+
+_SHIM_PATH = str(Path(shim_module.__file__).resolve())
+_EXIT_SIGTERM = 128 + signal.SIGTERM
+_EXIT_SIGKILL = 128 + signal.SIGKILL
+
+
+@dataclass
+class _Job:
+    """What this executor knows about one job (mutable; guarded by the executor's lock)."""
+
+    dir: JobDir
+    shim: ShimIdentity | None = None
+    popen: subprocess.Popen[bytes] | None = None  # only for shims this instance started
+    exit: ExitRecord | None = None
+    cancel_deadline: float | None = None  # wall clock, so it survives a restart
+    killed: bool = False
+    timer: threading.Timer | None = None
+
+
+class ProcessExecutor:
+    """Executor for plain processes. Thread-safe; no method blocks on a job.
+
+    `python` runs the shim (default: this interpreter; it is started with -I so the job's environment
+    cannot break it).
+    """
+
+    def __init__(self, state_dir: Path, *, python: str = sys.executable) -> None:
+        self._state_dir = state_dir
+        self._python = python
+        self._lock = threading.RLock()
+        self._jobs: dict[str, _Job] = {}
+        state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self._recover()
+
+    # ----- Executor -----
+    def launch(self, spec: LaunchSpec) -> None:
+        check_job_id(spec.job_id)
+        with self._lock:
+            if spec.job_id in self._jobs:
+                return
+            job = _Job(dir=JobDir(self._state_dir / spec.job_id))
+            self._jobs[spec.job_id] = job
+            job.dir.write_spec(spec)  # before the shim starts: it reads the command from there
+            try:
+                job.popen = self._start_shim(job.dir, spec.log_path)
+            except OSError as e:
+                self._finish(job, ExitRecord(spec.job_id, 1, f"cannot start: {e}"))
+                return
+            job.shim = identify(job.popen.pid) or ShimIdentity(job.popen.pid, time.time())
+            job.dir.write_shim(job.shim)
+
+    def running(self) -> list[str]:
+        with self._lock:
+            self._refresh()
+            return [job_id for job_id, job in self._jobs.items() if job.exit is None]
+
+    def collect_exits(self) -> list[ExitRecord]:
+        with self._lock:
+            self._refresh()
+            return [job.exit for job in self._jobs.values() if job.exit is not None]
+
+    def ack(self, job_id: str) -> None:
+        with self._lock:
+            job = self._jobs.get(job_id)
+            if job is None or job.exit is None:
+                return
+            del self._jobs[job_id]
+            job.dir.remove()
+
+    def cancel(self, job_id: str, grace_s: float) -> None:
+        with self._lock:
+            job = self._jobs.get(job_id)
+            if job is None or job.exit is not None:
+                return
+            self._refresh_job(job)
+            if job.exit is not None:
+                return
+            deadline = time.time() + max(grace_s, 0.0)
+            if job.cancel_deadline is None:
+                self._signal_group(job, signal.SIGTERM)
+            elif deadline >= job.cancel_deadline:
+                return  # an earlier SIGKILL is already due
+            job.cancel_deadline = deadline
+            job.dir.write_cancel(deadline, killed=False)
+            self._arm_kill_timer(job, max(grace_s, 0.0))
+
+    # ----- extras -----
+    def close(self) -> None:
+        """Stop pending kill timers; jobs keep running (a new executor on state_dir re-arms them)."""
+        with self._lock:
+            for job in self._jobs.values():
+                if job.timer is not None:
+                    job.timer.cancel()
+                    job.timer = None
+
+    # ----- internals -----
+    def _start_shim(self, job_dir: JobDir, log_path: Path) -> subprocess.Popen[bytes]:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "ab") as log:  # the shim's own errors (a traceback) land in the job log
+            return subprocess.Popen(
+                [self._python, "-I", _SHIM_PATH, str(job_dir.path)],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
+                start_new_session=True,  # the shim leads a new process group; the agent's death spares it
+            )
+
+    def _recover(self) -> None:
+        """Rebuild the job table from state_dir, as left by an earlier executor (maybe killed -9)."""
+        for path in sorted(p for p in self._state_dir.iterdir() if p.is_dir()):
+            try:
+                check_job_id(path.name)
+            except ValidationError:
+                continue  # not one of ours
+            job = _Job(dir=JobDir(path))
+            self._jobs[path.name] = job
+            job.exit = job.dir.load_exit()
+            if job.exit is None and not job.dir.has_spec():
+                self._finish(job, ExitRecord(path.name, EXIT_LOST, "lost: launch interrupted"))
+                continue
+            cancel = job.dir.load_cancel()
+            if cancel is not None:
+                job.cancel_deadline, job.killed = cancel
+            if job.exit is not None:
+                continue
+            job.shim = job.dir.load_shim() or find_shim(path)
+            if job.shim is not None:
+                job.dir.write_shim(job.shim)
+            if job.cancel_deadline is not None and not job.killed:
+                self._arm_kill_timer(job, job.cancel_deadline - time.time())
+
+    def _refresh(self) -> None:
+        for job in self._jobs.values():
+            if job.exit is None:
+                self._refresh_job(job)
+
+    def _refresh_job(self, job: _Job) -> None:
+        """Passive sync: notice an exit file, or a shim that died without writing one."""
+        alive = self._shim_alive(job)  # first: it also reaps our own dead shims
+        record = job.dir.load_exit()
+        if record is None and alive:
+            return
+        if record is None:
+            record = self._lost_record(job)
+            # Whatever the dead shim left in its group is untracked from now on: stop it (GPUs!).
+            self._signal_group(job, signal.SIGKILL)
+        if job.cancel_deadline is not None and not record.reason:
+            record = replace(record, reason="cancelled")
+        self._finish(job, record)
+
+    def _shim_alive(self, job: _Job) -> bool:
+        if job.popen is not None:
+            return job.popen.poll() is None  # waitpid(WNOHANG): reaps, no zombies
+        if job.shim is None:
+            return False
+        if is_alive(job.shim):
+            return True
+        _reap_quietly(job.shim.pid)  # we may be its parent after all (agent as PID 1 in a container)
+        return False
+
+    def _lost_record(self, job: _Job) -> ExitRecord:
+        job_id = job.dir.job_id
+        if job.killed:
+            return ExitRecord(job_id, _EXIT_SIGKILL, "cancelled: killed after grace period")
+        if job.cancel_deadline is not None:
+            return ExitRecord(job_id, _EXIT_SIGTERM, "cancelled")
+        if job.shim is None:
+            return ExitRecord(job_id, EXIT_LOST, "lost: shim never started")
+        return ExitRecord(job_id, EXIT_LOST, "lost: shim died")
+
+    def _finish(self, job: _Job, record: ExitRecord) -> None:
+        if job.dir.load_exit() is None:
+            job.dir.path.mkdir(mode=0o700, parents=True, exist_ok=True)
+            job.dir.write_exit(record)
+        job.exit = record
+        if job.timer is not None:
+            job.timer.cancel()
+            job.timer = None
+
+    def _signal_group(self, job: _Job, sig: signal.Signals) -> None:
+        if job.shim is None:
+            return
+        try:
+            os.killpg(job.shim.pid, sig)  # the shim's pid is the group id (start_new_session)
+        except (ProcessLookupError, PermissionError):
+            pass  # the group is gone already
+
+    def _arm_kill_timer(self, job: _Job, delay_s: float) -> None:
+        if job.timer is not None:
+            job.timer.cancel()
+        job.timer = threading.Timer(max(delay_s, 0.0), self._kill_after_grace, args=(job.dir.job_id,))
+        job.timer.daemon = True
+        job.timer.start()
+
+    def _kill_after_grace(self, job_id: str) -> None:
+        """Active step of cancel: the grace period is over and the job is still there."""
+        with self._lock:
+            job = self._jobs.get(job_id)
+            if job is None or job.exit is not None:
+                return
+            job.timer = None
+            self._refresh_job(job)
+            if job.exit is not None or job.cancel_deadline is None:
+                return
+            job.killed = True
+            job.dir.write_cancel(job.cancel_deadline, killed=True)
+            self._signal_group(job, signal.SIGKILL)
+
+
+def _reap_quietly(pid: int) -> None:
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass  # not our child: init reaps it

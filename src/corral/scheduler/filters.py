@@ -1,0 +1,88 @@
+"""Feasibility: does a request fit on a node right now, and if not, why (pure).
+
+Checks run cheapest and most permanent first, so the reason recorded is the most telling one.
+"""
+
+from __future__ import annotations
+
+from corral.core.requests import ResourceRequest, model_matches
+from corral.core.resources import FULL_GPU_MILLI, NodeState
+from corral.scheduler.framework import (
+    REASON_CPU,
+    REASON_GPUS_BUSY,
+    REASON_LABELS,
+    REASON_MEM_HOST,
+    REASON_MEMORY,
+    REASON_MODEL,
+    REASON_NVLINK,
+    REASON_TAINT,
+    REASON_TOO_FEW_GPUS,
+    REASON_UNSCHEDULABLE_NODE,
+    SUCCESS,
+    Code,
+    Status,
+)
+from corral.scheduler.topology import select_island
+
+
+def eligible_positions(node: NodeState, request: ResourceRequest) -> list[int]:
+    """GPU positions whose model, memory and health suit the request (ignoring what is in use)."""
+    return [
+        i
+        for i, g in enumerate(node.info.gpus)
+        if g.healthy
+        and model_matches(g.model, request.gpu_models)
+        and g.memory_mib >= request.min_gpu_memory_mib
+    ]
+
+
+def available_positions(node: NodeState, request: ResourceRequest) -> list[int]:
+    """Eligible GPU positions with room for the request's share now."""
+    room = FULL_GPU_MILLI - request.gpu_milli
+    return [i for i in eligible_positions(node, request) if node.gpu_used_milli[i] <= room]
+
+
+def check_node_constraints(node: NodeState, request: ResourceRequest) -> Status:
+    """Labels and taints: permanent properties of the node, checked before any capacity."""
+    if not node.schedulable:
+        return Status(Code.UNRESOLVABLE, REASON_UNSCHEDULABLE_NODE)
+    if request.node_selector:
+        labels = dict(node.info.labels)
+        if any(labels.get(k) != v for k, v in request.node_selector):
+            return Status(Code.UNRESOLVABLE, REASON_LABELS)
+    if node.info.taints and any(t not in request.tolerations for t in node.info.taints):
+        return Status(Code.UNRESOLVABLE, REASON_TAINT)
+    return SUCCESS
+
+
+def check_fit(node: NodeState, request: ResourceRequest) -> Status:
+    """SUCCESS, or the first reason the request does not fit on this node."""
+    status = check_node_constraints(node, request)
+    if not status.ok:
+        return status
+    info = node.info
+    if request.cpu_milli and info.cpu_milli - node.cpu_used_milli < request.cpu_milli:
+        code = Code.UNSCHEDULABLE if info.cpu_milli >= request.cpu_milli else Code.UNRESOLVABLE
+        return Status(code, REASON_CPU)
+    if request.memory_mib and info.memory_mib - node.memory_used_mib < request.memory_mib:
+        code = Code.UNSCHEDULABLE if info.memory_mib >= request.memory_mib else Code.UNRESOLVABLE
+        return Status(code, REASON_MEM_HOST)
+    if request.gpus == 0:
+        return SUCCESS
+    if len(info.gpus) < request.gpus:
+        return Status(Code.UNRESOLVABLE, REASON_TOO_FEW_GPUS)
+    if request.gpu_models and not any(model_matches(g.model, request.gpu_models) for g in info.gpus):
+        return Status(Code.UNRESOLVABLE, REASON_MODEL)
+    eligible = eligible_positions(node, request)
+    if len(eligible) < request.gpus:
+        reason = REASON_MEMORY if request.min_gpu_memory_mib else REASON_TOO_FEW_GPUS
+        return Status(Code.UNRESOLVABLE, reason)
+    available = available_positions(node, request)
+    if len(available) < request.gpus:
+        return Status(Code.UNSCHEDULABLE, REASON_GPUS_BUSY)
+    if request.nvlink == "required" and request.gpus > 1:
+        if select_island(node, eligible, request.gpus) is None:
+            return Status(Code.UNRESOLVABLE, REASON_NVLINK)
+        if select_island(node, available, request.gpus) is None:
+            return Status(Code.UNSCHEDULABLE, REASON_NVLINK)
+    return SUCCESS

@@ -1,0 +1,120 @@
+"""httpx-based clients: CorralClient (users) and AgentClient (agents, join token)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from corral.server.schemas import AgentRegister, AgentSync, AgentSyncReply, GpuOut, JobOut, JobSubmit, NodeOut
+
+
+class CorralSDKError(Exception):
+    """Base of every error the SDK raises; str() is a one-line message for humans."""
+
+
+class CorralConnectionError(CorralSDKError):
+    pass
+
+
+class CorralAPIError(CorralSDKError):
+    def __init__(self, status: int, code: str, message: str, field: str | None, body: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message, self.field, self.body = status, code, message, field, body
+
+
+class _Base:
+    def __init__(self, url: str, token: str, timeout_s: float = 30.0, transport: httpx.BaseTransport | None = None) -> None:
+        self.url = url.rstrip("/")
+        self._http = httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {token}"},
+                                  timeout=timeout_s, transport=transport)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> _Base:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def _request(self, method: str, path: str, **kw: Any) -> httpx.Response:
+        try:
+            r = self._http.request(method, path, **kw)
+        except httpx.TimeoutException as e:
+            raise CorralConnectionError(f"server at {self.url} did not answer in time ({type(e).__name__})") from e
+        except httpx.TransportError as e:
+            raise CorralConnectionError(f"cannot reach the Corral server at {self.url}: {e}") from e
+        if r.status_code >= 400:
+            raise _api_error(r)
+        return r
+
+
+def _api_error(r: httpx.Response) -> CorralAPIError:
+    try:
+        body = r.json()
+        err = body.get("error", {})
+        message, code, field = err.get("message") or r.reason_phrase, err.get("code", "error"), err.get("field")
+    except ValueError:
+        body, message, code, field = {}, r.text[:200] or r.reason_phrase, "error", None
+    if r.status_code == 401:
+        message = f"authentication failed: {message}"
+    return CorralAPIError(r.status_code, code, message, field, body)
+
+
+class CorralClient(_Base):
+    """What users do: submit and follow jobs, look at nodes and GPUs."""
+
+    def health(self) -> dict[str, str]:
+        return self._request("GET", "/healthz").json()  # type: ignore[no-any-return]
+
+    def submit(self, job: JobSubmit) -> JobOut:
+        r = self._request("POST", "/api/v1/jobs", json=job.model_dump(exclude_none=True))
+        return JobOut.model_validate(r.json())
+
+    def jobs(self, all: bool = False) -> list[JobOut]:
+        r = self._request("GET", "/api/v1/jobs", params={"all": str(all).lower()})
+        return [JobOut.model_validate(j) for j in r.json()]
+
+    def job(self, job_id: int) -> JobOut:
+        return JobOut.model_validate(self._request("GET", f"/api/v1/jobs/{job_id}").json())
+
+    def events(self, job_id: int) -> list[dict[str, str]]:
+        return self._request("GET", f"/api/v1/jobs/{job_id}/events").json()  # type: ignore[no-any-return]
+
+    def cancel(self, job_id: int) -> JobOut:
+        return JobOut.model_validate(self._request("POST", f"/api/v1/jobs/{job_id}/cancel").json())
+
+    def logs(self, job_id: int, offset: int = 0) -> tuple[bytes, int, str]:
+        """(bytes from offset, total size held, job state)."""
+        r = self._request("GET", f"/api/v1/jobs/{job_id}/logs", params={"offset": offset})
+        return r.content, int(r.headers.get("x-log-size", "0")), r.headers.get("x-job-state", "")
+
+    def nodes(self) -> list[NodeOut]:
+        return [NodeOut.model_validate(n) for n in self._request("GET", "/api/v1/nodes").json()]
+
+    def gpus(self) -> list[GpuOut]:
+        return [GpuOut.model_validate(g) for g in self._request("GET", "/api/v1/gpus").json()]
+
+
+class AgentClient(_Base):
+    """What agents do, with a join token."""
+
+    def register(self, body: AgentRegister) -> NodeOut:
+        return NodeOut.model_validate(self._request("POST", "/api/v1/agents/register", json=body.model_dump()).json())
+
+    def sync(self, node: str, body: AgentSync) -> AgentSyncReply:
+        timeout = httpx.Timeout(body.wait_s + 30.0)
+        r = self._request("POST", f"/api/v1/agents/{node}/sync", json=body.model_dump(), timeout=timeout)
+        return AgentSyncReply.model_validate(r.json())
+
+    def upload_logs(self, node: str, job_id: int, offset: int, data: bytes) -> int:
+        """Returns the size the server now holds; on a gap, the size it expects us to resend from."""
+        try:
+            r = self._request("POST", f"/api/v1/agents/{node}/jobs/{job_id}/logs", params={"offset": offset},
+                              content=data, headers={"content-type": "application/octet-stream"})
+        except CorralAPIError as e:
+            if e.status == 409 and "expected" in e.body:
+                return int(e.body["expected"])
+            raise
+        return int(r.json()["size"])

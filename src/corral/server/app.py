@@ -1,0 +1,50 @@
+"""The server's app factory: store, scheduler thread, routers, error mapping, web page."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from corral import __version__
+from corral.server.errors import install_error_handlers
+from corral.server.routers import agents, health, jobs, nodes, web
+from corral.server.services.logs import LogStore
+from corral.server.services.notify import NodeNotifier
+from corral.server.services.scheduling import Scheduler
+from corral.server.settings import Settings
+from corral.store.sql import SqlStore, open_store
+
+log = logging.getLogger("corral.server")
+
+
+def create_app(settings: Settings, store: SqlStore | None = None) -> FastAPI:
+    """Build the app; the store is opened (and migrated) here unless one is passed in."""
+    store = store or open_store(settings.effective_database_url)
+    notifier = NodeNotifier()
+    scheduler = Scheduler(store, notifier, settings.policy, settings.schedule_interval_s, settings.node_lost_after_s)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        notifier.bind(asyncio.get_running_loop())
+        scheduler.start()
+        try:
+            yield
+        finally:
+            scheduler.stop()
+            store.close()
+
+    app = FastAPI(title="Corral", version=__version__, lifespan=lifespan,
+                  description="Self-hosted GPU cluster manager. Authenticate with `Authorization: Bearer <token>`.")
+    app.state.settings = settings
+    app.state.store = store
+    app.state.notifier = notifier
+    app.state.scheduler = scheduler
+    app.state.logs = LogStore(settings.data_dir / "logs")
+    install_error_handlers(app)
+    for module in (health, jobs, nodes, agents, web):
+        app.include_router(module.router)
+    return app

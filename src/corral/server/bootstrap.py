@@ -1,0 +1,66 @@
+"""First start: an admin user, its API token and an agent join token, kept in the data dir (0600)."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from corral.server.auth import hash_token, new_token
+from corral.store.base import StateStore
+
+ADMIN_TOKEN_FILE = "admin-token"
+JOIN_TOKEN_FILE = "join-token"
+
+
+@dataclass(frozen=True, slots=True)
+class Credentials:
+    admin_token: str
+    join_token: str
+
+
+def write_secret(path: Path, value: str) -> None:
+    """Write `value` to `path` readable by the owner only (created 0600, never world-readable)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(value + "\n")
+    os.chmod(tmp, 0o600)
+    os.replace(tmp, path)
+
+
+def _ensure_token(store: StateStore, path: Path, kind: str, name: str, user_id: int | None) -> str:
+    if path.exists():
+        token = path.read_text().strip()
+        if store.find_token(hash_token(token)) is not None:
+            return token
+    token = new_token(kind)
+    store.create_token(hash_token(token), kind, name, user_id, datetime.now(UTC))
+    write_secret(path, token)
+    return token
+
+
+def ensure_credentials(store: StateStore, data_dir: Path) -> Credentials:
+    """Create the admin user and tokens on first start; reuse them afterwards. Idempotent."""
+    now = datetime.now(UTC)
+    admin_id = 1
+    if store.count_users() == 0:
+        admin_id = store.create_user("admin", "admin", now).id
+    admin = _ensure_token(store, data_dir / ADMIN_TOKEN_FILE, "user", "admin (first start)", admin_id)
+    join = _ensure_token(store, data_dir / JOIN_TOKEN_FILE, "join", "local agents", None)
+    return Credentials(admin_token=admin, join_token=join)
+
+
+def cli_config_path() -> Path:
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "corral" / "config.json"
+
+
+def write_cli_config(url: str, token: str) -> Path:
+    """Point the `corral` CLI of this user at this server (mode 0600: it holds a token)."""
+    path = cli_config_path()
+    write_secret(path, json.dumps({"url": url, "token": token}, indent=2))
+    return path

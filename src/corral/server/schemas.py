@@ -1,0 +1,163 @@
+"""Pydantic models at the API edge: request validation and response shapes."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from corral.core.states import JobState
+
+_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class JobSubmit(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    command: list[str] = Field(min_length=1, description="argv of the job; the first item is the program")
+    name: str = Field("", max_length=255)
+    gpus: int = Field(0, ge=0, le=1024, description="whole GPUs on one node")
+    gpu_milli: int = Field(1000, ge=1, le=1000, description="share of one GPU in milli (1000 = whole)")
+    gpu_model: str | None = Field(None, description="allowed GPU models, separated by |, e.g. A100|H100")
+    min_gpu_memory_mib: int = Field(0, ge=0)
+    cpu_milli: int = Field(0, ge=0)
+    memory_mib: int = Field(0, ge=0)
+    env: dict[str, str] = Field(default_factory=dict)
+    workdir: str | None = None
+    priority: int = Field(0, ge=-1000, le=1000)
+
+    @field_validator("command")
+    @classmethod
+    def _command(cls, v: list[str]) -> list[str]:
+        if not v[0].strip():
+            raise ValueError("the program (first item) must not be empty")
+        return v
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, v: dict[str, str]) -> dict[str, str]:
+        for key in v:
+            if not _ENV_KEY.match(key):
+                raise ValueError(f"invalid environment variable name {key!r}")
+        return v
+
+    @field_validator("workdir")
+    @classmethod
+    def _workdir(cls, v: str | None) -> str | None:
+        if v is not None and not v.startswith("/"):
+            raise ValueError("must be an absolute path")
+        return v
+
+    @property
+    def gpu_models(self) -> tuple[str, ...]:
+        if not self.gpu_model:
+            return ()
+        return tuple(m.strip() for m in self.gpu_model.split("|") if m.strip())
+
+
+class JobOut(BaseModel):
+    id: int
+    name: str
+    state: JobState
+    node: str | None
+    gpus: list[int] = Field(description="GPU indices on the node (empty while pending)")
+    gpu_count: int
+    gpu_milli: int
+    gpu_model: str | None
+    command: list[str]
+    env: dict[str, str]
+    workdir: str | None
+    priority: int
+    exit_code: int | None
+    reason: str
+    pending_reason: str | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    cancel_requested: bool
+    attempt: int
+
+
+class GpuOut(BaseModel):
+    node: str
+    index: int
+    uuid: str
+    model: str
+    memory_mib: int
+    pci_bus_id: str
+    numa_node: int | None
+    nvlink_peers: list[int]
+    healthy: bool
+    job_id: int | None = Field(description="the job using this GPU, if any")
+    used_milli: int
+
+
+class NodeOut(BaseModel):
+    name: str
+    hostname: str
+    backend: str
+    state: str
+    cpu_milli: int
+    memory_mib: int
+    gpus_total: int
+    gpus_free: int
+    gpu_models: list[str]
+    labels: dict[str, str]
+    registered_at: datetime
+    last_heartbeat_at: datetime
+
+
+class GpuReport(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    index: int = Field(ge=0)
+    uuid: str = Field(min_length=1)
+    model: str = Field(min_length=1)
+    memory_mib: int = Field(ge=0)
+    pci_bus_id: str = ""
+    numa_node: int | None = None
+    nvlink_peers: list[int] = Field(default_factory=list)
+    pcie_switch: str | None = None
+    ecc_enabled: bool = False
+    healthy: bool = True
+
+
+class AgentRegister(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(min_length=1, max_length=255, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    hostname: str = ""
+    backend: str = Field(min_length=1)
+    cpu_milli: int = Field(0, ge=0)
+    memory_mib: int = Field(0, ge=0)
+    labels: dict[str, str] = Field(default_factory=dict)
+    gpus: list[GpuReport] = Field(default_factory=list)
+    agent_version: str = ""
+
+
+class ExitReport(BaseModel):
+    job_id: int
+    exit_code: int
+    reason: str = ""
+
+
+class AgentSync(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    running: list[int] = Field(default_factory=list, description="job ids alive on the node")
+    exits: list[ExitReport] = Field(default_factory=list, description="finished jobs not yet acknowledged")
+    wait_s: float = Field(0.0, ge=0, le=60, description="long-poll: hold the reply up to this long for new work")
+
+
+class Assignment(BaseModel):
+    job_id: int
+    command: list[str]
+    env: dict[str, str]
+    workdir: str | None
+    gpu_indices: list[int]
+    gpu_uuids: list[str]
+
+
+class AgentSyncReply(BaseModel):
+    assignments: list[Assignment]
+    cancels: list[int]
+    acked_exits: list[int]
+    cancel_grace_s: float

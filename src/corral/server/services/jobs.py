@@ -1,0 +1,63 @@
+"""Job use-cases: submit (validated against the pool), cancel, describe."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from corral.core.errors import NotFoundError, ValidationError
+from corral.core.requests import ResourceRequest, model_matches
+from corral.core.states import JobState
+from corral.server.schemas import JobOut, JobSubmit
+from corral.store.base import StateStore
+from corral.store.records import Job, JobSpec, Node
+
+
+def check_fits_some_node(request: ResourceRequest, nodes: list[Node]) -> None:
+    """Reject a request that no registered node could ever hold (naming the field).
+
+    With no nodes registered yet the job is accepted and waits: nodes may join later.
+    """
+    if not nodes or request.gpus == 0:
+        return
+    biggest = max(len(n.gpus) for n in nodes)
+    if request.gpus > biggest:
+        raise ValidationError("gpus", f"{request.gpus} GPUs requested but the largest node has {biggest}")
+    if request.gpu_models:
+        models = sorted({g.model for n in nodes for g in n.gpus})
+        matching = [n for n in nodes if sum(model_matches(g.model, request.gpu_models) for g in n.gpus) >= request.gpus]
+        if not matching:
+            wanted = "|".join(request.gpu_models)
+            raise ValidationError("gpu_model", f"no node has {request.gpus} GPU(s) of model {wanted}; models here: {', '.join(models) or 'none'}")
+
+
+def submit_job(store: StateStore, body: JobSubmit, user_id: int | None) -> Job:
+    request = ResourceRequest(gpus=body.gpus, gpu_milli=body.gpu_milli, gpu_models=body.gpu_models,
+                              min_gpu_memory_mib=body.min_gpu_memory_mib, cpu_milli=body.cpu_milli,
+                              memory_mib=body.memory_mib)
+    check_fits_some_node(request, store.list_nodes())
+    spec = JobSpec(command=tuple(body.command), name=body.name or body.command[0].rsplit("/", 1)[-1],
+                   env=dict(body.env), workdir=body.workdir, gpus=body.gpus, gpu_milli=body.gpu_milli,
+                   gpu_models=body.gpu_models, min_gpu_memory_mib=body.min_gpu_memory_mib,
+                   cpu_milli=body.cpu_milli, memory_mib=body.memory_mib, priority=body.priority, user_id=user_id)
+    return store.create_job(spec, datetime.now(UTC))
+
+
+def load_job(store: StateStore, job_id: int) -> Job:
+    job = store.get_job(job_id)
+    if job is None:
+        raise NotFoundError("job", str(job_id))
+    return job
+
+
+def to_out(job: Job, pending_reasons: dict[int, str]) -> JobOut:
+    s = job.spec
+    pending_reason = None
+    if job.state is JobState.PENDING:
+        pending_reason = pending_reasons.get(job.id, "waiting for the scheduler")
+    return JobOut(
+        id=job.id, name=s.name, state=job.state, node=job.node, gpus=list(job.gpu_indices), gpu_count=s.gpus,
+        gpu_milli=s.gpu_milli, gpu_model="|".join(s.gpu_models) or None, command=list(s.command), env=dict(s.env),
+        workdir=s.workdir, priority=s.priority, exit_code=job.exit_code, reason=job.reason,
+        pending_reason=pending_reason, created_at=job.created_at, started_at=job.started_at,
+        finished_at=job.finished_at, cancel_requested=job.cancel_requested, attempt=job.attempt,
+    )

@@ -1,0 +1,38 @@
+"""Build the scheduler's view of the cluster (NodeState list) from stored nodes and running jobs."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from corral.core.resources import NodeInfo, NodeState
+from corral.store.records import Job, Node
+
+
+def compute_usage(jobs: Sequence[Job]) -> dict[tuple[str, int], tuple[int, int]]:
+    """(node, gpu index) -> (used milli, job id of the last job seen on it) for RUNNING jobs."""
+    usage: dict[tuple[str, int], tuple[int, int]] = {}
+    for job in jobs:
+        if job.node is None:
+            continue
+        for idx in job.gpu_indices:
+            used, _ = usage.get((job.node, idx), (0, 0))
+            usage[(job.node, idx)] = (used + job.spec.gpu_milli, job.id)
+    return usage
+
+
+def compute_snapshot(nodes: Sequence[Node], running: Sequence[Job]) -> list[NodeState]:
+    usage = compute_usage(running)
+    cpu: dict[str, int] = {}
+    mem: dict[str, int] = {}
+    for job in running:
+        if job.node:
+            cpu[job.node] = cpu.get(job.node, 0) + job.spec.cpu_milli
+            mem[job.node] = mem.get(job.node, 0) + job.spec.memory_mib
+    states = []
+    for n in nodes:
+        info = NodeInfo(name=n.name, gpus=n.gpus, cpu_milli=n.cpu_milli, memory_mib=n.memory_mib,
+                        labels=tuple(sorted(n.labels.items())))
+        used = tuple(min(1000, usage.get((n.name, g.index), (0, 0))[0]) for g in n.gpus)
+        states.append(NodeState(info=info, gpu_used_milli=used, cpu_used_milli=cpu.get(n.name, 0),
+                                memory_used_mib=mem.get(n.name, 0), schedulable=n.state == "READY"))
+    return states

@@ -1,0 +1,52 @@
+"""One settings object, built at start and passed down. Precedence: flag > CORRAL_* env > default."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_PORT = 8600
+
+
+def default_data_dir() -> Path:
+    return Path.home() / ".local" / "share" / "corral"
+
+
+class Settings(BaseSettings):
+    """Every field is also the environment variable CORRAL_<NAME> (documented in docs/settings.md)."""
+
+    model_config = SettingsConfigDict(env_prefix="CORRAL_", extra="ignore")
+
+    host: str = Field("127.0.0.1", description="Address the server listens on.")
+    port: int = Field(DEFAULT_PORT, ge=0, le=65535, description="Port the server listens on.")
+    data_dir: Path = Field(default_factory=default_data_dir, description="Where the database, logs and credentials live.")
+    database_url: str = Field("", description="SQLAlchemy URL; empty means SQLite in the data dir. postgresql:// works too.")
+    gpus: str = Field("auto", description="GPU backend of the local agent: auto, nvml, none, or sim:8xH100-80GB.")
+    node_name: str = Field(default_factory=socket.gethostname, description="Name of the local agent's node.")
+    policy: str = Field("first-free", description="Placement policy the scheduler uses.")
+    schedule_interval_s: float = Field(2.0, gt=0, description="Longest pause between scheduling passes.")
+    node_lost_after_s: float = Field(60.0, gt=0, description="Heartbeat silence after which a node is LOST.")
+    cancel_grace_s: float = Field(10.0, ge=0, description="Seconds between SIGTERM and SIGKILL on cancel.")
+
+    @field_validator("data_dir")
+    @classmethod
+    def _expand(cls, v: Path) -> Path:
+        return Path(v).expanduser().resolve()
+
+    @property
+    def effective_database_url(self) -> str:
+        return self.database_url or f"sqlite:///{self.data_dir / 'corral.db'}"
+
+    @property
+    def url(self) -> str:
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host
+        return f"http://{host}:{self.port}"
+
+
+def build_settings(**flags: Any) -> Settings:
+    """Settings from flags (None = not given) over the environment."""
+    return Settings(**{k: v for k, v in flags.items() if v is not None})

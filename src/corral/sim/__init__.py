@@ -1,0 +1,1 @@
+"""Simulators that drive the same scheduler code over trace files."""

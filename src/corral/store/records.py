@@ -1,0 +1,88 @@
+"""Plain records the store returns: frozen dataclasses, no ORM objects leak out of the store."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from corral.core.resources import GpuInfo
+from corral.core.states import JobState
+
+
+@dataclass(frozen=True, slots=True)
+class User:
+    id: int
+    name: str
+    role: str
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class TokenRecord:
+    id: int
+    user_id: int | None
+    kind: str  # "user" | "join"
+    name: str
+    created_at: datetime
+    revoked: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    name: str
+    hostname: str
+    backend: str
+    cpu_milli: int
+    memory_mib: int
+    state: str  # READY | LOST
+    registered_at: datetime
+    last_heartbeat_at: datetime
+    gpus: tuple[GpuInfo, ...] = ()
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """What a user submitted: validated before it reaches the store."""
+
+    command: tuple[str, ...]
+    name: str = ""
+    env: dict[str, str] = field(default_factory=dict)
+    workdir: str | None = None
+    gpus: int = 0
+    gpu_milli: int = 1000
+    gpu_models: tuple[str, ...] = ()
+    min_gpu_memory_mib: int = 0
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    priority: int = 0
+    user_id: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    id: int
+    spec: JobSpec
+    state: JobState
+    created_at: datetime
+    node: str | None = None
+    gpu_indices: tuple[int, ...] = ()
+    exit_code: int | None = None
+    reason: str = ""
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    cancel_requested: bool = False
+    delivered: bool = False
+    attempt: int = 0
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+
+@dataclass(frozen=True, slots=True)
+class JobEvent:
+    job_id: int
+    at: datetime
+    kind: str
+    message: str

@@ -1,0 +1,286 @@
+"""SqlStore: the StateStore over SQLAlchemy 2, for SQLite (default) and PostgreSQL alike."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import create_engine, event, func, select, update
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session, sessionmaker
+
+from corral.core.errors import ConflictError
+from corral.core.resources import GpuInfo
+from corral.core.states import JobState
+from corral.store.records import Job, JobEvent, JobSpec, Node, TokenRecord, User
+from corral.store.tables import GpuRow, JobEventRow, JobRow, NodeRow, TokenRow, UserRow
+
+
+def normalize_url(url: str) -> str:
+    """`postgresql://` means psycopg 3 here (SQLAlchemy would otherwise pick psycopg2)."""
+    for prefix in ("postgresql://", "postgres://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix):]
+    return url
+
+
+def _utc(dt: datetime | None) -> datetime | None:
+    if dt is None:
+        return None
+    return dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt.astimezone(UTC)
+
+
+def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")  # readers don't block the writer
+    cur.execute("PRAGMA synchronous=FULL")  # an accepted job survives a power cut, not only kill -9
+    cur.execute("PRAGMA foreign_keys=ON")
+    cur.execute("PRAGMA busy_timeout=10000")
+    cur.close()
+
+
+class SqlStore:
+    """One implementation for both databases; dialect differences stay inside this class."""
+
+    def __init__(self, url: str) -> None:
+        self.url = normalize_url(url)
+        self.is_sqlite = self.url.startswith("sqlite")
+        kwargs: dict[str, Any] = {"future": True}
+        if self.is_sqlite:
+            kwargs["connect_args"] = {"check_same_thread": False, "timeout": 30}
+        else:
+            kwargs.update(pool_pre_ping=True, pool_size=10, max_overflow=20)
+        self.engine: Engine = create_engine(self.url, **kwargs)
+        if self.is_sqlite:
+            event.listen(self.engine, "connect", _sqlite_pragmas)
+        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+
+    @contextmanager
+    def _tx(self) -> Iterator[Session]:
+        with self._sessions.begin() as session:
+            yield session
+
+    def migrate(self) -> None:
+        from corral.store.migrate import upgrade_to_head
+
+        upgrade_to_head(self.engine)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # ---- users and tokens -------------------------------------------------
+    def create_user(self, name: str, role: str, now: datetime) -> User:
+        try:
+            with self._tx() as s:
+                row = UserRow(name=name, role=role, created_at=now)
+                s.add(row)
+                s.flush()
+                return _user(row)
+        except IntegrityError as e:
+            raise ConflictError(f"user {name!r} already exists") from e
+
+    def get_user(self, user_id: int) -> User | None:
+        with self._tx() as s:
+            row = s.get(UserRow, user_id)
+            return _user(row) if row else None
+
+    def count_users(self) -> int:
+        with self._tx() as s:
+            return int(s.scalar(select(func.count()).select_from(UserRow)) or 0)
+
+    def create_token(self, token_hash: str, kind: str, name: str, user_id: int | None, now: datetime) -> TokenRecord:
+        with self._tx() as s:
+            row = TokenRow(token_hash=token_hash, kind=kind, name=name, user_id=user_id, created_at=now, revoked=False)
+            s.add(row)
+            s.flush()
+            return _token(row)
+
+    def find_token(self, token_hash: str) -> TokenRecord | None:
+        with self._tx() as s:
+            row = s.scalar(select(TokenRow).where(TokenRow.token_hash == token_hash, TokenRow.revoked.is_(False)))
+            return _token(row) if row else None
+
+    # ---- nodes ------------------------------------------------------------
+    def upsert_node(
+        self, name: str, hostname: str, backend: str, cpu_milli: int, memory_mib: int,
+        labels: dict[str, str], gpus: Sequence[GpuInfo], now: datetime,
+    ) -> Node:
+        with self._tx() as s:
+            row = s.get(NodeRow, name)
+            if row is None:
+                row = NodeRow(name=name, registered_at=now)
+                s.add(row)
+            row.hostname, row.backend = hostname, backend
+            row.cpu_milli, row.memory_mib, row.labels = cpu_milli, memory_mib, dict(labels)
+            row.state, row.last_heartbeat_at = "READY", now
+            s.query(GpuRow).filter(GpuRow.node_name == name).delete()
+            s.flush()
+            for g in gpus:
+                s.add(GpuRow(
+                    node_name=name, index=g.index, uuid=g.uuid, model=g.model, memory_mib=g.memory_mib,
+                    pci_bus_id=g.pci_bus_id, numa_node=g.numa_node, nvlink_peers=list(g.nvlink_peers),
+                    pcie_switch=g.pcie_switch, ecc_enabled=g.ecc_enabled, healthy=g.healthy,
+                ))
+            s.flush()
+            return self._node(s, row)
+
+    def get_node(self, name: str) -> Node | None:
+        with self._tx() as s:
+            row = s.get(NodeRow, name)
+            return self._node(s, row) if row else None
+
+    def list_nodes(self) -> list[Node]:
+        with self._tx() as s:
+            rows = s.scalars(select(NodeRow).order_by(NodeRow.name)).all()
+            gpus = s.scalars(select(GpuRow).order_by(GpuRow.node_name, GpuRow.index)).all()
+            by_node: dict[str, list[GpuInfo]] = {}
+            for g in gpus:
+                by_node.setdefault(g.node_name, []).append(_gpu(g))
+            return [_node(r, by_node.get(r.name, [])) for r in rows]
+
+    def touch_node(self, name: str, now: datetime) -> bool:
+        with self._tx() as s:
+            res = s.execute(update(NodeRow).where(NodeRow.name == name).values(last_heartbeat_at=now, state="READY"))
+            return bool(res.rowcount)
+
+    def _node(self, s: Session, row: NodeRow) -> Node:
+        gpus = s.scalars(select(GpuRow).where(GpuRow.node_name == row.name).order_by(GpuRow.index)).all()
+        return _node(row, [_gpu(g) for g in gpus])
+
+    # ---- jobs -------------------------------------------------------------
+    def create_job(self, spec: JobSpec, now: datetime) -> Job:
+        with self._tx() as s:
+            row = JobRow(
+                name=spec.name, user_id=spec.user_id, command=list(spec.command), env=dict(spec.env),
+                workdir=spec.workdir, gpus=spec.gpus, gpu_milli=spec.gpu_milli, gpu_models=list(spec.gpu_models),
+                min_gpu_memory_mib=spec.min_gpu_memory_mib, cpu_milli=spec.cpu_milli, memory_mib=spec.memory_mib,
+                priority=spec.priority, state=JobState.PENDING.value, created_at=now, gpu_indices=[],
+                reason="", cancel_requested=False, delivered=False, attempt=0,
+            )
+            s.add(row)
+            s.flush()
+            s.add(JobEventRow(job_id=row.id, at=now, kind="submitted", message=""))
+            return _job(row)
+
+    def get_job(self, job_id: int) -> Job | None:
+        with self._tx() as s:
+            row = s.get(JobRow, job_id)
+            return _job(row) if row else None
+
+    def list_jobs(self, states: Sequence[JobState] | None = None, limit: int | None = None) -> list[Job]:
+        with self._tx() as s:
+            q = select(JobRow).order_by(JobRow.id)
+            if states is not None:
+                q = q.where(JobRow.state.in_([st.value for st in states]))
+            if limit is not None:
+                q = q.limit(limit)
+            return [_job(r) for r in s.scalars(q).all()]
+
+    def list_node_jobs(self, node: str) -> list[Job]:
+        with self._tx() as s:
+            q = select(JobRow).where(JobRow.node == node, JobRow.state == JobState.RUNNING.value).order_by(JobRow.id)
+            return [_job(r) for r in s.scalars(q).all()]
+
+    def assign_job(self, job_id: int, node: str, gpu_indices: Sequence[int], now: datetime) -> bool:
+        with self._tx() as s:
+            res = s.execute(
+                update(JobRow)
+                .where(JobRow.id == job_id, JobRow.state == JobState.PENDING.value)
+                .values(state=JobState.RUNNING.value, node=node, gpu_indices=list(gpu_indices),
+                        started_at=now, delivered=False, reason="", attempt=JobRow.attempt + 1)
+            )
+            if res.rowcount:
+                gpus = ",".join(map(str, gpu_indices)) or "none"
+                s.add(JobEventRow(job_id=job_id, at=now, kind="assigned", message=f"node {node}, GPUs {gpus}"))
+            return bool(res.rowcount)
+
+    def mark_delivered(self, job_ids: Sequence[int]) -> None:
+        if not job_ids:
+            return
+        with self._tx() as s:
+            s.execute(update(JobRow).where(JobRow.id.in_(list(job_ids)), JobRow.state == JobState.RUNNING.value)
+                      .values(delivered=True))
+
+    def request_cancel(self, job_id: int, now: datetime) -> Job | None:
+        with self._tx() as s:
+            row = s.get(JobRow, job_id, with_for_update=not self.is_sqlite)
+            if row is None:
+                return None
+            if row.state == JobState.PENDING.value:
+                row.state, row.finished_at, row.reason = JobState.CANCELLED.value, now, "cancelled before start"
+                s.add(JobEventRow(job_id=job_id, at=now, kind="cancelled", message="cancelled while pending"))
+            elif row.state == JobState.RUNNING.value and not row.cancel_requested:
+                row.cancel_requested = True
+                s.add(JobEventRow(job_id=job_id, at=now, kind="cancel_requested", message=""))
+            s.flush()
+            return _job(row)
+
+    def finish_job(self, job_id: int, state: JobState, exit_code: int | None, reason: str, now: datetime) -> bool:
+        with self._tx() as s:
+            res = s.execute(
+                update(JobRow)
+                .where(JobRow.id == job_id, JobRow.state.in_([JobState.RUNNING.value, JobState.PENDING.value]))
+                .values(state=state.value, exit_code=exit_code, reason=reason, finished_at=now)
+            )
+            if res.rowcount:
+                msg = f"exit code {exit_code}" if exit_code is not None else reason
+                s.add(JobEventRow(job_id=job_id, at=now, kind=state.value.lower(), message=msg))
+            return bool(res.rowcount)
+
+    def add_event(self, job_id: int, kind: str, message: str, now: datetime) -> None:
+        with self._tx() as s:
+            s.add(JobEventRow(job_id=job_id, at=now, kind=kind, message=message))
+
+    def list_events(self, job_id: int) -> list[JobEvent]:
+        with self._tx() as s:
+            rows = s.scalars(select(JobEventRow).where(JobEventRow.job_id == job_id).order_by(JobEventRow.id)).all()
+            return [JobEvent(job_id=r.job_id, at=_utc(r.at) or r.at, kind=r.kind, message=r.message) for r in rows]
+
+
+def open_store(url: str) -> SqlStore:
+    """Open (and migrate) the store at `url`; a bare path or sqlite URL makes its folder."""
+    if url.startswith("sqlite:///"):
+        Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    store = SqlStore(url)
+    store.migrate()
+    return store
+
+
+def _user(r: UserRow) -> User:
+    return User(id=r.id, name=r.name, role=r.role, created_at=_utc(r.created_at) or r.created_at)
+
+
+def _token(r: TokenRow) -> TokenRecord:
+    return TokenRecord(id=r.id, user_id=r.user_id, kind=r.kind, name=r.name,
+                       created_at=_utc(r.created_at) or r.created_at, revoked=r.revoked)
+
+
+def _gpu(g: GpuRow) -> GpuInfo:
+    return GpuInfo(index=g.index, uuid=g.uuid, model=g.model, memory_mib=g.memory_mib, pci_bus_id=g.pci_bus_id,
+                   numa_node=g.numa_node, nvlink_peers=tuple(g.nvlink_peers or ()), pcie_switch=g.pcie_switch,
+                   ecc_enabled=g.ecc_enabled, healthy=g.healthy)
+
+
+def _node(r: NodeRow, gpus: Sequence[GpuInfo]) -> Node:
+    return Node(name=r.name, hostname=r.hostname, backend=r.backend, cpu_milli=r.cpu_milli, memory_mib=r.memory_mib,
+                state=r.state, registered_at=_utc(r.registered_at) or r.registered_at,
+                last_heartbeat_at=_utc(r.last_heartbeat_at) or r.last_heartbeat_at, gpus=tuple(gpus),
+                labels=dict(r.labels or {}))
+
+
+def _job(r: JobRow) -> Job:
+    spec = JobSpec(
+        command=tuple(r.command), name=r.name, env=dict(r.env or {}), workdir=r.workdir, gpus=r.gpus,
+        gpu_milli=r.gpu_milli, gpu_models=tuple(r.gpu_models or ()), min_gpu_memory_mib=r.min_gpu_memory_mib,
+        cpu_milli=r.cpu_milli, memory_mib=r.memory_mib, priority=r.priority, user_id=r.user_id,
+    )
+    return Job(
+        id=r.id, spec=spec, state=JobState(r.state), created_at=_utc(r.created_at) or r.created_at, node=r.node,
+        gpu_indices=tuple(r.gpu_indices or ()), exit_code=r.exit_code, reason=r.reason or "",
+        started_at=_utc(r.started_at), finished_at=_utc(r.finished_at), cancel_requested=r.cancel_requested,
+        delivered=r.delivered, attempt=r.attempt,
+    )

@@ -1,0 +1,102 @@
+"""SQLAlchemy 2 table definitions; the migrations in migrations/versions/ create exactly these."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import JSON, BigInteger, Boolean, DateTime, ForeignKey, Index, Integer, String, Text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+UTC_DT = DateTime(timezone=True)
+
+
+class UserRow(Base):
+    __tablename__ = "users"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    role: Mapped[str] = mapped_column(String(32))
+    created_at: Mapped[datetime] = mapped_column(UTC_DT)
+
+
+class TokenRow(Base):
+    __tablename__ = "api_tokens"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    user_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"), nullable=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    name: Mapped[str] = mapped_column(String(128), default="")
+    token_hash: Mapped[str] = mapped_column(String(128), unique=True)
+    created_at: Mapped[datetime] = mapped_column(UTC_DT)
+    revoked: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class NodeRow(Base):
+    __tablename__ = "nodes"
+    name: Mapped[str] = mapped_column(String(255), primary_key=True)
+    hostname: Mapped[str] = mapped_column(String(255))
+    backend: Mapped[str] = mapped_column(String(32))
+    cpu_milli: Mapped[int] = mapped_column(Integer)
+    memory_mib: Mapped[int] = mapped_column(BigInteger)
+    labels: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    state: Mapped[str] = mapped_column(String(16))
+    registered_at: Mapped[datetime] = mapped_column(UTC_DT)
+    last_heartbeat_at: Mapped[datetime] = mapped_column(UTC_DT)
+
+
+class GpuRow(Base):
+    __tablename__ = "gpus"
+    node_name: Mapped[str] = mapped_column(ForeignKey("nodes.name", ondelete="CASCADE"), primary_key=True)
+    index: Mapped[int] = mapped_column("gpu_index", Integer, primary_key=True)
+    uuid: Mapped[str] = mapped_column(String(128))
+    model: Mapped[str] = mapped_column(String(128))
+    memory_mib: Mapped[int] = mapped_column(BigInteger)
+    pci_bus_id: Mapped[str] = mapped_column(String(64), default="")
+    numa_node: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    nvlink_peers: Mapped[list[int]] = mapped_column(JSON, default=list)
+    pcie_switch: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    ecc_enabled: Mapped[bool] = mapped_column(Boolean, default=False)
+    healthy: Mapped[bool] = mapped_column(Boolean, default=True)
+
+
+class JobRow(Base):
+    __tablename__ = "jobs"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(255), default="")
+    user_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"), nullable=True)
+    command: Mapped[list[str]] = mapped_column(JSON)
+    env: Mapped[dict[str, str]] = mapped_column(JSON, default=dict)
+    workdir: Mapped[str | None] = mapped_column(Text, nullable=True)
+    gpus: Mapped[int] = mapped_column(Integer, default=0)
+    gpu_milli: Mapped[int] = mapped_column(Integer, default=1000)
+    gpu_models: Mapped[list[str]] = mapped_column(JSON, default=list)
+    min_gpu_memory_mib: Mapped[int] = mapped_column(BigInteger, default=0)
+    cpu_milli: Mapped[int] = mapped_column(Integer, default=0)
+    memory_mib: Mapped[int] = mapped_column(BigInteger, default=0)
+    priority: Mapped[int] = mapped_column(Integer, default=0)
+    state: Mapped[str] = mapped_column(String(16))
+    node: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    gpu_indices: Mapped[list[int]] = mapped_column(JSON, default=list)
+    exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    reason: Mapped[str] = mapped_column(Text, default="")
+    created_at: Mapped[datetime] = mapped_column(UTC_DT)
+    started_at: Mapped[datetime | None] = mapped_column(UTC_DT, nullable=True)
+    finished_at: Mapped[datetime | None] = mapped_column(UTC_DT, nullable=True)
+    cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    delivered: Mapped[bool] = mapped_column(Boolean, default=False)
+    attempt: Mapped[int] = mapped_column(Integer, default=0)
+
+    __table_args__ = (Index("ix_jobs_state", "state"), Index("ix_jobs_node", "node"))
+
+
+class JobEventRow(Base):
+    __tablename__ = "job_events"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    at: Mapped[datetime] = mapped_column(UTC_DT)
+    kind: Mapped[str] = mapped_column(String(32))
+    message: Mapped[str] = mapped_column(Text, default="")
