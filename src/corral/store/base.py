@@ -50,7 +50,10 @@ class StateStore(Protocol):
     def list_nodes(self) -> list[Node]: ...
 
     def touch_node(self, name: str, now: datetime) -> bool:
-        """Record a heartbeat; False for an unknown node."""
+        """Record a heartbeat (a LOST node is READY again); False for an unknown node."""
+
+    def mark_nodes_lost(self, heartbeat_before: datetime) -> list[str]:
+        """READY nodes whose last heartbeat is older than `heartbeat_before` become LOST; returns their names."""
 
     # jobs
     def create_job(self, spec: JobSpec, now: datetime) -> Job:
@@ -76,6 +79,9 @@ class StateStore(Protocol):
 
     def finish_job(self, job_id: int, state: JobState, exit_code: int | None, reason: str, now: datetime) -> bool:
         """RUNNING (or PENDING) -> a terminal state; False if already terminal."""
+
+    def requeue_job(self, job_id: int, reason: str, now: datetime) -> bool:
+        """RUNNING -> PENDING (node and GPUs released, attempt kept), e.g. its node was lost. False otherwise."""
 
     def add_event(self, job_id: int, kind: str, message: str, now: datetime) -> None: ...
 

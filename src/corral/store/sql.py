@@ -147,6 +147,14 @@ class SqlStore:
             res = s.execute(update(NodeRow).where(NodeRow.name == name).values(last_heartbeat_at=now, state="READY"))
             return bool(res.rowcount)
 
+    def mark_nodes_lost(self, heartbeat_before: datetime) -> list[str]:
+        with self._tx() as s:
+            names = list(s.scalars(select(NodeRow.name).where(
+                NodeRow.state == "READY", NodeRow.last_heartbeat_at < heartbeat_before)).all())
+            if names:
+                s.execute(update(NodeRow).where(NodeRow.name.in_(names), NodeRow.state == "READY").values(state="LOST"))
+            return names
+
     def _node(self, s: Session, row: NodeRow) -> Node:
         gpus = s.scalars(select(GpuRow).where(GpuRow.node_name == row.name).order_by(GpuRow.index)).all()
         return _node(row, [_gpu(g) for g in gpus])
@@ -229,6 +237,18 @@ class SqlStore:
             if res.rowcount:
                 msg = f"exit code {exit_code}" if exit_code is not None else reason
                 s.add(JobEventRow(job_id=job_id, at=now, kind=state.value.lower(), message=msg))
+            return bool(res.rowcount)
+
+    def requeue_job(self, job_id: int, reason: str, now: datetime) -> bool:
+        with self._tx() as s:
+            res = s.execute(
+                update(JobRow)
+                .where(JobRow.id == job_id, JobRow.state == JobState.RUNNING.value)
+                .values(state=JobState.PENDING.value, node=None, gpu_indices=[], started_at=None,
+                        delivered=False, cancel_requested=False, reason=reason)
+            )
+            if res.rowcount:
+                s.add(JobEventRow(job_id=job_id, at=now, kind="requeued", message=reason))
             return bool(res.rowcount)
 
     def add_event(self, job_id: int, kind: str, message: str, now: datetime) -> None:

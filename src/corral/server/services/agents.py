@@ -44,14 +44,20 @@ def apply_reports(store: StateStore, node: str, body: AgentSync) -> tuple[list[i
 
 
 def compute_assignments(store: StateStore, node: Node, running: set[int]) -> tuple[list[Assignment], list[int]]:
-    """RUNNING jobs on the node that the agent has not acknowledged yet, and jobs to cancel."""
+    """RUNNING jobs on the node that the agent has not acknowledged yet, and jobs to cancel.
+
+    A job the agent still runs that is no longer RUNNING on this node (cancelled or requeued while the
+    node was lost, or finished in the store) is stopped: the store is the source of truth for placement.
+    """
     uuids = {g.index: g.uuid for g in node.gpus}
     assignments, cancels = [], []
-    for job in store.list_node_jobs(node.name):
+    mine = store.list_node_jobs(node.name)
+    for job in mine:
         if job.cancel_requested:
             cancels.append(job.id)
         if job.id not in running and not job.delivered:
             assignments.append(_assignment(job, uuids))
+    cancels.extend(sorted(running - {j.id for j in mine}))
     return assignments, cancels
 
 

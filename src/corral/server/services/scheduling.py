@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from corral.core.requests import ResourceRequest
 from corral.core.states import JobState
@@ -60,9 +60,23 @@ class Scheduler:
                 log.exception("scheduling pass failed")
             self.trigger.wait(self.interval_s)
 
+    def reconcile_lost_nodes(self, now: datetime) -> list[str]:
+        """Nodes silent for longer than node_lost_after_s become LOST; their jobs go back to the queue
+        (a job whose cancel was already requested ends CANCELLED instead)."""
+        lost = self.store.mark_nodes_lost(now - timedelta(seconds=self.node_lost_after_s))
+        for name in lost:
+            log.warning("node %s lost: no heartbeat for %.0f s", name, self.node_lost_after_s)
+            for job in self.store.list_node_jobs(name):
+                if job.cancel_requested:
+                    self.store.finish_job(job.id, JobState.CANCELLED, None, f"node {name} lost while cancelling", now)
+                else:
+                    self.store.requeue_job(job.id, f"node {name} lost", now)
+        return lost
+
     def run_once(self, now: datetime) -> list[int]:
         """One pass: place pending jobs in priority-then-age order. Returns the ids placed."""
         with self._lock:
+            self.reconcile_lost_nodes(now)
             pending = self.store.list_jobs(states=[JobState.PENDING])
             if not pending:
                 self.pending_reasons.clear()

@@ -1,0 +1,93 @@
+"""The `corral` command: server and agent runners, job and inventory commands, the simulator.
+
+Every failure the user can cause ends in one line `error: ...` on stderr and a non-zero exit.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import pydantic
+import typer
+from typer._click import exceptions as click_exc  # typer vendors click; its errors live here
+
+from corral import __version__
+from corral.cli import jobs, nodes, run
+from corral.cli.config import ConfigError
+from corral.cli.simulate import simulate_app
+from corral.core.errors import CorralError
+from corral.sdk.client import CorralAPIError, CorralSDKError
+
+app = typer.Typer(name="corral", help="Corral: one pool of GPUs, many users.", no_args_is_help=True,
+                  add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
+
+app.command("up")(run.up)
+app.command("server")(run.server)
+app.command("agent")(run.agent)
+app.command("submit", context_settings={"allow_interspersed_args": False})(jobs.submit)
+app.command("jobs")(jobs.jobs)
+app.command("show")(jobs.show)
+app.command("logs")(jobs.logs)
+app.command("cancel")(jobs.cancel)
+app.command("wait")(jobs.wait)
+app.command("nodes")(nodes.nodes)
+app.command("gpus")(nodes.gpus)
+app.add_typer(simulate_app, name="simulate")
+
+
+def _load_optional_commands() -> None:
+    """Commands that live in their own modules register themselves on import."""
+    try:
+        import corral.cli.simulate_jobs  # noqa: F401  (registers `corral simulate jobs`)
+    except ImportError:
+        pass
+
+
+@app.command("version")
+def version() -> None:
+    """Print Corral's version."""
+    print(__version__)
+
+
+def describe_error(e: BaseException) -> str:
+    """One line naming what is wrong."""
+    if isinstance(e, CorralAPIError):
+        field = f" (field: {e.field})" if e.field and e.field not in e.message else ""
+        return f"{e.message}{field}"
+    if isinstance(e, pydantic.ValidationError):
+        err = e.errors()[0]
+        loc = ".".join(str(p) for p in err.get("loc", ()))
+        msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+        return f"{loc}: {msg}" if loc else msg
+    if isinstance(e, click_exc.UsageError):
+        return e.format_message().replace("\n", " ")
+    if isinstance(e, CorralError):
+        return e.message
+    return str(e)
+
+
+def main(argv: list[str] | None = None) -> Any:
+    _load_optional_commands()
+    try:
+        return app(args=argv, standalone_mode=False)
+    except typer.Exit as e:
+        sys.exit(e.exit_code)
+    except typer.Abort:
+        print("error: aborted", file=sys.stderr)
+        sys.exit(130)
+    except click_exc.NoArgsIsHelpError as e:
+        print(e.format_message() if hasattr(e, "format_message") else str(e), file=sys.stderr)
+        sys.exit(2)
+    except click_exc.UsageError as e:
+        print(f"error: {describe_error(e)}", file=sys.stderr)
+        sys.exit(2)
+    except (CorralSDKError, ConfigError, CorralError, pydantic.ValidationError) as e:
+        print(f"error: {describe_error(e)}", file=sys.stderr)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

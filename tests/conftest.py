@@ -1,0 +1,65 @@
+"""Shared fixtures: databases (SQLite and a fresh PostgreSQL database per test) and stores."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+PG_ADMIN_URL = os.environ.get("CORRAL_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+_pg_problem: str | None = None
+
+
+def postgres_problem() -> str | None:
+    """None when PostgreSQL is reachable for tests, else why not (checked once)."""
+    global _pg_problem
+    if _pg_problem is None:
+        try:
+            import psycopg
+
+            with psycopg.connect(PG_ADMIN_URL, connect_timeout=3, autocommit=True):
+                _pg_problem = ""
+        except Exception as e:  # any failure means: skip, loudly
+            _pg_problem = f"PostgreSQL not reachable at {PG_ADMIN_URL}: {e}"
+    return _pg_problem or None
+
+
+@pytest.fixture
+def postgres_url() -> Iterator[str]:
+    """A fresh, empty PostgreSQL database for one test, dropped afterwards."""
+    problem = postgres_problem()
+    if problem:
+        pytest.skip(f"SKIPPING POSTGRES TEST: {problem}")
+    import psycopg
+
+    name = f"corral_test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    base, _, _ = PG_ADMIN_URL.rpartition("/")
+    try:
+        yield f"{base}/{name}"
+    finally:
+        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Every store test runs once on SQLite and once on PostgreSQL."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'corral.db'}"
+    return str(request.getfixturevalue("postgres_url"))
+
+
+@pytest.fixture
+def store(database_url: str) -> Iterator[object]:
+    from corral.store.sql import open_store
+
+    s = open_store(database_url)
+    try:
+        yield s
+    finally:
+        s.close()

@@ -1,0 +1,130 @@
+"""The REST API in-process (ASGI): validation errors name the field, nothing is half-created,
+placement never gives one GPU to two jobs. Runs on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from corral.server.app import create_app
+from corral.server.bootstrap import ensure_credentials
+from corral.server.settings import Settings
+from corral.store.sql import open_store
+
+
+@pytest.fixture
+def api(database_url: str, tmp_path: Path) -> Iterator[tuple[TestClient, dict[str, str], dict[str, str]]]:
+    settings = Settings(data_dir=tmp_path, database_url=database_url, schedule_interval_s=0.2)
+    store = open_store(database_url)
+    creds = ensure_credentials(store, tmp_path)
+    with TestClient(create_app(settings, store)) as client:
+        yield client, {"Authorization": f"Bearer {creds.admin_token}"}, {"Authorization": f"Bearer {creds.join_token}"}
+
+
+def register(client: TestClient, agent: dict[str, str], name: str, n: int, model: str = "H100-80GB") -> None:
+    gpus = [{"index": i, "uuid": f"GPU-{name}-{i}", "model": model, "memory_mib": 81920} for i in range(n)]
+    r = client.post("/api/v1/agents/register", json={"name": name, "backend": "simulated", "gpus": gpus}, headers=agent)
+    assert r.status_code == 200, r.text
+
+
+def wait_for(pred: Any, timeout_s: float = 10.0) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = pred()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError("condition not met before the deadline")
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        pytest.param({"command": []}, "command", id="empty-command"),
+        pytest.param({"command": ["x"], "gpus": -1}, "gpus", id="negative-gpus"),
+        pytest.param({"command": ["x"], "env": {"1BAD": "v"}}, "env", id="bad-env-name"),
+        pytest.param({"command": ["x"], "workdir": "relative"}, "workdir", id="relative-workdir"),
+        pytest.param({"command": ["x"], "gpu_milli": 0}, "gpu_milli", id="zero-share"),
+        pytest.param({"command": ["x"], "bogus": 1}, "bogus", id="unknown-field"),
+        pytest.param({"command": ["x"], "gpus": 16}, "gpus", id="more-gpus-than-any-node"),
+        pytest.param({"command": ["x"], "gpus": 1, "gpu_model": "B200"}, "gpu_model", id="model-nowhere"),
+    ],
+)
+def test_bad_submission_names_the_field_and_creates_nothing(api: Any, body: dict[str, Any], field: str) -> None:
+    client, user, agent = api
+    register(client, agent, "n1", 8)
+    r = client.post("/api/v1/jobs", json=body, headers=user)
+    assert 400 <= r.status_code < 500
+    assert r.json()["error"]["field"] == field
+    assert client.get("/api/v1/jobs", params={"all": "true"}, headers=user).json() == []
+
+
+@pytest.mark.parametrize(
+    ("headers", "status"),
+    [
+        pytest.param({}, 401, id="no-token"),
+        pytest.param({"Authorization": "Bearer crl_wrong"}, 401, id="bad-token"),
+    ],
+)
+def test_bad_tokens_are_refused(api: Any, headers: dict[str, str], status: int) -> None:
+    client, _, _ = api
+    r = client.get("/api/v1/jobs", headers=headers)
+    assert r.status_code == status and r.json()["error"]["code"] == "unauthorized"
+
+
+def test_join_token_cannot_use_user_api(api: Any) -> None:
+    client, _, agent = api
+    assert client.get("/api/v1/jobs", headers=agent).status_code == 403
+
+
+def test_unknown_job_is_404(api: Any) -> None:
+    client, user, _ = api
+    for path in ("/api/v1/jobs/999", "/api/v1/jobs/999/logs"):
+        r = client.get(path, headers=user)
+        assert r.status_code == 404 and "999" in r.json()["error"]["message"]
+    assert client.post("/api/v1/jobs/999/cancel", headers=user).status_code == 404
+
+
+def test_jobs_get_disjoint_gpus_and_the_rest_waits(api: Any) -> None:
+    client, user, agent = api
+    register(client, agent, "n1", 8)
+    ids = [client.post("/api/v1/jobs", json={"command": ["sleep", "1"], "gpus": 4}, headers=user).json()["id"]
+           for _ in range(3)]
+
+    def states() -> list[dict[str, Any]]:
+        return [client.get(f"/api/v1/jobs/{i}", headers=user).json() for i in ids]
+
+    jobs = wait_for(lambda: (s := states()) and sum(j["state"] == "RUNNING" for j in s) == 2 and s)
+    running = [j for j in jobs if j["state"] == "RUNNING"]
+    assert set(running[0]["gpus"]).isdisjoint(running[1]["gpus"])
+    waiting = next(j for j in jobs if j["state"] == "PENDING")
+    assert waiting["pending_reason"]
+    # the agent hears about both assignments; the first one's exit frees GPUs for the third job
+    reply = client.post("/api/v1/agents/n1/sync", json={"running": [], "exits": []}, headers=agent).json()
+    assert sorted(a["job_id"] for a in reply["assignments"]) == sorted(j["id"] for j in running)
+    first = running[0]["id"]
+    reply = client.post("/api/v1/agents/n1/sync", json={"running": [running[1]["id"]],
+                        "exits": [{"job_id": first, "exit_code": 0}]}, headers=agent).json()
+    assert reply["acked_exits"] == [first]
+    third = wait_for(lambda: (j := client.get(f"/api/v1/jobs/{waiting['id']}", headers=user).json())["state"] == "RUNNING" and j)
+    assert sorted(third["gpus"]) == sorted(running[0]["gpus"])
+    assert client.get(f"/api/v1/jobs/{first}", headers=user).json()["state"] == "SUCCEEDED"
+
+
+def test_agent_is_told_to_stop_a_job_the_store_no_longer_runs(api: Any) -> None:
+    client, user, agent = api
+    register(client, agent, "n1", 1)
+    reply = client.post("/api/v1/agents/n1/sync", json={"running": [4242]}, headers=agent).json()
+    assert reply["cancels"] == [4242]
+
+
+def test_healthz_and_openapi(api: Any) -> None:
+    client, _, _ = api
+    assert client.get("/healthz").json()["status"] == "ok"
+    paths = client.get("/openapi.json").json()["paths"]
+    assert "/api/v1/jobs" in paths and "/api/v1/nodes" in paths
