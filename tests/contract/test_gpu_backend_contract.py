@@ -8,6 +8,8 @@ import pytest
 
 from corral.agent.gpu import GpuBackend, NoGpuBackend, NvmlGpuBackend, SimulatedGpuBackend
 from corral.agent.gpu.fake_nvml import FakeNvml
+from corral.agent.gpu.simulated import SimFault
+from corral.core.telemetry import GpuEventKind
 
 BACKENDS: dict[str, Callable[[], GpuBackend]] = {
     "nvml-dgx-nvswitch": lambda: NvmlGpuBackend(FakeNvml.dgx(8)),
@@ -58,3 +60,82 @@ def test_discover_is_repeatable_and_close_idempotent(backend: GpuBackend) -> Non
     assert backend.discover() == first
     backend.close()
     backend.close()
+
+
+# ----- sampling and fault events -----
+
+def test_sample_covers_discovered_gpus(backend: GpuBackend) -> None:
+    gpus = {g.index: g.uuid for g in backend.discover()}
+    readout = backend.sample(1000.0)
+    assert readout.events == ()
+    assert [s.index for s in readout.samples] == sorted(gpus)
+    for s in readout.samples:
+        assert s.ts == 1000.0 and s.uuid == gpus[s.index]
+        assert s.utilization_percent is not None and 0 <= s.utilization_percent <= 100
+        assert s.memory_total_mib and s.memory_used_mib is not None and 0 <= s.memory_used_mib <= s.memory_total_mib
+        assert s.temperature_c is not None and s.sm_clock_mhz
+
+
+def test_wait_events_polls_without_blocking_when_idle(backend: GpuBackend) -> None:
+    assert backend.wait_events(0) == []
+
+
+class FaultHarness:
+    """Drives one backend's faults through the backend's own means (FakeNvml or the simulator's API)."""
+
+    def __init__(self, backend: GpuBackend, busy: Callable[[int], None], xid: Callable[[int, int], None],
+                 lose: Callable[[int], None]) -> None:
+        self.backend, self.busy, self.xid, self.lose = backend, busy, xid, lose
+
+
+def _nvml_harness() -> FaultHarness:
+    fake = FakeNvml.dgx(4)
+    return FaultHarness(NvmlGpuBackend(fake), fake.busy, fake.emit_xid, fake.lose)
+
+
+def _sim_harness() -> FaultHarness:
+    sim = SimulatedGpuBackend("sim:4xH100-80GB", "node-1")
+    busy: set[int] = set()
+
+    def make_busy(index: int) -> None:
+        busy.add(index)
+        sim.set_load(busy)
+
+    return FaultHarness(sim, make_busy, lambda i, code: sim.inject_fault(i, SimFault(xid=code)),
+                        lambda i: sim.inject_fault(i, SimFault(off_bus=True)))
+
+
+HARNESSES: dict[str, Callable[[], FaultHarness]] = {"nvml-fake": _nvml_harness, "simulated": _sim_harness}
+
+
+@pytest.fixture(params=sorted(HARNESSES))
+def harness(request: pytest.FixtureRequest) -> FaultHarness:
+    made = HARNESSES[request.param]()
+    request.addfinalizer(made.backend.close)
+    return made
+
+
+def test_busy_gpu_reads_busy_and_idle_gpu_idle(harness: FaultHarness) -> None:
+    harness.busy(1)
+    samples = {s.index: s for s in harness.backend.sample(5.0).samples}
+    busy, idle = samples[1], samples[0]
+    assert busy.utilization_percent is not None and busy.utilization_percent > 50
+    assert idle.utilization_percent is not None and idle.utilization_percent < 5
+    assert busy.power_w is not None and idle.power_w is not None and busy.power_w > idle.power_w
+    assert busy.memory_used_mib is not None and idle.memory_used_mib is not None
+    assert busy.memory_used_mib > idle.memory_used_mib
+
+
+def test_xid_is_delivered_by_wait_events_once(harness: FaultHarness) -> None:
+    harness.backend.wait_events(0)
+    harness.xid(2, 79)
+    events = harness.backend.wait_events(0)
+    assert [(e.kind, e.gpu_index, e.xid) for e in events] == [(GpuEventKind.XID, 2, 79)]
+
+
+def test_lost_gpu_is_left_out_of_samples_and_reported_off_bus(harness: FaultHarness) -> None:
+    harness.lose(3)
+    readout = harness.backend.sample(7.0)
+    assert 3 not in {s.index for s in readout.samples}
+    assert (GpuEventKind.OFF_BUS, 3) in {(e.kind, e.gpu_index) for e in readout.events}
+    assert [g.healthy for g in harness.backend.discover() if g.index == 3] == [False]

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import threading
+
 from corral.agent.gpu.base import GpuBackend, GpuBackendError
 from corral.agent.gpu.nvml import NvmlGpuBackend, nvml_available
 from corral.agent.gpu.simulated import SimulatedGpuBackend
 from corral.core.errors import ValidationError
 from corral.core.resources import GpuInfo
+from corral.core.telemetry import GpuEvent, GpuReadout
 
 __all__ = [
     "DEFAULT_SIM_SPEC",
@@ -28,11 +31,21 @@ class NoGpuBackend:
 
     name = "none"
 
+    def __init__(self) -> None:
+        self._closed = threading.Event()
+
     def discover(self) -> list[GpuInfo]:
         return []
 
+    def sample(self, now: float) -> GpuReadout:
+        return GpuReadout()
+
+    def wait_events(self, timeout_s: float) -> list[GpuEvent]:
+        self._closed.wait(timeout_s)  # nothing to watch; honour the blocking contract so watchers do not spin
+        return []
+
     def close(self) -> None:
-        pass
+        self._closed.set()
 
 
 def load_gpu_backend(spec: str, node_name: str) -> GpuBackend:

@@ -1,8 +1,9 @@
-"""GpuBackend over NVIDIA's NVML (nvidia-ml-py): inventory, health and interconnect topology."""
+"""GpuBackend over NVIDIA's NVML (nvidia-ml-py): inventory, health, topology, vital stats, fault events."""
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from itertools import combinations
@@ -12,7 +13,9 @@ from typing import Any, TypeVar
 import pynvml  # type: ignore[import-untyped]
 
 from corral.agent.gpu.base import GpuBackendError
+from corral.agent.gpu.nvml_telemetry import GpuLostError, NvmlEventWatcher, compute_failure_event, read_gpu_sample
 from corral.core.resources import GpuInfo
+from corral.core.telemetry import GpuEvent, GpuReadout, GpuSample
 
 _MIB = 1024 * 1024
 _T = TypeVar("_T")
@@ -139,16 +142,20 @@ class _Probe:
 class NvmlGpuBackend:
     """Discovers GPUs through NVML. `nvml` is the pynvml module, or a FakeNvml in tests.
 
-    `sysfs_root` is where the NUMA fallback (`bus/pci/devices/<bus>/numa_node`) is read from.
+    `sysfs_root` is where the NUMA fallback (`bus/pci/devices/<bus>/numa_node`) is read from;
+    `clock` stamps fault events. Stop the event watcher thread before close().
     """
 
     name = "nvml"
 
-    def __init__(self, nvml: NvmlModule = pynvml, sysfs_root: Path = Path("/sys")) -> None:
+    def __init__(self, nvml: NvmlModule = pynvml, sysfs_root: Path = Path("/sys"),
+                 clock: Callable[[], float] = time.time) -> None:
         self._nvml = nvml
         self._sysfs_root = sysfs_root
         self._lock = threading.Lock()
+        self._event_lock = threading.Lock()  # one watcher; never held while sampling
         self._initialized = False
+        self._watcher = NvmlEventWatcher(nvml, clock)
 
     def discover(self) -> list[GpuInfo]:
         with self._lock:
@@ -163,7 +170,34 @@ class NvmlGpuBackend:
             switches = self._switch_groups(probes)
             return [p.to_info(peers.get(p.index, ()), switches.get(p.index)) for p in probes]
 
+    def sample(self, now: float) -> GpuReadout:
+        with self._lock:
+            self._ensure_initialized()
+            nv = self._nvml
+            try:
+                count = int(nv.nvmlDeviceGetCount())
+            except nv.NVMLError as e:
+                raise GpuBackendError(f"NVML could not count GPUs: {e}") from e
+            samples: list[GpuSample] = []
+            events: list[GpuEvent] = []
+            for index in range(count):
+                try:
+                    handle = nv.nvmlDeviceGetHandleByIndex(index)
+                    uuid = decode_text(nv.nvmlDeviceGetUUID(handle))
+                    samples.append(read_gpu_sample(nv, handle, index, uuid, now))
+                except (nv.NVMLError, GpuLostError) as e:
+                    events.append(compute_failure_event(nv, index, e, now))
+            return GpuReadout(tuple(samples), tuple(events))
+
+    def wait_events(self, timeout_s: float) -> list[GpuEvent]:
+        with self._lock:
+            self._ensure_initialized()
+        with self._event_lock:
+            return self._watcher.wait(timeout_s)
+
     def close(self) -> None:
+        with self._event_lock:
+            self._watcher.close()
         with self._lock:
             if self._initialized:
                 self._initialized = False
