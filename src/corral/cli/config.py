@@ -6,8 +6,9 @@ import json
 import os
 
 from corral.sdk.client import CorralClient
-from corral.server.bootstrap import cli_config_path
-from corral.server.settings import DEFAULT_PORT
+from corral.sdk.config import cli_config_path
+
+DEFAULT_PORT = 8600  # the server's default (corral.server.settings), kept here so the CLI starts fast
 
 
 class ConfigError(Exception):

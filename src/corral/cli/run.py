@@ -10,10 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
-from corral.agent.main import AgentSettings, AgentThread
-from corral.server.bootstrap import ADMIN_TOKEN_FILE, JOIN_TOKEN_FILE, write_cli_config
-from corral.server.runtime import ServerThread
-from corral.server.settings import build_settings
+# The server and agent stacks are imported inside the commands: the job commands must start fast.
 
 Host = Annotated[str | None, typer.Option(help="Address to listen on [env CORRAL_HOST, default 127.0.0.1].")]
 Port = Annotated[int | None, typer.Option(help="Port to listen on [env CORRAL_PORT, default 8600].")]
@@ -45,6 +42,11 @@ def _wait_for_signal(stop: threading.Event, alive: Any = None) -> None:
 def up(host: Host = None, port: Port = None, data_dir: DataDir = None, database_url: DbUrl = None,
        gpus: Gpus = None, node_name: NodeName = None, policy: Policy = None) -> None:
     """Start the server and one local agent in the foreground; Ctrl-C stops both."""
+    from corral.agent.main import AgentSettings, AgentThread
+    from corral.server.bootstrap import ADMIN_TOKEN_FILE, JOIN_TOKEN_FILE, write_cli_config
+    from corral.server.runtime import ServerThread
+    from corral.server.settings import build_settings
+
     _logging()
     settings = build_settings(host=host, port=port, data_dir=data_dir, database_url=database_url, gpus=gpus,
                               node_name=node_name, policy=policy)
@@ -69,6 +71,10 @@ def up(host: Host = None, port: Port = None, data_dir: DataDir = None, database_
 def server(host: Host = None, port: Port = None, data_dir: DataDir = None, database_url: DbUrl = None,
            policy: Policy = None) -> None:
     """Start only the server in the foreground (agents join with `corral agent`)."""
+    from corral.server.bootstrap import JOIN_TOKEN_FILE
+    from corral.server.runtime import ServerThread
+    from corral.server.settings import build_settings
+
     _logging()
     settings = build_settings(host=host, port=port, data_dir=data_dir, database_url=database_url, policy=policy)
     srv = ServerThread(settings)
@@ -82,6 +88,8 @@ def agent(server_url: Annotated[str | None, typer.Option("--server", help="Serve
           token: Annotated[str | None, typer.Option("--token", help="Join token [env CORRAL_JOIN_TOKEN].")] = None,
           gpus: Gpus = None, node_name: NodeName = None, data_dir: DataDir = None) -> None:
     """Run an agent for this machine in the foreground: register, take work, run it, report."""
+    from corral.agent.main import AgentSettings, AgentThread
+
     _logging()
     flags = {"server_url": server_url, "join_token": token, "gpus": gpus, "node_name": node_name, "data_dir": data_dir}
     settings = AgentSettings(**{k: v for k, v in flags.items() if v is not None})

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from corral.sdk.config import cli_config_path
 from corral.server.auth import hash_token, new_token
 from corral.store.base import StateStore
 
@@ -52,11 +53,6 @@ def ensure_credentials(store: StateStore, data_dir: Path) -> Credentials:
     admin = _ensure_token(store, data_dir / ADMIN_TOKEN_FILE, "user", "admin (first start)", admin_id)
     join = _ensure_token(store, data_dir / JOIN_TOKEN_FILE, "join", "local agents", None)
     return Credentials(admin_token=admin, join_token=join)
-
-
-def cli_config_path() -> Path:
-    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(base) / "corral" / "config.json"
 
 
 def write_cli_config(url: str, token: str) -> Path:

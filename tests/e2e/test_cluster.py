@@ -1,0 +1,83 @@
+"""Several real agent processes join one server; PostgreSQL behind `corral up`; `make up`."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from .conftest import Corral, free_port, wait_for
+
+pytestmark = pytest.mark.e2e
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_remote_agent_joins_and_takes_model_constrained_work(corral_factory: Any) -> None:
+    c: Corral = corral_factory(gpus="sim:8xH100-80GB", node="dgx-1")
+    c.start()
+    c.start_agent("a100-box", "sim:2xA100-40GB")
+    wait_for(lambda: len(c.cli_json("nodes")) == 2, 30, "second node registered")
+    gpus = c.cli_json("gpus")
+    assert sum(g["node"] == "a100-box" and g["model"] == "A100-40GB" for g in gpus) == 2
+
+    job = c.submit("--gpus", "2", "--gpu-model", "A100", "--", "sh", "-c", "echo on $CUDA_VISIBLE_DEVICES")
+    assert c.cli("wait", str(job), "--timeout", "60").returncode == 0
+    shown = c.job(job)
+    assert shown["node"] == "a100-box" and sorted(shown["gpus"]) == [0, 1]
+    assert "on 0,1" in c.cli("logs", str(job)).stdout
+
+
+def test_killed_agent_node_is_lost_and_its_job_runs_elsewhere(corral_factory: Any) -> None:
+    c: Corral = corral_factory(gpus="none", node="head")
+    c.env["CORRAL_NODE_LOST_AFTER_S"] = "3"
+    c.start()
+    first = c.start_agent("w1", "sim:1xL4-24GB")
+    wait_for(lambda: any(n["name"] == "w1" for n in c.cli_json("nodes")), 30, "w1 registered")
+    job = c.submit("--gpus", "1", "--", "sh", "-c", "echo attempt; sleep 600")
+    wait_for(lambda: c.job(job)["node"] == "w1" and c.job(job)["state"] == "RUNNING", 30, "running on w1")
+    os.killpg(first.pid, signal.SIGKILL)  # the agent dies; its job's process group lives on, unreachable
+    wait_for(lambda: next(n for n in c.cli_json("nodes") if n["name"] == "w1")["state"] == "LOST", 30, "w1 lost")
+    c.start_agent("w2", "sim:1xL4-24GB")
+    wait_for(lambda: c.job(job)["node"] == "w2" and c.job(job)["state"] == "RUNNING", 30, "rescheduled on w2")
+    assert c.job(job)["attempt"] == 2
+    assert c.cli("cancel", str(job)).returncode == 0
+    wait_for(lambda: c.job(job)["state"] == "CANCELLED", 30, "cancelled")
+
+
+@pytest.mark.postgres
+def test_corral_up_on_postgresql(corral_factory: Any, postgres_url: str) -> None:
+    c: Corral = corral_factory(database_url=postgres_url)
+    c.start()
+    job = c.submit("--gpus", "1", "--", "sh", "-c", "echo pg")
+    assert c.cli("wait", str(job), "--timeout", "60").returncode == 0
+    c.kill9()
+    c.start()
+    assert [j["id"] for j in c.cli_json("jobs", "--all")] == [job]
+
+
+def test_make_up_starts_and_answers_healthz(tmp_path: Path) -> None:
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")}
+    env.update(CORRAL_PORT=str(port), CORRAL_DATA_DIR=str(tmp_path / "data"), HOME=str(tmp_path),
+               XDG_CONFIG_HOME=str(tmp_path / ".config"), CORRAL_GPUS="sim:4xA100-80GB")
+    proc = subprocess.Popen(["make", "-s", "up"], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        def healthy() -> bool:
+            try:
+                return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).json()["status"] == "ok"
+            except (httpx.HTTPError, ValueError):
+                return False
+
+        wait_for(healthy, 120, "make up healthy")
+        assert (tmp_path / "data" / "admin-token").stat().st_mode & 0o777 == 0o600
+        assert (tmp_path / ".config" / "corral" / "config.json").stat().st_mode & 0o777 == 0o600
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)
+        out, _ = proc.communicate(timeout=30)
+    assert f"http://127.0.0.1:{port}" in out.decode()
