@@ -1,0 +1,101 @@
+"""Submit-to-running latency on an idle node: real `corral up` process, jobs submitted over HTTP.
+
+Measures, per job, the time from the POST that accepts the job to the moment the job's own process
+starts on the node (it writes a wall-clock timestamp as its first act), and the time until the API
+shows it RUNNING. Prints median and p99.
+
+    .venv/bin/python bench/submit_latency.py [--jobs 50] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+CORRAL = str(Path(sys.executable).with_name("corral"))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def pct(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(p / 100 * len(ordered)) - 1))]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--jobs", type=int, default=50)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="corral-bench-"))
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")}
+    env.update(CORRAL_PORT=str(port), CORRAL_DATA_DIR=str(root / "data"), CORRAL_GPUS="sim:8xH100-80GB",
+               HOME=str(root), XDG_CONFIG_HOME=str(root / ".config"))
+    proc = subprocess.Popen([CORRAL, "up"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{url}/api/v1/nodes", headers={"Authorization": "Bearer x"}).status_code == 401:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                sys.exit("server did not start")
+            time.sleep(0.1)
+        token = (root / "data" / "admin-token").read_text().strip()
+        h = {"Authorization": f"Bearer {token}"}
+        with httpx.Client(base_url=url, headers=h, timeout=30) as c:
+            while not c.get("/api/v1/nodes").json():
+                time.sleep(0.1)
+            to_process, to_running = [], []
+            for i in range(args.jobs):
+                mark = root / f"start-{i}"
+                t0 = time.time()
+                job = c.post("/api/v1/jobs", json={"command": ["sh", "-c", f"date +%s.%N > {mark}"], "gpus": 1}).json()
+                seen_running = None
+                while True:
+                    if seen_running is None and c.get(f"/api/v1/jobs/{job['id']}").json()["state"] != "PENDING":
+                        seen_running = time.time()
+                    if mark.exists() and mark.stat().st_size:
+                        break
+                    time.sleep(0.005)
+                to_process.append(float(mark.read_text()) - t0)
+                to_running.append((seen_running or time.time()) - t0)
+                while c.get(f"/api/v1/jobs/{job['id']}").json()["state"] == "RUNNING":  # idle node again
+                    time.sleep(0.01)
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(30)
+    result = {
+        "jobs": args.jobs,
+        "submit_to_process_start_ms": {"median": statistics.median(to_process) * 1000, "p99": pct(to_process, 99) * 1000},
+        "submit_to_api_running_ms": {"median": statistics.median(to_running) * 1000, "p99": pct(to_running, 99) * 1000},
+    }
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        for k in ("submit_to_process_start_ms", "submit_to_api_running_ms"):
+            print(f"{k:>30}: median {result[k]['median']:.1f} ms, p99 {result[k]['p99']:.1f} ms  ({args.jobs} jobs)")
+
+
+if __name__ == "__main__":
+    main()
