@@ -1,0 +1,1 @@
+"""Alerting: rules over telemetry series and events, a pure evaluator, silences and notifiers."""
