@@ -151,7 +151,7 @@ class DeliveryStatus:
 
 def compute_backoff_s(attempt: int, base_s: float, max_s: float) -> float:
     """Delay before retry `attempt` (1-based): base, 2*base, 4*base ... capped at max_s."""
-    return min(base_s * 2 ** (attempt - 1), max_s)
+    return float(min(base_s * 2.0 ** (attempt - 1), max_s))
 
 
 class _Worker:

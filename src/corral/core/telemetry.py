@@ -212,7 +212,7 @@ def _event_from_dict(data: Any) -> GpuEvent:
     if not isinstance(data, Mapping):
         raise ValidationError("events", "each event must be an object")
     try:
-        kind = GpuEventKind(data.get("kind"))
+        kind = GpuEventKind(str(data.get("kind")))
     except ValueError as e:
         raise ValidationError("events", f"unknown event kind {data.get('kind')!r}") from e
     index = data.get("gpu_index")

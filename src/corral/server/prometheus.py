@@ -143,7 +143,7 @@ def _gpu_families(gpus: Sequence[GpuMetrics]) -> Iterator[Metric]:
 
 
 def _host_families(hosts: Sequence[tuple[str, HostSample]]) -> Iterator[Metric]:
-    gauges = {
+    gauges: dict[str, tuple[str, Callable[[HostSample], float]]] = {
         "corral_node_cpu_percent": ("CPU busy over all cores (in %).", lambda h: h.cpu_percent),
         "corral_node_load1": ("1-minute load average.", lambda h: h.load_1m),
         "corral_node_memory_used_bytes": ("RAM in use.", lambda h: h.memory_used_mib * 1048576.0),
@@ -151,18 +151,22 @@ def _host_families(hosts: Sequence[tuple[str, HostSample]]) -> Iterator[Metric]:
         "corral_node_disk_used_bytes": ("Disk in use on the agent's work volume.", lambda h: h.disk_used_bytes),
         "corral_node_disk_total_bytes": ("Disk size of the agent's work volume.", lambda h: h.disk_total_bytes),
     }
-    counters = {
+    counters: dict[str, tuple[str, Callable[[HostSample], float]]] = {
         "corral_node_disk_read_bytes": ("Bytes read from disks since boot.", lambda h: h.disk_read_bytes),
         "corral_node_disk_written_bytes": ("Bytes written to disks since boot.", lambda h: h.disk_write_bytes),
         "corral_node_network_receive_bytes": ("Bytes received since boot.", lambda h: h.net_rx_bytes),
         "corral_node_network_transmit_bytes": ("Bytes sent since boot.", lambda h: h.net_tx_bytes),
     }
-    for kind, table in ((GaugeMetricFamily, gauges), (CounterMetricFamily, counters)):
-        for name, (help_text, read) in table.items():
-            family = kind(name, help_text, labels=("Hostname",))
-            for hostname, h in hosts:
-                family.add_metric([hostname], float(read(h)))
-            yield family
+    for name, (help_text, read) in gauges.items():
+        gauge = GaugeMetricFamily(name, help_text, labels=("Hostname",))
+        for hostname, h in hosts:
+            gauge.add_metric([hostname], float(read(h)))
+        yield gauge
+    for name, (help_text, read) in counters.items():
+        counter = CounterMetricFamily(name, help_text, labels=("Hostname",))
+        for hostname, h in hosts:
+            counter.add_metric([hostname], float(read(h)))
+        yield counter
 
 
 def _cluster_families(stats: ClusterStats) -> Iterator[Metric]:

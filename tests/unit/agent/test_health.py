@@ -4,6 +4,8 @@ GPU count below registration."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
+from typing import Any
 
 import pytest
 
@@ -22,12 +24,12 @@ from corral.core.telemetry import GpuEvent, GpuEventKind, GpuSample, TelemetryBa
 H, U = GpuHealth.HEALTHY, GpuHealth.UNHEALTHY
 
 
-def _samples(count: int = 4, **overrides: dict[str, object]) -> list[GpuSample]:
-    """Clean samples for GPUs 0..count-1; overrides["2"] = {"temperature_c": 95} changes GPU 2."""
+def _samples(count: int = 4, changes: Mapping[int, Mapping[str, Any]] | None = None) -> list[GpuSample]:
+    """Clean samples for GPUs 0..count-1; changes={2: {"temperature_c": 95}} changes GPU 2."""
     out = []
     for i in range(count):
         s = GpuSample(ts=0.0, index=i, uuid=f"u{i}", temperature_c=40.0, ecc_dbe_total=0)
-        out.append(dataclasses.replace(s, **overrides.get(str(i), {})))  # type: ignore[arg-type]
+        out.append(dataclasses.replace(s, **(changes or {}).get(i, {})))
     return out
 
 
@@ -40,12 +42,12 @@ def _xid(index: int, code: int) -> GpuEvent:
     [
         ("fatal xid 79", _samples(), [_xid(2, 79)], "xid"),
         ("double-bit ecc event", _samples(), [GpuEvent(1.0, GpuEventKind.ECC_DBE, 2)], "ecc_dbe"),
-        ("double-bit counter rose", _samples(**{"2": {"ecc_dbe_total": 1}}), [], "ecc_dbe"),
+        ("double-bit counter rose", _samples(changes={2: {"ecc_dbe_total": 1}}), [], "ecc_dbe"),
         ("off the bus", [s for s in _samples() if s.index != 2], [GpuEvent(1.0, GpuEventKind.OFF_BUS, 2)], "off_bus"),
         ("nvml error", [s for s in _samples() if s.index != 2], [GpuEvent(1.0, GpuEventKind.NVML_ERROR, 2)],
          "nvml_error"),
         ("not read, no event", [s for s in _samples() if s.index != 2], [], "gpu_missing"),
-        ("too hot", _samples(**{"2": {"temperature_c": 90.0}}), [], "temperature"),
+        ("too hot", _samples(changes={2: {"temperature_c": 90.0}}), [], "temperature"),
     ],
 )
 def test_each_failure_takes_the_gpu_out_at_once(name: str, samples: list[GpuSample], events: list[GpuEvent],
@@ -71,7 +73,7 @@ def test_fatal_xid_set_is_configurable() -> None:
 
 
 def test_temperature_limit_is_configurable() -> None:
-    hot = _samples(**{"0": {"temperature_c": 85.0}})
+    hot = _samples(changes={0: {"temperature_c": 85.0}})
     assert HealthChecker(range(4), 0.0).check(hot, [], 4, 1.0) == []
     assert len(HealthChecker(range(4), 0.0, HealthPolicy(temperature_limit_c=80)).check(hot, [], 4, 1.0)) == 1
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from corral.alerts.defaults import DEFAULT_RULES
-from corral.alerts.evaluator import AlertState, Evaluation, SeriesPoint, evaluate_rules
-from corral.alerts.rules import AlertRule, RuleAction, make_labels, parse_rule
+from corral.alerts.evaluator import Alert, AlertState, Evaluation, SeriesPoint, evaluate_rules
+from corral.alerts.rules import AlertRule, RuleAction, make_labels, parse_rule, parse_selector
 from corral.alerts.silences import Silence
-from corral.alerts.rules import parse_selector
 
 HOT = parse_rule({"name": "hot", "metric": "gpu_temperature_c", "comparison": ">=", "threshold": 85, "for_s": 60,
                   "severity": "warning", "summary": "GPU {gpu} on {node} at {value:.0f} C",
@@ -23,7 +22,8 @@ class Run:
     """Feeds evaluations one after another, carrying the alert states, as the server loop will."""
 
     def __init__(self, rules: Sequence[AlertRule], silences: Sequence[Silence] = ()) -> None:
-        self.rules, self.silences, self.alerts = rules, silences, {}
+        self.rules, self.silences = rules, silences
+        self.alerts: dict[str, Alert] = {}
         self.last: Evaluation | None = None
 
     def at(self, now: float, *points: SeriesPoint) -> list[tuple[str, AlertState | None, AlertState, bool]]:

@@ -145,12 +145,13 @@ class _SmtpHandler(socketserver.StreamRequestHandler):
 
 @pytest.fixture
 def smtp_server() -> Iterator[tuple[int, list[tuple[str, list[str], bytes]]]]:
-    handler = type("Smtp", (_SmtpHandler,), {"messages": []})
+    messages: list[tuple[str, list[str], bytes]] = []
+    handler = type("Smtp", (_SmtpHandler,), {"messages": messages})
     server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), handler)
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, args=(0.01,), daemon=True)
     thread.start()
-    yield int(server.server_address[1]), handler.messages
+    yield int(server.server_address[1]), messages
     server.shutdown()
     server.server_close()
 
@@ -163,7 +164,9 @@ def test_email_goes_through_a_real_smtp_conversation(smtp_server: tuple[int, lis
     assert sender == "corral@example.org" and recipients == ["ops@example.org", "me@example.org"]
     message = email.message_from_bytes(data)
     assert message["Subject"] == "[Corral] 1 firing: gpu_unhealthy"
-    body = message.get_payload(decode=True).decode()
+    payload = message.get_payload(decode=True)
+    assert isinstance(payload, bytes)
+    body = payload.decode()
     assert "[FIRING] critical gpu_unhealthy: GPU 3 on n1 out: xid" in body and "gpu=3" in body
 
 
@@ -175,7 +178,8 @@ def test_email_to_an_unreachable_server_raises() -> None:
 
 class _Flaky:
     def __init__(self, failures: int) -> None:
-        self.name, self.failures, self.sent = "flaky", failures, []
+        self.name, self.failures = "flaky", failures
+        self.sent: list[Any] = []
 
     def send(self, changes: Any) -> None:
         if self.failures:
@@ -185,7 +189,7 @@ class _Flaky:
 
 
 def test_retries_with_exponential_backoff_then_succeeds() -> None:
-    flaky, slept = _Flaky(3), []
+    flaky, slept = _Flaky(3), list[float]()
     dispatcher = NotificationDispatcher([flaky], attempts=5, base_backoff_s=2, max_backoff_s=5, sleep=slept.append,
                                         clock=lambda: 77.0)
     assert dispatcher.deliver(0, _changes()[0])
