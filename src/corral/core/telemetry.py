@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
 from typing import Any
@@ -308,3 +308,55 @@ def compute_host_series(host: HostSample) -> dict[str, float]:
         "host_memory_used_percent": host.memory_used_percent,
         "host_disk_used_percent": host.disk_used_percent,
     }
+
+
+# ----- per-job GPU usage, kept with the job's history -----
+
+@dataclass(frozen=True, slots=True)
+class JobGpuSummary:
+    """Running totals over the samples of a job's GPUs (one sample = one GPU at one instant)."""
+
+    samples: int = 0
+    utilization_sum: float = 0.0
+    utilization_max: float = 0.0
+    idle_samples: int = 0  # samples under IDLE_UTILIZATION_PERCENT
+    memory_used_max_mib: int = 0
+    power_w_sum: float = 0.0
+    power_samples: int = 0
+    first_ts: float | None = None
+    last_ts: float | None = None
+
+    @property
+    def utilization_avg(self) -> float | None:
+        return self.utilization_sum / self.samples if self.samples else None
+
+    @property
+    def power_w_avg(self) -> float | None:
+        return self.power_w_sum / self.power_samples if self.power_samples else None
+
+    @property
+    def idle_fraction(self) -> float | None:
+        return self.idle_samples / self.samples if self.samples else None
+
+
+IDLE_UTILIZATION_PERCENT = 5.0
+
+
+def merge_job_gpu_summary(summary: JobGpuSummary, samples: Iterable[GpuSample]) -> JobGpuSummary:
+    """The summary with more samples of the job's GPUs folded in (samples without utilisation are skipped)."""
+    s = summary
+    n, util_sum, util_max, idle = s.samples, s.utilization_sum, s.utilization_max, s.idle_samples
+    mem_max, power_sum, power_n, first, last = s.memory_used_max_mib, s.power_w_sum, s.power_samples, s.first_ts, s.last_ts
+    for x in samples:
+        if x.utilization_percent is None:
+            continue
+        n += 1
+        util_sum += x.utilization_percent
+        util_max = max(util_max, x.utilization_percent)
+        idle += x.utilization_percent < IDLE_UTILIZATION_PERCENT
+        mem_max = max(mem_max, x.memory_used_mib or 0)
+        if x.power_w is not None:
+            power_sum, power_n = power_sum + x.power_w, power_n + 1
+        first = x.ts if first is None else min(first, x.ts)
+        last = x.ts if last is None else max(last, x.ts)
+    return JobGpuSummary(n, util_sum, util_max, idle, mem_max, power_sum, power_n, first, last)

@@ -16,12 +16,14 @@ from corral.core.telemetry import (
     GpuProcess,
     GpuSample,
     HostSample,
+    JobGpuSummary,
     TelemetryBatch,
     batch_from_dict,
     batch_to_dict,
     compute_gpu_series,
     compute_host_series,
     compute_throttle_reason_names,
+    merge_job_gpu_summary,
 )
 
 HOST = HostSample(ts=10.0, cpu_percent=12.5, cpu_count=64, load_1m=1.0, load_5m=0.5, load_15m=0.25,
@@ -111,3 +113,16 @@ def test_host_series_percentages() -> None:
 def test_event_kinds_are_the_documented_set() -> None:
     assert {k.value for k in GpuEventKind} == {"xid", "ecc_dbe", "off_bus", "nvml_error", "temperature", "gpu_missing"}
     assert GpuEvent(1.0, GpuEventKind.XID, 0, xid=79).xid == 79
+
+
+def test_job_gpu_summary_folds_samples_incrementally() -> None:
+    def sample(ts: float, util: float | None, power: float | None = 100.0, mem: int = 10) -> GpuSample:
+        return GpuSample(ts=ts, index=0, uuid="u", utilization_percent=util, power_w=power, memory_used_mib=mem)
+
+    first = merge_job_gpu_summary(JobGpuSummary(), [sample(10, 90, mem=500), sample(10, 2, power=None)])
+    both = merge_job_gpu_summary(first, [sample(15, 40), sample(5, None), sample(20, 0, mem=7)])
+    assert (both.samples, both.utilization_max, both.memory_used_max_mib, both.idle_samples) == (4, 90, 500, 2)
+    assert both.utilization_avg == (90 + 2 + 40 + 0) / 4 and both.idle_fraction == 0.5
+    assert both.power_w_avg == 100.0 and both.power_samples == 3
+    assert (both.first_ts, both.last_ts) == (10, 20)
+    assert JobGpuSummary().utilization_avg is None

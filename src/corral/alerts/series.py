@@ -1,0 +1,79 @@
+"""Series for rule evaluation (pure): from agents' batches, GPU health, lost nodes and running jobs to
+the SeriesPoint values evaluate_rules() reads. Labels: node, gpu, uuid, and job/tenant where known."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from corral.alerts.evaluator import SeriesPoint
+from corral.alerts.rules import make_labels
+from corral.core.telemetry import GpuEventKind, TelemetryBatch, compute_gpu_series, compute_host_series
+
+
+@dataclass(frozen=True, slots=True)
+class JobPlacement:
+    """A running job and the GPUs it holds (node name, GPU indices)."""
+
+    job: str
+    tenant: str
+    node: str
+    gpu_indices: tuple[int, ...]
+
+
+def compute_batch_series(batch: TelemetryBatch, jobs: Sequence[JobPlacement] = ()) -> list[SeriesPoint]:
+    """GPU_SERIES and HOST_SERIES from one batch, and gpu_xid / gpu_ecc_dbe from its events.
+
+    A GPU held by a running job also carries that job's `job` and `tenant` labels, so tenant-scoped
+    rules see it."""
+    owner = {i: j for j in jobs if j.node == batch.node for i in j.gpu_indices}
+    points: list[SeriesPoint] = []
+    for s in batch.gpus:
+        labels: dict[str, object] = {"node": batch.node, "gpu": s.index, "uuid": s.uuid}
+        if s.index in owner:
+            labels |= {"job": owner[s.index].job, "tenant": owner[s.index].tenant}
+        frozen = make_labels(labels)
+        points.extend(SeriesPoint(metric, frozen, value) for metric, value in compute_gpu_series(s).items())
+    if batch.host is not None:
+        host_labels = make_labels({"node": batch.node})
+        points.extend(SeriesPoint(m, host_labels, v) for m, v in compute_host_series(batch.host).items())
+    for e in batch.events:
+        if e.gpu_index is None:
+            continue
+        labels = {"node": batch.node, "gpu": e.gpu_index}
+        if e.kind is GpuEventKind.XID and e.xid is not None:
+            points.append(SeriesPoint("gpu_xid", make_labels(labels | {"xid": e.xid}), float(e.xid)))
+        elif e.kind is GpuEventKind.ECC_DBE:
+            points.append(SeriesPoint("gpu_ecc_dbe", make_labels(labels), 1.0))
+    return points
+
+
+def compute_health_series(node: str, unhealthy: Mapping[int, str], uuids: Mapping[int, str]) -> list[SeriesPoint]:
+    """gpu_unhealthy = 1 for each GPU index -> reason in `unhealthy`."""
+    return [SeriesPoint("gpu_unhealthy", make_labels({"node": node, "gpu": i, "uuid": uuids.get(i, ""),
+                                                      "reason": reason}), 1.0)
+            for i, reason in sorted(unhealthy.items())]
+
+
+def compute_node_lost_series(lost_nodes: Iterable[str]) -> list[SeriesPoint]:
+    return [SeriesPoint("node_lost", make_labels({"node": n}), 1.0) for n in sorted(set(lost_nodes))]
+
+
+def compute_job_utilization_series(jobs: Sequence[JobPlacement],
+                                   utilization: Mapping[tuple[str, int], float]) -> list[SeriesPoint]:
+    """job_gpu_utilization_percent: mean of the latest utilisation of each job's GPUs.
+
+    `utilization` maps (node, gpu index) to percent; a job none of whose GPUs has a value yet is
+    skipped (no data is not idleness)."""
+    points = []
+    for j in jobs:
+        values = [utilization[(j.node, i)] for i in j.gpu_indices if (j.node, i) in utilization]
+        if values:
+            labels = make_labels({"job": j.job, "tenant": j.tenant, "node": j.node})
+            points.append(SeriesPoint("job_gpu_utilization_percent", labels, sum(values) / len(values)))
+    return points
+
+
+def compute_queue_series(queue_length_by_tenant: Mapping[str, int]) -> list[SeriesPoint]:
+    return [SeriesPoint("queue_length", make_labels({"tenant": t}), float(n))
+            for t, n in sorted(queue_length_by_tenant.items())]
