@@ -124,7 +124,8 @@ def evaluate_rules(rules: Sequence[AlertRule], series: Iterable[SeriesPoint], pr
             old = previous.get(fingerprint)
             old_state = old.state if old is not None and old.state is not AlertState.RESOLVED else None
             if alert.state is not old_state:
-                changes.append(AlertChange(alert, old_state, alert.state is AlertState.FIRING and not alert.silenced_by))
+                notify = alert.state is AlertState.FIRING and not alert.silenced_by
+                changes.append(AlertChange(alert, old_state, notify))
                 if alert.state is AlertState.FIRING:
                     actions.extend(_actions(rule, alert))
     for fingerprint, old in previous.items():
@@ -136,7 +137,7 @@ def evaluate_rules(rules: Sequence[AlertRule], series: Iterable[SeriesPoint], pr
                                            silenced_by=muted)
             alerts[fingerprint] = resolved
             changes.append(AlertChange(resolved, AlertState.FIRING, muted is None))
-        elif old.state is AlertState.RESOLVED and old.resolved_at is not None and now - old.resolved_at < resolved_keep_s:
+        elif old.state is AlertState.RESOLVED and _resolved_recently(old, now, resolved_keep_s):
             alerts[fingerprint] = old  # kept a while so listings show what recently cleared
         # PENDING whose condition cleared, and old RESOLVED alerts: dropped.
     return Evaluation(alerts, changes, actions)
@@ -159,6 +160,10 @@ def _advance(rule: AlertRule, point: SeriesPoint, fingerprint: str, old: Alert |
         updated_at=now, fired_at=fired_at,
     )
     return dataclasses.replace(alert, silenced_by=_muting(alert, now, silences))
+
+
+def _resolved_recently(alert: Alert, now: float, keep_s: float) -> bool:
+    return alert.resolved_at is not None and now - alert.resolved_at < keep_s
 
 
 def _muting(alert: Alert, now: float, silences: Sequence[Silence]) -> str | None:

@@ -144,7 +144,8 @@ class AlertRule:
         if not _RULE_NAME.match(self.name):
             raise ValidationError("name", "letters, digits, '_', '.', '-', starting with a letter, at most 100")
         if self.metric not in KNOWN_METRICS:
-            raise ValidationError("metric", f"unknown metric {self.metric!r}; known: {', '.join(sorted(KNOWN_METRICS))}")
+            known = ", ".join(sorted(KNOWN_METRICS))
+            raise ValidationError("metric", f"unknown metric {self.metric!r}; known: {known}")
         if not math.isfinite(self.threshold):
             raise ValidationError("threshold", "must be a finite number")
         if not 0 <= self.for_s <= 30 * 86400:

@@ -120,6 +120,7 @@ def compute_retention_cutoffs(now: float, policy: RetentionPolicy = RetentionPol
     )
 
 
-def select_resolution(start: float, now: float, policy: RetentionPolicy = RetentionPolicy()) -> Literal["raw", "rollup"]:
+def select_resolution(start: float, now: float,
+                      policy: RetentionPolicy = RetentionPolicy()) -> Literal["raw", "rollup"]:
     """Which table answers a query from `start` to now: raw while it still holds `start`, else rollups."""
     return "raw" if start >= compute_retention_cutoffs(now, policy).raw_before else "rollup"

@@ -346,7 +346,8 @@ def merge_job_gpu_summary(summary: JobGpuSummary, samples: Iterable[GpuSample]) 
     """The summary with more samples of the job's GPUs folded in (samples without utilisation are skipped)."""
     s = summary
     n, util_sum, util_max, idle = s.samples, s.utilization_sum, s.utilization_max, s.idle_samples
-    mem_max, power_sum, power_n, first, last = s.memory_used_max_mib, s.power_w_sum, s.power_samples, s.first_ts, s.last_ts
+    mem_max, power_sum, power_n = s.memory_used_max_mib, s.power_w_sum, s.power_samples
+    first, last = s.first_ts, s.last_ts
     for x in samples:
         if x.utilization_percent is None:
             continue

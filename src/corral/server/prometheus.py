@@ -123,10 +123,11 @@ def _gpu_families(gpus: Sequence[GpuMetrics]) -> Iterator[Metric]:
                 family.add_metric(_gpu_labels(g), float(value))
         yield family
     xid = GaugeMetricFamily("DCGM_FI_DEV_XID_ERRORS", "Value of the last XID error encountered.", labels=GPU_LABELS)
-    healthy = GaugeMetricFamily("corral_gpu_healthy", "1 when the GPU is in the pool, 0 when health checks took it out.",
-                                labels=GPU_LABELS)
+    healthy = GaugeMetricFamily("corral_gpu_healthy",
+                                "1 when the GPU is in the pool, 0 when health checks took it out.", labels=GPU_LABELS)
     processes = GaugeMetricFamily("corral_gpu_processes", "Compute processes on the GPU.", labels=GPU_LABELS)
-    retired = GaugeMetricFamily("corral_gpu_retired_pages", "Retired memory pages (pre-Ampere GPUs).", labels=GPU_LABELS)
+    retired = GaugeMetricFamily("corral_gpu_retired_pages", "Retired memory pages (pre-Ampere GPUs).",
+                                labels=GPU_LABELS)
     nvlink = CounterMetricFamily("corral_gpu_nvlink_bytes", "NVLink data bytes over all links.",
                                  labels=(*GPU_LABELS, "direction"))
     for g in gpus:

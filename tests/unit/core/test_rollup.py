@@ -36,7 +36,8 @@ def test_last_is_by_timestamp_not_arrival_and_nan_skipped() -> None:
 
 
 @given(st.lists(st.tuples(st.floats(0, 3600), st.floats(-1e6, 1e6)), min_size=1, max_size=60), st.randoms())
-def test_rollups_agree_with_a_direct_computation_in_any_split(raw: list[tuple[float, float]], rng: random.Random) -> None:
+def test_rollups_agree_with_a_direct_computation_in_any_split(raw: list[tuple[float, float]],
+                                                                rng: random.Random) -> None:
     points = [RawPoint(ts, v) for ts, v in raw]
     whole = compute_rollups(points)
     cut = rng.randrange(len(points) + 1)
@@ -62,7 +63,8 @@ def test_merge_refuses_different_buckets() -> None:
 def test_coarser_rollups() -> None:
     minutes = compute_rollups([RawPoint(t * 60.0 + 1, float(t)) for t in range(120)])
     hours = compute_coarser_rollups(minutes, 3600)
-    assert [(h.start, h.count, h.min, h.max, h.last) for h in hours] == [(0.0, 60, 0, 59, 59), (3600.0, 60, 60, 119, 119)]
+    assert [(h.start, h.count, h.min, h.max, h.last) for h in hours] == [
+        (0.0, 60, 0, 59, 59), (3600.0, 60, 60, 119, 119)]
 
 
 def test_only_closed_buckets_are_rolled_up() -> None:

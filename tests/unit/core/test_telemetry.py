@@ -92,7 +92,8 @@ def test_flood_of_samples_or_events_is_refused() -> None:
 
 def test_throttle_reason_names() -> None:
     assert compute_throttle_reason_names(0) == ()
-    assert compute_throttle_reason_names(0x1 | 0x20 | 0x80) == ("gpu_idle", "sw_thermal_slowdown", "hw_power_brake_slowdown")
+    names = compute_throttle_reason_names(0x1 | 0x20 | 0x80)
+    assert names == ("gpu_idle", "sw_thermal_slowdown", "hw_power_brake_slowdown")
 
 
 def test_gpu_series_skip_unreported_values() -> None:

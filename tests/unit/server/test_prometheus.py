@@ -76,7 +76,8 @@ def test_corral_series() -> None:
     families = _parse(render_metrics(hosts=[("dgx-1", HOST)], stats=stats))
     assert families["corral_queue_length"] == [("corral_queue_length", {}, 7.0)]
     assert {lab["reason"]: v for _, lab, v in families["corral_jobs_pending"]} == {"insufficient_gpus": 5, "quota": 2}
-    assert families["corral_nodes"] == [("corral_nodes", {"state": "LOST"}, 1.0), ("corral_nodes", {"state": "READY"}, 2.0)]
+    assert families["corral_nodes"] == [
+        ("corral_nodes", {"state": "LOST"}, 1.0), ("corral_nodes", {"state": "READY"}, 2.0)]
     assert families["corral_telemetry_samples_ingested"] == [("corral_telemetry_samples_ingested_total", {}, 1600.0)]
     hist = {(n, lab.get("le")): v for n, lab, v in families["corral_scheduling_latency_seconds"]}
     assert hist[("corral_scheduling_latency_seconds_bucket", "0.01")] == 1

@@ -371,15 +371,18 @@ class FakeNvml:
         out = []
         for wanted in field_ids:
             field_id, scope = wanted if isinstance(wanted, tuple) else (wanted, 0)
-            counters = {pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX: 0, pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX: 1}
+            counters = {pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX: 0,
+                        pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX: 1}
             if gpu.nvlink_kib is None or field_id not in counters:
                 out.append(FakeFieldValue(field_id, scope, pynvml.NVML_ERROR_NOT_SUPPORTED, FakeValue(0)))
             else:
-                out.append(FakeFieldValue(field_id, scope, pynvml.NVML_SUCCESS, FakeValue(gpu.nvlink_kib[counters[field_id]])))
+                value = FakeValue(gpu.nvlink_kib[counters[field_id]])
+                out.append(FakeFieldValue(field_id, scope, pynvml.NVML_SUCCESS, value))
         return out
 
     def nvmlDeviceGetComputeRunningProcesses(self, handle: FakeHandle) -> list[FakeProcess]:  # noqa: N802
-        return [FakeProcess(pid, used) for pid, used in self._gpu(handle, "nvmlDeviceGetComputeRunningProcesses").processes]
+        gpu = self._gpu(handle, "nvmlDeviceGetComputeRunningProcesses")
+        return [FakeProcess(pid, used) for pid, used in gpu.processes]
 
     def nvmlDeviceGetPciInfo(self, handle: FakeHandle) -> FakePciInfo:  # noqa: N802
         return self._pci(self._gpu(handle, "nvmlDeviceGetPciInfo").pci_bus_id)

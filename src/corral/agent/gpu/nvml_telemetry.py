@@ -74,7 +74,8 @@ def _retired_pages(nv: NvmlModule, handle: Any) -> int:
 
 def _read_nvlink_kib(nv: NvmlModule, handle: Any) -> tuple[int, int] | None:
     """Cumulative NVLink (tx, rx) KiB over all links; None where the GPU has no NVLink counters."""
-    ids = [(nv.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, _ALL_LINKS), (nv.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, _ALL_LINKS)]
+    ids = [(nv.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, _ALL_LINKS),
+           (nv.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, _ALL_LINKS)]
     values = nv.nvmlDeviceGetFieldValues(handle, ids)
     if any(int(v.nvmlReturn) != 0 for v in values):
         return None

@@ -237,7 +237,8 @@ class SimulatedGpuBackend:
                         continue
                 load = loads.get(gpu.index, 0.0)
                 # NVLink traffic grows with load: about 100 GiB/s at full load on the simulated fabric.
-                self._nvlink_kib[gpu.index] = self._nvlink_kib.get(gpu.index, 0) + int(100 * 1024 * 1024 * load * elapsed)
+                traffic_kib = int(100 * 1024 * 1024 * load * elapsed)
+                self._nvlink_kib[gpu.index] = self._nvlink_kib.get(gpu.index, 0) + traffic_kib
                 samples.append(compute_sim_sample(
                     gpu, load, now, ecc_dbe_total=self._ecc_dbe.get(gpu.index, 0),
                     nvlink_kib=self._nvlink_kib[gpu.index],

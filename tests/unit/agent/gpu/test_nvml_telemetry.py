@@ -3,6 +3,8 @@ Xid / ECC event delivery."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pynvml
 import pytest
 
@@ -71,10 +73,12 @@ def test_retired_pages_on_pre_ampere_gpus_sum_both_causes() -> None:
         ("lost on every call", lambda f: f.lose(1), GpuEventKind.OFF_BUS),
         ("lost only on one metric", lambda f: f.fail(1, "nvmlDeviceGetTemperature", pynvml.NVML_ERROR_GPU_IS_LOST),
          GpuEventKind.OFF_BUS),
-        ("uuid unreadable", lambda f: f.fail(1, "nvmlDeviceGetUUID", pynvml.NVML_ERROR_UNKNOWN), GpuEventKind.NVML_ERROR),
+        ("uuid unreadable", lambda f: f.fail(1, "nvmlDeviceGetUUID", pynvml.NVML_ERROR_UNKNOWN),
+         GpuEventKind.NVML_ERROR),
     ],
 )
-def test_unreadable_gpu_gives_an_event_not_a_sample(name: str, break_gpu, kind: GpuEventKind) -> None:  # type: ignore[no-untyped-def]
+def test_unreadable_gpu_gives_an_event_not_a_sample(name: str, break_gpu: Callable[[FakeNvml], None],
+                                                     kind: GpuEventKind) -> None:
     fake = FakeNvml.dgx(4)
     break_gpu(fake)
     readout = _backend(fake).sample(9.0)

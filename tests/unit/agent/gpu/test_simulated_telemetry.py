@@ -19,7 +19,8 @@ def test_series_follow_load() -> None:
     sim = _sim()
     sim.set_load({0: 1.0, 1: 0.5})
     s = {x.index: x for x in sim.sample(100.0).samples}
-    assert s[0].utilization_percent > s[1].utilization_percent > s[2].utilization_percent == 0.0  # type: ignore[operator]
+    util = [s[i].utilization_percent for i in range(3)]
+    assert util[0] > util[1] > util[2] == 0.0  # type: ignore[operator]
     assert s[0].power_w > s[1].power_w > s[2].power_w  # type: ignore[operator]
     assert s[0].temperature_c > s[2].temperature_c  # type: ignore[operator]
     assert s[0].sm_clock_mhz == 1980 and s[2].sm_clock_mhz < 1000
