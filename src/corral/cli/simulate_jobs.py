@@ -1,0 +1,100 @@
+"""`corral simulate jobs`: replay a job trace through the queueing core in simulated time."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import Progress
+
+from corral.cli.simulate import simulate_app
+from corral.core.errors import CorralError, ValidationError
+from corral.scheduler.queueing import POLICIES, get_queueing_policy
+from corral.sim.jobs import SimConfig, SimResult, simulate_jobs
+from corral.sim.jobs_metrics import compute_report
+from corral.sim.jobs_trace import FORMATS, load_trace, parse_cluster_spec
+
+_err = Console(stderr=True)
+
+
+def _fail(message: str) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(1)
+
+
+def _plot(result: SimResult, out: Path, title: str) -> None:
+    """GPUs held per tenant over time (stacked), one point a minute."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    end = max((iv.end_s for iv in result.held), default=0.0)
+    step = 60.0
+    n = int(end // step) + 1
+    tenants = sorted({iv.tenant for iv in result.held})
+    series = {t: [0.0] * n for t in tenants}
+    for iv in result.held:
+        for k in range(int(iv.start_s // step), min(int(iv.end_s // step) + 1, n)):
+            lo, hi = max(iv.start_s, k * step), min(iv.end_s, (k + 1) * step)
+            if hi > lo:
+                series[iv.tenant][k] += (hi - lo) / step * iv.milli / 1000
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    ax.stackplot([k * step / 3600 for k in range(n)], *[series[t] for t in tenants], labels=tenants)
+    ax.axhline(result.capacity_milli / 1000, color="k", lw=0.8, ls=":")
+    ax.set_xlabel("simulated time (h)")
+    ax.set_ylabel("GPUs held")
+    ax.set_title(title)
+    if len(tenants) <= 16:
+        ax.legend(fontsize=7, loc="upper right", ncol=2)
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+
+
+@simulate_app.command("jobs")
+def jobs(
+    trace: Annotated[Path, typer.Option("--trace", help="job trace CSV")],
+    cluster: Annotated[str, typer.Option("--cluster", help="NODESxGPUSxMODEL (e.g. 32x8xV100-32GB, groups joined by +) or a nodes CSV")],
+    fmt: Annotated[str, typer.Option("--format", help=f"trace format: {'|'.join(FORMATS)}")] = "corral",
+    queueing: Annotated[str | None, typer.Option("--queueing", help=f"{'|'.join(POLICIES)} (default: corral)")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print the figures as JSON")] = False,
+    plot: Annotated[Path | None, typer.Option("--plot", help="write GPUs held per tenant over time to this PNG")] = None,
+    cycle_s: Annotated[float, typer.Option(help="seconds between admission cycles")] = 1.0,
+    grace_s: Annotated[float, typer.Option(help="a preempted job keeps its GPUs this long")] = 5.0,
+    restart_s: Annotated[float, typer.Option(help="overhead of each restart after preemption")] = 5.0,
+) -> None:
+    """Discrete-event replay of a job trace through Corral's queueing (the server's code), in simulated time."""
+    try:
+        policy = get_queueing_policy(queueing)
+        if fmt not in FORMATS:
+            raise ValidationError("--format", f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
+        pool = parse_cluster_spec(cluster)
+        if cycle_s <= 0 or grace_s < 0 or restart_s < 0:
+            raise ValidationError("--cycle-s", "cycle must be > 0; grace and restart >= 0")
+        trace_jobs, report = load_trace(trace, fmt)
+    except CorralError as e:
+        raise _fail(e.message) from e
+    if report.skipped:
+        typer.echo(report.summary(), err=True)
+    cfg = SimConfig(policy, cycle_s=cycle_s, grace_s=grace_s, restart_overhead_s=restart_s)
+    with Progress(console=_err, disable=not sys.stderr.isatty(), transient=True) as progress:
+        task = progress.add_task(f"{policy.name} on {pool.gpus} GPUs", total=len(trace_jobs))
+        result = simulate_jobs(trace_jobs, pool, cfg, progress=lambda n: progress.advance(task, n))
+    figures = compute_report(result)
+    if plot is not None:
+        _plot(result, plot, f"{trace.name}, {policy.name}, {pool.describe()}")
+    if as_json:
+        print(json.dumps(figures, indent=2))
+        return
+    out = Console()
+    out.print(f"{trace.name} on {pool.describe()}, queueing {policy.name}", markup=False, highlight=False)
+    for key in ("jobs", "avg_jct_s", "p50_jct_s", "p99_jct_s", "avg_wait_s", "p99_wait_s", "makespan_s", "gpu_util_pct"):
+        out.print(f"  {key:<14}{figures[key]}", markup=False, highlight=False)
+    out.print(f"  {'tenant':<16}{'share %':>9}{'entitled %':>11}{'avg wait s':>11}", markup=False, highlight=False)
+    for t, v in figures["tenants"].items():  # type: ignore[union-attr]
+        out.print(f"  {t:<16}{v['share_pct']:>9.2f}{v['entitled_pct']:>11.2f}{v['avg_wait_s']:>11.1f}", markup=False, highlight=False)

@@ -1,0 +1,246 @@
+"""One admission cycle (pure): which pending jobs start now, which running jobs to preempt, and why every
+other job waits and until when. The server and the simulator both call `compute_admission`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from corral.scheduler.queueing import reasons
+from corral.scheduler.queueing.backfill import Reservation, allow_backfill, compute_reservation
+from corral.scheduler.queueing.capacity import Ledger
+from corral.scheduler.queueing.eta import EtaEstimator
+from corral.scheduler.queueing.fairshare import compute_fair_shares, select_within_share
+from corral.scheduler.queueing.jobs import QueueConfig, QueuedJob, RunningJob
+from corral.scheduler.queueing.ordering import RankContext, RankKey, compute_rank, compute_tenant_order_key
+from corral.scheduler.queueing.policy import QueueingPolicy
+from corral.scheduler.queueing.preemption import (
+    RANK, RECLAIM, Preemption, order_rank_candidates, order_reclaim_candidates, select_victims,
+)
+from corral.scheduler.queueing.quota import TOTAL, QuotaBook, Usage, add_usage, check_quota, compute_usage, is_borrowing
+
+
+@dataclass(frozen=True, slots=True)
+class QueueState:
+    """Everything one cycle reads. `pending` in any order; `running` includes jobs being preempted;
+    `usage_gpu_s` is each tenant's decayed GPU-second usage (fairshare.compute_decayed_usage)."""
+
+    pending: Sequence[QueuedJob]
+    running: Sequence[RunningJob] = ()
+    queues: Mapping[str, QueueConfig] = field(default_factory=dict)
+    quotas: QuotaBook = field(default_factory=QuotaBook)
+    usage_gpu_s: Mapping[str, float] = field(default_factory=dict)
+    pool_milli: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    job_id: str
+    model: str
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionPlan:
+    """admit: start these now (in rank order). preempt: signal these (victims). pending: per waiting job its
+    reason, position and ETA (only when asked to explain)."""
+
+    admit: tuple[Admission, ...]
+    preempt: tuple[Preemption, ...]
+    pending: Mapping[str, reasons.PendingStatus]
+
+
+def running_attained(r: RunningJob, now_s: float) -> float:
+    """GPU-seconds a running job has attained up to now (it accrues while it holds its GPUs)."""
+    return r.job.attained_gpu_s + max(now_s - r.start_s, 0.0) * r.job.need_milli / 1000
+
+
+def with_attained(job: QueuedJob, r: RunningJob | None, now_s: float) -> QueuedJob:
+    """The job carrying the service it attained (used when a preempted job goes back to the queue)."""
+    return job if r is None else replace(job, attained_gpu_s=running_attained(r, now_s))
+
+
+def compute_rank_context(
+    state: QueueState, policy: QueueingPolicy, attained: Mapping[str, float], now_s: float
+) -> RankContext:
+    """Fair-share tiers (which jobs fit within their tenant's weighted share of the pool) and decayed usage
+    per unit of weight. Weights: quota weights (default: total guarantee), else 1."""
+    if not policy.fair_share:
+        return RankContext()
+    weight = {t: q.fair_weight() for t, q in state.quotas.quotas.items()}
+    active = [*state.pending, *(r.job for r in state.running if not r.terminating)]
+    demand: dict[str, float] = {}
+    for j in active:
+        demand[j.tenant] = demand.get(j.tenant, 0.0) + j.need_milli
+    shares = compute_fair_shares(demand, weight, float(sum(state.pool_milli.values())))
+    within = select_within_share(
+        active, shares, lambda j: compute_tenant_order_key(j, policy, attained.get(j.id, j.attained_gpu_s)))
+    per_weight = {t: u / max(weight.get(t, 1.0), 1e-9) for t, u in state.usage_gpu_s.items()}
+    return RankContext(within, per_weight)
+
+
+@dataclass(slots=True)
+class _Cycle:
+    """Scratch for one cycle (not shared)."""
+
+    state: QueueState
+    policy: QueueingPolicy
+    ledger: Ledger
+    now_s: float
+    held: Usage
+    settled: Usage
+    ranks: dict[str, RankKey]
+    admit: list[Admission] = field(default_factory=list)
+    preempt: list[Preemption] = field(default_factory=list)
+    taken: set[str] = field(default_factory=set)
+    reservations: list[Reservation] = field(default_factory=list)
+    failed_need: dict[tuple[str, str], int] = field(default_factory=dict)
+    # Per tenant, the smallest demand that neither fit nor could preempt this cycle: the tenant's later
+    # (lower-ranked) jobs at least as large cannot either (free GPUs and victims only shrink in a cycle).
+    tenant_failed: dict[str, int] = field(default_factory=dict)
+    reclaim_order: list[RunningJob] | None = None
+    rank_order: list[RunningJob] | None = None
+
+    def rank_of(self, r: RunningJob) -> RankKey:
+        return self.ranks[r.job.id]
+
+
+def compute_admission(
+    state: QueueState, ledger: Ledger, policy: QueueingPolicy, now_s: float, explain: bool = True
+) -> AdmissionPlan:
+    """Walk pending jobs in rank order; each starts if quota, capacity (all gang parts) and reservations
+    allow, else it may preempt, else it waits with a reason. `explain=False` skips reasons and ETAs (the
+    simulator's fast path)."""
+    attained = {r.job.id: running_attained(r, now_s) for r in state.running} if policy.order in ("las", "corral") else {}
+    ctx = compute_rank_context(state, policy, attained, now_s)
+    ranks = {j.id: compute_rank(j, policy, ctx, i) for i, j in enumerate(state.pending)}
+    if policy.preempt:
+        ranks.update({r.job.id: compute_rank(r.job, policy, ctx, -1, attained.get(r.job.id)) for r in state.running})
+    held = compute_usage(state.running)
+    settled = compute_usage(r for r in state.running if not r.terminating)
+    cyc = _Cycle(state, policy, ledger, now_s, held, settled, ranks)
+    ordered = sorted(state.pending, key=lambda j: ranks[j.id])
+    statuses: list[tuple[QueuedJob, str, str]] = []
+    blocked_queues: set[str] = set()
+    global_blocked = False
+    for job in ordered:
+        qname = job.queue_name
+        strict = policy.head_blocks or state.queues.get(qname, QueueConfig(qname)).strict
+        behind = global_blocked or qname in blocked_queues
+        if (behind or not (strict and policy.backfill)) and job.need_milli >= cyc.tenant_failed.get(job.tenant, 1 << 62):
+            # It cannot fit and cannot preempt: skip the work, keep the order and the queue's block.
+            statuses.append((job, reasons.BEHIND_HEAD if behind else reasons.CAPACITY, ""))
+            if strict:
+                blocked_queues.add(qname)
+                global_blocked = global_blocked or policy.head_blocks
+            continue
+        if behind and not policy.backfill:
+            statuses.append((job, reasons.BEHIND_HEAD, "a job ahead in a strict queue is blocked"))
+            continue
+        reason, detail, blocks = _try_job(cyc, job, behind)
+        if reason:
+            statuses.append((job, reason, detail))
+            if reason in (reasons.CAPACITY, reasons.GANG) and not behind:
+                cyc.tenant_failed[job.tenant] = min(cyc.tenant_failed.get(job.tenant, 1 << 62), job.need_milli)
+            if blocks and strict:
+                if policy.head_blocks:
+                    global_blocked = True
+                blocked_queues.add(qname)
+                if policy.backfill and reason != reasons.PREEMPTING:
+                    _reserve(cyc, job)
+        if not explain and not policy.preempt and not state.quotas.quotas and _all_full(ledger):
+            break
+    pending = _explain(cyc, statuses) if explain else {}
+    return AdmissionPlan(tuple(cyc.admit), tuple(cyc.preempt), pending)
+
+
+def _all_full(ledger: Ledger) -> bool:
+    return all(ledger.free(m) <= 0 for m in ledger.models())
+
+
+def _try_job(cyc: _Cycle, job: QueuedJob, behind: bool) -> tuple[str, str, bool]:
+    """Start, preempt for, or explain one job: (reason, detail, blocks-its-queue); reason "" = admitted."""
+    model, reason, detail = cyc.ledger.check(job)
+    if model is not None:
+        quota = check_quota(cyc.state.quotas, cyc.held, job, model)
+        if quota:
+            return quota[0], quota[1], True
+        if cyc.reservations and not allow_backfill(job, model, cyc.reservations, cyc.now_s):
+            return reasons.RESERVED, "would delay the reserved start of a blocked head", False
+        cyc.ledger.take(job, model)
+        add_usage(cyc.held, job.tenant, model, job.need_milli)
+        add_usage(cyc.settled, job.tenant, model, job.need_milli)
+        cyc.admit.append(Admission(job.id, model))
+        return "", "", False
+    if reason == reasons.MODEL:
+        return reason, detail, False
+    if behind:
+        return reasons.BEHIND_HEAD, "a job ahead in a strict queue is blocked", False
+    got = _try_preempt(cyc, job)
+    if got:
+        return reasons.PREEMPTING, got, True
+    return reason, detail, True
+
+
+def _try_preempt(cyc: _Cycle, job: QueuedJob) -> str:
+    """Claim GPUs that preempted jobs are releasing, or pick new victims; "" when neither works."""
+    book = cyc.state.quotas
+    for model in cyc.ledger.models():
+        if not job.matches(model) or check_quota(book, cyc.held, job, model):
+            continue
+        shortfall = job.need_milli - max(cyc.ledger.free(model), 0) - cyc.ledger.incoming(model)
+        if shortfall <= 0:
+            cyc.ledger.reserve(job, model)
+            return f"waiting for preempted jobs to release {model} GPUs"
+        reclaim = bool(book.quotas) and not is_borrowing(cyc.settled, book.get(job.tenant), model, job.need_milli)
+        kind = RECLAIM if reclaim else RANK if cyc.policy.preempt else ""
+        if not kind or cyc.failed_need.get((model, kind), 1 << 62) <= job.need_milli:
+            continue
+        victims = select_victims(
+            job, model, shortfall, _candidates(cyc, kind), cyc.taken, cyc.settled, book, kind,
+            cyc.ranks.get(job.id), cyc.rank_of if cyc.policy.preempt else None, cyc.now_s,
+            0.0 if kind == RECLAIM else cyc.policy.min_run_s,
+        )
+        if victims is None:
+            cyc.failed_need[(model, kind)] = job.need_milli
+            continue
+        cyc.preempt.extend(Preemption(v.job.id, job.id, kind) for v in victims)
+        cyc.ledger.reserve(job, model)  # free GPUs now, the rest as the victims exit
+        return f"preempting {len(victims)} job(s) ({kind})"
+    return ""
+
+
+def _candidates(cyc: _Cycle, kind: str) -> list[RunningJob]:
+    if kind == RECLAIM:
+        if cyc.reclaim_order is None:
+            cyc.reclaim_order = order_reclaim_candidates(cyc.state.running)
+        return cyc.reclaim_order
+    if cyc.rank_order is None:
+        cyc.rank_order = order_rank_candidates(cyc.state.running, cyc.rank_of)
+    return cyc.rank_order
+
+
+def _reserve(cyc: _Cycle, job: QueuedJob) -> None:
+    free = {m: cyc.ledger.free(m) for m in cyc.ledger.models()}
+    res = compute_reservation(job, cyc.ledger.models(), free, cyc.state.running, cyc.now_s)
+    if res is not None:
+        cyc.reservations.append(res)
+
+
+def _explain(cyc: _Cycle, statuses: list[tuple[QueuedJob, str, str]]) -> dict[str, reasons.PendingStatus]:
+    """Reasons, positions and ETAs in rank order; a job waiting only on higher-ranked work says so."""
+    free = {m: cyc.ledger.free(m) for m in cyc.ledger.models()}
+    eta = EtaEstimator(free, cyc.state.running, cyc.now_s)
+    out: dict[str, reasons.PendingStatus] = {}
+    for pos, (job, reason, detail) in enumerate(statuses):
+        models = [m for m in cyc.ledger.models() if job.matches(m)]
+        when = None
+        if reason == reasons.PREEMPTING:
+            when = max((r.expected_end_s or cyc.now_s for r in cyc.state.running
+                        if r.terminating and r.model in models), default=cyc.now_s)
+        elif reason != reasons.MODEL and models:
+            when = eta.estimate(models[0], job.need_milli)
+        out[job.id] = reasons.PendingStatus(reason, detail or reasons.DESCRIPTIONS.get(reason, ""), pos, when)
+    return out
+
+
+__all__ = ["Admission", "AdmissionPlan", "QueueState", "compute_admission", "with_attained", "TOTAL"]

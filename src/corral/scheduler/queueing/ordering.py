@@ -1,0 +1,57 @@
+"""Rank keys: a smaller key goes first. Priority always first, then the policy's order."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from corral.scheduler.queueing.jobs import QueuedJob
+from corral.scheduler.queueing.policy import QueueingPolicy
+
+RankKey = tuple[float, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RankContext:
+    """Per-cycle facts a rank needs: which jobs lie within their tenant's fair share (tier 0) and each
+    tenant's decayed usage divided by its weight."""
+
+    within_share: frozenset[str] = frozenset()
+    usage_per_weight: Mapping[str, float] = field(default_factory=dict)
+
+
+def compute_las_level(attained_gpu_s: float, thresholds: tuple[float, ...]) -> int:
+    """The service level of a job: 0 until it has attained thresholds[0] GPU-seconds, then 1, ..."""
+    level = 0
+    for t in thresholds:
+        if attained_gpu_s < t:
+            break
+        level += 1
+    return level
+
+
+def compute_rank(job: QueuedJob, policy: QueueingPolicy, ctx: RankContext, seq: int, attained_gpu_s: float | None = None) -> RankKey:
+    """The job's place in line; `seq` (e.g. arrival order) breaks the last ties deterministically.
+    `attained_gpu_s` overrides the job's own figure (a running job keeps accruing service)."""
+    head = (-float(job.priority),)
+    if policy.order == "fifo":
+        return head + (job.submit_s, seq)
+    if policy.order == "sjf":
+        known = job.known_duration_s if job.known_duration_s is not None else job.time_limit_s
+        return head + (math.inf if known is None else known, job.submit_s, seq)
+    attained = job.attained_gpu_s if attained_gpu_s is None else attained_gpu_s
+    level = float(compute_las_level(attained, policy.las_thresholds_gpu_s))
+    if policy.order == "las":
+        return head + (level, job.submit_s, seq)
+    tier = 0.0 if job.id in ctx.within_share else 1.0
+    usage = ctx.usage_per_weight.get(job.tenant, 0.0)
+    # Within a tier: least attained service first (short jobs finish first without knowing durations),
+    # then the tenant with the least decayed usage per unit of weight, then arrival.
+    return head + (tier, level, usage, job.submit_s, seq)
+
+
+def compute_tenant_order_key(job: QueuedJob, policy: QueueingPolicy, attained_gpu_s: float) -> tuple[float, ...]:
+    """Order inside one tenant, used to decide which of its jobs fall within its fair share."""
+    level = compute_las_level(attained_gpu_s, policy.las_thresholds_gpu_s)
+    return (-float(job.priority), float(level), job.submit_s)

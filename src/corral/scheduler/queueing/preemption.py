@@ -1,0 +1,86 @@
+"""Choose which running jobs to preempt so a waiting job can start (pure; returns the victim set).
+
+Two kinds, both only ever taking what is needed and nothing when it would not be enough:
+- reclaim: the waiting job fits within its tenant's guarantee; victims are other tenants' borrowed work
+  (their tenant is above its guarantee at the time), lowest priority first, most recently started first;
+- rank: the policy time-slices (least attained service); victims rank strictly below the waiting job,
+  lowest rank first, have run at least `min_run_s`, and another tenant's job is taken only while that
+  tenant is above its guarantee (preemption never pushes a tenant under its guarantee).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from corral.scheduler.queueing.jobs import QueuedJob, RunningJob
+from corral.scheduler.queueing.ordering import RankKey
+from corral.scheduler.queueing.quota import QuotaBook, Usage, add_usage, is_borrowing
+
+RECLAIM = "reclaim"
+RANK = "rank"
+
+
+@dataclass(frozen=True, slots=True)
+class Preemption:
+    """Preempt `job_id` (SIGTERM, grace period, requeue keeping its place) so `for_job_id` can start."""
+
+    job_id: str
+    for_job_id: str
+    kind: str
+
+
+def order_reclaim_candidates(running: Sequence[RunningJob]) -> list[RunningJob]:
+    """Lowest priority first, then most recently started first."""
+    return sorted((r for r in running if not r.terminating), key=lambda r: (r.job.priority, -r.start_s, r.job.id))
+
+
+def order_rank_candidates(running: Sequence[RunningJob], rank_of: Callable[[RunningJob], RankKey]) -> list[RunningJob]:
+    """Lowest-ranked (last in line) first."""
+    return sorted((r for r in running if not r.terminating), key=rank_of, reverse=True)
+
+
+def select_victims(
+    job: QueuedJob,
+    model: str,
+    shortfall_milli: int,
+    candidates: Sequence[RunningJob],
+    taken: set[str],
+    settled: Usage,
+    book: QuotaBook,
+    kind: str,
+    job_rank: RankKey | None = None,
+    rank_of: Callable[[RunningJob], RankKey] | None = None,
+    now_s: float = 0.0,
+    min_run_s: float = 0.0,
+) -> list[RunningJob] | None:
+    """Victims on `model` freeing at least `shortfall_milli`, or None when the eligible ones cannot.
+
+    `candidates` come in victim order (order_*_candidates); `taken` holds ids already chosen this cycle;
+    `settled` is usage without jobs already being preempted, and is updated for the victims returned."""
+    chosen: list[RunningJob] = []
+    freed = 0
+    for r in candidates:
+        if freed >= shortfall_milli:
+            break
+        if r.model != model or r.job.id in taken:
+            continue
+        lower = job_rank is not None and rank_of is not None and rank_of(r) > job_rank
+        if kind == RANK and (not lower or now_s - r.start_s < min_run_s):
+            continue
+        if r.job.tenant == job.tenant:
+            if not lower:
+                continue
+        elif book.quotas and not is_borrowing(settled, book.get(r.job.tenant), model):
+            continue
+        elif kind == RECLAIM and not book.quotas:
+            continue
+        chosen.append(r)
+        freed += r.job.need_milli
+        add_usage(settled, r.job.tenant, model, -r.job.need_milli)
+    if freed < shortfall_milli:
+        for r in chosen:
+            add_usage(settled, r.job.tenant, model, r.job.need_milli)
+        return None
+    taken.update(r.job.id for r in chosen)
+    return chosen

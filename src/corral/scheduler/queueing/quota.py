@@ -1,0 +1,120 @@
+"""Quotas per tenant, per GPU model and in total: a guarantee (nominal) and a maximum, borrowing within a
+cohort (Kueue's ClusterQueue/cohort model). Amounts are milli-GPUs; the key "*" is the total over models."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from corral.core.errors import ValidationError
+from corral.scheduler.queueing import reasons
+from corral.scheduler.queueing.jobs import QueuedJob, RunningJob
+
+TOTAL = "*"
+Usage = dict[str, dict[str, int]]  # tenant -> key (model or "*") -> milli-GPUs in use
+
+
+@dataclass(frozen=True, slots=True)
+class TenantQuota:
+    """nominal: guaranteed milli-GPUs per key; maximum: never exceeded (a key missing = no limit beyond the
+    pool). A tenant borrows when its use goes above nominal; it may only borrow GPUs idle in its cohort
+    (cohort "" = the whole pool). weight: its fair-share weight (default: its total nominal, or 1)."""
+
+    tenant: str
+    nominal: Mapping[str, int] = field(default_factory=dict)
+    maximum: Mapping[str, int] = field(default_factory=dict)
+    cohort: str = ""
+    weight: float | None = None
+
+    def fair_weight(self) -> float:
+        if self.weight is not None:
+            return self.weight
+        return float(self.nominal.get(TOTAL, sum(self.nominal.values()))) or 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaBook:
+    """All tenants' quotas. require_quota: a tenant (or model) without an entry may not run at all."""
+
+    quotas: Mapping[str, TenantQuota] = field(default_factory=dict)
+    require_quota: bool = False
+    cohort_parent: Mapping[str, str] = field(default_factory=dict)  # cohort -> parent cohort (hierarchy)
+
+    def get(self, tenant: str) -> TenantQuota | None:
+        return self.quotas.get(tenant)
+
+    def cohort_members(self, cohort: str) -> list[TenantQuota]:
+        return [q for q in self.quotas.values() if q.cohort == cohort]
+
+
+def validate_quotas(book: QuotaBook, pool_milli: Mapping[str, int]) -> None:
+    """Raise ValidationError when nominal > maximum, when the guarantees of all tenants exceed the pool for a
+    model (or in total), or when the cohort hierarchy has a cycle."""
+    for q in book.quotas.values():
+        for key, nom in q.nominal.items():
+            if nom < 0 or (key in q.maximum and q.maximum[key] < nom):
+                raise ValidationError(f"quota.{q.tenant}.{key}", f"nominal {nom / 1000:g} must be in 0..maximum")
+            if key != TOTAL and key not in pool_milli:
+                raise ValidationError(f"quota.{q.tenant}.{key}", f"no GPU model {key!r} in the pool")
+    keys = {k for q in book.quotas.values() for k in q.nominal}
+    for key in keys:
+        cap = sum(pool_milli.values()) if key == TOTAL else pool_milli.get(key, 0)
+        total = sum(q.nominal.get(key, 0) for q in book.quotas.values())
+        if total > cap:
+            raise ValidationError(f"quota.{key}", f"guarantees add up to {total / 1000:g} GPUs; the pool has {cap / 1000:g}")
+    for start in book.cohort_parent:
+        seen = [start]
+        node = book.cohort_parent.get(start)
+        while node:
+            if node in seen:
+                raise ValidationError("cohort", f"cycle in the cohort hierarchy: {' -> '.join(seen + [node])}")
+            seen.append(node)
+            node = book.cohort_parent.get(node)
+
+
+def compute_usage(running: Iterable[RunningJob]) -> Usage:
+    """Milli-GPUs each tenant holds per model and in total (jobs being preempted still hold theirs)."""
+    usage: Usage = {}
+    for r in running:
+        u = usage.setdefault(r.job.tenant, {})
+        u[r.model] = u.get(r.model, 0) + r.job.need_milli
+        u[TOTAL] = u.get(TOTAL, 0) + r.job.need_milli
+    return usage
+
+
+def add_usage(usage: Usage, tenant: str, model: str, milli: int) -> None:
+    u = usage.setdefault(tenant, {})
+    u[model] = u.get(model, 0) + milli
+    u[TOTAL] = u.get(TOTAL, 0) + milli
+
+
+def is_borrowing(usage: Usage, q: TenantQuota | None, model: str, extra: int = 0) -> bool:
+    """True when the tenant's use (plus `extra`) is above its guarantee for `model` or in total."""
+    if q is None:
+        return False
+    u = usage.get(q.tenant, {})
+    return any(key in q.nominal and u.get(key, 0) + extra > q.nominal[key] for key in (model, TOTAL))
+
+
+def check_quota(book: QuotaBook, usage: Usage, job: QueuedJob, model: str) -> tuple[str, str] | None:
+    """(reason, detail) when admitting `job` on `model` breaks a quota; None when it may run.
+
+    Borrowing (going above nominal) is allowed only while the tenant's cohort has idle guaranteed GPUs
+    (the pool's free capacity is checked separately, by the ledger)."""
+    q = book.get(job.tenant)
+    if q is None:
+        return (reasons.QUOTA, f"tenant {job.tenant!r} has no quota") if book.require_quota else None
+    if book.require_quota and model not in q.nominal and model not in q.maximum and TOTAL not in q.nominal:
+        return reasons.QUOTA, f"tenant {job.tenant!r} has no quota for model {model!r}"
+    u = usage.get(job.tenant, {})
+    for key in (model, TOTAL):
+        if key in q.maximum and u.get(key, 0) + job.need_milli > q.maximum[key]:
+            return reasons.QUOTA, f"{key}: {(u.get(key, 0) + job.need_milli) / 1000:g} GPUs > maximum {q.maximum[key] / 1000:g}"
+    if q.cohort and is_borrowing(usage, q, model, job.need_milli):
+        for key in (model, TOTAL):
+            members = book.cohort_members(q.cohort)
+            cap = sum(m.nominal.get(key, 0) for m in members)
+            used = sum(usage.get(m.tenant, {}).get(key, 0) for m in members)
+            if any(key in m.nominal for m in members) and used + job.need_milli > cap:
+                return reasons.BORROW, f"cohort {q.cohort!r} has {max(cap - used, 0) / 1000:g} idle {key} GPUs"
+    return None

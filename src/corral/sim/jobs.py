@@ -1,0 +1,208 @@
+"""Discrete-event job simulator: replays a job trace through the queueing core (compute_admission),
+the same code the server calls, in simulated time. Preempted jobs keep their progress (checkpoint on
+SIGTERM), hold their GPUs for the grace period, and pay a restart overhead when they run again."""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+
+from corral.scheduler.queueing import (
+    TOTAL, CountLedger, QueuedJob, QueueingPolicy, QueueState, QuotaBook, RunningJob, TenantQuota,
+    compute_admission, compute_decayed_usage,
+)
+from corral.scheduler.queueing.admission import with_attained
+from corral.sim.jobs_trace import SimCluster, TraceJob
+
+ARRIVE, FINISH, EXIT, CYCLE = 0, 1, 2, 3
+
+
+@dataclass(frozen=True, slots=True)
+class SimConfig:
+    """cycle_s: at most one admission cycle per this many simulated seconds (a server's loop period).
+    grace_s: a preempted job keeps its GPUs this long. restart_overhead_s: paid on each restart.
+    quotas: None = each tenant is guaranteed an equal part of the pool (may borrow up to all of it) when the
+    policy does fair share, and no quotas otherwise."""
+
+    policy: QueueingPolicy
+    cycle_s: float = 1.0
+    grace_s: float = 5.0
+    restart_overhead_s: float = 5.0
+    quotas: QuotaBook | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord:
+    id: str
+    tenant: str
+    gpus: float
+    submit_s: float
+    first_start_s: float
+    end_s: float
+    duration_s: float
+    preemptions: int
+
+    @property
+    def jct_s(self) -> float:
+        return self.end_s - self.submit_s
+
+    @property
+    def wait_s(self) -> float:
+        """Time in the system not spent making progress: queueing, grace periods and restarts."""
+        return max(self.jct_s - self.duration_s, 0.0)
+
+
+@dataclass(frozen=True, slots=True)
+class Interval:
+    tenant: str
+    start_s: float
+    end_s: float
+    milli: int
+
+
+@dataclass(slots=True)
+class SimResult:
+    records: list[JobRecord]
+    held: list[Interval]  # GPUs held by each tenant (running and in grace)
+    present: list[Interval]  # jobs in the system (demand): submit to end
+    capacity_milli: int
+    weights: dict[str, float]
+    cycles: int = 0
+    preemptions: int = 0
+
+
+def equal_quotas(tenants: Sequence[str], pool_milli: dict[str, int]) -> QuotaBook:
+    """Each tenant guaranteed an equal part of the pool in total, allowed to borrow up to the whole pool."""
+    total = sum(pool_milli.values())
+    part = total // max(len(tenants), 1)
+    return QuotaBook({t: TenantQuota(t, {TOTAL: part}, {TOTAL: total}) for t in tenants})
+
+
+@dataclass(slots=True)
+class _Sim:
+    cfg: SimConfig
+    cluster: SimCluster
+    quotas: QuotaBook
+    events: list[tuple[float, int, int, str, int]] = field(default_factory=list)
+    seq: int = 0
+    pending: dict[str, QueuedJob] = field(default_factory=dict)
+    running: dict[str, RunningJob] = field(default_factory=dict)
+    remaining: dict[str, float] = field(default_factory=dict)
+    duration: dict[str, float] = field(default_factory=dict)
+    version: dict[str, int] = field(default_factory=dict)
+    first_start: dict[str, float] = field(default_factory=dict)
+    restarts: dict[str, int] = field(default_factory=dict)
+    overhead: dict[str, float] = field(default_factory=dict)  # restart overhead of the current run
+    usage: dict[str, float] = field(default_factory=dict)
+    usage_t: float = 0.0
+    last_cycle: float = -1e18
+    cycle_at: float | None = None
+    result: SimResult | None = None
+
+    def push(self, t: float, kind: int, job_id: str = "", version: int = 0) -> None:
+        self.seq += 1
+        heapq.heappush(self.events, (t, kind, self.seq, job_id, version))
+
+    def want_cycle(self, t: float) -> None:
+        at = max(t, self.last_cycle + self.cfg.cycle_s)
+        if self.cycle_at is None or at < self.cycle_at:
+            self.cycle_at = at
+            self.push(at, CYCLE)
+
+
+def simulate_jobs(
+    trace: Sequence[TraceJob], cluster: SimCluster, cfg: SimConfig,
+    progress: Callable[[int], None] | None = None,
+) -> SimResult:
+    """Run the trace to completion; `progress(n)` is told each finished job."""
+    tenants = sorted({t.job.tenant for t in trace})
+    quotas = cfg.quotas if cfg.quotas is not None else (
+        equal_quotas(tenants, cluster.pool_milli) if cfg.policy.fair_share else QuotaBook())
+    weights = {t: (quotas.get(t).fair_weight() if quotas.get(t) else 1.0) for t in tenants}  # type: ignore[union-attr]
+    sim = _Sim(cfg, cluster, quotas)
+    sim.result = SimResult([], [], [], sum(cluster.pool_milli.values()), weights)
+    jobs = {t.job.id: t for t in trace}
+    for t in trace:
+        sim.push(t.job.submit_s, ARRIVE, t.job.id)
+        sim.duration[t.job.id] = t.duration_s
+        sim.remaining[t.job.id] = t.duration_s
+    while sim.events:
+        now, kind, _, job_id, version = heapq.heappop(sim.events)
+        if kind == ARRIVE:
+            tj = jobs[job_id]
+            job = tj.job if cfg.policy.order == "sjf" else replace(tj.job, known_duration_s=None)
+            sim.pending[job_id] = job
+            sim.version[job_id] = 0
+            sim.want_cycle(now)
+        elif kind in (FINISH, EXIT):
+            if version != sim.version.get(job_id) or job_id not in sim.running:
+                continue
+            _leave(sim, job_id, now, finished=kind == FINISH)
+            if kind == FINISH and progress:
+                progress(1)
+            sim.want_cycle(now)
+        elif kind == CYCLE:
+            if sim.cycle_at != now:
+                continue
+            sim.cycle_at = None
+            _cycle(sim, now)
+    return sim.result
+
+
+def _leave(sim: _Sim, job_id: str, now: float, finished: bool) -> None:
+    r = sim.running.pop(job_id)
+    res = sim.result
+    assert res is not None
+    res.held.append(Interval(r.job.tenant, r.start_s, now, r.job.need_milli))
+    if finished:
+        job = r.job
+        res.present.append(Interval(job.tenant, job.submit_s, now, job.need_milli))
+        res.records.append(JobRecord(job.id, job.tenant, job.need_milli / 1000, job.submit_s,
+                                     sim.first_start[job_id], now, sim.duration[job_id], sim.restarts.get(job_id, 0)))
+    else:
+        sim.pending[job_id] = with_attained(r.job, r, now)  # keeps its submit time: its place in line
+
+
+def _cycle(sim: _Sim, now: float) -> None:
+    cfg, res = sim.cfg, sim.result
+    assert res is not None
+    sim.last_cycle = now
+    res.cycles += 1
+    sim.usage = compute_decayed_usage(sim.usage, sim.running.values(), now - sim.usage_t, cfg.policy.half_life_s)
+    sim.usage_t = now
+    if not sim.pending:
+        return
+    running = list(sim.running.values())
+    state = QueueState(list(sim.pending.values()), running, {}, sim.quotas, sim.usage, sim.cluster.pool_milli)
+    plan = compute_admission(state, CountLedger(sim.cluster.pool_milli, running), cfg.policy, now, explain=False)
+    for p in plan.preempt:
+        _preempt(sim, p.job_id, now)
+    for a in plan.admit:
+        job = sim.pending.pop(a.job_id)
+        restart = a.job_id in sim.first_start
+        sim.first_start.setdefault(a.job_id, now)
+        sim.running[a.job_id] = RunningJob(job, now, a.model)
+        overhead = cfg.restart_overhead_s if restart else 0.0
+        sim.overhead[a.job_id] = overhead
+        sim.version[a.job_id] += 1
+        sim.push(now + overhead + sim.remaining[a.job_id], FINISH, a.job_id, sim.version[a.job_id])
+    if sim.pending and (cfg.policy.preempt or plan.preempt):
+        sim.want_cycle(now + 30.0)  # service levels change while jobs run: look again even if nothing happens
+
+
+def _preempt(sim: _Sim, job_id: str, now: float) -> None:
+    r = sim.running[job_id]
+    overhead = sim.overhead.get(job_id, 0.0)
+    done = max(now - r.start_s - overhead, 0.0)
+    finish_at = r.start_s + overhead + sim.remaining[job_id]
+    if finish_at <= now + sim.cfg.grace_s:
+        sim.running[job_id] = replace(r, exit_s=finish_at)  # it finishes within the grace period anyway
+        return
+    sim.remaining[job_id] -= done
+    sim.restarts[job_id] = sim.restarts.get(job_id, 0) + 1
+    sim.running[job_id] = replace(r, exit_s=now + sim.cfg.grace_s)
+    sim.version[job_id] += 1
+    sim.push(now + sim.cfg.grace_s, EXIT, job_id, sim.version[job_id])
+    assert sim.result is not None
+    sim.result.preemptions += 1
