@@ -1,14 +1,16 @@
-"""API tokens: generated once, stored hashed, looked up per request."""
+"""Who is calling: API tokens (stored hashed, revocable, optional expiry) and what their role allows."""
 
 from __future__ import annotations
 
 import hashlib
 import secrets
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from fastapi import Request
 
-from corral.core.errors import AuthError, ForbiddenError
+from corral.core.errors import AuthError, ForbiddenError, NotFoundError
+from corral.core.tenancy import Action, Role, can
 from corral.store.records import TokenRecord, User
 
 TOKEN_PREFIX = {"user": "crl_", "join": "crj_"}
@@ -31,6 +33,31 @@ class Principal:
     def is_agent(self) -> bool:
         return self.token.kind == "join"
 
+    @property
+    def role(self) -> Role:
+        return Role(self.user.role) if self.user else Role.VIEWER
+
+    @property
+    def tenant_id(self) -> int | None:
+        return self.user.tenant_id if self.user else None
+
+    @property
+    def is_admin(self) -> bool:
+        return self.role is Role.ADMIN
+
+    def require(self, action: Action) -> None:
+        if not can(self.role, action):
+            raise ForbiddenError(f"role {self.role.value} may not {action.value}")
+
+    def tenant_scope(self) -> int | None:
+        """None: every tenant (admins); otherwise the one tenant this caller may see."""
+        return None if self.is_admin else self.tenant_id
+
+    def check_tenant(self, tenant_id: int | None, kind: str, ident: str) -> None:
+        """Another tenant's object is reported as missing, never as forbidden: its existence is private."""
+        if not self.is_admin and tenant_id != self.tenant_id:
+            raise NotFoundError(kind, ident)
+
 
 def _bearer(request: Request) -> str:
     header = request.headers.get("authorization", "")
@@ -45,6 +72,8 @@ def authenticate(request: Request) -> Principal:
     token = store.find_token(hash_token(_bearer(request)))
     if token is None:
         raise AuthError("invalid or revoked token")
+    if token.expires_at is not None and token.expires_at <= datetime.now(UTC):
+        raise AuthError("token expired")
     user = store.get_user(token.user_id) if token.user_id is not None else None
     return Principal(token=token, user=user)
 
@@ -58,6 +87,6 @@ def require_user(request: Request) -> Principal:
 
 def require_agent(request: Request) -> Principal:
     p = authenticate(request)
-    if not p.is_agent and (p.user is None or p.user.role != "admin"):
+    if not p.is_agent and not p.is_admin:
         raise ForbiddenError("agent endpoints need a join token or an admin token")
     return p

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from corral.core.tenancy import DEFAULT_TENANT
 from corral.sdk.config import cli_config_path
 from corral.server.auth import hash_token, new_token
 from corral.store.base import StateStore
@@ -47,9 +48,10 @@ def _ensure_token(store: StateStore, path: Path, kind: str, name: str, user_id: 
 def ensure_credentials(store: StateStore, data_dir: Path) -> Credentials:
     """Create the admin user and tokens on first start; reuse them afterwards. Idempotent."""
     now = datetime.now(UTC)
+    tenant = store.find_tenant(DEFAULT_TENANT) or store.create_tenant(DEFAULT_TENANT, now)
     admin_id = 1
     if store.count_users() == 0:
-        admin_id = store.create_user("admin", "admin", now).id
+        admin_id = store.create_user("admin", "admin", now, tenant_id=tenant.id).id
     admin = _ensure_token(store, data_dir / ADMIN_TOKEN_FILE, "user", "admin (first start)", admin_id)
     join = _ensure_token(store, data_dir / JOIN_TOKEN_FILE, "join", "local agents", None)
     return Credentials(admin_token=admin, join_token=join)

@@ -26,6 +26,9 @@ class JobSubmit(BaseModel):
     env: dict[str, str] = Field(default_factory=dict)
     workdir: str | None = None
     priority: int = Field(0, ge=-1000, le=1000)
+    queue: str = Field("default", min_length=1, max_length=64, description="one of the tenant's queues")
+    time_limit_s: int | None = Field(None, ge=1, le=366 * 86400,
+                                     description="the job is stopped after this long; lets small jobs backfill")
 
     @field_validator("command")
     @classmethod
@@ -77,6 +80,9 @@ class JobOut(BaseModel):
     finished_at: datetime | None
     cancel_requested: bool
     attempt: int
+    tenant: str | None = None
+    queue: str = "default"
+    time_limit_s: int | None = None
 
 
 class GpuOut(BaseModel):
@@ -161,3 +167,98 @@ class AgentSyncReply(BaseModel):
     cancels: list[int]
     acked_exits: list[int]
     cancel_grace_s: float
+
+
+class TenantIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(min_length=1, max_length=64)
+    parent: str | None = Field(None, description="parent tenant (department) name")
+    weight: float = Field(1.0, gt=0, le=1000, description="fair-share weight")
+
+
+class TenantOut(BaseModel):
+    id: int
+    name: str
+    parent: str | None
+    weight: float
+    created_at: datetime
+
+
+class QuotaIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    gpu_model: str = Field("", max_length=128, description="a GPU model such as H100, or empty for all models")
+    guaranteed_gpus: int = Field(ge=0, le=1_000_000)
+    max_gpus: int | None = Field(None, ge=0, le=1_000_000, description="borrowing limit; null = the whole pool")
+
+
+class QuotaOut(BaseModel):
+    tenant: str
+    gpu_model: str
+    guaranteed_gpus: int
+    max_gpus: int | None
+
+
+class QueueIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(min_length=1, max_length=64)
+    mode: str = Field("best-effort", pattern="^(best-effort|strict)$")
+    priority: int = Field(0, ge=-1000, le=1000)
+
+
+class QueueOut(BaseModel):
+    tenant: str
+    name: str
+    mode: str
+    priority: int
+
+
+class UserIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(min_length=1, max_length=64)
+    role: str = Field("member", description="admin, tenant-admin, member or viewer")
+    tenant: str | None = Field(None, description="defaults to the caller's tenant")
+    password: str | None = Field(None, min_length=8, max_length=1024)
+
+
+class UserPatch(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    role: str | None = None
+    password: str | None = Field(None, min_length=8, max_length=1024)
+
+
+class UserOut(BaseModel):
+    id: int
+    name: str
+    role: str
+    tenant: str | None
+    has_password: bool
+    created_at: datetime
+
+
+class TokenIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field("", max_length=128)
+    user: str | None = Field(None, description="whose token (admins and tenant admins); defaults to the caller")
+    expires_in_s: int | None = Field(None, ge=60, le=10 * 366 * 86400)
+
+
+class TokenOut(BaseModel):
+    id: int
+    name: str
+    user: str | None
+    created_at: datetime
+    expires_at: datetime | None
+    revoked: bool
+    token: str | None = Field(None, description="the secret, shown once when the token is created")
+
+
+class LoginIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    username: str = Field(min_length=1)
+    password: str = Field(min_length=1)
+
+
+class WhoAmI(BaseModel):
+    user: str | None
+    role: str
+    tenant: str | None

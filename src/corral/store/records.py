@@ -10,11 +10,41 @@ from corral.core.states import JobState
 
 
 @dataclass(frozen=True, slots=True)
+class Tenant:
+    id: int
+    name: str
+    parent_id: int | None  # a department above this team, for hierarchical quotas
+    weight: float  # fair-share weight
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Quota:
+    """GPUs a tenant is guaranteed and may reach by borrowing, for one GPU model ("" = all models)."""
+
+    tenant_id: int
+    gpu_model: str
+    guaranteed_gpus: int
+    max_gpus: int | None  # None = no limit beyond the pool
+
+
+@dataclass(frozen=True, slots=True)
+class Queue:
+    id: int
+    tenant_id: int
+    name: str
+    mode: str  # "best-effort" or "strict" (a blocked head blocks the queue)
+    priority: int
+
+
+@dataclass(frozen=True, slots=True)
 class User:
     id: int
     name: str
     role: str
     created_at: datetime
+    tenant_id: int | None = None
+    password_hash: str = field(default="", repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +55,7 @@ class TokenRecord:
     name: str
     created_at: datetime
     revoked: bool
+    expires_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +88,9 @@ class JobSpec:
     memory_mib: int = 0
     priority: int = 0
     user_id: int | None = None
+    tenant_id: int | None = None
+    queue: str = "default"
+    time_limit_s: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,8 @@ from corral.core.resources import GpuInfo
 from corral.core.states import JobState
 from corral.store.records import Job, JobEvent, JobSpec, Node, TokenRecord, User
 from corral.store.tables import GpuRow, JobEventRow, JobRow, NodeRow, TokenRow, UserRow
+from corral.store.tenancy import TenancyMethods, to_token, to_user
+from corral.store.tenancy import utc as _utc
 
 
 def normalize_url(url: str) -> str:
@@ -28,10 +30,6 @@ def normalize_url(url: str) -> str:
     return url
 
 
-def _utc(dt: datetime | None) -> datetime | None:
-    if dt is None:
-        return None
-    return dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt.astimezone(UTC)
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
@@ -43,7 +41,7 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur.close()
 
 
-class SqlStore:
+class SqlStore(TenancyMethods):
     """One implementation for both databases; dialect differences stay inside this class."""
 
     def __init__(self, url: str) -> None:
@@ -73,36 +71,39 @@ class SqlStore:
         self.engine.dispose()
 
     # ---- users and tokens -------------------------------------------------
-    def create_user(self, name: str, role: str, now: datetime) -> User:
+    def create_user(self, name: str, role: str, now: datetime, tenant_id: int | None = None,
+                    password_hash: str = "") -> User:
         try:
             with self._tx() as s:
-                row = UserRow(name=name, role=role, created_at=now)
+                row = UserRow(name=name, role=role, created_at=now, tenant_id=tenant_id, password_hash=password_hash)
                 s.add(row)
                 s.flush()
-                return _user(row)
+                return to_user(row)
         except IntegrityError as e:
             raise ConflictError(f"user {name!r} already exists") from e
 
     def get_user(self, user_id: int) -> User | None:
         with self._tx() as s:
             row = s.get(UserRow, user_id)
-            return _user(row) if row else None
+            return to_user(row) if row else None
 
     def count_users(self) -> int:
         with self._tx() as s:
             return int(s.scalar(select(func.count()).select_from(UserRow)) or 0)
 
-    def create_token(self, token_hash: str, kind: str, name: str, user_id: int | None, now: datetime) -> TokenRecord:
+    def create_token(self, token_hash: str, kind: str, name: str, user_id: int | None, now: datetime,
+                     expires_at: datetime | None = None) -> TokenRecord:
         with self._tx() as s:
-            row = TokenRow(token_hash=token_hash, kind=kind, name=name, user_id=user_id, created_at=now, revoked=False)
+            row = TokenRow(token_hash=token_hash, kind=kind, name=name, user_id=user_id, created_at=now, revoked=False,
+                           expires_at=expires_at)
             s.add(row)
             s.flush()
-            return _token(row)
+            return to_token(row)
 
     def find_token(self, token_hash: str) -> TokenRecord | None:
         with self._tx() as s:
             row = s.scalar(select(TokenRow).where(TokenRow.token_hash == token_hash, TokenRow.revoked.is_(False)))
-            return _token(row) if row else None
+            return to_token(row) if row else None
 
     # ---- nodes ------------------------------------------------------------
     def upsert_node(
@@ -168,6 +169,7 @@ class SqlStore:
                 min_gpu_memory_mib=spec.min_gpu_memory_mib, cpu_milli=spec.cpu_milli, memory_mib=spec.memory_mib,
                 priority=spec.priority, state=JobState.PENDING.value, created_at=now, gpu_indices=[],
                 reason="", cancel_requested=False, delivered=False, attempt=0,
+                tenant_id=spec.tenant_id, queue=spec.queue, time_limit_s=spec.time_limit_s,
             )
             s.add(row)
             s.flush()
@@ -179,11 +181,14 @@ class SqlStore:
             row = s.get(JobRow, job_id)
             return _job(row) if row else None
 
-    def list_jobs(self, states: Sequence[JobState] | None = None, limit: int | None = None) -> list[Job]:
+    def list_jobs(self, states: Sequence[JobState] | None = None, limit: int | None = None,
+                  tenant_id: int | None = None) -> list[Job]:
         with self._tx() as s:
             q = select(JobRow).order_by(JobRow.id)
             if states is not None:
                 q = q.where(JobRow.state.in_([st.value for st in states]))
+            if tenant_id is not None:
+                q = q.where(JobRow.tenant_id == tenant_id)
             if limit is not None:
                 q = q.limit(limit)
             return [_job(r) for r in s.scalars(q).all()]
@@ -270,15 +275,6 @@ def open_store(url: str) -> SqlStore:
     return store
 
 
-def _user(r: UserRow) -> User:
-    return User(id=r.id, name=r.name, role=r.role, created_at=_utc(r.created_at) or r.created_at)
-
-
-def _token(r: TokenRow) -> TokenRecord:
-    return TokenRecord(id=r.id, user_id=r.user_id, kind=r.kind, name=r.name,
-                       created_at=_utc(r.created_at) or r.created_at, revoked=r.revoked)
-
-
 def _gpu(g: GpuRow) -> GpuInfo:
     return GpuInfo(index=g.index, uuid=g.uuid, model=g.model, memory_mib=g.memory_mib, pci_bus_id=g.pci_bus_id,
                    numa_node=g.numa_node, nvlink_peers=tuple(g.nvlink_peers or ()), pcie_switch=g.pcie_switch,
@@ -297,6 +293,7 @@ def _job(r: JobRow) -> Job:
         command=tuple(r.command), name=r.name, env=dict(r.env or {}), workdir=r.workdir, gpus=r.gpus,
         gpu_milli=r.gpu_milli, gpu_models=tuple(r.gpu_models or ()), min_gpu_memory_mib=r.min_gpu_memory_mib,
         cpu_milli=r.cpu_milli, memory_mib=r.memory_mib, priority=r.priority, user_id=r.user_id,
+        tenant_id=r.tenant_id, queue=r.queue or "default", time_limit_s=r.time_limit_s,
     )
     return Job(
         id=r.id, spec=spec, state=JobState(r.state), created_at=_utc(r.created_at) or r.created_at, node=r.node,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Boolean, DateTime, ForeignKey, Index, Integer, String, Text
+from sqlalchemy import JSON, BigInteger, Boolean, DateTime, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -16,12 +16,45 @@ class Base(DeclarativeBase):
 UTC_DT = DateTime(timezone=True)
 
 
+class TenantRow(Base):
+    __tablename__ = "tenants"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    parent_id: Mapped[int | None] = mapped_column(ForeignKey("tenants.id"), nullable=True)
+    weight: Mapped[float] = mapped_column(Float, default=1.0)
+    created_at: Mapped[datetime] = mapped_column(UTC_DT)
+
+
+class QuotaRow(Base):
+    __tablename__ = "quotas"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"))
+    gpu_model: Mapped[str] = mapped_column(String(128), default="")
+    guaranteed_gpus: Mapped[int] = mapped_column(Integer, default=0)
+    max_gpus: Mapped[int | None] = mapped_column(Integer, nullable=True)
+
+    __table_args__ = (UniqueConstraint("tenant_id", "gpu_model", name="uq_quotas_tenant_model"),)
+
+
+class QueueRow(Base):
+    __tablename__ = "queues"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(String(64))
+    mode: Mapped[str] = mapped_column(String(16), default="best-effort")
+    priority: Mapped[int] = mapped_column(Integer, default=0)
+
+    __table_args__ = (UniqueConstraint("tenant_id", "name", name="uq_queues_tenant_name"),)
+
+
 class UserRow(Base):
     __tablename__ = "users"
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     name: Mapped[str] = mapped_column(String(128), unique=True)
     role: Mapped[str] = mapped_column(String(32))
     created_at: Mapped[datetime] = mapped_column(UTC_DT)
+    tenant_id: Mapped[int | None] = mapped_column(ForeignKey("tenants.id"), nullable=True)
+    password_hash: Mapped[str] = mapped_column(String(255), default="")
 
 
 class TokenRow(Base):
@@ -33,6 +66,7 @@ class TokenRow(Base):
     token_hash: Mapped[str] = mapped_column(String(128), unique=True)
     created_at: Mapped[datetime] = mapped_column(UTC_DT)
     revoked: Mapped[bool] = mapped_column(Boolean, default=False)
+    expires_at: Mapped[datetime | None] = mapped_column(UTC_DT, nullable=True)
 
 
 class NodeRow(Base):
@@ -89,8 +123,11 @@ class JobRow(Base):
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
     delivered: Mapped[bool] = mapped_column(Boolean, default=False)
     attempt: Mapped[int] = mapped_column(Integer, default=0)
+    tenant_id: Mapped[int | None] = mapped_column(ForeignKey("tenants.id"), nullable=True)
+    queue: Mapped[str] = mapped_column(String(64), default="default")
+    time_limit_s: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
-    __table_args__ = (Index("ix_jobs_state", "state"), Index("ix_jobs_node", "node"))
+    __table_args__ = (Index("ix_jobs_state", "state"), Index("ix_jobs_node", "node"), Index("ix_jobs_tenant", "tenant_id"))
 
 
 class JobEventRow(Base):

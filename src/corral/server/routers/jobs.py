@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request, Response
@@ -9,57 +10,67 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from corral.core.states import JobState
 from corral.server.auth import Principal, require_user
 from corral.server.schemas import JobOut, JobSubmit
+from corral.core.tenancy import Action
 from corral.server.services.jobs import load_job, submit_job, to_out
+from corral.server.services.tenancy import tenant_names
+from corral.store.records import Job
 
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
 User = Annotated[Principal, Depends(require_user)]
 
 
+def _out(request: Request, job: Job) -> JobOut:
+    return to_out(job, request.app.state.scheduler.pending_reasons, tenant_names(request.app.state.store))
+
+
 @router.post("", status_code=201, response_model=JobOut)
-def create_job(body: JobSubmit, request: Request, principal: User) -> JobOut:
+def create_job(body: JobSubmit, request: Request, caller: User) -> JobOut:
+    caller.require(Action.SUBMIT)
     app = request.app
-    job = submit_job(app.state.store, body, principal.user.id if principal.user else None)
+    job = submit_job(app.state.store, body, caller)
     app.state.scheduler.trigger.fire()
-    return to_out(job, app.state.scheduler.pending_reasons)
+    return _out(request, job)
 
 
 @router.get("", response_model=list[JobOut])
-def list_jobs(request: Request, _: User, all: bool = False,
+def list_jobs(request: Request, caller: User, all: bool = False,
               state: Annotated[list[JobState] | None, Query()] = None) -> list[JobOut]:
+    """Pending and running jobs (`all=true`: every job), of the caller's tenant (admins: of all)."""
+    store = request.app.state.store
     states = state or (None if all else [JobState.PENDING, JobState.RUNNING])
-    jobs = request.app.state.store.list_jobs(states=states)
-    return [to_out(j, request.app.state.scheduler.pending_reasons) for j in jobs]
+    jobs = store.list_jobs(states=states, tenant_id=caller.tenant_scope())
+    names = tenant_names(store)
+    return [to_out(j, request.app.state.scheduler.pending_reasons, names) for j in jobs]
 
 
 @router.get("/{job_id}", response_model=JobOut)
-def get_job(job_id: int, request: Request, _: User) -> JobOut:
-    return to_out(load_job(request.app.state.store, job_id), request.app.state.scheduler.pending_reasons)
+def get_job(job_id: int, request: Request, caller: User) -> JobOut:
+    return _out(request, load_job(request.app.state.store, job_id, caller))
 
 
 @router.get("/{job_id}/events")
-def job_events(job_id: int, request: Request, _: User) -> list[dict[str, str]]:
+def job_events(job_id: int, request: Request, caller: User) -> list[dict[str, str]]:
     store = request.app.state.store
-    load_job(store, job_id)
+    load_job(store, job_id, caller)
     return [{"at": e.at.isoformat(), "kind": e.kind, "message": e.message} for e in store.list_events(job_id)]
 
 
 @router.post("/{job_id}/cancel", response_model=JobOut)
-def cancel_job(job_id: int, request: Request, _: User) -> JobOut:
-    from datetime import UTC, datetime
-
+def cancel_job(job_id: int, request: Request, caller: User) -> JobOut:
     app = request.app
-    load_job(app.state.store, job_id)
+    load_job(app.state.store, job_id, caller)
+    caller.require(Action.SUBMIT)
     job = app.state.store.request_cancel(job_id, datetime.now(UTC))
     if job.node and not job.state.terminal:
         app.state.notifier.notify(job.node)
     app.state.scheduler.trigger.fire()
-    return to_out(job, app.state.scheduler.pending_reasons)
+    return _out(request, job)
 
 
 @router.get("/{job_id}/logs")
-def job_logs(job_id: int, request: Request, _: User, offset: Annotated[int, Query(ge=0)] = 0) -> Response:
+def job_logs(job_id: int, request: Request, caller: User, offset: Annotated[int, Query(ge=0)] = 0) -> Response:
     """Log bytes from `offset`. Headers: X-Log-Size (bytes held), X-Job-State (the job's state)."""
-    job = load_job(request.app.state.store, job_id)
+    job = load_job(request.app.state.store, job_id, caller)
     logs = request.app.state.logs
     data = logs.read(job_id, offset)
     return Response(content=data, media_type="text/plain; charset=utf-8",

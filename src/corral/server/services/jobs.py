@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from corral.core.errors import NotFoundError, ValidationError
 from corral.core.requests import ResourceRequest, model_matches
 from corral.core.states import JobState
+from corral.server.auth import Principal
 from corral.server.schemas import JobOut, JobSubmit
 from corral.store.base import StateStore
 from corral.store.records import Job, JobSpec, Node
@@ -30,7 +31,12 @@ def check_fits_some_node(request: ResourceRequest, nodes: list[Node]) -> None:
             raise ValidationError("gpu_model", f"no node has {request.gpus} GPU(s) of model {wanted}; models here: {', '.join(models) or 'none'}")
 
 
-def submit_job(store: StateStore, body: JobSubmit, user_id: int | None) -> Job:
+def submit_job(store: StateStore, body: JobSubmit, caller: Principal) -> Job:
+    tenant_id = caller.tenant_id
+    if tenant_id is None:
+        raise ValidationError("tenant", "the caller belongs to no tenant")
+    if body.queue not in {q.name for q in store.list_queues(tenant_id)}:
+        raise ValidationError("queue", f"no queue {body.queue!r} in this tenant")
     request = ResourceRequest(gpus=body.gpus, gpu_milli=body.gpu_milli, gpu_models=body.gpu_models,
                               min_gpu_memory_mib=body.min_gpu_memory_mib, cpu_milli=body.cpu_milli,
                               memory_mib=body.memory_mib)
@@ -38,18 +44,23 @@ def submit_job(store: StateStore, body: JobSubmit, user_id: int | None) -> Job:
     spec = JobSpec(command=tuple(body.command), name=body.name or body.command[0].rsplit("/", 1)[-1],
                    env=dict(body.env), workdir=body.workdir, gpus=body.gpus, gpu_milli=body.gpu_milli,
                    gpu_models=body.gpu_models, min_gpu_memory_mib=body.min_gpu_memory_mib,
-                   cpu_milli=body.cpu_milli, memory_mib=body.memory_mib, priority=body.priority, user_id=user_id)
+                   cpu_milli=body.cpu_milli, memory_mib=body.memory_mib, priority=body.priority,
+                   user_id=caller.user.id if caller.user else None, tenant_id=tenant_id, queue=body.queue,
+                   time_limit_s=body.time_limit_s)
     return store.create_job(spec, datetime.now(UTC))
 
 
-def load_job(store: StateStore, job_id: int) -> Job:
+def load_job(store: StateStore, job_id: int, caller: Principal | None = None) -> Job:
+    """The job, or NotFoundError, also when it belongs to a tenant the caller may not see."""
     job = store.get_job(job_id)
     if job is None:
         raise NotFoundError("job", str(job_id))
+    if caller is not None:
+        caller.check_tenant(job.spec.tenant_id, "job", str(job_id))
     return job
 
 
-def to_out(job: Job, pending_reasons: dict[int, str]) -> JobOut:
+def to_out(job: Job, pending_reasons: dict[int, str], tenants: dict[int, str] | None = None) -> JobOut:
     s = job.spec
     pending_reason = None
     if job.state is JobState.PENDING:
@@ -60,4 +71,5 @@ def to_out(job: Job, pending_reasons: dict[int, str]) -> JobOut:
         workdir=s.workdir, priority=s.priority, exit_code=job.exit_code, reason=job.reason,
         pending_reason=pending_reason, created_at=job.created_at, started_at=job.started_at,
         finished_at=job.finished_at, cancel_requested=job.cancel_requested, attempt=job.attempt,
+        tenant=(tenants or {}).get(s.tenant_id) if s.tenant_id else None, queue=s.queue, time_limit_s=s.time_limit_s,
     )

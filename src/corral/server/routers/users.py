@@ -1,0 +1,58 @@
+"""/api/v1/users, /api/v1/tokens, /api/v1/login, /api/v1/whoami."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Request, Response
+
+from corral.server.auth import Principal, require_user
+from corral.server.schemas import LoginIn, TokenIn, TokenOut, UserIn, UserOut, UserPatch, WhoAmI
+from corral.server.services import tenancy
+
+router = APIRouter(prefix="/api/v1", tags=["users"])
+User = Annotated[Principal, Depends(require_user)]
+
+
+@router.get("/whoami", response_model=WhoAmI)
+def whoami(request: Request, caller: User) -> WhoAmI:
+    tenant = request.app.state.store.get_tenant(caller.tenant_id) if caller.tenant_id else None
+    return WhoAmI(user=caller.user.name if caller.user else None, role=caller.role.value,
+                  tenant=tenant.name if tenant else None)
+
+
+@router.get("/users", response_model=list[UserOut])
+def list_users(request: Request, caller: User) -> list[UserOut]:
+    return tenancy.list_users(request.app.state.store, caller)
+
+
+@router.post("/users", status_code=201, response_model=UserOut)
+def create_user(body: UserIn, request: Request, caller: User) -> UserOut:
+    return tenancy.create_user(request.app.state.store, caller, body)
+
+
+@router.patch("/users/{name}", response_model=UserOut)
+def update_user(name: str, body: UserPatch, request: Request, caller: User) -> UserOut:
+    return tenancy.update_user(request.app.state.store, caller, name, body)
+
+
+@router.get("/tokens", response_model=list[TokenOut])
+def list_tokens(request: Request, caller: User) -> list[TokenOut]:
+    return tenancy.list_tokens(request.app.state.store, caller)
+
+
+@router.post("/tokens", status_code=201, response_model=TokenOut)
+def create_token(body: TokenIn, request: Request, caller: User) -> TokenOut:
+    return tenancy.create_token(request.app.state.store, caller, body)
+
+
+@router.delete("/tokens/{token_id}", status_code=204)
+def revoke_token(token_id: int, request: Request, caller: User) -> Response:
+    tenancy.revoke_token(request.app.state.store, caller, token_id)
+    return Response(status_code=204)
+
+
+@router.post("/login", response_model=TokenOut)
+def login(body: LoginIn, request: Request) -> TokenOut:
+    """Exchange a user name and password for an API token that expires in 12 hours."""
+    return tenancy.login(request.app.state.store, body.username, body.password)

@@ -1,0 +1,203 @@
+"""Tenancy use-cases: tenants, quotas, queues, users, tokens; every one checks the caller's role and tenant."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from corral.core.errors import AuthError, ForbiddenError, NotFoundError, ValidationError
+from corral.core.tenancy import Action, Role, check_name, check_quota, parse_role
+from corral.server.auth import Principal, hash_token, new_token
+from corral.server.passwords import hash_password, verify_password
+from corral.server.schemas import (
+    QueueIn, QueueOut, QuotaIn, QuotaOut, TenantIn, TenantOut, TokenIn, TokenOut, UserIn, UserOut, UserPatch,
+)
+from corral.store.records import Quota, Tenant, TokenRecord, User
+from corral.store.sql import SqlStore
+
+LOGIN_TOKEN_TTL = timedelta(hours=12)
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def load_tenant(store: SqlStore, name: str, caller: Principal) -> Tenant:
+    tenant = store.find_tenant(name)
+    if tenant is None:
+        raise NotFoundError("tenant", name)
+    caller.check_tenant(tenant.id, "tenant", name)
+    return tenant
+
+
+def tenant_names(store: SqlStore) -> dict[int, str]:
+    return {t.id: t.name for t in store.list_tenants()}
+
+
+def tenant_out(t: Tenant, names: dict[int, str]) -> TenantOut:
+    return TenantOut(id=t.id, name=t.name, parent=names.get(t.parent_id) if t.parent_id else None, weight=t.weight,
+                     created_at=t.created_at)
+
+
+def list_tenants(store: SqlStore, caller: Principal) -> list[TenantOut]:
+    names = tenant_names(store)
+    scope = caller.tenant_scope()
+    return [tenant_out(t, names) for t in store.list_tenants() if scope is None or t.id == scope]
+
+
+def create_tenant(store: SqlStore, caller: Principal, body: TenantIn) -> TenantOut:
+    caller.require(Action.MANAGE_CLUSTER)
+    check_name("name", body.name)
+    parent_id = None
+    if body.parent:
+        parent = store.find_tenant(body.parent)
+        if parent is None:
+            raise ValidationError("parent", f"no tenant named {body.parent!r}")
+        parent_id = parent.id
+    t = store.create_tenant(body.name, _now(), parent_id=parent_id, weight=body.weight)
+    return tenant_out(t, tenant_names(store))
+
+
+def list_quotas(store: SqlStore, caller: Principal, tenant: str | None) -> list[QuotaOut]:
+    names = tenant_names(store)
+    tenant_id = load_tenant(store, tenant, caller).id if tenant else caller.tenant_scope()
+    return [QuotaOut(tenant=names[q.tenant_id], gpu_model=q.gpu_model, guaranteed_gpus=q.guaranteed_gpus,
+                     max_gpus=q.max_gpus) for q in store.list_quotas(tenant_id)]
+
+
+def set_quota(store: SqlStore, caller: Principal, tenant: str, body: QuotaIn) -> QuotaOut:
+    caller.require(Action.MANAGE_CLUSTER)
+    t = load_tenant(store, tenant, caller)
+    check_quota(body.guaranteed_gpus, body.max_gpus)
+    q = store.set_quota(Quota(t.id, body.gpu_model.strip(), body.guaranteed_gpus, body.max_gpus))
+    return QuotaOut(tenant=t.name, gpu_model=q.gpu_model, guaranteed_gpus=q.guaranteed_gpus, max_gpus=q.max_gpus)
+
+
+def delete_quota(store: SqlStore, caller: Principal, tenant: str, gpu_model: str) -> None:
+    caller.require(Action.MANAGE_CLUSTER)
+    t = load_tenant(store, tenant, caller)
+    if not store.delete_quota(t.id, gpu_model):
+        raise NotFoundError("quota", f"{tenant}/{gpu_model or '*'}")
+
+
+def list_queues(store: SqlStore, caller: Principal, tenant: str | None) -> list[QueueOut]:
+    names = tenant_names(store)
+    tenant_id = load_tenant(store, tenant, caller).id if tenant else caller.tenant_scope()
+    return [QueueOut(tenant=names[q.tenant_id], name=q.name, mode=q.mode, priority=q.priority)
+            for q in store.list_queues(tenant_id)]
+
+
+def set_queue(store: SqlStore, caller: Principal, tenant: str, body: QueueIn) -> QueueOut:
+    t = load_tenant(store, tenant, caller)
+    if not (caller.is_admin or caller.role is Role.TENANT_ADMIN):
+        raise ForbiddenError(f"role {caller.role.value} may not manage queues")
+    check_name("name", body.name)
+    q = store.upsert_queue(t.id, body.name, body.mode, body.priority)
+    return QueueOut(tenant=t.name, name=q.name, mode=q.mode, priority=q.priority)
+
+
+# ---- users -------------------------------------------------------------------
+def user_out(u: User, names: dict[int, str]) -> UserOut:
+    return UserOut(id=u.id, name=u.name, role=u.role, tenant=names.get(u.tenant_id) if u.tenant_id else None,
+                   has_password=bool(u.password_hash), created_at=u.created_at)
+
+
+def _check_may_grant(caller: Principal, role: Role) -> None:
+    caller.require(Action.MANAGE_TENANT)
+    if role is Role.ADMIN and not caller.is_admin:
+        raise ForbiddenError("only an admin may grant the admin role")
+
+
+def list_users(store: SqlStore, caller: Principal) -> list[UserOut]:
+    caller.require(Action.MANAGE_TENANT)
+    names = tenant_names(store)
+    return [user_out(u, names) for u in store.list_users(caller.tenant_scope())]
+
+
+def create_user(store: SqlStore, caller: Principal, body: UserIn) -> UserOut:
+    role = parse_role(body.role)
+    _check_may_grant(caller, role)
+    check_name("name", body.name)
+    if body.tenant is None:
+        tenant_id = caller.tenant_id
+    else:
+        t = store.find_tenant(body.tenant)
+        if t is None or (not caller.is_admin and t.id != caller.tenant_id):
+            raise ValidationError("tenant", f"no tenant named {body.tenant!r}")
+        tenant_id = t.id
+    password_hash = hash_password(body.password) if body.password else ""
+    u = store.create_user(body.name, role.value, _now(), tenant_id=tenant_id, password_hash=password_hash)
+    return user_out(u, tenant_names(store))
+
+
+def load_user(store: SqlStore, caller: Principal, name: str) -> User:
+    u = store.find_user(name)
+    if u is None:
+        raise NotFoundError("user", name)
+    caller.check_tenant(u.tenant_id, "user", name)
+    return u
+
+
+def update_user(store: SqlStore, caller: Principal, name: str, body: UserPatch) -> UserOut:
+    u = load_user(store, caller, name)
+    self_service = caller.user is not None and caller.user.id == u.id and body.role is None
+    if not self_service:
+        _check_may_grant(caller, parse_role(body.role) if body.role else Role(u.role))
+    role = parse_role(body.role).value if body.role else None
+    store.update_user(u.id, role=role, password_hash=hash_password(body.password) if body.password else None)
+    return user_out(store.get_user(u.id) or u, tenant_names(store))
+
+
+# ---- tokens ------------------------------------------------------------------
+def token_out(t: TokenRecord, users: dict[int, str], secret: str | None = None) -> TokenOut:
+    return TokenOut(id=t.id, name=t.name, user=users.get(t.user_id) if t.user_id else None, created_at=t.created_at,
+                    expires_at=t.expires_at, revoked=t.revoked, token=secret)
+
+
+def _user_names(store: SqlStore, caller: Principal) -> dict[int, str]:
+    return {u.id: u.name for u in store.list_users(caller.tenant_scope())}
+
+
+def list_tokens(store: SqlStore, caller: Principal) -> list[TokenOut]:
+    users = _user_names(store, caller)
+    if caller.is_admin:
+        ids: list[int] | None = None
+    elif caller.role is Role.TENANT_ADMIN:
+        ids = list(users)
+    else:
+        ids = [caller.user.id] if caller.user else []
+    return [token_out(t, users) for t in store.list_tokens(ids)]
+
+
+def create_token(store: SqlStore, caller: Principal, body: TokenIn) -> TokenOut:
+    owner = caller.user
+    if body.user is not None and (owner is None or body.user != owner.name):
+        caller.require(Action.MANAGE_TENANT)
+        owner = load_user(store, caller, body.user)
+    if owner is None:
+        raise ValidationError("user", "a token belongs to a user")
+    expires = _now() + timedelta(seconds=body.expires_in_s) if body.expires_in_s else None
+    secret = new_token("user")
+    t = store.create_token(hash_token(secret), "user", body.name or "api", owner.id, _now(), expires_at=expires)
+    return token_out(t, {owner.id: owner.name}, secret)
+
+
+def revoke_token(store: SqlStore, caller: Principal, token_id: int) -> None:
+    t = store.get_token(token_id)
+    if t is None or t.kind == "join":
+        raise NotFoundError("token", str(token_id))
+    own = caller.user is not None and t.user_id == caller.user.id
+    if not own:
+        caller.require(Action.MANAGE_TENANT)
+        owner = store.get_user(t.user_id) if t.user_id else None
+        caller.check_tenant(owner.tenant_id if owner else None, "token", str(token_id))
+    store.revoke_token(token_id)
+
+
+def login(store: SqlStore, username: str, password: str) -> TokenOut:
+    """Password login: a token that expires after LOGIN_TOKEN_TTL. One message for every failure."""
+    u = store.find_user(username)
+    if u is None or not verify_password(u.password_hash, password):
+        raise AuthError("wrong user name or password")
+    secret = new_token("user")
+    t = store.create_token(hash_token(secret), "user", "login session", u.id, _now(), expires_at=_now() + LOGIN_TOKEN_TTL)
+    return token_out(t, {u.id: u.name}, secret)

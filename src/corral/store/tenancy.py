@@ -1,0 +1,172 @@
+"""Tenants, quotas, queues, users and tokens in SQL: the tenancy half of SqlStore (a mixin)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from datetime import UTC, datetime
+
+from sqlalchemy import delete, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from corral.core.errors import ConflictError
+from corral.store.records import Queue, Quota, Tenant, TokenRecord, User
+from corral.store.tables import QueueRow, QuotaRow, TenantRow, TokenRow, UserRow
+
+
+def utc(dt: datetime | None) -> datetime | None:
+    """Datetimes come back naive from SQLite: they were stored as UTC."""
+    if dt is None:
+        return None
+    return dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt.astimezone(UTC)
+
+
+def to_user(r: UserRow) -> User:
+    return User(id=r.id, name=r.name, role=r.role, created_at=utc(r.created_at) or r.created_at,
+                tenant_id=r.tenant_id, password_hash=r.password_hash or "")
+
+
+def to_token(r: TokenRow) -> TokenRecord:
+    return TokenRecord(id=r.id, user_id=r.user_id, kind=r.kind, name=r.name,
+                       created_at=utc(r.created_at) or r.created_at, revoked=r.revoked, expires_at=utc(r.expires_at))
+
+
+def to_tenant(r: TenantRow) -> Tenant:
+    return Tenant(id=r.id, name=r.name, parent_id=r.parent_id, weight=r.weight,
+                  created_at=utc(r.created_at) or r.created_at)
+
+
+def to_quota(r: QuotaRow) -> Quota:
+    return Quota(tenant_id=r.tenant_id, gpu_model=r.gpu_model, guaranteed_gpus=r.guaranteed_gpus, max_gpus=r.max_gpus)
+
+
+def to_queue(r: QueueRow) -> Queue:
+    return Queue(id=r.id, tenant_id=r.tenant_id, name=r.name, mode=r.mode, priority=r.priority)
+
+
+class TenancyMethods:
+    """Every method is one transaction (see corral.store.base for the contracts)."""
+
+    def _tx(self) -> AbstractContextManager[Session]:  # provided by SqlStore
+        raise NotImplementedError
+
+    # ---- tenants --------------------------------------------------------------
+    def create_tenant(self, name: str, now: datetime, parent_id: int | None = None, weight: float = 1.0) -> Tenant:
+        """Raises ConflictError when the name is taken. Creates the tenant's `default` queue too."""
+        try:
+            with self._tx() as s:
+                row = TenantRow(name=name, parent_id=parent_id, weight=weight, created_at=now)
+                s.add(row)
+                s.flush()
+                s.add(QueueRow(tenant_id=row.id, name="default", mode="best-effort", priority=0))
+                return to_tenant(row)
+        except IntegrityError as e:
+            raise ConflictError(f"tenant {name!r} already exists") from e
+
+    def get_tenant(self, tenant_id: int) -> Tenant | None:
+        with self._tx() as s:
+            row = s.get(TenantRow, tenant_id)
+            return to_tenant(row) if row else None
+
+    def find_tenant(self, name: str) -> Tenant | None:
+        with self._tx() as s:
+            row = s.scalar(select(TenantRow).where(TenantRow.name == name))
+            return to_tenant(row) if row else None
+
+    def list_tenants(self) -> list[Tenant]:
+        with self._tx() as s:
+            return [to_tenant(r) for r in s.scalars(select(TenantRow).order_by(TenantRow.id)).all()]
+
+    def set_tenant_weight(self, tenant_id: int, weight: float) -> bool:
+        with self._tx() as s:
+            return bool(s.execute(update(TenantRow).where(TenantRow.id == tenant_id).values(weight=weight)).rowcount)
+
+    # ---- quotas ---------------------------------------------------------------
+    def set_quota(self, quota: Quota) -> Quota:
+        """Create or replace the tenant's quota for that GPU model."""
+        with self._tx() as s:
+            row = s.scalar(select(QuotaRow).where(QuotaRow.tenant_id == quota.tenant_id,
+                                                  QuotaRow.gpu_model == quota.gpu_model))
+            if row is None:
+                row = QuotaRow(tenant_id=quota.tenant_id, gpu_model=quota.gpu_model)
+                s.add(row)
+            row.guaranteed_gpus, row.max_gpus = quota.guaranteed_gpus, quota.max_gpus
+            s.flush()
+            return to_quota(row)
+
+    def delete_quota(self, tenant_id: int, gpu_model: str) -> bool:
+        with self._tx() as s:
+            res = s.execute(delete(QuotaRow).where(QuotaRow.tenant_id == tenant_id, QuotaRow.gpu_model == gpu_model))
+            return bool(res.rowcount)
+
+    def list_quotas(self, tenant_id: int | None = None) -> list[Quota]:
+        with self._tx() as s:
+            q = select(QuotaRow).order_by(QuotaRow.tenant_id, QuotaRow.gpu_model)
+            if tenant_id is not None:
+                q = q.where(QuotaRow.tenant_id == tenant_id)
+            return [to_quota(r) for r in s.scalars(q).all()]
+
+    # ---- queues ---------------------------------------------------------------
+    def upsert_queue(self, tenant_id: int, name: str, mode: str, priority: int) -> Queue:
+        with self._tx() as s:
+            row = s.scalar(select(QueueRow).where(QueueRow.tenant_id == tenant_id, QueueRow.name == name))
+            if row is None:
+                row = QueueRow(tenant_id=tenant_id, name=name)
+                s.add(row)
+            row.mode, row.priority = mode, priority
+            s.flush()
+            return to_queue(row)
+
+    def list_queues(self, tenant_id: int | None = None) -> list[Queue]:
+        with self._tx() as s:
+            q = select(QueueRow).order_by(QueueRow.tenant_id, QueueRow.name)
+            if tenant_id is not None:
+                q = q.where(QueueRow.tenant_id == tenant_id)
+            return [to_queue(r) for r in s.scalars(q).all()]
+
+    # ---- users ----------------------------------------------------------------
+    def find_user(self, name: str) -> User | None:
+        with self._tx() as s:
+            row = s.scalar(select(UserRow).where(UserRow.name == name))
+            return to_user(row) if row else None
+
+    def list_users(self, tenant_id: int | None = None) -> list[User]:
+        with self._tx() as s:
+            q = select(UserRow).order_by(UserRow.id)
+            if tenant_id is not None:
+                q = q.where(UserRow.tenant_id == tenant_id)
+            return [to_user(r) for r in s.scalars(q).all()]
+
+    def update_user(self, user_id: int, *, role: str | None = None, password_hash: str | None = None) -> bool:
+        values: dict[str, str] = {}
+        if role is not None:
+            values["role"] = role
+        if password_hash is not None:
+            values["password_hash"] = password_hash
+        if not values:
+            return False
+        with self._tx() as s:
+            return bool(s.execute(update(UserRow).where(UserRow.id == user_id).values(**values)).rowcount)
+
+    # ---- tokens ---------------------------------------------------------------
+    def list_tokens(self, user_ids: Sequence[int] | None = None) -> list[TokenRecord]:
+        """Tokens of these users (all user tokens when None); join tokens are not listed here."""
+        with self._tx() as s:
+            q = select(TokenRow).where(TokenRow.kind != "join").order_by(TokenRow.id)
+            if user_ids is not None:
+                q = q.where(TokenRow.user_id.in_(list(user_ids)))
+            return [to_token(r) for r in s.scalars(q).all()]
+
+    def get_token(self, token_id: int) -> TokenRecord | None:
+        with self._tx() as s:
+            row = s.get(TokenRow, token_id)
+            return to_token(row) if row else None
+
+    def revoke_token(self, token_id: int) -> bool:
+        with self._tx() as s:
+            res = s.execute(update(TokenRow).where(TokenRow.id == token_id, TokenRow.revoked.is_(False))
+                            .values(revoked=True))
+            return bool(res.rowcount)
+
+
