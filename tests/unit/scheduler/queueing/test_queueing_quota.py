@@ -1,0 +1,101 @@
+"""Quotas: guarantees and maxima per tenant and model, borrowing within a cohort, reclaim victims, and
+clear errors for bad quota configurations."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from corral.core.errors import ValidationError
+from corral.scheduler.queueing import TOTAL, QuotaBook, QueueingPolicy, TenantQuota, validate_quotas
+from corral.scheduler.queueing.preemption import RECLAIM, order_reclaim_candidates, select_victims
+from corral.scheduler.queueing.quota import compute_usage
+from queue_builders import MODEL, admit, admitted, book, job, quota, running
+
+NO_RANK_PREEMPTION = QueueingPolicy("quota-only", "fifo")
+
+
+@dataclass
+class BadBook:
+    name: str
+    book: QuotaBook
+    field: str
+
+
+BAD_BOOKS = [
+    BadBook("guarantees exceed the pool", book(quota("a", 6), quota("b", 6)), "quota.*"),
+    BadBook("nominal above maximum", book(quota("a", 4, 2)), "quota.a.*"),
+    BadBook("model not in the pool", book(quota("a", 1, model="H100-80GB")), "quota.a.H100-80GB"),
+    BadBook("cycle in the cohort hierarchy", QuotaBook({}, cohort_parent={"x": "y", "y": "x"}), "cohort"),
+]
+
+
+@pytest.mark.parametrize("case", BAD_BOOKS, ids=lambda c: c.name)
+def test_bad_quotas_are_rejected_with_the_field(case: BadBook) -> None:
+    with pytest.raises(ValidationError) as err:
+        validate_quotas(case.book, {MODEL: 8000})
+    assert err.value.field == case.field
+
+
+def test_valid_quotas_pass() -> None:
+    validate_quotas(book(quota("a", 4, 8), quota("b", 4, 8)), {MODEL: 8000})
+
+
+def test_never_above_maximum() -> None:
+    plan = admit([job("a1", "a", 3), job("a2", "a", 2, submit=1)], gpus=8, quotas=book(quota("a", 2, 4)), policy=NO_RANK_PREEMPTION)
+    assert admitted(plan) == ["a1"] and plan.pending["a2"].reason == "quota"
+
+
+def test_no_quota_for_the_model_is_a_clear_reason() -> None:
+    b = QuotaBook({"a": TenantQuota("a", {"T4-16GB": 1000})}, require_quota=True)
+    plan = admit([job("x", "a"), job("y", "nobody", submit=1)], pool={MODEL: 8000, "T4-16GB": 1000}, quotas=b,
+                 policy=NO_RANK_PREEMPTION, run=[running(job("t4", "z"), model="T4-16GB")])
+    assert plan.pending["x"].reason == "quota" and MODEL in plan.pending["x"].detail
+    assert plan.pending["y"].reason == "quota" and "no quota" in plan.pending["y"].detail
+
+
+def test_borrowing_only_from_idle_guarantees_of_the_cohort() -> None:
+    # Cohort c: a and b guaranteed 2 each (4 in all). a holds 2; b holds 2: no idle guarantee to borrow.
+    b = book(quota("a", 2, 8, cohort="c"), quota("b", 2, 8, cohort="c"))
+    run = [running(job("a0", "a", 2)), running(job("b0", "b", 2))]
+    plan = admit([job("a1", "a", 1)], gpus=8, run=run, quotas=b, policy=NO_RANK_PREEMPTION)
+    assert admitted(plan) == [] and plan.pending["a1"].reason == "borrow-limit"
+    plan = admit([job("a1", "a", 1)], gpus=8, run=run[:1], quotas=b, policy=NO_RANK_PREEMPTION)
+    assert admitted(plan) == ["a1"]  # b is idle: a borrows b's guarantee
+
+
+def test_reclaim_takes_borrowed_work_lowest_priority_most_recent_first() -> None:
+    # a guaranteed 4, b guaranteed 4; b borrowed all 8. a asks for 3 of its guarantee back.
+    b = book(quota("a", 4, 8), quota("b", 4, 8))
+    run = [
+        running(job("b-old-low", "b", 1, priority=0), start=0),
+        running(job("b-new-low", "b", 1, priority=0), start=5),
+        running(job("b-new-low2", "b", 1, priority=0), start=6),
+        running(job("b-high", "b", 1, priority=9), start=9),
+        running(job("b-rest", "b", 4, priority=5), start=1),
+    ]
+    plan = admit([job("a1", "a", 3, submit=10)], gpus=8, run=run, quotas=b, policy=NO_RANK_PREEMPTION, now=10)
+    assert sorted(p.job_id for p in plan.preempt) == ["b-new-low", "b-new-low2", "b-old-low"]
+    assert all(p.kind == RECLAIM for p in plan.preempt) and plan.pending["a1"].reason == "preempting"
+
+
+def test_reclaim_never_touches_a_tenant_within_its_guarantee() -> None:
+    b = book(quota("a", 4, 8), quota("b", 4, 8))
+    run = [running(job("b0", "b", 4)), running(job("a0", "a", 4))]
+    victims = select_victims(job("a1", "a", 1), MODEL, 1000, order_reclaim_candidates(run), set(),
+                             compute_usage(run), b, RECLAIM)
+    assert victims is None
+
+
+def test_borrowing_tenant_cannot_reclaim() -> None:
+    b = book(quota("a", 2, 8), quota("b", 6, 8))
+    run = [running(job("a0", "a", 2)), running(job("b0", "b", 6))]
+    plan = admit([job("a1", "a", 1)], gpus=8, run=run, quotas=b, policy=NO_RANK_PREEMPTION)
+    assert plan.preempt == () and plan.pending["a1"].reason == "capacity"
+
+
+def test_total_and_per_model_keys() -> None:
+    q = TenantQuota("a", {TOTAL: 2000, MODEL: 1000}, {TOTAL: 3000, MODEL: 1000})
+    plan = admit([job("x", "a", 2, model="V100")], gpus=8, quotas=QuotaBook({"a": q}), policy=NO_RANK_PREEMPTION)
+    assert plan.pending["x"].reason == "quota" and MODEL in plan.pending["x"].detail
