@@ -108,6 +108,11 @@ class Corral:
         assert r.returncode == 0, r.stderr
         return json.loads(r.stdout)
 
+    def cli_json_as(self, env: dict[str, str], *args: str) -> Any:
+        r = self.cli(*args, "--json", env=env)
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout)
+
     def submit(self, *args: str) -> int:
         r = self.cli("submit", *args)
         assert r.returncode == 0, r.stderr

@@ -13,7 +13,7 @@ import typer
 from typer._click import exceptions as click_exc  # typer vendors click; its errors live here
 
 from corral import __version__
-from corral.cli import jobs, nodes, run
+from corral.cli import jobs, nodes, run, tenancy
 from corral.cli.config import ConfigError
 from corral.cli.simulate import simulate_app
 from corral.core.errors import CorralError
@@ -33,6 +33,11 @@ app.command("cancel")(jobs.cancel)
 app.command("wait")(jobs.wait)
 app.command("nodes")(nodes.nodes)
 app.command("gpus")(nodes.gpus)
+app.command("login")(tenancy.login)
+app.command("whoami")(tenancy.whoami)
+app.add_typer(tenancy.tenants_app, name="tenants")
+app.add_typer(tenancy.users_app, name="users")
+app.add_typer(tenancy.tokens_app, name="tokens")
 app.add_typer(simulate_app, name="simulate")
 
 

@@ -6,7 +6,10 @@ from typing import Any
 
 import httpx
 
-from corral.server.schemas import AgentRegister, AgentSync, AgentSyncReply, GpuOut, JobOut, JobSubmit, NodeOut
+from corral.server.schemas import (
+    AgentRegister, AgentSync, AgentSyncReply, GpuOut, JobOut, JobSubmit, NodeOut, QueueIn, QueueOut, QuotaIn, QuotaOut,
+    TenantIn, TenantOut, TokenIn, TokenOut, UserIn, UserOut, UserPatch, WhoAmI,
+)
 
 
 class CorralSDKError(Exception):
@@ -26,8 +29,8 @@ class CorralAPIError(CorralSDKError):
 class _Base:
     def __init__(self, url: str, token: str, timeout_s: float = 30.0, transport: httpx.BaseTransport | None = None) -> None:
         self.url = url.rstrip("/")
-        self._http = httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {token}"},
-                                  timeout=timeout_s, transport=transport)
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout_s, transport=transport)
 
     def close(self) -> None:
         self._http.close()
@@ -95,6 +98,60 @@ class CorralClient(_Base):
 
     def gpus(self) -> list[GpuOut]:
         return [GpuOut.model_validate(g) for g in self._request("GET", "/api/v1/gpus").json()]
+
+    # ---- tenancy ----------------------------------------------------------------
+    def whoami(self) -> WhoAmI:
+        return WhoAmI.model_validate(self._request("GET", "/api/v1/whoami").json())
+
+    def tenants(self) -> list[TenantOut]:
+        return [TenantOut.model_validate(t) for t in self._request("GET", "/api/v1/tenants").json()]
+
+    def create_tenant(self, body: TenantIn) -> TenantOut:
+        return TenantOut.model_validate(self._request("POST", "/api/v1/tenants", json=body.model_dump()).json())
+
+    def quotas(self, tenant: str | None = None) -> list[QuotaOut]:
+        params = {"tenant": tenant} if tenant else {}
+        return [QuotaOut.model_validate(q) for q in self._request("GET", "/api/v1/quotas", params=params).json()]
+
+    def set_quota(self, tenant: str, body: QuotaIn) -> QuotaOut:
+        r = self._request("PUT", f"/api/v1/tenants/{tenant}/quotas", json=body.model_dump())
+        return QuotaOut.model_validate(r.json())
+
+    def delete_quota(self, tenant: str, gpu_model: str = "") -> None:
+        self._request("DELETE", f"/api/v1/tenants/{tenant}/quotas", params={"gpu_model": gpu_model})
+
+    def queues(self, tenant: str | None = None) -> list[QueueOut]:
+        params = {"tenant": tenant} if tenant else {}
+        return [QueueOut.model_validate(q) for q in self._request("GET", "/api/v1/queues", params=params).json()]
+
+    def set_queue(self, tenant: str, body: QueueIn) -> QueueOut:
+        r = self._request("PUT", f"/api/v1/tenants/{tenant}/queues", json=body.model_dump())
+        return QueueOut.model_validate(r.json())
+
+    def users(self) -> list[UserOut]:
+        return [UserOut.model_validate(u) for u in self._request("GET", "/api/v1/users").json()]
+
+    def create_user(self, body: UserIn) -> UserOut:
+        r = self._request("POST", "/api/v1/users", json=body.model_dump(exclude_none=True))
+        return UserOut.model_validate(r.json())
+
+    def update_user(self, name: str, body: UserPatch) -> UserOut:
+        r = self._request("PATCH", f"/api/v1/users/{name}", json=body.model_dump(exclude_none=True))
+        return UserOut.model_validate(r.json())
+
+    def tokens(self) -> list[TokenOut]:
+        return [TokenOut.model_validate(t) for t in self._request("GET", "/api/v1/tokens").json()]
+
+    def create_token(self, body: TokenIn) -> TokenOut:
+        r = self._request("POST", "/api/v1/tokens", json=body.model_dump(exclude_none=True))
+        return TokenOut.model_validate(r.json())
+
+    def revoke_token(self, token_id: int) -> None:
+        self._request("DELETE", f"/api/v1/tokens/{token_id}")
+
+    def login(self, username: str, password: str) -> TokenOut:
+        r = self._request("POST", "/api/v1/login", json={"username": username, "password": password})
+        return TokenOut.model_validate(r.json())
 
 
 class AgentClient(_Base):
