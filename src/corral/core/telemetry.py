@@ -361,3 +361,33 @@ def merge_job_gpu_summary(summary: JobGpuSummary, samples: Iterable[GpuSample]) 
         first = x.ts if first is None else min(first, x.ts)
         last = x.ts if last is None else max(last, x.ts)
     return JobGpuSummary(n, util_sum, util_max, idle, mem_max, power_sum, power_n, first, last)
+
+
+# ----- ingest budget: one agent cannot flood the server -----
+
+@dataclass(frozen=True, slots=True)
+class IngestBudget:
+    """A token bucket per agent: `rate_per_s` samples a second on average, bursts up to `burst`."""
+
+    rate_per_s: float
+    burst: float
+    tokens: float
+    updated_at: float
+
+    @classmethod
+    def full(cls, rate_per_s: float, burst: float, now: float) -> IngestBudget:
+        return cls(rate_per_s, burst, burst, now)
+
+
+def compute_ingest(budget: IngestBudget, samples: int, now: float) -> tuple[IngestBudget, bool]:
+    """Take `samples` tokens if the bucket holds them (pure). Refused batches take nothing."""
+    elapsed = max(now - budget.updated_at, 0.0)
+    tokens = min(budget.burst, budget.tokens + elapsed * budget.rate_per_s)
+    if samples > tokens:
+        return IngestBudget(budget.rate_per_s, budget.burst, tokens, now), False
+    return IngestBudget(budget.rate_per_s, budget.burst, tokens - samples, now), True
+
+
+def compute_batch_size(batch: TelemetryBatch) -> int:
+    """What a batch costs against the budget: one per GPU sample, host sample and event."""
+    return len(batch.gpus) + len(batch.events) + (1 if batch.host is not None else 0)

@@ -16,12 +16,15 @@ from corral.core.telemetry import (
     GpuProcess,
     GpuSample,
     HostSample,
+    IngestBudget,
     JobGpuSummary,
     TelemetryBatch,
     batch_from_dict,
     batch_to_dict,
+    compute_batch_size,
     compute_gpu_series,
     compute_host_series,
+    compute_ingest,
     compute_throttle_reason_names,
     merge_job_gpu_summary,
 )
@@ -127,3 +130,20 @@ def test_job_gpu_summary_folds_samples_incrementally() -> None:
     assert both.power_w_avg == 100.0 and both.power_samples == 3
     assert (both.first_ts, both.last_ts) == (10, 20)
     assert JobGpuSummary().utilization_avg is None
+
+
+def test_ingest_budget_allows_the_steady_rate_and_refuses_a_flood() -> None:
+    # An 8-GPU agent at 5 s sends 9 samples a batch; allow 4 samples/s with a burst of 40.
+    budget = IngestBudget.full(rate_per_s=4, burst=40, now=0.0)
+    size = compute_batch_size(_batch())
+    assert size == 4 + 1 + 1  # 4 GPUs, the host, one event
+    for i in range(1, 100):
+        budget, ok = compute_ingest(budget, 9, now=5.0 * i)
+        assert ok
+    accepted = 0
+    for _ in range(20):  # twenty batches in the same instant: the full bucket (40) holds four
+        budget, ok = compute_ingest(budget, 9, now=500.0)
+        accepted += ok
+    assert accepted == 4
+    budget, ok = compute_ingest(budget, 9, now=510.0)  # the bucket refills with time
+    assert ok

@@ -12,6 +12,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
+from corral.core.errors import ValidationError
 from corral.core.gpuspec import SimGpuSpec, parse_sim_spec
 from corral.core.resources import GpuInfo
 from corral.core.telemetry import GpuEvent, GpuEventKind, GpuReadout, GpuSample
@@ -257,3 +258,23 @@ class SimulatedGpuBackend:
     def close(self) -> None:
         with self._cond:
             self._cond.notify_all()  # wake a watcher so it can notice it should stop
+
+
+def parse_sim_fault(data: Mapping[str, object]) -> SimFault | None:
+    """A fault from API/CLI input: {"xid": 79} | {"ecc": true} | {"off_bus": true} | {"temperature_c": 95},
+    several at once, or {"clear": true} (returns None: clear the GPU's faults).
+    Raises ValidationError naming the field."""
+    if data.get("clear"):
+        if any(data.get(k) not in (None, False) for k in ("xid", "ecc", "off_bus", "temperature_c")):
+            raise ValidationError("clear", "clear cannot be combined with a fault")
+        return None
+    xid, temp = data.get("xid"), data.get("temperature_c")
+    if xid is not None and (isinstance(xid, bool) or not isinstance(xid, int) or not 0 < xid < 1000):
+        raise ValidationError("xid", f"expected an Xid code 1..999, got {xid!r}")
+    if temp is not None and (isinstance(temp, bool) or not isinstance(temp, int | float) or not 0 <= temp <= 150):
+        raise ValidationError("temperature_c", f"expected degrees C 0..150, got {temp!r}")
+    fault = SimFault(xid=xid, ecc=data.get("ecc") is True, off_bus=data.get("off_bus") is True,
+                     temperature_c=float(temp) if temp is not None else None)
+    if fault == SimFault():
+        raise ValidationError("fault", "name a fault: xid, ecc, off_bus or temperature_c (or clear)")
+    return fault
