@@ -182,16 +182,30 @@ class SqlStore(TenancyMethods):
             return _job(row) if row else None
 
     def list_jobs(self, states: Sequence[JobState] | None = None, limit: int | None = None,
-                  tenant_id: int | None = None) -> list[Job]:
+                  tenant_id: int | None = None, newest_first: bool = False, before_id: int | None = None,
+                  node: str | None = None) -> list[Job]:
         with self._tx() as s:
-            q = select(JobRow).order_by(JobRow.id)
+            q = select(JobRow).order_by(JobRow.id.desc() if newest_first else JobRow.id)
             if states is not None:
                 q = q.where(JobRow.state.in_([st.value for st in states]))
             if tenant_id is not None:
                 q = q.where(JobRow.tenant_id == tenant_id)
+            if before_id is not None:
+                q = q.where(JobRow.id < before_id)
+            if node is not None:
+                q = q.where(JobRow.node == node)
             if limit is not None:
                 q = q.limit(limit)
             return [_job(r) for r in s.scalars(q).all()]
+
+    def count_jobs(self, states: Sequence[JobState] | None = None, tenant_id: int | None = None) -> int:
+        with self._tx() as s:
+            q = select(func.count()).select_from(JobRow)
+            if states is not None:
+                q = q.where(JobRow.state.in_([st.value for st in states]))
+            if tenant_id is not None:
+                q = q.where(JobRow.tenant_id == tenant_id)
+            return int(s.scalar(q) or 0)
 
     def list_node_jobs(self, node: str) -> list[Job]:
         with self._tx() as s:

@@ -33,12 +33,21 @@ def create_job(body: JobSubmit, request: Request, caller: User) -> JobOut:
 
 
 @router.get("", response_model=list[JobOut])
-def list_jobs(request: Request, caller: User, all: bool = False,
-              state: Annotated[list[JobState] | None, Query()] = None) -> list[JobOut]:
-    """Pending and running jobs (`all=true`: every job), of the caller's tenant (admins: of all)."""
+def list_jobs(request: Request, response: Response, caller: User, all: bool = False,
+              state: Annotated[list[JobState] | None, Query()] = None,
+              limit: Annotated[int | None, Query(ge=1, le=10_000)] = None,
+              before_id: Annotated[int | None, Query(ge=1, description="page: only jobs with a smaller id")] = None,
+              newest_first: bool = False, node: str | None = None) -> list[JobOut]:
+    """Pending and running jobs (`all=true`: every job), of the caller's tenant (admins: of all).
+
+    Pages: `limit` with `newest_first=true` and `before_id` = the last id seen. `X-Total-Count` counts all matches.
+    """
     store = request.app.state.store
     states = state or (None if all else [JobState.PENDING, JobState.RUNNING])
-    jobs = store.list_jobs(states=states, tenant_id=caller.tenant_scope())
+    scope = caller.tenant_scope()
+    jobs = store.list_jobs(states=states, tenant_id=scope, limit=limit, newest_first=newest_first,
+                           before_id=before_id, node=node)
+    response.headers["X-Total-Count"] = str(store.count_jobs(states=states, tenant_id=scope))
     names = tenant_names(store)
     return [to_out(j, request.app.state.scheduler.pending_reasons, names) for j in jobs]
 
