@@ -40,6 +40,9 @@ class HealthPolicy:
     fatal_xids: frozenset[int] = DEFAULT_FATAL_XIDS
     temperature_limit_c: float = 90.0
     recovery_checks: int = 3
+    # Xids after which the GPU stays out until an admin enables it (e.g. 48, 79 on real hardware,
+    # where only a reset clears them); empty by default: recovery by clean checks, as for any failure.
+    sticky_xids: frozenset[int] = frozenset()
 
     def __post_init__(self) -> None:
         if self.recovery_checks < 1:
@@ -48,6 +51,8 @@ class HealthPolicy:
             raise ValidationError("temperature_limit_c", "must be between 0 and 200")
         if any(x <= 0 for x in self.fatal_xids):
             raise ValidationError("fatal_xids", "Xid codes are positive integers")
+        if not self.sticky_xids <= self.fatal_xids:
+            raise ValidationError("sticky_xids", "a sticky Xid must also be fatal")
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +60,7 @@ class GpuFailure:
     index: int
     reason: str  # a GpuEventKind value
     detail: str
+    sticky: bool = False  # only an admin brings the GPU back
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,9 +117,9 @@ def compute_gpu_failures(state: NodeHealthState, samples: Sequence[GpuSample], e
     known = {g.index: g for g in state.gpus}
     failures: dict[int, GpuFailure] = {}
 
-    def fail(index: int, reason: str, detail: str) -> None:
+    def fail(index: int, reason: str, detail: str, sticky: bool = False) -> None:
         if index in known and index not in failures:
-            failures[index] = GpuFailure(index, reason, detail)
+            failures[index] = GpuFailure(index, reason, detail, sticky)
 
     # Events first: they name the cause most precisely (a lost GPU also goes missing from samples).
     for e in events:
@@ -121,7 +127,8 @@ def compute_gpu_failures(state: NodeHealthState, samples: Sequence[GpuSample], e
             continue  # cannot be pinned on a GPU; the samples will show which one it was
         if e.kind is GpuEventKind.XID:
             if e.xid in policy.fatal_xids:
-                fail(e.gpu_index, e.kind.value, f"fatal Xid {e.xid}" + (f": {e.detail}" if e.detail else ""))
+                fail(e.gpu_index, e.kind.value, f"fatal Xid {e.xid}" + (f": {e.detail}" if e.detail else ""),
+                     sticky=e.xid in policy.sticky_xids)
         else:
             fail(e.gpu_index, e.kind.value, e.detail or e.kind.value)
     for s in samples:
@@ -167,9 +174,10 @@ def _step(g: GpuHealthState, failure: GpuFailure | None, now: float,
     if failure is not None:
         if g.health is GpuHealth.HEALTHY:  # HEALTHY -> UNHEALTHY: any failure, at once
             new = dataclasses.replace(g, health=GpuHealth.UNHEALTHY, reason=failure.reason, detail=failure.detail,
-                                      since=now, healthy_streak=0)
+                                      since=now, healthy_streak=0, admin_disabled=failure.sticky)
             return new, HealthTransition(now, g.index, g.health, new.health, failure.reason, failure.detail)
-        return dataclasses.replace(g, healthy_streak=0), None  # still failing: the streak starts over
+        # still failing: the streak starts over (and a sticky failure now needs an admin)
+        return dataclasses.replace(g, healthy_streak=0, admin_disabled=g.admin_disabled or failure.sticky), None
     if g.health is GpuHealth.HEALTHY or g.admin_disabled:
         return g, None  # healthy stays healthy; admin-disabled waits for an admin
     streak = g.healthy_streak + 1

@@ -72,6 +72,17 @@ def test_fatal_xid_set_is_configurable() -> None:
     assert DEFAULT_FATAL_XIDS == {48, 63, 64, 74, 79, 92, 94, 95}
 
 
+def test_sticky_xids_need_an_admin() -> None:
+    policy = HealthPolicy(recovery_checks=1, sticky_xids=frozenset({79}))
+    checker = HealthChecker(range(2), now=0.0, policy=policy)
+    checker.check(_samples(2), [_xid(0, 79), _xid(1, 48)], 2, now=1.0)
+    for now in (2.0, 3.0, 4.0):
+        checker.check(_samples(2), [], 2, now=now)
+    assert checker.state.unhealthy_indices == (0,)  # 48 recovered by a clean check, 79 waits
+    assert [t.reason for t in checker.enable(0, now=5.0)] == ["admin_enable"]
+    assert checker.state.unhealthy_indices == ()
+
+
 def test_temperature_limit_is_configurable() -> None:
     hot = _samples(changes={0: {"temperature_c": 85.0}})
     assert HealthChecker(range(4), 0.0).check(hot, [], 4, 1.0) == []
@@ -130,7 +141,8 @@ def test_compute_health_is_pure() -> None:
     assert state.unhealthy_indices == ()
 
 
-@pytest.mark.parametrize("bad", [{"recovery_checks": 0}, {"temperature_limit_c": -5}, {"fatal_xids": frozenset({0})}])
+@pytest.mark.parametrize("bad", [{"recovery_checks": 0}, {"temperature_limit_c": -5}, {"fatal_xids": frozenset({0})},
+                                 {"sticky_xids": frozenset({13})}])
 def test_bad_policy_is_refused(bad: dict[str, object]) -> None:
     with pytest.raises(ValidationError):
         HealthPolicy(**bad)  # type: ignore[arg-type]
