@@ -191,7 +191,8 @@ def _cluster_families(stats: ClusterStats) -> Iterator[Metric]:
         yield CounterMetricFamily(name, help_text, value=value)
     h = stats.scheduling_latency
     if h is not None:
-        buckets = [(_bound(b), float(c)) for b, c in zip(h.bounds, h.cumulative)] + [("+Inf", float(h.count))]
+        buckets = [(_bound(b), float(c)) for b, c in zip(h.bounds, h.cumulative, strict=True)]
+        buckets.append(("+Inf", float(h.count)))
         yield HistogramMetricFamily("corral_scheduling_latency_seconds",
                                     "Time from a job's submission to its placement.", buckets=buckets,
                                     sum_value=h.total_s)
