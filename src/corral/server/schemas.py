@@ -94,9 +94,11 @@ class GpuOut(BaseModel):
     pci_bus_id: str
     numa_node: int | None
     nvlink_peers: list[int]
-    healthy: bool
+    healthy: bool = Field(description="schedulable: healthy and not disabled by an admin")
     job_id: int | None = Field(description="the job using this GPU, if any")
     used_milli: int
+    health: str = Field("HEALTHY", description="HEALTHY, UNHEALTHY or DISABLED")
+    health_reason: str = ""
 
 
 class NodeOut(BaseModel):
@@ -112,6 +114,23 @@ class NodeOut(BaseModel):
     labels: dict[str, str]
     registered_at: datetime
     last_heartbeat_at: datetime
+    cordoned: bool = False
+    gpus_unhealthy: int = 0
+
+
+class EventOut(BaseModel):
+    at: datetime
+    kind: str
+    message: str
+    gpu: int | None = None
+
+
+class AuditOut(BaseModel):
+    at: datetime
+    actor: str
+    action: str
+    target: str
+    detail: str
 
 
 class GpuReport(BaseModel):

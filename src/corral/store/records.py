@@ -59,6 +59,34 @@ class TokenRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class GpuStatus:
+    """Health and admin state of one GPU: it is schedulable only when healthy and not disabled."""
+
+    index: int
+    healthy: bool = True
+    reason: str = ""  # why it is unhealthy (xid, ecc_dbe, off_bus, ...)
+    disabled: bool = False  # taken out by an admin (`corral gpus disable`), until enabled
+
+
+@dataclass(frozen=True, slots=True)
+class NodeEvent:
+    node: str
+    gpu_index: int | None
+    at: datetime
+    kind: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class AuditEntry:
+    at: datetime
+    actor: str
+    action: str
+    target: str
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
 class Node:
     name: str
     hostname: str
@@ -68,8 +96,10 @@ class Node:
     state: str  # READY | LOST
     registered_at: datetime
     last_heartbeat_at: datetime
-    gpus: tuple[GpuInfo, ...] = ()
+    gpus: tuple[GpuInfo, ...] = ()  # `healthy` there already folds in health and admin disable
     labels: dict[str, str] = field(default_factory=dict)
+    cordoned: bool = False  # no new work is placed here
+    gpu_status: tuple[GpuStatus, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from corral.core.errors import ConflictError
 from corral.core.resources import GpuInfo
 from corral.core.states import JobState
-from corral.store.records import Job, JobEvent, JobSpec, Node, TokenRecord, User
+from corral.store.operations import NodeAdminMethods
+from corral.store.records import GpuStatus, Job, JobEvent, JobSpec, Node, TokenRecord, User
 from corral.store.tables import GpuRow, JobEventRow, JobRow, NodeRow, TokenRow, UserRow
 from corral.store.tenancy import TenancyMethods, to_token, to_user
 from corral.store.tenancy import utc as _utc
@@ -41,7 +42,7 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur.close()
 
 
-class SqlStore(TenancyMethods):
+class SqlStore(TenancyMethods, NodeAdminMethods):
     """One implementation for both databases; dialect differences stay inside this class."""
 
     def __init__(self, url: str) -> None:
@@ -118,13 +119,18 @@ class SqlStore(TenancyMethods):
             row.hostname, row.backend = hostname, backend
             row.cpu_milli, row.memory_mib, row.labels = cpu_milli, memory_mib, dict(labels)
             row.state, row.last_heartbeat_at = "READY", now
+            # health and admin state follow the physical GPU (its UUID) across re-registrations
+            kept = {g.uuid: (g.healthy, g.health_reason, g.disabled)
+                    for g in s.scalars(select(GpuRow).where(GpuRow.node_name == name)).all()}
             s.query(GpuRow).filter(GpuRow.node_name == name).delete()
             s.flush()
             for g in gpus:
+                healthy, reason, disabled = kept.get(g.uuid, (g.healthy, "" if g.healthy else "reported", False))
                 s.add(GpuRow(
                     node_name=name, index=g.index, uuid=g.uuid, model=g.model, memory_mib=g.memory_mib,
                     pci_bus_id=g.pci_bus_id, numa_node=g.numa_node, nvlink_peers=list(g.nvlink_peers),
-                    pcie_switch=g.pcie_switch, ecc_enabled=g.ecc_enabled, healthy=g.healthy,
+                    pcie_switch=g.pcie_switch, ecc_enabled=g.ecc_enabled, healthy=healthy and g.healthy,
+                    health_reason=reason, disabled=disabled,
                 ))
             s.flush()
             return self._node(s, row)
@@ -138,9 +144,9 @@ class SqlStore(TenancyMethods):
         with self._tx() as s:
             rows = s.scalars(select(NodeRow).order_by(NodeRow.name)).all()
             gpus = s.scalars(select(GpuRow).order_by(GpuRow.node_name, GpuRow.index)).all()
-            by_node: dict[str, list[GpuInfo]] = {}
+            by_node: dict[str, list[GpuRow]] = {}
             for g in gpus:
-                by_node.setdefault(g.node_name, []).append(_gpu(g))
+                by_node.setdefault(g.node_name, []).append(g)
             return [_node(r, by_node.get(r.name, [])) for r in rows]
 
     def touch_node(self, name: str, now: datetime) -> bool:
@@ -158,7 +164,7 @@ class SqlStore(TenancyMethods):
 
     def _node(self, s: Session, row: NodeRow) -> Node:
         gpus = s.scalars(select(GpuRow).where(GpuRow.node_name == row.name).order_by(GpuRow.index)).all()
-        return _node(row, [_gpu(g) for g in gpus])
+        return _node(row, gpus)
 
     # ---- jobs -------------------------------------------------------------
     def create_job(self, spec: JobSpec, now: datetime) -> Job:
@@ -292,14 +298,15 @@ def open_store(url: str) -> SqlStore:
 def _gpu(g: GpuRow) -> GpuInfo:
     return GpuInfo(index=g.index, uuid=g.uuid, model=g.model, memory_mib=g.memory_mib, pci_bus_id=g.pci_bus_id,
                    numa_node=g.numa_node, nvlink_peers=tuple(g.nvlink_peers or ()), pcie_switch=g.pcie_switch,
-                   ecc_enabled=g.ecc_enabled, healthy=g.healthy)
+                   ecc_enabled=g.ecc_enabled, healthy=g.healthy and not g.disabled)
 
 
-def _node(r: NodeRow, gpus: Sequence[GpuInfo]) -> Node:
+def _node(r: NodeRow, gpus: Sequence[GpuRow]) -> Node:
     return Node(name=r.name, hostname=r.hostname, backend=r.backend, cpu_milli=r.cpu_milli, memory_mib=r.memory_mib,
                 state=r.state, registered_at=_utc(r.registered_at) or r.registered_at,
-                last_heartbeat_at=_utc(r.last_heartbeat_at) or r.last_heartbeat_at, gpus=tuple(gpus),
-                labels=dict(r.labels or {}))
+                last_heartbeat_at=_utc(r.last_heartbeat_at) or r.last_heartbeat_at, gpus=tuple(_gpu(g) for g in gpus),
+                labels=dict(r.labels or {}), cordoned=bool(r.cordoned),
+                gpu_status=tuple(GpuStatus(g.index, g.healthy, g.health_reason or "", g.disabled) for g in gpus))
 
 
 def _job(r: JobRow) -> Job:

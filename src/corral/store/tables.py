@@ -80,6 +80,7 @@ class NodeRow(Base):
     state: Mapped[str] = mapped_column(String(16))
     registered_at: Mapped[datetime] = mapped_column(UTC_DT)
     last_heartbeat_at: Mapped[datetime] = mapped_column(UTC_DT)
+    cordoned: Mapped[bool] = mapped_column(Boolean, default=False)
 
 
 class GpuRow(Base):
@@ -95,6 +96,8 @@ class GpuRow(Base):
     pcie_switch: Mapped[str | None] = mapped_column(String(64), nullable=True)
     ecc_enabled: Mapped[bool] = mapped_column(Boolean, default=False)
     healthy: Mapped[bool] = mapped_column(Boolean, default=True)
+    health_reason: Mapped[str] = mapped_column(String(255), default="")
+    disabled: Mapped[bool] = mapped_column(Boolean, default=False)
 
 
 class JobRow(Base):
@@ -137,3 +140,23 @@ class JobEventRow(Base):
     at: Mapped[datetime] = mapped_column(UTC_DT)
     kind: Mapped[str] = mapped_column(String(32))
     message: Mapped[str] = mapped_column(Text, default="")
+
+
+class NodeEventRow(Base):
+    __tablename__ = "node_events"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    node: Mapped[str] = mapped_column(String(255), index=True)
+    gpu_index: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    at: Mapped[datetime] = mapped_column(UTC_DT)
+    kind: Mapped[str] = mapped_column(String(32))
+    message: Mapped[str] = mapped_column(Text, default="")
+
+
+class AuditRow(Base):
+    __tablename__ = "audit_log"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    at: Mapped[datetime] = mapped_column(UTC_DT, index=True)
+    actor: Mapped[str] = mapped_column(String(128))
+    action: Mapped[str] = mapped_column(String(64))
+    target: Mapped[str] = mapped_column(String(255), default="")
+    detail: Mapped[str] = mapped_column(Text, default="")

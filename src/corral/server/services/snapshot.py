@@ -34,5 +34,5 @@ def compute_snapshot(nodes: Sequence[Node], running: Sequence[Job]) -> list[Node
                         labels=tuple(sorted(n.labels.items())))
         used = tuple(min(1000, usage.get((n.name, g.index), (0, 0))[0]) for g in n.gpus)
         states.append(NodeState(info=info, gpu_used_milli=used, cpu_used_milli=cpu.get(n.name, 0),
-                                memory_used_mib=mem.get(n.name, 0), schedulable=n.state == "READY"))
+                                memory_used_mib=mem.get(n.name, 0), schedulable=n.state == "READY" and not n.cordoned))
     return states

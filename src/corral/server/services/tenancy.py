@@ -8,6 +8,7 @@ from corral.core.errors import AuthError, ForbiddenError, NotFoundError, Validat
 from corral.core.tenancy import Action, Role, check_name, check_quota, parse_role
 from corral.server.auth import Principal, hash_token, new_token
 from corral.server.passwords import hash_password, verify_password
+from corral.server.services.audit import record_audit
 from corral.server.schemas import (
     QueueIn, QueueOut, QuotaIn, QuotaOut, TenantIn, TenantOut, TokenIn, TokenOut, UserIn, UserOut, UserPatch,
 )
@@ -54,6 +55,7 @@ def create_tenant(store: SqlStore, caller: Principal, body: TenantIn) -> TenantO
             raise ValidationError("parent", f"no tenant named {body.parent!r}")
         parent_id = parent.id
     t = store.create_tenant(body.name, _now(), parent_id=parent_id, weight=body.weight)
+    record_audit(store, caller, "tenant.create", t.name, f"parent={body.parent or ''} weight={body.weight:g}")
     return tenant_out(t, tenant_names(store))
 
 
@@ -69,6 +71,8 @@ def set_quota(store: SqlStore, caller: Principal, tenant: str, body: QuotaIn) ->
     t = load_tenant(store, tenant, caller)
     check_quota(body.guaranteed_gpus, body.max_gpus)
     q = store.set_quota(Quota(t.id, body.gpu_model.strip(), body.guaranteed_gpus, body.max_gpus))
+    record_audit(store, caller, "quota.set", f"{t.name}/{q.gpu_model or '*'}",
+                 f"guaranteed={q.guaranteed_gpus} max={q.max_gpus}")
     return QuotaOut(tenant=t.name, gpu_model=q.gpu_model, guaranteed_gpus=q.guaranteed_gpus, max_gpus=q.max_gpus)
 
 
@@ -77,6 +81,7 @@ def delete_quota(store: SqlStore, caller: Principal, tenant: str, gpu_model: str
     t = load_tenant(store, tenant, caller)
     if not store.delete_quota(t.id, gpu_model):
         raise NotFoundError("quota", f"{tenant}/{gpu_model or '*'}")
+    record_audit(store, caller, "quota.delete", f"{tenant}/{gpu_model or '*'}")
 
 
 def list_queues(store: SqlStore, caller: Principal, tenant: str | None) -> list[QueueOut]:
@@ -92,6 +97,7 @@ def set_queue(store: SqlStore, caller: Principal, tenant: str, body: QueueIn) ->
         raise ForbiddenError(f"role {caller.role.value} may not manage queues")
     check_name("name", body.name)
     q = store.upsert_queue(t.id, body.name, body.mode, body.priority)
+    record_audit(store, caller, "queue.set", f"{t.name}/{q.name}", f"mode={q.mode} priority={q.priority}")
     return QueueOut(tenant=t.name, name=q.name, mode=q.mode, priority=q.priority)
 
 
@@ -126,6 +132,7 @@ def create_user(store: SqlStore, caller: Principal, body: UserIn) -> UserOut:
         tenant_id = t.id
     password_hash = hash_password(body.password) if body.password else ""
     u = store.create_user(body.name, role.value, _now(), tenant_id=tenant_id, password_hash=password_hash)
+    record_audit(store, caller, "user.create", u.name, f"role={u.role}")
     return user_out(u, tenant_names(store))
 
 
@@ -144,6 +151,7 @@ def update_user(store: SqlStore, caller: Principal, name: str, body: UserPatch) 
         _check_may_grant(caller, parse_role(body.role) if body.role else Role(u.role))
     role = parse_role(body.role).value if body.role else None
     store.update_user(u.id, role=role, password_hash=hash_password(body.password) if body.password else None)
+    record_audit(store, caller, "user.update", u.name, ("role=" + role if role else "") + (" password" if body.password else ""))
     return user_out(store.get_user(u.id) or u, tenant_names(store))
 
 
@@ -178,6 +186,7 @@ def create_token(store: SqlStore, caller: Principal, body: TokenIn) -> TokenOut:
     expires = _now() + timedelta(seconds=body.expires_in_s) if body.expires_in_s else None
     secret = new_token("user")
     t = store.create_token(hash_token(secret), "user", body.name or "api", owner.id, _now(), expires_at=expires)
+    record_audit(store, caller, "token.create", f"{owner.name}/{t.id}", t.name)
     return token_out(t, {owner.id: owner.name}, secret)
 
 
@@ -191,6 +200,7 @@ def revoke_token(store: SqlStore, caller: Principal, token_id: int) -> None:
         owner = store.get_user(t.user_id) if t.user_id else None
         caller.check_tenant(owner.tenant_id if owner else None, "token", str(token_id))
     store.revoke_token(token_id)
+    record_audit(store, caller, "token.revoke", str(token_id))
 
 
 def login(store: SqlStore, username: str, password: str) -> TokenOut:
