@@ -11,7 +11,7 @@ from fastapi import FastAPI
 
 from corral import __version__
 from corral.server.errors import install_error_handlers
-from corral.server.routers import agents, health, jobs, nodes, tenants, users, web
+from corral.server.routers import agents, health, jobs, nodes, session, tenants, users, web
 from corral.server.services.logs import LogStore
 from corral.server.services.notify import NodeNotifier
 from corral.server.services.scheduling import Scheduler
@@ -45,6 +45,6 @@ def create_app(settings: Settings, store: SqlStore | None = None) -> FastAPI:
     app.state.scheduler = scheduler
     app.state.logs = LogStore(settings.data_dir / "logs")
     install_error_handlers(app)
-    for module in (health, jobs, nodes, agents, tenants, users, web):
+    for module in (health, jobs, nodes, agents, tenants, users, session, web):
         app.include_router(module.router)
     return app

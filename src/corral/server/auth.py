@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import hmac
 import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -14,6 +15,10 @@ from corral.core.tenancy import Action, Role, can
 from corral.store.records import TokenRecord, User
 
 TOKEN_PREFIX = {"user": "crl_", "join": "crj_"}
+SESSION_COOKIE = "corral_session"  # HttpOnly: the secret of a login token, set by POST /web/login
+CSRF_COOKIE = "corral_csrf"  # readable by the page, which echoes it in X-CSRF-Token on unsafe methods
+CSRF_HEADER = "x-csrf-token"
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
 def new_token(kind: str) -> str:
@@ -67,9 +72,30 @@ def _bearer(request: Request) -> str:
     return value.strip()
 
 
+def csrf_for(session_secret: str) -> str:
+    """The CSRF token bound to one session: derived from its secret, so nothing is stored and a page on
+    another origin (which cannot read the HttpOnly cookie) cannot compute it."""
+    return hashlib.sha256(b"corral-csrf:" + session_secret.encode()).hexdigest()
+
+
+def _credential(request: Request) -> str:
+    """A bearer header wins; without one a session cookie may stand in, but then every unsafe method must
+    carry the session's CSRF token in X-CSRF-Token (the cookie alone would let other sites post as the user)."""
+    if "authorization" in request.headers:
+        return _bearer(request)
+    cookie = request.cookies.get(SESSION_COOKIE)
+    if not cookie:
+        return _bearer(request)  # raises the usual "missing bearer token"
+    if request.method not in SAFE_METHODS:
+        sent = request.headers.get(CSRF_HEADER, "")
+        if not hmac.compare_digest(sent.encode(), csrf_for(cookie).encode()):
+            raise ForbiddenError("missing or wrong X-CSRF-Token for a cookie session")
+    return cookie
+
+
 def authenticate(request: Request) -> Principal:
     store = request.app.state.store
-    token = store.find_token(hash_token(_bearer(request)))
+    token = store.find_token(hash_token(_credential(request)))
     if token is None:
         raise AuthError("invalid or revoked token")
     if token.expires_at is not None and token.expires_at <= datetime.now(UTC):
