@@ -1,0 +1,83 @@
+// Fleet overview: GPUs by model and pool, the queue and why jobs wait, utilisation over time, firing alerts.
+import { get, getWithTotal, has } from "../api.js";
+import { RangePicker, TimeChart } from "../chart.js";
+import { $, bar, esc, table } from "../ui.js";
+import { live } from "../ui.js";
+import { averageSeries } from "./metrics.js";
+
+export function summarise(gpus, nodes) {
+  const pools = new Map(nodes.map((n) => [n.name, n.labels.pool || "—"]));
+  const byKey = new Map();
+  for (const g of gpus) {
+    for (const key of [`model:${g.model}`, `pool:${pools.get(g.node) || "—"}`]) {
+      const s = byKey.get(key) || { total: 0, used: 0, free: 0, unhealthy: 0 };
+      s.total += 1;
+      if (!g.healthy) s.unhealthy += 1; else if (g.job_id !== null || g.used_milli > 0) s.used += 1; else s.free += 1;
+      byKey.set(key, s);
+    }
+  }
+  return byKey;
+}
+
+export async function render(page) {
+  document.title = "Fleet · Corral";
+  page.root.innerHTML = `<h1>Fleet</h1>
+    <div class="cards" id="totals"></div>
+    <h2>GPUs by model</h2><div id="by-model"></div>
+    <div id="by-pool-wrap" hidden><h2>GPUs by pool</h2><div id="by-pool"></div></div>
+    <h2>Queue</h2><div id="queue"></div>
+    <h2>Utilisation</h2><div id="range"></div><div class="charts" id="charts"></div>
+    <h2>Firing alerts</h2><div id="alerts"></div>`;
+  const range = new RangePicker($("#range"), () => refreshCharts());
+  const charts = $("#charts");
+  const util = new TimeChart(charts, { title: "GPU utilisation (mean of all GPUs)", unit: "%", yMax: 100, id: "fleet-util",
+    onZoom: (a, b) => range.zoom(a, b), onReset: () => range.reset() });
+  const alloc = new TimeChart(charts, { title: "GPUs allocated (since this page opened)", id: "fleet-alloc" });
+  const allocPoints = [];
+
+  async function refreshCharts() {
+    if (!has("/api/v1/metrics/series")) { util.setData([], "metrics are not available on this server"); return; }
+    const res = await get("/api/v1/metrics/series", { metric: "gpu_util_pct", ...range.current() });
+    util.setData([{ name: "mean", points: averageSeries(res.series) }]);
+  }
+
+  async function refresh() {
+    const [gpus, nodes, pending, running] = await Promise.all([
+      get("/api/v1/gpus"), get("/api/v1/nodes"),
+      getWithTotal("/api/v1/jobs", { state: "PENDING", limit: 500 }),
+      getWithTotal("/api/v1/jobs", { state: "RUNNING", limit: 1 }),
+    ]);
+    if (page.closed) return;
+    const stats = summarise(gpus, nodes);
+    const total = { total: 0, used: 0, free: 0, unhealthy: 0 };
+    for (const [k, s] of stats) if (k.startsWith("model:")) for (const f in total) total[f] += s[f];
+    $("#totals").innerHTML = [
+      ["GPUs", total.total, `${nodes.length} nodes`], ["In use", total.used, ""], ["Free", total.free, ""],
+      ["Unhealthy", total.unhealthy, ""], ["Pending jobs", pending.total, ""], ["Running jobs", running.total, ""],
+    ].map(([l, v, sub]) => `<div class="card" data-stat="${esc(l)}"><h3>${esc(l)}</h3><div class="stat">${v} <small>${esc(sub)}</small></div></div>`).join("");
+    const rows = (prefix) => [...stats].filter(([k]) => k.startsWith(prefix)).sort().map(([k, s]) =>
+      [esc(k.slice(prefix.length)), s.total, s.used, s.free, s.unhealthy ? `<span class="bad">${s.unhealthy}</span>` : 0, bar(s.total ? s.used / s.total : 0)]);
+    const cols = ["", "Total", "In use", "Free", "Unhealthy", "Allocated"];
+    $("#by-model").innerHTML = table(["Model", ...cols.slice(1)], rows("model:"), "no GPUs registered");
+    const pools = rows("pool:");
+    $("#by-pool-wrap").hidden = pools.length < 2;
+    $("#by-pool").innerHTML = table(["Pool", ...cols.slice(1)], pools);
+    const reasons = new Map();
+    for (const j of pending.items) reasons.set(j.pending_reason || "waiting for the scheduler", (reasons.get(j.pending_reason || "waiting for the scheduler") || 0) + 1);
+    $("#queue").innerHTML = `<p><b data-queue-length>${pending.total}</b> pending, ${running.total} running. <a href="/jobs">Open the queue</a></p>` +
+      table(["Pending reason", "Jobs"], [...reasons].sort((a, b) => b[1] - a[1]).map(([r, n]) => [esc(r), n]), "nothing is waiting");
+    allocPoints.push([Date.now() / 1000, total.used]);
+    if (allocPoints.length > 1800) allocPoints.shift();
+    alloc.setData([{ name: "allocated", points: allocPoints }]);
+    if (has("/api/v1/alerts")) {
+      const alerts = await get("/api/v1/alerts", { state: "firing" });
+      $("#alerts").innerHTML = table(["Severity", "Rule", "Labels", "Value", "Since", "Message"], alerts.map((a) =>
+        [esc(a.severity), esc(a.rule), esc(Object.entries(a.labels || {}).map(([k, v]) => `${k}=${v}`).join(" ")),
+          esc(a.value), esc(new Date(a.started_at).toLocaleString()), esc(a.message)]), "no alert is firing");
+    } else {
+      $("#alerts").innerHTML = `<p class="muted">alerts are not available on this server</p>`;
+    }
+  }
+  await live(page, refresh, 3000);
+  await live(page, refreshCharts, 10000);
+}

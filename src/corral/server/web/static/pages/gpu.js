@@ -1,0 +1,51 @@
+// One GPU: what it is, its history (utilisation, memory, power, temperature) and health events.
+import { ApiError, get, has, isAdmin, send } from "../api.js";
+import { RangePicker, TimeChart } from "../chart.js";
+import { $, esc, live, table, toast } from "../ui.js";
+import { fillCharts } from "./metrics.js";
+
+export async function render(page) {
+  const [node, indexText] = page.params;
+  const index = Number(indexText);
+  document.title = `GPU ${index} on ${node} · Corral`;
+  const gpus = await get("/api/v1/gpus");
+  if (!gpus.some((g) => g.node === node && g.index === index)) throw new ApiError(404, "not_found", `GPU ${index} on node ${node} not found`, null);
+  page.root.innerHTML = `<h1>GPU ${index} on <a href="/nodes/${encodeURIComponent(node)}">${esc(node)}</a></h1>
+    <div id="info"></div><div id="actions" class="row"></div>
+    <h2>History</h2><div id="range"></div><div class="charts" id="charts"></div>
+    <h2>Health events</h2><div id="events"></div>`;
+  const range = new RangePicker($("#range"), () => charts());
+  const opts = (title, unit, id, yMax = null) => ({ title, unit, id, yMax, onZoom: (a, b) => range.zoom(a, b), onReset: () => range.reset() });
+  const cs = {
+    gpu_util_pct: { chart: new TimeChart($("#charts"), opts("Utilisation", "%", "util", 100)) },
+    gpu_mem_used_mib: { chart: new TimeChart($("#charts"), opts("Memory used", "MiB", "mem")) },
+    gpu_power_w: { chart: new TimeChart($("#charts"), opts("Power", "W", "power")) },
+    gpu_temp_c: { chart: new TimeChart($("#charts"), opts("Temperature", "°C", "temp")) },
+  };
+  const charts = () => fillCharts(cs, { node, gpu: index }, range);
+  if (isAdmin()) paintActions(node, index);
+  const eventsPath = `/api/v1/gpus/${encodeURIComponent(node)}/${index}/events`;
+  await live(page, async () => {
+    const [all, events] = await Promise.all([get("/api/v1/gpus"), has("/api/v1/gpus/{node}/{index}/events") ? get(eventsPath) : null]);
+    if (page.closed) return;
+    const g = all.find((x) => x.node === node && x.index === index);
+    if (!g) return;
+    $("#info").innerHTML = table(["Model", "Memory", "UUID", "PCI bus", "NUMA", "NVLink peers", "Health", "Job"], [[
+      esc(g.model), `${(g.memory_mib / 1024).toFixed(0)} GiB`, esc(g.uuid), esc(g.pci_bus_id), esc(g.numa_node ?? "—"),
+      esc(g.nvlink_peers.join(", ") || "none"), g.healthy ? '<span class="ok">healthy</span>' : '<span class="bad">unhealthy</span>',
+      g.job_id !== null ? `<a href="/jobs/${g.job_id}">#${g.job_id}</a>` : "free"]]);
+    $("#events").innerHTML = events === null ? `<p class="muted">GPU health events are not available on this server</p>`
+      : table(["When", "Kind", "Message"], events.slice().reverse().map((e) => [esc(new Date(e.at).toLocaleString()), esc(e.kind), esc(e.message)]), "no health events");
+  }, 3000);
+  await live(page, charts, 10000);
+}
+
+function paintActions(node, index) {
+  const acts = [["enable", "Enable"], ["disable", "Disable"]].filter(([a]) => has(`/api/v1/gpus/{node}/{index}/${a}`));
+  $("#actions").innerHTML = acts.map(([a, l]) => `<button type="button" class="secondary" data-action="${a}">${l}</button>`).join("");
+  $("#actions").addEventListener("click", async (e) => {
+    const b = e.target.closest("button[data-action]"); if (!b) return;
+    try { await send("POST", `/api/v1/gpus/${encodeURIComponent(node)}/${index}/${b.dataset.action}`); toast(`GPU ${index}: ${b.dataset.action}d`); }
+    catch (err) { toast(err.message); }
+  });
+}

@@ -1,0 +1,118 @@
+// Submit form: every JobSubmit field, checked like the API checks it, the API's own errors shown inline,
+// and a draft kept in sessionStorage so an expired session loses nothing that was typed.
+import { ApiError, get, send } from "../api.js";
+import { navigate } from "../app.js";
+import { $, $$, clearErrors, esc, fieldError, showError } from "../ui.js";
+
+const DRAFT = "corral-submit-draft";
+const ENV_KEY = /^[A-Za-z_][A-Za-z0-9_]*$/;
+
+// Shell-like split: whitespace separates words; quotes group; backslash escapes the next character.
+export function splitCommand(text) {
+  const out = []; let cur = "", inWord = false, quote = null;
+  for (let i = 0; i < text.length; i++) {
+    const c = text[i];
+    if (quote) { if (c === quote) quote = null; else if (c === "\\" && quote === '"' && i + 1 < text.length) cur += text[++i]; else cur += c; }
+    else if (c === "'" || c === '"') { quote = c; inWord = true; }
+    else if (c === "\\" && i + 1 < text.length) { cur += text[++i]; inWord = true; }
+    else if (/\s/.test(c)) { if (inWord) { out.push(cur); cur = ""; inWord = false; } }
+    else { cur += c; inWord = true; }
+  }
+  if (quote) throw new Error("unterminated quote");
+  if (inWord) out.push(cur);
+  return out;
+}
+
+const FIELDS = [
+  ["command", "Command", "text", "wide", "python train.py --epochs 3"],
+  ["name", "Name", "text", "", "defaults to the program's name"],
+  ["gpus", "GPUs (whole, on one node)", "number", "", "0"],
+  ["gpu_milli", "GPU share in milli (fraction of one GPU; 1000 = whole)", "number", "", "1000"],
+  ["gpu_model", "GPU model (e.g. H100 or A100|H100)", "text", "", "any"],
+  ["min_gpu_memory_mib", "Minimum GPU memory (MiB)", "number", "", "0"],
+  ["cpu_milli", "CPU (milli-cores)", "number", "", "0"],
+  ["memory_mib", "Memory (MiB)", "number", "", "0"],
+  ["workdir", "Data path / working directory (absolute)", "text", "", "/data/project"],
+  ["queue", "Queue", "text", "", "default"],
+  ["priority", "Priority (-1000..1000)", "number", "", "0"],
+  ["time_limit_s", "Time limit (seconds)", "number", "", "none"],
+  ["env", "Environment (KEY=VALUE, one a line)", "textarea", "wide", "NCCL_DEBUG=INFO"],
+];
+const INT_RANGES = { gpus: [0, 1024], gpu_milli: [1, 1000], min_gpu_memory_mib: [0, null], cpu_milli: [0, null],
+  memory_mib: [0, null], priority: [-1000, 1000], time_limit_s: [1, 366 * 86400] };
+
+// Build the request body, or a list of [field, message] in the API's words.
+export function buildBody(values) {
+  const errors = [], body = {};
+  try {
+    body.command = splitCommand(values.command || "");
+    if (!body.command.length) errors.push(["command", "a command is required"]);
+  } catch (e) { errors.push(["command", e.message]); }
+  if (values.name) { if (values.name.length > 255) errors.push(["name", "at most 255 characters"]); body.name = values.name; }
+  for (const [k, [lo, hi]] of Object.entries(INT_RANGES)) {
+    const raw = String(values[k] ?? "").trim();
+    if (!raw) continue;
+    const v = Number(raw);
+    if (!Number.isInteger(v)) { errors.push([k, "must be a whole number"]); continue; }
+    if (lo !== null && v < lo) errors.push([k, `must be ≥ ${lo}`]);
+    else if (hi !== null && v > hi) errors.push([k, `must be ≤ ${hi}`]);
+    else body[k] = v;
+  }
+  if (values.gpu_model && values.gpu_model.trim()) body.gpu_model = values.gpu_model.trim();
+  if (values.workdir && values.workdir.trim()) {
+    if (!values.workdir.trim().startsWith("/")) errors.push(["workdir", "must be an absolute path"]);
+    body.workdir = values.workdir.trim();
+  }
+  const queue = (values.queue || "").trim();
+  if (queue.length > 64) errors.push(["queue", "at most 64 characters"]); else if (queue) body.queue = queue;
+  body.env = {};
+  (values.env || "").split("\n").forEach((line, i) => {
+    if (!line.trim()) return;
+    const eq = line.indexOf("=");
+    const key = eq < 0 ? line.trim() : line.slice(0, eq).trim();
+    if (eq < 0) errors.push(["env", `line ${i + 1}: expected KEY=VALUE`]);
+    else if (!ENV_KEY.test(key)) errors.push(["env", `invalid environment variable name '${key}'`]);
+    else body.env[key] = line.slice(eq + 1);
+  });
+  return { body, errors };
+}
+
+export async function render(page) {
+  document.title = "Submit · Corral";
+  page.root.innerHTML = `<h1>Submit a job</h1><form class="grid" id="submit-form" novalidate>` + FIELDS.map(([k, label, type, cls, ph]) =>
+    `<label class="${cls}">${esc(label)}${type === "textarea"
+      ? `<textarea name="${k}" data-field="${k}" rows="3" placeholder="${esc(ph)}"></textarea>`
+      : `<input name="${k}" data-field="${k}" type="${type === "number" ? "text" : type}" inputmode="${type === "number" ? "numeric" : "text"}" placeholder="${esc(ph)}"${k === "queue" ? ' list="queues"' : ""}>`}
+      ${fieldError(k)}</label>`).join("") +
+    `<datalist id="queues"></datalist><div class="wide"><div class="form-error"></div><button type="submit">Submit</button>
+     <button type="button" class="secondary" id="clear">Clear</button></div></form>`;
+  const form = $("#submit-form");
+  const values = () => Object.fromEntries(new FormData(form).entries());
+  try {
+    const draft = JSON.parse(sessionStorage.getItem(DRAFT) || "{}");
+    for (const [k, v] of Object.entries(draft)) if (form.elements[k]) form.elements[k].value = v;
+  } catch (_) { sessionStorage.removeItem(DRAFT); }
+  form.addEventListener("input", () => sessionStorage.setItem(DRAFT, JSON.stringify(values())));
+  $("#clear").addEventListener("click", () => { form.reset(); sessionStorage.removeItem(DRAFT); clearErrors(form); });
+  get("/api/v1/queues").then((qs) => {
+    $("#queues").innerHTML = [...new Set(qs.map((q) => q.name))].map((n) => `<option value="${esc(n)}">`).join("");
+  }).catch(() => {});
+  form.addEventListener("submit", async (e) => {
+    e.preventDefault();
+    clearErrors(form);
+    sessionStorage.setItem(DRAFT, JSON.stringify(values()));
+    const { body, errors } = buildBody(values());
+    if (errors.length) { errors.forEach(([f, m]) => showError(form, f, m)); return; }
+    const btn = $("button[type=submit]", form);
+    btn.disabled = true;
+    try {
+      const job = await send("POST", "/api/v1/jobs", body);
+      sessionStorage.removeItem(DRAFT);
+      navigate(`/jobs/${job.id}`);
+    } catch (err) {
+      if (err instanceof ApiError && err.status === 401) return; // on the way to the login page; the draft is kept
+      showError(form, err.field, err.message);
+    } finally { btn.disabled = false; }
+  });
+  $$("input, textarea", form)[0].focus();
+}
