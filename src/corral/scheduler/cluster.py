@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from corral.core.requests import ResourceRequest, model_matches
 from corral.core.resources import FULL_GPU_MILLI, NodeInfo, NodeState, Placement
@@ -24,6 +24,7 @@ from corral.scheduler.filters import check_fit
 from corral.scheduler.framework import DEFAULT_CONTEXT, Explanation, PlacementPolicy, ScoreContext
 from corral.scheduler.plugins import DEFAULT_POLICY, get_policy
 from corral.scheduler.topology import has_topology
+from corral.scheduler.workload import compute_gpu_supply
 
 _MISS = object()
 _TIE = 1e-9
@@ -67,10 +68,10 @@ class Cluster:
         rng: random.Random | None = None,
     ) -> None:
         self.policy = get_policy(policy) if isinstance(policy, str) else policy
-        self.ctx = ctx
         self.rng = rng
         self._randomized = bool(getattr(self.policy, "randomized", False))
         self.infos = list(nodes)
+        self.ctx = ctx if ctx.gpu_supply is not None else replace(ctx, gpu_supply=compute_gpu_supply(self.infos))
         names = [n.name for n in self.infos]
         if len(set(names)) != len(names):
             raise ValueError("node names must be unique")

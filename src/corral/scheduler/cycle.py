@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from corral.core.requests import ResourceRequest
 from corral.core.resources import NodeState, Placement
@@ -16,6 +16,7 @@ from corral.scheduler.filters import available_positions, check_fit
 from corral.scheduler.framework import DEFAULT_CONTEXT, Explanation, PlacementPolicy, ScoreContext
 from corral.scheduler.plugins import DEFAULT_POLICY, get_policy
 from corral.scheduler.topology import candidate_gpu_sets, select_island
+from corral.scheduler.workload import compute_gpu_supply
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +82,8 @@ def compute_placement(
     Ties go to the earlier node in `nodes`; `rng` (seeded by the caller) is used only by `random`.
     """
     scorer = get_policy(policy) if isinstance(policy, str) else policy
+    if ctx.gpu_supply is None:
+        ctx = replace(ctx, gpu_supply=compute_gpu_supply(n.info for n in nodes))
     explanation = Explanation()
     feasible: list[NodeState] = []
     for node in nodes:

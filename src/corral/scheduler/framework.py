@@ -79,10 +79,13 @@ class ScoreContext:
 
     `workload` is the distribution of request shapes the cluster expects; None lets policies use a
     built-in default. `last_used` maps node name -> a logical tick of its last placement (bigger = later).
+    `gpu_supply` maps GPU model -> healthy GPUs of that model in the whole cluster (corral weighs how
+    contended each model is); None means unknown, and the engines fill it from the nodes they are given.
     """
 
     workload: WorkloadProfile | None = None
     last_used: Mapping[str, int] = field(default_factory=dict)
+    gpu_supply: Mapping[str, int] | None = None
 
 
 DEFAULT_CONTEXT = ScoreContext()

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from itertools import accumulate
 
 from corral.core.requests import ResourceRequest, model_matches
+from corral.core.resources import NodeInfo
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,3 +88,35 @@ DEFAULT_PROFILE = profile_from_counts(
         Shape(16000, 1000, 2): 1, Shape(32000, 1000, 4): 1, Shape(64000, 1000, 8): 1,
     }
 )
+
+
+def compute_gpu_supply(infos: Iterable[NodeInfo]) -> dict[str, int]:
+    """Healthy GPUs per model over `infos`."""
+    supply: Counter[str] = Counter()
+    for info in infos:
+        for g in info.gpus:
+            if g.healthy:
+                supply[g.model] += 1
+    return dict(sorted(supply.items()))
+
+
+def compute_model_contention(profile: WorkloadProfile, supply: Mapping[str, int]) -> dict[str, float]:
+    """Per GPU model, the share of the GPU demand it can serve that only a subset of models can serve.
+
+    Each shape's demand (probability x GPUs) is spread over the GPUs it may use; a model's pressure is
+    what lands on one of its GPUs. Contention = restricted pressure / total pressure, in 0..1: 0 when
+    only unrestricted shapes want the model, near 1 when restricted shapes crowd it.
+    """
+    restricted: dict[str, float] = dict.fromkeys(supply, 0.0)
+    total: dict[str, float] = dict.fromkeys(supply, 0.0)
+    for g in profile.groups:
+        models = [m for m in supply if g.accessible(m)]
+        reachable = sum(supply[m] for m in models)
+        if not reachable:
+            continue
+        pressure = g.prob * g.gpus * g.gpu_milli / 1000 / reachable
+        for m in models:
+            total[m] += pressure
+            if g.gpu_models:
+                restricted[m] += pressure
+    return {m: (restricted[m] / total[m] if total[m] else 0.0) for m in supply}

@@ -1,8 +1,10 @@
 """The FGD artifact's placement protocol (Weng et al., ATC'23), run on the real scheduler (pure).
 
-Per seed: shuffle the pods, sample with replacement until the requested GPUs reach `inflate` x the
-cluster's GPUs, place one at a time with no departures (a pod that fits nowhere stays unplaced), and
-record the allocation ratio each time the arrived GPU request crosses k% of capacity.
+Per seed: shuffle the pods, then resample (with replacement) until the requested GPUs reach `inflate` x
+the cluster's GPUs, as the artifact's workload tuning does (hkust-adsl/kubernetes-scheduler-simulator,
+`TunePodsByNodeTotalResource`: the shuffled list first, random copies appended; a list already above the
+target loses random pods). Place one at a time with no departures (a pod that fits nowhere stays
+unplaced) and record the allocation ratio each time the arrived GPU request crosses k% of capacity.
 """
 
 from __future__ import annotations
@@ -48,18 +50,22 @@ class PolicyResult:
 
 
 def compute_arrivals(pods: Sequence[TracePod], capacity_milli: int, inflate: float, rng: random.Random) -> list[TracePod]:
-    """Shuffle, then sample with replacement until the GPU request reaches `inflate` x capacity."""
+    """The artifact's workload tuning: shuffle the whole list, then while its GPU request exceeds
+    `inflate` x capacity drop a random pod, and while it falls short append a random pod (sampled with
+    replacement), so every listed pod arrives once before the copies and the request reaches the target."""
     order = list(pods)
     rng.shuffle(order)
-    if not any(p.request.total_gpu_milli for p in order):
+    total = sum(p.request.total_gpu_milli for p in order)
+    if total == 0:
         return order
     target = inflate * capacity_milli
-    arrived, total = [], 0
+    while total > target and order:
+        total -= order.pop(rng.randrange(len(order))).request.total_gpu_milli
     while total < target:
-        pod = order[rng.randrange(len(order))]
-        arrived.append(pod)
+        pod = pods[rng.randrange(len(pods))]
+        order.append(pod)
         total += pod.request.total_gpu_milli
-    return arrived
+    return order
 
 
 def run_seed(
