@@ -55,6 +55,7 @@ class JobRecord:
 
 @dataclass(frozen=True, slots=True)
 class Interval:
+    job_id: str
     tenant: str
     start_s: float
     end_s: float
@@ -154,10 +155,10 @@ def _leave(sim: _Sim, job_id: str, now: float, finished: bool) -> None:
     r = sim.running.pop(job_id)
     res = sim.result
     assert res is not None
-    res.held.append(Interval(r.job.tenant, r.start_s, now, r.job.need_milli))
+    res.held.append(Interval(job_id, r.job.tenant, r.start_s, now, r.job.need_milli))
     if finished:
         job = r.job
-        res.present.append(Interval(job.tenant, job.submit_s, now, job.need_milli))
+        res.present.append(Interval(job.id, job.tenant, job.submit_s, now, job.need_milli))
         res.records.append(JobRecord(job.id, job.tenant, job.need_milli / 1000, job.submit_s,
                                      sim.first_start[job_id], now, sim.duration[job_id], sim.restarts.get(job_id, 0)))
     else:

@@ -17,7 +17,7 @@ from corral.scheduler.queueing.policy import QueueingPolicy
 from corral.scheduler.queueing.preemption import (
     RANK, RECLAIM, Preemption, order_rank_candidates, order_reclaim_candidates, select_victims,
 )
-from corral.scheduler.queueing.quota import TOTAL, QuotaBook, Usage, add_usage, check_quota, compute_usage, is_borrowing
+from corral.scheduler.queueing.quota import TOTAL, QuotaBook, Usage, add_usage, check_quota, compute_usage, is_borrowing, select_within_guarantee
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +119,9 @@ def compute_admission(
     settled = compute_usage(r for r in state.running if not r.terminating)
     cyc = _Cycle(state, policy, ledger, now_s, held, settled, ranks)
     ordered = sorted(state.pending, key=lambda j: ranks[j.id])
+    guaranteed = select_within_guarantee(ordered, held, state.quotas)
+    if guaranteed:  # jobs within their tenant's guarantee go first (stable: rank order kept within each part)
+        ordered.sort(key=lambda j: j.id not in guaranteed)
     statuses: list[tuple[QueuedJob, str, str]] = []
     blocked_queues: set[str] = set()
     global_blocked = False

@@ -69,7 +69,7 @@ def select_victims(
         if kind == RANK and (not lower or now_s - r.start_s < min_run_s):
             continue
         if r.job.tenant == job.tenant:
-            if not lower:
+            if kind == RECLAIM or not lower:  # taking its own work back does not restore a guarantee
                 continue
         elif book.quotas and not is_borrowing(settled, book.get(r.job.tenant), model):
             continue

@@ -118,3 +118,26 @@ def check_quota(book: QuotaBook, usage: Usage, job: QueuedJob, model: str) -> tu
             if any(key in m.nominal for m in members) and used + job.need_milli > cap:
                 return reasons.BORROW, f"cohort {q.cohort!r} has {max(cap - used, 0) / 1000:g} idle {key} GPUs"
     return None
+
+
+def select_within_guarantee(ranked: Iterable[QueuedJob], usage: Usage, book: QuotaBook) -> set[str]:
+    """Ids of pending jobs that, taken per tenant in rank order, keep their tenant within its guarantee
+    (total, and the job's own model when it names one with a guarantee). They are admitted before any
+    borrowing job, whatever the priorities: a guarantee is a promise, borrowing is opportunistic."""
+    if not book.quotas:
+        return set()
+    extra: dict[tuple[str, str], int] = {}
+    out: set[str] = set()
+    for job in ranked:
+        q = book.get(job.tenant)
+        if q is None:
+            continue
+        keys = [k for k in q.nominal if k == TOTAL or (job.model and job.matches(k))]
+        if not keys:
+            continue
+        u = usage.get(job.tenant, {})
+        if all(u.get(k, 0) + extra.get((job.tenant, k), 0) + job.need_milli <= q.nominal[k] for k in keys):
+            out.add(job.id)
+            for k in keys:
+                extra[(job.tenant, k)] = extra.get((job.tenant, k), 0) + job.need_milli
+    return out

@@ -43,7 +43,7 @@ def test_valid_quotas_pass() -> None:
 
 
 def test_never_above_maximum() -> None:
-    plan = admit([job("a1", "a", 3), job("a2", "a", 2, submit=1)], gpus=8, quotas=book(quota("a", 2, 4)), policy=NO_RANK_PREEMPTION)
+    plan = admit([job("a1", "a", 2), job("a2", "a", 3, submit=1)], gpus=8, quotas=book(quota("a", 2, 4)), policy=NO_RANK_PREEMPTION)
     assert admitted(plan) == ["a1"] and plan.pending["a2"].reason == "quota"
 
 
