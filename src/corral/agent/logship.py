@@ -1,4 +1,4 @@
-"""Ship job log files to the server incrementally, resuming at the size the server holds."""
+"""Ship job log files to the server incrementally, per run, resuming at the size the server holds."""
 
 from __future__ import annotations
 
@@ -13,23 +13,24 @@ class LogShipper:
     def __init__(self, client: AgentClient, node: str) -> None:
         self.client = client
         self.node = node
-        self._sent: dict[int, int] = {}
+        self._sent: dict[tuple[int, int], int] = {}
 
-    def ship(self, job_id: int, path: Path) -> None:
+    def ship(self, job_id: int, attempt: int, path: Path) -> None:
         """Send whatever the server does not have yet. Raises CorralSDKError on transport errors."""
-        if job_id not in self._sent:
-            self._sent[job_id] = self.client.upload_logs(self.node, job_id, 0, b"")  # learn what it holds
+        key = (job_id, attempt)
+        if key not in self._sent:  # learn what the server holds (after an agent restart, say)
+            self._sent[key] = self.client.upload_logs(self.node, job_id, 0, b"", attempt)
         try:
             f = open(path, "rb")
         except FileNotFoundError:
             return
         with f:
             while True:
-                f.seek(self._sent[job_id])
+                f.seek(self._sent[key])
                 data = f.read(CHUNK_BYTES)
                 if not data:
                     return
-                self._sent[job_id] = self.client.upload_logs(self.node, job_id, self._sent[job_id], data)
+                self._sent[key] = self.client.upload_logs(self.node, job_id, self._sent[key], data, attempt)
 
-    def forget(self, job_id: int) -> None:
-        self._sent.pop(job_id, None)
+    def forget(self, job_id: int, attempt: int) -> None:
+        self._sent.pop((job_id, attempt), None)

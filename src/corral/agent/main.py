@@ -30,6 +30,7 @@ class AgentSettings(BaseSettings):
     node_name: str = Field(default_factory=socket.gethostname, description="Name this node registers under.")
     data_dir: Path = Field(default_factory=default_data_dir, description="Agent state: job dirs and logs (under agent/).")
     poll_wait_s: float = Field(20.0, gt=0, le=60, description="Long-poll length of the agent's sync with the server.")
+    metrics_interval_s: float = Field(5.0, ge=0, description="Seconds between telemetry batches (0: no telemetry).")
 
     @field_validator("data_dir")
     @classmethod
@@ -47,7 +48,8 @@ def build_agent(settings: AgentSettings) -> tuple[Agent, AgentClient, ProcessExe
     executor = ProcessExecutor(settings.agent_dir / "jobs")
     client = AgentClient(settings.server_url, settings.join_token)
     agent = Agent(client, settings.node_name, backend, executor, settings.agent_dir / "logs",
-                  poll_wait_s=settings.poll_wait_s)
+                  poll_wait_s=settings.poll_wait_s, metrics_interval_s=settings.metrics_interval_s,
+                  checkpoint_dir=settings.agent_dir / "checkpoints")
     return agent, client, executor
 
 

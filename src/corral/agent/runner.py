@@ -1,9 +1,14 @@
-"""The agent's loops: register, long-poll for work, launch, watch exits, ship logs, report."""
+"""The agent's loops: register, long-poll for work, launch, watch exits, ship logs and telemetry, report.
+
+Work is tracked per run (a job's attempt): a requeued job comes back as a new attempt, which the
+executor keeps apart from the old one (`<job>.<attempt>`), so a stale exit never ends a new attempt.
+"""
 
 from __future__ import annotations
 
 import logging
 import os
+import queue
 import socket
 import threading
 from pathlib import Path
@@ -12,19 +17,27 @@ import psutil
 
 from corral import __version__
 from corral.agent.gpu.base import GpuBackend
+from corral.agent.gpu.simulated import SimulatedGpuBackend, parse_sim_fault
 from corral.agent.logship import LogShipper
+from corral.agent.metrics import Collector
+from corral.core.errors import CorralError
+from corral.core.telemetry import TelemetryBatch, batch_to_dict
 from corral.executors.base import Executor, ExitRecord, LaunchSpec
 from corral.sdk.client import AgentClient, CorralAPIError, CorralSDKError
-from corral.server.schemas import AgentRegister, AgentSync, Assignment, ExitReport, GpuReport
+from corral.server.schemas import (
+    AgentRegister, AgentSync, Assignment, ExitReport, GpuReport, RunRef, SimFaultCommand,
+)
 
 log = logging.getLogger("corral.agent")
+TELEMETRY_QUEUE = 120  # batches kept while the server is unreachable (10 min at 5 s); older ones drop
 
 
 class Agent:
     """One node's agent. `run()` blocks until `stop()`; jobs keep running across agent restarts."""
 
     def __init__(self, client: AgentClient, node: str, backend: GpuBackend, executor: Executor, log_dir: Path,
-                 poll_wait_s: float = 20.0, watch_interval_s: float = 0.25, labels: dict[str, str] | None = None) -> None:
+                 poll_wait_s: float = 20.0, watch_interval_s: float = 0.25, labels: dict[str, str] | None = None,
+                 metrics_interval_s: float = 5.0, checkpoint_dir: Path | None = None) -> None:
         self.client = client
         self.node = node
         self.backend = backend
@@ -33,10 +46,15 @@ class Agent:
         self.poll_wait_s = poll_wait_s
         self.watch_interval_s = watch_interval_s
         self.labels = labels or {}
+        self.metrics_interval_s = metrics_interval_s
+        self.checkpoint_dir = checkpoint_dir or log_dir.parent / "checkpoints"
         self.shipper = LogShipper(client, node)
         self._lock = threading.Lock()  # launches and the running/exits view happen under it
-        self._cancelled: set[int] = set()
+        self._cancelled: set[RunRef] = set()
+        self._run_gpus: dict[RunRef, tuple[int, ...]] = {}
         self._stop = threading.Event()
+        self._batches: queue.Queue[TelemetryBatch] = queue.Queue(TELEMETRY_QUEUE)
+        self.collector: Collector | None = None
         self.log_dir.mkdir(parents=True, exist_ok=True)
 
     # ---- registration -------------------------------------------------------
@@ -66,10 +84,21 @@ class Agent:
     # ---- loops ----------------------------------------------------------------
     def run(self) -> None:
         self.register()
-        watcher = threading.Thread(target=self._watch_loop, name="corral-agent-watch", daemon=True)
-        watcher.start()
-        self._poll_loop()
-        watcher.join(timeout=5)
+        threads = [threading.Thread(target=self._watch_loop, name="corral-agent-watch", daemon=True),
+                   threading.Thread(target=self._telemetry_loop, name="corral-agent-telemetry", daemon=True)]
+        for t in threads:
+            t.start()
+        if self.metrics_interval_s > 0:
+            self.collector = Collector(self.backend, self._enqueue_batch, node=self.node,
+                                       interval_s=self.metrics_interval_s)
+            self.collector.start()
+        try:
+            self._poll_loop()
+        finally:
+            if self.collector is not None:
+                self.collector.stop()
+            for t in threads:
+                t.join(timeout=5)
 
     def stop(self) -> None:
         self._stop.set()
@@ -93,46 +122,110 @@ class Agent:
         """Ship logs as they grow; report exits at once instead of waiting for the next long-poll."""
         while not self._stop.wait(self.watch_interval_s):
             try:
-                for job_id in self._running_ids():
-                    self.shipper.ship(job_id, self.log_path(job_id))
+                for run in self._running_runs():
+                    self.shipper.ship(run.job_id, run.attempt, self.log_path(run))
                 if self.executor.collect_exits():
                     self.sync_once(0.0)
             except CorralSDKError as e:
                 log.warning("report failed: %s", e)
 
+    def _enqueue_batch(self, batch: TelemetryBatch) -> None:
+        """Collector sink (its thread): hand over, never block; the oldest batch goes when full."""
+        while True:
+            try:
+                self._batches.put_nowait(batch)
+                return
+            except queue.Full:
+                try:
+                    self._batches.get_nowait()
+                except queue.Empty:
+                    pass
+
+    def _telemetry_loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                batch = self._batches.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            self._update_sim_load()
+            try:
+                self.client.send_telemetry(self.node, batch_to_dict(batch))
+            except CorralAPIError as e:
+                log.warning("telemetry refused: %s", e)
+            except CorralSDKError as e:
+                log.warning("telemetry not delivered (%s); keeping it", e)
+                self._enqueue_batch(batch)
+                self._stop.wait(1.0)
+
+    def _update_sim_load(self) -> None:
+        """Simulated GPUs are busy exactly while a job runs on them."""
+        if isinstance(self.backend, SimulatedGpuBackend):
+            running = set(self._running_runs())
+            busy = {i for run, gpus in self._run_gpus.items() if run in running for i in gpus}
+            self.backend.set_load({i: 1.0 for i in busy})
+
     # ---- one exchange ---------------------------------------------------------
     def sync_once(self, wait_s: float) -> None:
         with self._lock:
-            running = self._running_ids()
+            running = self._running_runs()
             exits = self.executor.collect_exits()
         for ex in exits:  # the whole log reaches the server before the exit does
-            self.shipper.ship(int(ex.job_id), self.log_path(int(ex.job_id)))
+            run = RunRef.from_key(ex.job_id)
+            self.shipper.ship(run.job_id, run.attempt, self.log_path(run))
         reply = self.client.sync(self.node, AgentSync(running=running, exits=[_report(e) for e in exits], wait_s=wait_s))
-        for job_id in reply.acked_exits:
-            self.executor.ack(str(job_id))
-            self.shipper.forget(job_id)
-            self._cancelled.discard(job_id)
+        for run in reply.acked_exits:
+            self.executor.ack(run.key)
+            self.shipper.forget(run.job_id, run.attempt)
+            self._cancelled.discard(run)
+            self._run_gpus.pop(run, None)
         for a in reply.assignments:
             self.launch(a)
-        for job_id in reply.cancels:
-            if job_id not in self._cancelled:
-                self._cancelled.add(job_id)
-                self.executor.cancel(str(job_id), reply.cancel_grace_s)
+        for run in reply.cancels:
+            if run not in self._cancelled:
+                self._cancelled.add(run)
+                self.executor.cancel(run.key, reply.cancel_grace_s)
+        for fault in reply.faults:
+            self.apply_fault(fault)
+        if reply.assignments or reply.acked_exits:
+            self._update_sim_load()
 
     def launch(self, a: Assignment) -> None:
-        spec = LaunchSpec(job_id=str(a.job_id), command=tuple(a.command), env=a.env, workdir=a.workdir,
+        run = a.run
+        checkpoints = self.checkpoint_dir / str(a.job_id)
+        checkpoints.mkdir(parents=True, exist_ok=True)
+        env = {"CORRAL_CHECKPOINT_DIR": str(checkpoints), **a.env}
+        spec = LaunchSpec(job_id=run.key, command=tuple(a.command), env=env, workdir=a.workdir,
                           gpu_indices=tuple(a.gpu_indices), gpu_uuids=tuple(a.gpu_uuids),
-                          log_path=self.log_path(a.job_id))
+                          log_path=self.log_path(run))
         with self._lock:
             self.executor.launch(spec)
-        log.info("job %s started on GPUs %s", a.job_id, a.gpu_indices)
+            self._run_gpus[run] = tuple(a.gpu_indices)
+        log.info("job %s (attempt %s) started on GPUs %s", a.job_id, a.attempt, a.gpu_indices)
 
-    def log_path(self, job_id: int) -> Path:
-        return self.log_dir / f"{job_id}.log"
+    def apply_fault(self, cmd: SimFaultCommand) -> None:
+        """Inject (or clear) a simulated GPU fault; refused on real GPUs (the server checks that too)."""
+        if not isinstance(self.backend, SimulatedGpuBackend):
+            log.error("fault injection refused: node %s has real GPUs", self.node)
+            return
+        try:
+            fault = parse_sim_fault(cmd.model_dump(exclude={"gpu_index"}, exclude_defaults=True))
+            if fault is None:
+                self.backend.clear_faults(cmd.gpu_index)
+            else:
+                self.backend.inject_fault(cmd.gpu_index, fault)
+            log.warning("simulated fault on GPU %d: %s", cmd.gpu_index, fault or "cleared")
+        except (CorralError, KeyError, IndexError) as e:
+            log.error("bad fault for GPU %d: %s", cmd.gpu_index, e)
+        if self.collector is not None:
+            self.collector.add_events(())  # wake the collector: the fault shows in the next batch at once
 
-    def _running_ids(self) -> list[int]:
-        return sorted(int(j) for j in self.executor.running())
+    def log_path(self, run: RunRef) -> Path:
+        return self.log_dir / f"{run.key}.log"
+
+    def _running_runs(self) -> list[RunRef]:
+        return sorted((RunRef.from_key(k) for k in self.executor.running()), key=lambda r: (r.job_id, r.attempt))
 
 
 def _report(e: ExitRecord) -> ExitReport:
-    return ExitReport(job_id=int(e.job_id), exit_code=e.exit_code, reason=e.reason)
+    run = RunRef.from_key(e.job_id)
+    return ExitReport(job_id=run.job_id, attempt=run.attempt, exit_code=e.exit_code, reason=e.reason)

@@ -53,7 +53,7 @@ def up(host: Host = None, port: Port = None, data_dir: DataDir = None, database_
     server = ServerThread(settings)
     agent = AgentThread(AgentSettings(server_url=settings.url, join_token=server.credentials.join_token,
                                       gpus=settings.gpus, node_name=settings.node_name, data_dir=settings.data_dir,
-                                      poll_wait_s=5.0))
+                                      poll_wait_s=5.0, metrics_interval_s=settings.metrics_interval_s))
     server.start()
     config = write_cli_config(settings.url, server.credentials.admin_token)
     agent.start()

@@ -157,6 +157,9 @@ class CorralClient(_Base):
 class AgentClient(_Base):
     """What agents do, with a join token."""
 
+    def send_telemetry(self, node: str, batch: dict[str, Any]) -> dict[str, int]:
+        return self._request("POST", f"/api/v1/agents/{node}/telemetry", json=batch).json()  # type: ignore[no-any-return]
+
     def register(self, body: AgentRegister) -> NodeOut:
         return NodeOut.model_validate(self._request("POST", "/api/v1/agents/register", json=body.model_dump()).json())
 
@@ -165,10 +168,11 @@ class AgentClient(_Base):
         r = self._request("POST", f"/api/v1/agents/{node}/sync", json=body.model_dump(), timeout=timeout)
         return AgentSyncReply.model_validate(r.json())
 
-    def upload_logs(self, node: str, job_id: int, offset: int, data: bytes) -> int:
-        """Returns the size the server now holds; on a gap, the size it expects us to resend from."""
+    def upload_logs(self, node: str, job_id: int, offset: int, data: bytes, attempt: int = 1) -> int:
+        """Returns the size the server now holds for that run; on a gap, the size to resend from."""
         try:
-            r = self._request("POST", f"/api/v1/agents/{node}/jobs/{job_id}/logs", params={"offset": offset},
+            r = self._request("POST", f"/api/v1/agents/{node}/jobs/{job_id}/logs",
+                              params={"offset": offset, "attempt": attempt},
                               content=data, headers={"content-type": "application/octet-stream"})
         except CorralAPIError as e:
             if e.status == 409 and "expected" in e.body:

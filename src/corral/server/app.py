@@ -11,8 +11,11 @@ from fastapi import FastAPI
 
 from corral import __version__
 from corral.server.errors import install_error_handlers
-from corral.server.routers import agents, health, jobs, nodes, session, tenants, users, web
+from corral.server.routers import agents, alerts, health, jobs, metrics, nodes, session, tenants, users, web
+from corral.agent.health import HealthPolicy
+from corral.server.services.alerting import AlertService
 from corral.server.services.logs import LogStore
+from corral.server.services.telemetry import TelemetryService
 from corral.server.services.notify import NodeNotifier
 from corral.server.services.scheduling import Scheduler
 from corral.server.settings import Settings
@@ -25,15 +28,22 @@ def create_app(settings: Settings, store: SqlStore | None = None) -> FastAPI:
     """Build the app; the store is opened (and migrated) here unless one is passed in."""
     store = store or open_store(settings.effective_database_url)
     notifier = NodeNotifier()
-    scheduler = Scheduler(store, notifier, settings.policy, settings.schedule_interval_s, settings.node_lost_after_s)
+    scheduler = Scheduler(store, notifier, settings.policy, settings.schedule_interval_s, settings.node_lost_after_s,
+                          retry_backoff_s=settings.retry_backoff_s)
+    policy = HealthPolicy(fatal_xids=settings.fatal_xid_set, temperature_limit_c=settings.gpu_temperature_limit_c,
+                          recovery_checks=settings.health_recovery_checks)
+    telemetry = TelemetryService(store, policy, backoff_s=settings.retry_backoff_s)
+    alerting = AlertService(store, telemetry, settings)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         notifier.bind(asyncio.get_running_loop())
         scheduler.start()
+        alerting.start()
         try:
             yield
         finally:
+            alerting.stop()
             scheduler.stop()
             store.close()
 
@@ -43,8 +53,11 @@ def create_app(settings: Settings, store: SqlStore | None = None) -> FastAPI:
     app.state.store = store
     app.state.notifier = notifier
     app.state.scheduler = scheduler
+    app.state.telemetry = telemetry
+    app.state.health = telemetry
+    app.state.alerting = alerting
     app.state.logs = LogStore(settings.data_dir / "logs")
     install_error_handlers(app)
-    for module in (health, jobs, nodes, agents, tenants, users, session, web):
+    for module in (health, jobs, nodes, agents, tenants, users, metrics, alerts, session, web):
         app.include_router(module.router)
     return app

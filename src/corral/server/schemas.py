@@ -159,33 +159,73 @@ class AgentRegister(BaseModel):
     agent_version: str = ""
 
 
+class RunRef(BaseModel):
+    """One attempt of a job: a requeued job runs again as a new attempt, which the agent keeps apart."""
+
+    model_config = ConfigDict(frozen=True)
+    job_id: int = Field(ge=1)
+    attempt: int = Field(ge=1)
+
+    @property
+    def key(self) -> str:
+        """The executor's id for this run (also a safe file name)."""
+        return f"{self.job_id}.{self.attempt}"
+
+    @classmethod
+    def from_key(cls, key: str) -> RunRef:
+        job, _, attempt = key.partition(".")
+        return cls(job_id=int(job), attempt=int(attempt or 1))
+
+
 class ExitReport(BaseModel):
     job_id: int
+    attempt: int = Field(1, ge=1)
     exit_code: int
     reason: str = ""
+
+    @property
+    def run(self) -> RunRef:
+        return RunRef(job_id=self.job_id, attempt=self.attempt)
+
+
+class SimFaultCommand(BaseModel):
+    """A fault to inject into a simulated GPU (`corral sim fault`), or clear."""
+
+    gpu_index: int = Field(ge=0)
+    xid: int | None = Field(None, ge=1)
+    ecc: bool = False
+    off_bus: bool = False
+    temperature_c: float | None = Field(None, gt=0, lt=200)
+    clear: bool = False
 
 
 class AgentSync(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    running: list[int] = Field(default_factory=list, description="job ids alive on the node")
-    exits: list[ExitReport] = Field(default_factory=list, description="finished jobs not yet acknowledged")
+    running: list[RunRef] = Field(default_factory=list, description="runs alive on the node")
+    exits: list[ExitReport] = Field(default_factory=list, description="finished runs not yet acknowledged")
     wait_s: float = Field(0.0, ge=0, le=60, description="long-poll: hold the reply up to this long for new work")
 
 
 class Assignment(BaseModel):
     job_id: int
+    attempt: int = 1
     command: list[str]
     env: dict[str, str]
     workdir: str | None
     gpu_indices: list[int]
     gpu_uuids: list[str]
 
+    @property
+    def run(self) -> RunRef:
+        return RunRef(job_id=self.job_id, attempt=self.attempt)
+
 
 class AgentSyncReply(BaseModel):
     assignments: list[Assignment]
-    cancels: list[int]
-    acked_exits: list[int]
+    cancels: list[RunRef]
+    acked_exits: list[RunRef]
     cancel_grace_s: float
+    faults: list[SimFaultCommand] = Field(default_factory=list)
 
 
 class TenantIn(BaseModel):

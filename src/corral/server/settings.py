@@ -31,11 +31,33 @@ class Settings(BaseSettings):
     schedule_interval_s: float = Field(2.0, gt=0, description="Longest pause between scheduling passes.")
     node_lost_after_s: float = Field(60.0, gt=0, description="Heartbeat silence after which a node is LOST.")
     cancel_grace_s: float = Field(10.0, ge=0, description="Seconds between SIGTERM and SIGKILL on cancel.")
+    retry_backoff_s: float = Field(1.0, ge=0, description="First retry backoff of a job whose GPU or node failed.")
+    metrics_interval_s: float = Field(5.0, ge=0, description="The local agent's telemetry interval (0: off).")
+    fatal_xids: str = Field("48,63,64,74,79,92,94,95", description="Xid codes that take a GPU out of the pool.")
+    gpu_temperature_limit_c: float = Field(90.0, gt=0, lt=200, description="A GPU this hot is taken out.")
+    health_recovery_checks: int = Field(3, ge=1, description="Clean checks before a failed GPU returns.")
+    alert_interval_s: float = Field(5.0, gt=0, description="Seconds between alert evaluations.")
+    alert_webhooks: str = Field("", description="Comma-separated webhook URLs that receive alert notifications.")
+    smtp_host: str = Field("", description="SMTP server for alert e-mail (empty: no e-mail).")
+    smtp_port: int = Field(25, ge=1, le=65535, description="SMTP port.")
+    alert_email_from: str = Field("corral@localhost", description="Sender of alert e-mail.")
+    alert_email_to: str = Field("", description="Comma-separated recipients of alert e-mail.")
+    metrics_raw_retention_s: float = Field(86400.0, ge=60, description="How long raw samples are kept.")
+    metrics_rollup_retention_s: float = Field(30 * 86400.0, ge=60, description="How long 1-minute rollups are kept.")
 
     @field_validator("data_dir")
     @classmethod
     def _expand(cls, v: Path) -> Path:
         return Path(v).expanduser().resolve()
+
+    @property
+    def fatal_xid_set(self) -> frozenset[int]:
+        try:
+            return frozenset(int(x) for x in self.fatal_xids.split(",") if x.strip())
+        except ValueError as e:
+            from corral.core.errors import ValidationError
+
+            raise ValidationError("fatal_xids", f"expected comma-separated Xid codes, got {self.fatal_xids!r}") from e
 
     @property
     def effective_database_url(self) -> str:

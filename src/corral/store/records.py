@@ -121,6 +121,7 @@ class JobSpec:
     tenant_id: int | None = None
     queue: str = "default"
     time_limit_s: int | None = None
+    max_retries: int = 3  # requeues after a GPU or node failure before the job FAILS
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +139,7 @@ class Job:
     cancel_requested: bool = False
     delivered: bool = False
     attempt: int = 0
+    not_before: datetime | None = None  # retry backoff: not placed before this time
 
     @property
     def name(self) -> str:

@@ -17,6 +17,7 @@ from corral.core.errors import ConflictError
 from corral.core.resources import GpuInfo
 from corral.core.states import JobState
 from corral.store.operations import NodeAdminMethods
+from corral.store.telemetry import TelemetryMethods
 from corral.store.records import GpuStatus, Job, JobEvent, JobSpec, Node, TokenRecord, User
 from corral.store.tables import GpuRow, JobEventRow, JobRow, NodeRow, TokenRow, UserRow
 from corral.store.tenancy import TenancyMethods, to_token, to_user
@@ -42,7 +43,7 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur.close()
 
 
-class SqlStore(TenancyMethods, NodeAdminMethods):
+class SqlStore(TenancyMethods, NodeAdminMethods, TelemetryMethods):
     """One implementation for both databases; dialect differences stay inside this class."""
 
     def __init__(self, url: str) -> None:
@@ -176,6 +177,7 @@ class SqlStore(TenancyMethods, NodeAdminMethods):
                 priority=spec.priority, state=JobState.PENDING.value, created_at=now, gpu_indices=[],
                 reason="", cancel_requested=False, delivered=False, attempt=0,
                 tenant_id=spec.tenant_id, queue=spec.queue, time_limit_s=spec.time_limit_s,
+                max_retries=spec.max_retries, gpu_summary={},
             )
             s.add(row)
             s.flush()
@@ -224,7 +226,7 @@ class SqlStore(TenancyMethods, NodeAdminMethods):
                 update(JobRow)
                 .where(JobRow.id == job_id, JobRow.state == JobState.PENDING.value)
                 .values(state=JobState.RUNNING.value, node=node, gpu_indices=list(gpu_indices),
-                        started_at=now, delivered=False, reason="", attempt=JobRow.attempt + 1)
+                        started_at=now, delivered=False, reason="", attempt=JobRow.attempt + 1, not_before=None)
             )
             if res.rowcount:
                 gpus = ",".join(map(str, gpu_indices)) or "none"
@@ -264,13 +266,13 @@ class SqlStore(TenancyMethods, NodeAdminMethods):
                 s.add(JobEventRow(job_id=job_id, at=now, kind=state.value.lower(), message=msg))
             return bool(res.rowcount)
 
-    def requeue_job(self, job_id: int, reason: str, now: datetime) -> bool:
+    def requeue_job(self, job_id: int, reason: str, now: datetime, not_before: datetime | None = None) -> bool:
         with self._tx() as s:
             res = s.execute(
                 update(JobRow)
                 .where(JobRow.id == job_id, JobRow.state == JobState.RUNNING.value)
                 .values(state=JobState.PENDING.value, node=None, gpu_indices=[], started_at=None,
-                        delivered=False, cancel_requested=False, reason=reason)
+                        delivered=False, cancel_requested=False, reason=reason, not_before=not_before)
             )
             if res.rowcount:
                 s.add(JobEventRow(job_id=job_id, at=now, kind="requeued", message=reason))
@@ -314,11 +316,11 @@ def _job(r: JobRow) -> Job:
         command=tuple(r.command), name=r.name, env=dict(r.env or {}), workdir=r.workdir, gpus=r.gpus,
         gpu_milli=r.gpu_milli, gpu_models=tuple(r.gpu_models or ()), min_gpu_memory_mib=r.min_gpu_memory_mib,
         cpu_milli=r.cpu_milli, memory_mib=r.memory_mib, priority=r.priority, user_id=r.user_id,
-        tenant_id=r.tenant_id, queue=r.queue or "default", time_limit_s=r.time_limit_s,
+        tenant_id=r.tenant_id, queue=r.queue or "default", time_limit_s=r.time_limit_s, max_retries=r.max_retries,
     )
     return Job(
         id=r.id, spec=spec, state=JobState(r.state), created_at=_utc(r.created_at) or r.created_at, node=r.node,
         gpu_indices=tuple(r.gpu_indices or ()), exit_code=r.exit_code, reason=r.reason or "",
         started_at=_utc(r.started_at), finished_at=_utc(r.finished_at), cancel_requested=r.cancel_requested,
-        delivered=r.delivered, attempt=r.attempt,
+        delivered=r.delivered, attempt=r.attempt, not_before=_utc(r.not_before),
     )

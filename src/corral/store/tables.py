@@ -129,6 +129,9 @@ class JobRow(Base):
     tenant_id: Mapped[int | None] = mapped_column(ForeignKey("tenants.id"), nullable=True)
     queue: Mapped[str] = mapped_column(String(64), default="default")
     time_limit_s: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    max_retries: Mapped[int] = mapped_column(Integer, default=3)
+    not_before: Mapped[datetime | None] = mapped_column(UTC_DT, nullable=True)
+    gpu_summary: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
 
     __table_args__ = (Index("ix_jobs_state", "state"), Index("ix_jobs_node", "node"), Index("ix_jobs_tenant", "tenant_id"))
 
@@ -160,3 +163,66 @@ class AuditRow(Base):
     action: Mapped[str] = mapped_column(String(64))
     target: Mapped[str] = mapped_column(String(255), default="")
     detail: Mapped[str] = mapped_column(Text, default="")
+
+
+class MetricPointRow(Base):
+    """Raw samples, kept for the raw retention period (24 h by default). gpu = -1 for host series."""
+
+    __tablename__ = "metric_points"
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True)
+    ts: Mapped[float] = mapped_column(Float)
+    node: Mapped[str] = mapped_column(String(255))
+    gpu: Mapped[int] = mapped_column(Integer)
+    metric: Mapped[str] = mapped_column(String(64))
+    value: Mapped[float] = mapped_column(Float)
+    job_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+
+    __table_args__ = (Index("ix_metric_points_lookup", "metric", "node", "ts"), Index("ix_metric_points_ts", "ts"),
+                      Index("ix_metric_points_job", "job_id"))
+
+
+class MetricRollupRow(Base):
+    """1-minute rollups, kept for the rollup retention period (30 days by default)."""
+
+    __tablename__ = "metric_rollups"
+    metric: Mapped[str] = mapped_column(String(64), primary_key=True)
+    node: Mapped[str] = mapped_column(String(255), primary_key=True)
+    gpu: Mapped[int] = mapped_column(Integer, primary_key=True)
+    bucket: Mapped[float] = mapped_column(Float, primary_key=True)
+    count: Mapped[int] = mapped_column(Integer)
+    min: Mapped[float] = mapped_column(Float)
+    max: Mapped[float] = mapped_column(Float)
+    sum: Mapped[float] = mapped_column(Float)
+    last: Mapped[float] = mapped_column(Float)
+    last_ts: Mapped[float] = mapped_column(Float)
+
+
+class AlertRuleRow(Base):
+    __tablename__ = "alert_rules"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON)
+    tenant_id: Mapped[int | None] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTC_DT)
+
+
+class AlertHistoryRow(Base):
+    """Every state change of every alert (pending, firing, resolved), newest last."""
+
+    __tablename__ = "alert_history"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    fingerprint: Mapped[str] = mapped_column(String(64), index=True)
+    rule: Mapped[str] = mapped_column(String(128))
+    state: Mapped[str] = mapped_column(String(16))
+    severity: Mapped[str] = mapped_column(String(16))
+    labels: Mapped[dict[str, Any]] = mapped_column(JSON)
+    value: Mapped[float] = mapped_column(Float)
+    summary: Mapped[str] = mapped_column(Text, default="")
+    at: Mapped[datetime] = mapped_column(UTC_DT, index=True)
+
+
+class SilenceRow(Base):
+    __tablename__ = "silences"
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(UTC_DT)

@@ -108,9 +108,9 @@ def test_jobs_get_disjoint_gpus_and_the_rest_waits(api: Any) -> None:
     reply = client.post("/api/v1/agents/n1/sync", json={"running": [], "exits": []}, headers=agent).json()
     assert sorted(a["job_id"] for a in reply["assignments"]) == sorted(j["id"] for j in running)
     first = running[0]["id"]
-    reply = client.post("/api/v1/agents/n1/sync", json={"running": [running[1]["id"]],
-                        "exits": [{"job_id": first, "exit_code": 0}]}, headers=agent).json()
-    assert reply["acked_exits"] == [first]
+    reply = client.post("/api/v1/agents/n1/sync", json={"running": [{"job_id": running[1]["id"], "attempt": 1}],
+                        "exits": [{"job_id": first, "attempt": 1, "exit_code": 0}]}, headers=agent).json()
+    assert reply["acked_exits"] == [{"job_id": first, "attempt": 1}]
     third = wait_for(lambda: (j := client.get(f"/api/v1/jobs/{waiting['id']}", headers=user).json())["state"] == "RUNNING" and j)
     assert sorted(third["gpus"]) == sorted(running[0]["gpus"])
     assert client.get(f"/api/v1/jobs/{first}", headers=user).json()["state"] == "SUCCEEDED"
@@ -119,8 +119,31 @@ def test_jobs_get_disjoint_gpus_and_the_rest_waits(api: Any) -> None:
 def test_agent_is_told_to_stop_a_job_the_store_no_longer_runs(api: Any) -> None:
     client, user, agent = api
     register(client, agent, "n1", 1)
-    reply = client.post("/api/v1/agents/n1/sync", json={"running": [4242]}, headers=agent).json()
-    assert reply["cancels"] == [4242]
+    reply = client.post("/api/v1/agents/n1/sync", json={"running": [{"job_id": 4242, "attempt": 1}]},
+                        headers=agent).json()
+    assert reply["cancels"] == [{"job_id": 4242, "attempt": 1}]
+
+
+def test_an_old_attempt_never_ends_the_new_one(api: Any) -> None:
+    """A job requeued (drain) and placed again on the same node: the first attempt's exit is stale."""
+    client, user, agent = api
+    register(client, agent, "n1", 2)
+    job = client.post("/api/v1/jobs", json={"command": ["sleep", "9"], "gpus": 1}, headers=user).json()["id"]
+    wait_for(lambda: client.get(f"/api/v1/jobs/{job}", headers=user).json()["state"] == "RUNNING")
+    client.post("/api/v1/agents/n1/sync", json={"running": [{"job_id": job, "attempt": 1}]}, headers=agent)
+    client.post("/api/v1/nodes/n1/drain", headers=user)
+    client.post("/api/v1/nodes/n1/uncordon", headers=user)
+    second = wait_for(lambda: (j := client.get(f"/api/v1/jobs/{job}", headers=user).json())["attempt"] == 2 and j)
+    assert second["state"] == "RUNNING"
+    reply = client.post("/api/v1/agents/n1/sync", json={"running": [{"job_id": job, "attempt": 1}]},
+                        headers=agent).json()
+    assert reply["cancels"] == [{"job_id": job, "attempt": 1}]
+    assert [a["attempt"] for a in reply["assignments"]] == [2]
+    assert reply["assignments"][0]["env"]["CORRAL_PREEMPTED"] == "1"
+    reply = client.post("/api/v1/agents/n1/sync", json={"running": [{"job_id": job, "attempt": 2}],
+                        "exits": [{"job_id": job, "attempt": 1, "exit_code": 143}]}, headers=agent).json()
+    assert reply["acked_exits"] == [{"job_id": job, "attempt": 1}]
+    assert client.get(f"/api/v1/jobs/{job}", headers=user).json()["state"] == "RUNNING"
 
 
 def test_healthz_and_openapi(api: Any) -> None:

@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.concurrency import run_in_threadpool
 
-from corral.core.errors import NotFoundError
+from corral.core.errors import NotFoundError, ValidationError
 from corral.server.auth import Principal, require_agent
 from fastapi.responses import JSONResponse
 
@@ -42,21 +42,40 @@ async def sync(node: str, body: AgentSync, request: Request, _: Agent) -> AgentS
         app.state.scheduler.trigger.fire()
     running = set(body.running)
     record = await run_in_threadpool(store.get_node, node)
+    telemetry = app.state.telemetry
     assignments, cancels = await run_in_threadpool(compute_assignments, store, record, running)
-    if not assignments and not cancels and body.wait_s > 0:
+    faults = telemetry.take_faults(node)
+    if not assignments and not cancels and not faults and body.wait_s > 0:
         await app.state.notifier.wait(node, body.wait_s)
         assignments, cancels = await run_in_threadpool(compute_assignments, store, record, running)
+        faults = telemetry.take_faults(node)
     return AgentSyncReply(assignments=assignments, cancels=cancels, acked_exits=acked,
-                          cancel_grace_s=app.state.settings.cancel_grace_s)
+                          cancel_grace_s=app.state.settings.cancel_grace_s, faults=faults)
+
+
+@router.post("/{node}/telemetry")
+async def telemetry(node: str, request: Request, _: Agent) -> dict[str, int]:
+    """A TelemetryBatch (corral.core.telemetry.batch_to_dict): samples stored, health checked."""
+    try:
+        data = await request.json()
+    except ValueError as e:
+        raise ValidationError("body", f"not JSON: {e}") from e
+    if not isinstance(data, dict):
+        raise ValidationError("body", "a telemetry batch is a JSON object")
+    result = await run_in_threadpool(request.app.state.telemetry.ingest, node, data)
+    if result.capacity_changed:
+        request.app.state.scheduler.trigger.fire()
+        request.app.state.notifier.notify(node)
+    return {"stored": result.stored, "transitions": result.transitions}
 
 
 @router.post("/{node}/jobs/{job_id}/logs")
 async def upload_logs(node: str, job_id: int, request: Request, _: Agent,
-                      offset: Annotated[int, Query(ge=0)] = 0) -> dict[str, int]:
-    """Append log bytes that start at `offset`; 409 with `expected` when there is a gap."""
+                      offset: Annotated[int, Query(ge=0)] = 0, attempt: Annotated[int, Query(ge=1)] = 1) -> dict[str, int]:
+    """Append log bytes of one run that start at `offset`; 409 with `expected` when there is a gap."""
     data = await request.body()
     try:
-        size = await run_in_threadpool(request.app.state.logs.append, job_id, offset, data)
+        size = await run_in_threadpool(request.app.state.logs.append, job_id, offset, data, attempt)
     except LogOffsetError as e:
         body = error_body(e.code, e.message, "offset") | {"expected": e.expected}
         return JSONResponse(body, status_code=409)  # type: ignore[return-value]

@@ -1,12 +1,16 @@
-"""Job logs on the server: one append-only file per job, written at explicit offsets (idempotent)."""
+"""Job logs on the server: one append-only file per run (job attempt), written at explicit offsets
+(idempotent), read as one stream: the attempts of a job in order."""
 
 from __future__ import annotations
 
 import os
+import re
 import threading
 from pathlib import Path
 
 from corral.core.errors import ConflictError
+
+_RUN_FILE = re.compile(r"^(\d+)\.(\d+)\.log$")
 
 
 class LogOffsetError(ConflictError):
@@ -21,34 +25,58 @@ class LogStore:
         self.root.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
 
-    def path(self, job_id: int) -> Path:
-        return self.root / f"{job_id}.log"
+    def path(self, job_id: int, attempt: int = 1) -> Path:
+        return self.root / f"{job_id}.{attempt}.log"
 
-    def size(self, job_id: int) -> int:
+    def _runs(self, job_id: int) -> list[Path]:
+        """The job's run logs, oldest attempt first."""
+        found = []
+        for p in self.root.glob(f"{job_id}.*.log"):
+            m = _RUN_FILE.match(p.name)
+            if m and int(m.group(1)) == job_id:
+                found.append((int(m.group(2)), p))
+        return [p for _, p in sorted(found)]
+
+    def run_size(self, job_id: int, attempt: int = 1) -> int:
         try:
-            return self.path(job_id).stat().st_size
+            return self.path(job_id, attempt).stat().st_size
         except FileNotFoundError:
             return 0
 
-    def append(self, job_id: int, offset: int, data: bytes) -> int:
-        """Write `data` that starts at byte `offset` of the job's log; bytes we already hold are skipped,
+    def size(self, job_id: int) -> int:
+        """Bytes of the whole stream (every attempt)."""
+        return sum(p.stat().st_size for p in self._runs(job_id))
+
+    def append(self, job_id: int, offset: int, data: bytes, attempt: int = 1) -> int:
+        """Write `data` that starts at byte `offset` of that run's log; bytes we already hold are skipped,
         so a retried upload is harmless. A gap raises LogOffsetError carrying the size we have."""
         with self._lock:
-            size = self.size(job_id)
+            size = self.run_size(job_id, attempt)
             if offset > size:
                 raise LogOffsetError(size)
             fresh = data[size - offset:]
             if fresh:
-                with open(self.path(job_id), "ab") as f:
+                with open(self.path(job_id, attempt), "ab") as f:
                     f.write(fresh)
                     f.flush()
                     os.fsync(f.fileno())
             return size + len(fresh)
 
     def read(self, job_id: int, offset: int, limit: int = 1 << 20) -> bytes:
-        try:
-            with open(self.path(job_id), "rb") as f:
+        """Up to `limit` bytes of the stream from `offset`."""
+        out = bytearray()
+        for p in self._runs(job_id):
+            try:
+                size = p.stat().st_size
+            except FileNotFoundError:
+                continue
+            if offset >= size:
+                offset -= size
+                continue
+            with open(p, "rb") as f:
                 f.seek(offset)
-                return f.read(limit)
-        except FileNotFoundError:
-            return b""
+                out += f.read(limit - len(out))
+            offset = 0
+            if len(out) >= limit:
+                break
+        return bytes(out)

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import deque
 from datetime import UTC, datetime, timedelta
 
 from corral.core.requests import ResourceRequest
 from corral.core.states import JobState
 from corral.scheduler.cycle import Unschedulable, apply_placement, compute_placement
 from corral.server.services.notify import NodeNotifier, Trigger
+from corral.server.services.recovery import requeue_after_failure
 from corral.server.services.snapshot import compute_snapshot
 from corral.store.base import StateStore
 from corral.store.records import Job
@@ -30,14 +32,16 @@ class Scheduler:
     """Runs scheduling passes on its own thread; `trigger` asks for one soon."""
 
     def __init__(self, store: StateStore, notifier: NodeNotifier, policy: str, interval_s: float,
-                 node_lost_after_s: float = 60.0) -> None:
+                 node_lost_after_s: float = 60.0, retry_backoff_s: float = 1.0) -> None:
         self.store = store
         self.notifier = notifier
         self.policy = policy
         self.interval_s = interval_s
         self.node_lost_after_s = node_lost_after_s
+        self.retry_backoff_s = retry_backoff_s
         self.trigger = Trigger()
         self.pending_reasons: dict[int, str] = {}
+        self._latencies: deque[float] = deque(maxlen=10_000)  # submit -> placement, seconds
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -60,17 +64,19 @@ class Scheduler:
                 log.exception("scheduling pass failed")
             self.trigger.wait(self.interval_s)
 
+    def latencies_s(self) -> list[float]:
+        """Recent submit-to-placement latencies (for the scheduling-latency histogram)."""
+        return list(self._latencies)
+
     def reconcile_lost_nodes(self, now: datetime) -> list[str]:
         """Nodes silent for longer than node_lost_after_s become LOST; their jobs go back to the queue
         (a job whose cancel was already requested ends CANCELLED instead)."""
         lost = self.store.mark_nodes_lost(now - timedelta(seconds=self.node_lost_after_s))
         for name in lost:
             log.warning("node %s lost: no heartbeat for %.0f s", name, self.node_lost_after_s)
+            self.store.add_node_event(name, None, "lost", f"no heartbeat for {self.node_lost_after_s:g} s", now)
             for job in self.store.list_node_jobs(name):
-                if job.cancel_requested:
-                    self.store.finish_job(job.id, JobState.CANCELLED, None, f"node {name} lost while cancelling", now)
-                else:
-                    self.store.requeue_job(job.id, f"node {name} lost", now)
+                requeue_after_failure(self.store, job, f"node {name} lost", now, self.retry_backoff_s)
         return lost
 
     def run_once(self, now: datetime) -> list[int]:
@@ -87,6 +93,9 @@ class Scheduler:
             placed: list[int] = []
             reasons: dict[int, str] = {}
             for job in sorted(pending, key=lambda j: (-j.spec.priority, j.id)):
+                if job.not_before is not None and job.not_before > now:
+                    reasons[job.id] = f"retry backoff until {job.not_before:%H:%M:%S} ({job.reason})"
+                    continue
                 result = compute_placement(request_of(job), snapshot, self.policy)
                 if isinstance(result, Unschedulable):
                     reasons[job.id] = result.reason
@@ -94,6 +103,7 @@ class Scheduler:
                 if self.store.assign_job(job.id, result.node, result.gpu_indices, now):
                     apply_placement(snapshot, result)
                     placed.append(job.id)
+                    self._latencies.append(max((now - job.created_at).total_seconds(), 0.0))
                     self.notifier.notify(result.node)
             self.pending_reasons = reasons
             return placed

@@ -1,0 +1,175 @@
+"""/metrics (Prometheus, dcgm-exporter names), /api/v1/metrics/* (time series, latest values), job GPU
+usage, and simulated fault injection."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from datetime import datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi.concurrency import run_in_threadpool
+
+from corral.alerts.evaluator import AlertState
+from corral.core.errors import NotFoundError, ValidationError
+from corral.core.rollup import select_resolution
+from corral.core.states import JobState
+from corral.core.tenancy import Action
+from corral.core.telemetry import GPU_SERIES, HOST_SERIES, compute_gpu_series, compute_host_series
+from corral.server.auth import Principal, require_user
+from corral.server.prometheus import CONTENT_TYPE, ClusterStats, GpuMetrics, compute_latency_histogram, render_metrics
+from corral.server.schemas import SimFaultCommand
+from corral.server.services.audit import record_audit
+from corral.server.services.jobs import load_job
+from corral.store.telemetry import HOST_GPU
+
+router = APIRouter(tags=["metrics"])
+User = Annotated[Principal, Depends(require_user)]
+
+DERIVED_HOST_SERIES = {"host_net_rx_bytes_s": "network receive rate", "host_net_tx_bytes_s": "network send rate",
+                       "host_disk_read_bytes_s": "disk read rate", "host_disk_write_bytes_s": "disk write rate"}
+# Short names the portal may use, mapped to the stored series.
+ALIASES = {"gpu_util_pct": "gpu_utilization_percent", "gpu_mem_used_mib": "gpu_memory_used_mib",
+           "gpu_temp_c": "gpu_temperature_c", "cpu_pct": "host_cpu_percent", "mem_used_pct": "host_memory_used_percent",
+           "disk_used_pct": "host_disk_used_percent", "load1": "host_load_1m", "net_rx_bps": "host_net_rx_bytes_s",
+           "net_tx_bps": "host_net_tx_bytes_s"}
+KNOWN = set(GPU_SERIES) | set(HOST_SERIES) | set(DERIVED_HOST_SERIES)
+
+
+def _ts(value: str | None, field: str, default: float) -> float:
+    if value is None or value == "":
+        return default
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError as e:
+        raise ValidationError(field, f"expected an ISO time or Unix seconds, got {value!r}") from e
+
+
+def _downsample(points: list[tuple[float, float]], step_s: float) -> list[list[float]]:
+    """Averages over `step_s` buckets (the start of each bucket as its time)."""
+    if step_s <= 0:
+        return [[t, v] for t, v in points]
+    buckets: dict[float, list[float]] = {}
+    for t, v in points:
+        buckets.setdefault(t - t % step_s, []).append(v)
+    return [[t, sum(vs) / len(vs)] for t, vs in sorted(buckets.items())]
+
+
+@router.get("/api/v1/metrics/series")
+def series(request: Request, caller: User, metric: str, node: str | None = None, gpu: int | None = None,
+           job: int | None = None, start: str | None = None, end: str | None = None,
+           step_s: Annotated[float, Query(ge=0, le=86400)] = 0) -> dict[str, Any]:
+    """One metric over [start, end) (default: the last hour), a series per (node, gpu). Raw samples while the
+    raw retention still covers `start`, 1-minute averages beyond. `job` restricts to that job's GPUs."""
+    name = ALIASES.get(metric, metric)
+    if name not in KNOWN:
+        raise ValidationError("metric", f"unknown metric {metric!r}; known: {', '.join(sorted(KNOWN))}")
+    now = time.time()
+    t1 = _ts(end, "end", now)
+    t0 = _ts(start, "start", t1 - 3600)
+    if t0 >= t1:
+        raise ValidationError("start", "must be before end")
+    store = request.app.state.store
+    if job is not None:
+        load_job(store, job, caller)
+    alerting = request.app.state.alerting
+    resolution = select_resolution(t0, now, alerting.retention)
+    if resolution == "raw" or job is not None:
+        found = store.query_points(name, t0, t1, node=node, gpu=gpu, job_id=job)
+    else:
+        found = store.query_rollups(name, t0, t1, node=node, gpu=gpu)
+    out = []
+    for (n, g), points in sorted(found.items()):
+        labels: dict[str, Any] = {"node": n} | ({} if g == HOST_GPU else {"gpu": g})
+        out.append({"labels": labels, "points": _downsample(points, step_s)})
+    return {"metric": name, "resolution": resolution, "start": t0, "end": t1, "series": out}
+
+
+@router.get("/api/v1/metrics/latest")
+def latest(request: Request, _: User, node: str) -> dict[str, Any]:
+    """The newest values the node's agent sent: host vitals and one entry per GPU."""
+    batch = request.app.state.telemetry.latest().get(node)
+    if batch is None:
+        if request.app.state.store.get_node(node) is None:
+            raise NotFoundError("node", node)
+        return {"node": node, "ts": None, "host": None, "gpus": []}
+    host = compute_host_series(batch.host) if batch.host else None
+    gpus = []
+    for s in batch.gpus:
+        values = compute_gpu_series(s)
+        gpus.append({"index": s.index, "uuid": s.uuid, "util_pct": s.utilization_percent,
+                     "mem_used_mib": s.memory_used_mib, "mem_total_mib": s.memory_total_mib, "power_w": s.power_w,
+                     "temp_c": s.temperature_c, "processes": len(s.processes), "series": values})
+    return {"node": node, "ts": batch.ts, "host": host, "gpus": gpus,
+            "events": [{"kind": e.kind.value, "gpu": e.gpu_index, "xid": e.xid, "detail": e.detail} for e in batch.events]}
+
+
+@router.get("/api/v1/jobs/{job_id}/usage")
+def job_usage(job_id: int, request: Request, caller: User) -> dict[str, Any]:
+    """The job's GPU usage summary (mean/peak utilisation, idle fraction, peak memory, mean power)."""
+    store = request.app.state.store
+    load_job(store, job_id, caller)
+    summary = store.get_job_gpu_summary(job_id)
+    summary.pop("_raw", None)
+    return summary
+
+
+@router.post("/api/v1/nodes/{node}/gpus/{index}/fault")
+def inject_fault(node: str, index: int, body: dict[str, Any], request: Request, caller: User) -> dict[str, Any]:
+    """Inject a fault into a simulated GPU: {"xid": 79} | {"ecc": true} | {"off_bus": true} |
+    {"temperature_c": 95} | {"clear": true}. Refused for nodes with real GPUs (admins)."""
+    caller.require(Action.MANAGE_CLUSTER)
+    from corral.agent.gpu.simulated import parse_sim_fault
+
+    parse_sim_fault(body)  # validates, naming the field
+    cmd = SimFaultCommand.model_validate({**body, "gpu_index": index})
+    request.app.state.telemetry.request_fault(node, cmd)
+    request.app.state.notifier.notify(node)
+    record_audit(request.app.state.store, caller, "gpu.fault", f"{node}/{index}", str(body))
+    return {"node": node, "gpu": index, "fault": body}
+
+
+def _cluster_stats(request: Request) -> ClusterStats:
+    store = request.app.state.store
+    jobs_by_state = Counter(j.state.value for j in store.list_jobs(states=[JobState.PENDING, JobState.RUNNING]))
+    reasons = request.app.state.scheduler.pending_reasons
+    pending_by_reason = Counter(r.split(":")[0].split(" (")[0][:60] for r in reasons.values())
+    nodes = store.list_nodes()
+    alerts = request.app.state.alerting.engine.alerts([AlertState.PENDING, AlertState.FIRING, AlertState.RESOLVED])
+    failures = sum(s.failed for s in request.app.state.alerting.dispatcher.status())
+    return ClusterStats(queue_length=jobs_by_state.get("PENDING", 0), pending_by_reason=dict(pending_by_reason),
+                        jobs_by_state=dict(jobs_by_state), nodes_by_state=dict(Counter(n.state for n in nodes)),
+                        alerts_by_state=dict(Counter(a.state.value for a in alerts)),
+                        scheduling_latency=compute_latency_histogram(request.app.state.scheduler.latencies_s()),
+                        samples_ingested=request.app.state.telemetry.samples_ingested,
+                        samples_rejected=request.app.state.telemetry.samples_rejected, notification_failures=failures)
+
+
+def _render(request: Request) -> bytes:
+    store = request.app.state.store
+    nodes = {n.name: n for n in store.list_nodes()}
+    gpus, hosts = [], []
+    for name, batch in request.app.state.telemetry.latest().items():
+        node = nodes.get(name)
+        if node is None:
+            continue
+        models = {g.index: g.model for g in node.gpus}
+        healthy = {g.index: g.healthy for g in node.gpus}
+        last_xid = {e.gpu_index: e.xid for e in batch.events if e.xid is not None}
+        for s in batch.gpus:
+            gpus.append(GpuMetrics(hostname=name, model=models.get(s.index, ""), sample=s,
+                                   healthy=healthy.get(s.index, True), last_xid=last_xid.get(s.index) or 0))
+        if batch.host is not None:
+            hosts.append((name, batch.host))
+    return render_metrics(gpus, hosts, _cluster_stats(request))
+
+
+@router.get("/metrics", include_in_schema=False)
+async def prometheus(request: Request) -> Response:
+    """Prometheus exposition: dcgm-exporter's GPU series and Corral's own (queue, jobs, nodes, alerts)."""
+    return Response(await run_in_threadpool(_render, request), media_type=CONTENT_TYPE)

@@ -1,0 +1,264 @@
+"""The alert loop: every few seconds build the series (latest telemetry, GPU health, lost nodes, jobs,
+queues), evaluate the rules, keep the history, notify (webhook, e-mail) and carry out rule actions.
+Rules and silences are kept in the store; the built-in rules come from corral.alerts.defaults."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from corral.alerts.engine import AlertEngine
+from corral.alerts.evaluator import ActionRequest, Alert, AlertChange, AlertState, SeriesPoint
+from corral.alerts.notifiers import EmailNotifier, NotificationDispatcher, Notifier, WebhookNotifier
+from corral.alerts.rules import AlertRule, RuleAction, parse_rule, rule_to_dict
+from corral.alerts.series import (
+    JobPlacement, compute_batch_series, compute_health_series, compute_job_utilization_series,
+    compute_node_lost_series, compute_queue_series,
+)
+from corral.alerts.silences import Silence, parse_silence, silence_to_dict
+from corral.core.errors import ConflictError, ForbiddenError, NotFoundError, ValidationError
+from corral.core.rollup import RetentionPolicy, compute_closed_before, compute_retention_cutoffs
+from corral.core.states import JobState
+from corral.core.tenancy import Action
+from corral.server.auth import Principal
+from corral.server.services.audit import record_audit
+from corral.server.services.telemetry import TelemetryService
+from corral.server.settings import Settings
+from corral.store.sql import SqlStore
+from corral.store.telemetry import AlertHistoryRecord
+
+log = logging.getLogger("corral.alerts")
+STALE_AFTER_S = 120.0  # a node's last batch older than this no longer feeds sampled series
+
+
+def build_notifiers(settings: Settings) -> list[Notifier]:
+    notifiers: list[Notifier] = []
+    for i, url in enumerate(u.strip() for u in settings.alert_webhooks.split(",") if u.strip()):
+        notifiers.append(WebhookNotifier(f"webhook-{i + 1}", url))
+    if settings.smtp_host and settings.alert_email_to:
+        recipients = [r.strip() for r in settings.alert_email_to.split(",") if r.strip()]
+        notifiers.append(EmailNotifier("email", settings.smtp_host, settings.smtp_port, settings.alert_email_from,
+                                       recipients))
+    return notifiers
+
+
+def normalize_rule_input(data: dict[str, Any]) -> dict[str, Any]:
+    """Accept the portal's spelling too: `op` for `comparison`, a selector object {label: value}."""
+    out = dict(data)
+    if "op" in out and "comparison" not in out:
+        out["comparison"] = out.pop("op")
+    if isinstance(out.get("selector"), dict):
+        out["selector"] = ",".join(f'{k}="{v}"' for k, v in out["selector"].items())
+    return out
+
+
+def normalize_silence_input(data: dict[str, Any]) -> dict[str, Any]:
+    out = dict(data)
+    if isinstance(out.get("matchers"), dict):
+        out["matchers"] = ",".join(f'{k}="{v}"' for k, v in out["matchers"].items())
+    if "until" in out and "ends_at" not in out:
+        until = out.pop("until")
+        if isinstance(until, str):
+            try:
+                until = datetime.fromisoformat(until.replace("Z", "+00:00")).timestamp()
+            except ValueError as e:
+                raise ValidationError("until", f"not an ISO time: {until!r}") from e
+        out["ends_at"] = until
+    return out
+
+
+def alert_out(a: Alert) -> dict[str, Any]:
+    return {"id": a.fingerprint, "rule": a.rule, "severity": a.severity.value, "state": a.state.value,
+            "labels": a.label_map, "value": a.value, "message": a.summary,
+            "started_at": datetime.fromtimestamp(a.active_since, UTC).isoformat(),
+            "fired_at": datetime.fromtimestamp(a.fired_at, UTC).isoformat() if a.fired_at else None,
+            "resolved_at": datetime.fromtimestamp(a.resolved_at, UTC).isoformat() if a.resolved_at else None,
+            "silenced_by": a.silenced_by}
+
+
+class AlertService:
+    def __init__(self, store: SqlStore, telemetry: TelemetryService, settings: Settings) -> None:
+        self.store = store
+        self.telemetry = telemetry
+        self.settings = settings
+        self.dispatcher = NotificationDispatcher(build_notifiers(settings))
+        self.engine = AlertEngine(submit=self.dispatcher.submit, act=self._act)
+        self.retention = RetentionPolicy(raw_s=settings.metrics_raw_retention_s,
+                                         rollup_s=settings.metrics_rollup_retention_s)
+        self._rolled_until: float | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.reload()
+
+    # ---- lifecycle ------------------------------------------------------------------
+    def reload(self) -> None:
+        rules = []
+        for r in self.store.list_alert_rules():
+            try:
+                rules.append(parse_rule(r.spec))
+            except ValidationError as e:  # a rule stored by an older version that no longer parses
+                log.error("alert rule %s ignored: %s", r.name, e)
+        self.engine.set_custom_rules(rules)
+        now = time.time()
+        for sid, spec in self.store.list_silences():
+            try:
+                s = parse_silence(spec, id=sid, now=now, created_by=str(spec.get("created_by", "")))
+                if s.ends_at > now:
+                    self.engine.add_silence(s)
+            except (ValidationError, ConflictError):
+                continue
+
+    def start(self) -> None:
+        self.dispatcher.start()
+        self._thread = threading.Thread(target=self._run, name="corral-alerts", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread:
+            self._thread.join(timeout=10)
+        self.dispatcher.stop()
+
+    def _run(self) -> None:
+        last_retention = 0.0
+        while not self._stop.wait(self.settings.alert_interval_s):
+            now = time.time()
+            try:
+                self.evaluate(now)
+                if now - last_retention >= 60:
+                    self.apply_retention(now)
+                    last_retention = now
+            except Exception:  # the loop must survive a failed round; the next one retries
+                log.exception("alert round failed")
+
+    # ---- one round ----------------------------------------------------------------------
+    def compute_series(self, now: float) -> list[SeriesPoint]:
+        nodes = self.store.list_nodes()
+        running = self.store.list_jobs(states=[JobState.RUNNING])
+        tenants = {t.id: t.name for t in self.store.list_tenants()}
+        placements = [JobPlacement(str(j.id), tenants.get(j.spec.tenant_id or 0, ""), j.node, j.gpu_indices)
+                      for j in running if j.node]
+        series: list[SeriesPoint] = []
+        utilization: dict[tuple[str, int], float] = {}
+        for name, batch in self.telemetry.latest().items():
+            if now - batch.ts > STALE_AFTER_S:
+                continue
+            series += compute_batch_series(batch, placements)
+            utilization.update({(name, s.index): s.utilization_percent for s in batch.gpus
+                                if s.utilization_percent is not None})
+        for n in nodes:
+            unhealthy = {s.index: s.reason or "unhealthy" for s in n.gpu_status if not s.healthy}
+            series += compute_health_series(n.name, unhealthy, {g.index: g.uuid for g in n.gpus})
+        series += compute_node_lost_series(n.name for n in nodes if n.state == "LOST")
+        series += compute_job_utilization_series(placements, utilization)
+        pending: dict[str, int] = {}
+        for j in self.store.list_jobs(states=[JobState.PENDING]):
+            key = tenants.get(j.spec.tenant_id or 0, "")
+            pending[key] = pending.get(key, 0) + 1
+        series += compute_queue_series(pending)
+        return series
+
+    def evaluate(self, now: float) -> list[AlertChange]:
+        result = self.engine.evaluate(self.compute_series(now), now)
+        at = datetime.fromtimestamp(now, UTC)
+        self.store.add_alert_history([
+            AlertHistoryRecord(c.alert.fingerprint, c.alert.rule, c.alert.state.value, c.alert.severity.value,
+                               c.alert.label_map, c.alert.value, c.alert.summary, at) for c in result.changes])
+        return result.changes
+
+    def apply_retention(self, now: float) -> None:
+        closed = compute_closed_before(now, self.retention.bucket_s)
+        since = self._rolled_until
+        if since is None:
+            latest = self.store.latest_rollup_bucket()
+            since = latest + self.retention.bucket_s if latest is not None else 0.0
+        if closed > since:
+            self.store.compute_and_store_rollups(since, closed, self.retention.bucket_s)
+            self._rolled_until = closed
+        cut = compute_retention_cutoffs(now, self.retention)
+        self.store.prune_telemetry(cut.raw_before, cut.rollup_before)
+
+    def _act(self, request: ActionRequest) -> None:
+        now = datetime.now(UTC)
+        if request.action is RuleAction.CORDON_NODE and request.node:
+            if self.store.set_node_cordoned(request.node, True):
+                self.store.add_node_event(request.node, None, "cordoned", f"by alert rule {request.rule}", now)
+                self.store.add_audit(f"alert:{request.rule}", "node.cordon", request.node, "", now)
+        elif request.action is RuleAction.STOP_JOB and request.job:
+            job = self.store.request_cancel(int(request.job), now)
+            if job is not None:
+                self.store.add_event(job.id, "stopped_by_alert", f"rule {request.rule}", now)
+                self.store.add_audit(f"alert:{request.rule}", "job.stop", request.job, "", now)
+
+    # ---- API operations ----------------------------------------------------------------
+    def list_alerts(self, caller: Principal, states: Sequence[AlertState] | None) -> list[dict[str, Any]]:
+        tenant = self._tenant_name(caller)
+        return [alert_out(a) for a in self.engine.alerts(states)
+                if tenant is None or a.label_map.get("tenant") in (None, tenant)]
+
+    def history(self, caller: Principal, limit: int) -> list[dict[str, Any]]:
+        tenant = self._tenant_name(caller)
+        return [{"id": h.fingerprint, "rule": h.rule, "state": h.state, "severity": h.severity, "labels": h.labels,
+                 "value": h.value, "message": h.summary, "at": h.at.isoformat()}
+                for h in self.store.list_alert_history(limit)
+                if tenant is None or h.labels.get("tenant") in (None, tenant)]
+
+    def list_rules(self) -> list[dict[str, Any]]:
+        ids = {r.name: r.id for r in self.store.list_alert_rules()}
+        return [rule_to_dict(r) | {"id": ids.get(r.name), "builtin": r.name not in ids} for r in self.engine.rules()]
+
+    def create_rule(self, caller: Principal, data: dict[str, Any]) -> dict[str, Any]:
+        data = normalize_rule_input(data)
+        if not caller.is_admin:  # tenant admins write rules over their own tenant's series only
+            if not caller.role.value == "tenant-admin":
+                raise ForbiddenError(f"role {caller.role.value} may not manage alert rules")
+            data |= {"scope": "tenant", "tenant": self._tenant_name(caller)}
+        rule: AlertRule = parse_rule(data)
+        if any(r.name == rule.name for r in self.store.list_alert_rules()):
+            raise ConflictError(f"alert rule {rule.name!r} exists")
+        tenant_id = caller.tenant_id if rule.tenant else None
+        rec = self.store.create_alert_rule(rule.name, rule_to_dict(rule), tenant_id, datetime.now(UTC))
+        self.reload()
+        record_audit(self.store, caller, "alert_rule.create", rule.name)
+        return rule_to_dict(rule) | {"id": rec.id, "builtin": False}
+
+    def delete_rule(self, caller: Principal, rule_id: int) -> None:
+        rec = next((r for r in self.store.list_alert_rules() if r.id == rule_id), None)
+        if rec is None or (not caller.is_admin and rec.tenant_id != caller.tenant_id):
+            raise NotFoundError("alert rule", str(rule_id))
+        if not caller.is_admin and caller.role.value != "tenant-admin":
+            raise ForbiddenError(f"role {caller.role.value} may not manage alert rules")
+        self.store.delete_alert_rule(rule_id)
+        self.reload()
+        record_audit(self.store, caller, "alert_rule.delete", rec.name)
+
+    def list_silences(self) -> list[dict[str, Any]]:
+        return [silence_to_dict(s) for s in self.engine.silences(time.time())]
+
+    def create_silence(self, caller: Principal, data: dict[str, Any]) -> dict[str, Any]:
+        caller.require(Action.MANAGE_TENANT)
+        who = caller.user.name if caller.user else caller.token.name
+        silence: Silence = parse_silence(normalize_silence_input(data), id=uuid.uuid4().hex[:12], now=time.time(),
+                                         created_by=who)
+        spec = silence_to_dict(silence)
+        self.store.save_silence(silence.id, spec, datetime.now(UTC))
+        self.engine.add_silence(silence)
+        record_audit(self.store, caller, "silence.create", silence.id, spec["matchers"])
+        return spec
+
+    def delete_silence(self, caller: Principal, silence_id: str) -> None:
+        caller.require(Action.MANAGE_TENANT)
+        self.engine.expire_silence(silence_id, time.time())
+        self.store.delete_silence(silence_id)
+        record_audit(self.store, caller, "silence.delete", silence_id)
+
+    def _tenant_name(self, caller: Principal) -> str | None:
+        if caller.is_admin or caller.tenant_id is None:
+            return None
+        t = self.store.get_tenant(caller.tenant_id)
+        return t.name if t else None

@@ -1,0 +1,179 @@
+"""Time series, alerts and silences in SQL: the monitoring half of SqlStore (a mixin)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from datetime import datetime
+from typing import Any, NamedTuple
+
+from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy.orm import Session
+
+from corral.core.rollup import RawPoint, Rollup, compute_keyed_rollups, merge_rollup
+from corral.store.tables import AlertHistoryRow, AlertRuleRow, JobRow, MetricPointRow, MetricRollupRow, SilenceRow
+from corral.store.tenancy import utc
+
+HOST_GPU = -1  # the `gpu` of host series
+
+
+class Point(NamedTuple):
+    ts: float
+    node: str
+    gpu: int  # HOST_GPU for host series
+    metric: str
+    value: float
+    job_id: int | None = None
+
+
+class AlertRuleRecord(NamedTuple):
+    id: int
+    name: str
+    spec: dict[str, Any]
+    tenant_id: int | None
+    created_at: datetime
+
+
+class AlertHistoryRecord(NamedTuple):
+    fingerprint: str
+    rule: str
+    state: str
+    severity: str
+    labels: dict[str, str]
+    value: float
+    summary: str
+    at: datetime
+
+
+SeriesKey = tuple[str, int]  # (node, gpu)
+
+
+class TelemetryMethods:
+    """Every method is one transaction. Points are append-only; rollups are replaced bucket by bucket."""
+
+    def _tx(self) -> AbstractContextManager[Session]:  # provided by SqlStore
+        raise NotImplementedError
+
+    # ---- points -------------------------------------------------------------------
+    def insert_points(self, points: Sequence[Point]) -> int:
+        if not points:
+            return 0
+        with self._tx() as s:
+            s.execute(insert(MetricPointRow), [p._asdict() for p in points])
+        return len(points)
+
+    def query_points(self, metric: str, start: float, end: float, node: str | None = None, gpu: int | None = None,
+                     job_id: int | None = None) -> dict[SeriesKey, list[tuple[float, float]]]:
+        """Raw points of one metric in [start, end), grouped by (node, gpu), oldest first."""
+        with self._tx() as s:
+            q = select(MetricPointRow.node, MetricPointRow.gpu, MetricPointRow.ts, MetricPointRow.value).where(
+                MetricPointRow.metric == metric, MetricPointRow.ts >= start, MetricPointRow.ts < end)
+            if node is not None:
+                q = q.where(MetricPointRow.node == node)
+            if gpu is not None:
+                q = q.where(MetricPointRow.gpu == gpu)
+            if job_id is not None:
+                q = q.where(MetricPointRow.job_id == job_id)
+            out: dict[SeriesKey, list[tuple[float, float]]] = {}
+            for n, g, ts, v in s.execute(q.order_by(MetricPointRow.ts)).all():
+                out.setdefault((n, g), []).append((ts, v))
+            return out
+
+    def query_rollups(self, metric: str, start: float, end: float, node: str | None = None,
+                      gpu: int | None = None) -> dict[SeriesKey, list[tuple[float, float]]]:
+        """1-minute averages of one metric in [start, end), grouped by (node, gpu)."""
+        with self._tx() as s:
+            q = select(MetricRollupRow).where(MetricRollupRow.metric == metric, MetricRollupRow.bucket >= start,
+                                              MetricRollupRow.bucket < end)
+            if node is not None:
+                q = q.where(MetricRollupRow.node == node)
+            if gpu is not None:
+                q = q.where(MetricRollupRow.gpu == gpu)
+            out: dict[SeriesKey, list[tuple[float, float]]] = {}
+            for r in s.scalars(q.order_by(MetricRollupRow.bucket)).all():
+                out.setdefault((r.node, r.gpu), []).append((r.bucket, r.sum / r.count))
+            return out
+
+    def compute_and_store_rollups(self, since: float, closed_before: float, bucket_s: float = 60.0) -> int:
+        """Roll raw points with since <= ts < closed_before into buckets (merged into existing ones)."""
+        with self._tx() as s:
+            rows = s.execute(select(MetricPointRow.metric, MetricPointRow.node, MetricPointRow.gpu, MetricPointRow.ts,
+                                    MetricPointRow.value)
+                             .where(MetricPointRow.ts >= since, MetricPointRow.ts < closed_before)).all()
+            keyed = [((m, n, g), RawPoint(ts, v)) for m, n, g, ts, v in rows]
+            made = 0
+            for (m, n, g), rollups in compute_keyed_rollups(keyed, closed_before, bucket_s).items():
+                for r in rollups:
+                    old = s.get(MetricRollupRow, (m, n, g, r.start))
+                    if old is not None:
+                        r = merge_rollup(Rollup(old.bucket, old.count, old.min, old.max, old.sum, old.last,
+                                                old.last_ts), r)
+                        s.delete(old)
+                        s.flush()
+                    s.add(MetricRollupRow(metric=m, node=n, gpu=g, bucket=r.start, count=r.count, min=r.min,
+                                          max=r.max, sum=r.sum, last=r.last, last_ts=r.last_ts))
+                    made += 1
+            return made
+
+    def latest_rollup_bucket(self) -> float | None:
+        with self._tx() as s:
+            return s.scalar(select(func.max(MetricRollupRow.bucket)))
+
+    def prune_telemetry(self, raw_before: float, rollup_before: float) -> tuple[int, int]:
+        with self._tx() as s:
+            raw = s.execute(delete(MetricPointRow).where(MetricPointRow.ts < raw_before)).rowcount
+            rolled = s.execute(delete(MetricRollupRow).where(MetricRollupRow.bucket < rollup_before)).rowcount
+            return int(raw or 0), int(rolled or 0)
+
+    def set_job_gpu_summary(self, job_id: int, summary: dict[str, Any]) -> None:
+        with self._tx() as s:
+            s.execute(update(JobRow).where(JobRow.id == job_id).values(gpu_summary=summary))
+
+    def get_job_gpu_summary(self, job_id: int) -> dict[str, Any]:
+        with self._tx() as s:
+            return dict(s.scalar(select(JobRow.gpu_summary).where(JobRow.id == job_id)) or {})
+
+    # ---- alert rules, history, silences -----------------------------------------------
+    def create_alert_rule(self, name: str, spec: dict[str, Any], tenant_id: int | None, now: datetime) -> AlertRuleRecord:
+        with self._tx() as s:
+            row = AlertRuleRow(name=name, spec=spec, tenant_id=tenant_id, created_at=now)
+            s.add(row)
+            s.flush()
+            return _rule(row)
+
+    def list_alert_rules(self) -> list[AlertRuleRecord]:
+        with self._tx() as s:
+            return [_rule(r) for r in s.scalars(select(AlertRuleRow).order_by(AlertRuleRow.id)).all()]
+
+    def delete_alert_rule(self, rule_id: int) -> bool:
+        with self._tx() as s:
+            return bool(s.execute(delete(AlertRuleRow).where(AlertRuleRow.id == rule_id)).rowcount)
+
+    def add_alert_history(self, entries: Sequence[AlertHistoryRecord]) -> None:
+        if not entries:
+            return
+        with self._tx() as s:
+            s.execute(insert(AlertHistoryRow), [e._asdict() for e in entries])
+
+    def list_alert_history(self, limit: int = 200) -> list[AlertHistoryRecord]:
+        """Newest first."""
+        with self._tx() as s:
+            rows = s.scalars(select(AlertHistoryRow).order_by(AlertHistoryRow.id.desc()).limit(limit)).all()
+            return [AlertHistoryRecord(r.fingerprint, r.rule, r.state, r.severity, dict(r.labels), r.value, r.summary,
+                                       utc(r.at) or r.at) for r in rows]
+
+    def save_silence(self, silence_id: str, spec: dict[str, Any], now: datetime) -> None:
+        with self._tx() as s:
+            s.add(SilenceRow(id=silence_id, spec=spec, created_at=now))
+
+    def list_silences(self) -> list[tuple[str, dict[str, Any]]]:
+        with self._tx() as s:
+            return [(r.id, dict(r.spec)) for r in s.scalars(select(SilenceRow).order_by(SilenceRow.created_at)).all()]
+
+    def delete_silence(self, silence_id: str) -> bool:
+        with self._tx() as s:
+            return bool(s.execute(delete(SilenceRow).where(SilenceRow.id == silence_id)).rowcount)
+
+
+def _rule(r: AlertRuleRow) -> AlertRuleRecord:
+    return AlertRuleRecord(r.id, r.name, dict(r.spec), r.tenant_id, utc(r.created_at) or r.created_at)
