@@ -13,7 +13,7 @@ import typer
 from typer._click import exceptions as click_exc  # typer vendors click; its errors live here
 
 from corral import __version__
-from corral.cli import jobs, nodes, run, tenancy
+from corral.cli import alerts, jobs, nodes, run, tenancy
 from corral.cli.config import ConfigError
 from corral.cli.simulate import simulate_app
 from corral.core.errors import CorralError
@@ -31,8 +31,10 @@ app.command("show")(jobs.show)
 app.command("logs")(jobs.logs)
 app.command("cancel")(jobs.cancel)
 app.command("wait")(jobs.wait)
-app.command("nodes")(nodes.nodes)
-app.command("gpus")(nodes.gpus)
+app.add_typer(nodes.nodes_app, name="nodes")
+app.add_typer(nodes.gpus_app, name="gpus")
+app.add_typer(nodes.sim_app, name="sim")
+app.add_typer(alerts.alerts_app, name="alerts")
 app.command("login")(tenancy.login)
 app.command("whoami")(tenancy.whoami)
 app.add_typer(tenancy.tenants_app, name="tenants")

@@ -1,37 +1,124 @@
-"""Inventory commands: nodes, gpus."""
+"""Inventory and operations: `corral nodes [cordon|uncordon|drain|events]`, `corral gpus [enable|disable|events]`,
+`corral sim fault`."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from corral.cli.config import make_client
-from corral.cli.output import print_json, print_table, short_time
+from corral.cli.output import console, print_json, print_table, short_time
 
 JSON = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
+nodes_app = typer.Typer(help="Nodes: list them (no subcommand), cordon, drain.", invoke_without_command=True)
+gpus_app = typer.Typer(help="GPUs: list them (no subcommand), enable, disable.", invoke_without_command=True)
+sim_app = typer.Typer(help="Simulated GPUs: inject faults.", no_args_is_help=True)
 
-def nodes(as_json: JSON = False) -> None:
+
+@nodes_app.callback()
+def nodes(ctx: typer.Context, as_json: JSON = False) -> None:
     """List nodes with their GPUs free/total."""
+    if ctx.invoked_subcommand is not None:
+        return
     with make_client() as c:
         items = c.nodes()
     if as_json:
-        print_json(items)
-        return
-    rows = [(n.name, n.state, n.backend, f"{n.gpus_free}/{n.gpus_total}", ", ".join(n.gpu_models),
-             short_time(n.last_heartbeat_at)) for n in items]
-    print_table(None, ["NODE", "STATE", "BACKEND", "GPUS FREE", "MODELS", "HEARTBEAT"], rows)
+        return print_json(items)
+    rows = [(n.name, n.state + (" (cordoned)" if n.cordoned else ""), n.backend, f"{n.gpus_free}/{n.gpus_total}",
+             n.gpus_unhealthy or "", ", ".join(n.gpu_models), short_time(n.last_heartbeat_at)) for n in items]
+    print_table(None, ["NODE", "STATE", "BACKEND", "GPUS FREE", "UNHEALTHY", "MODELS", "HEARTBEAT"], rows)
 
 
-def gpus(as_json: JSON = False) -> None:
+def _node_action(action: str, node: str) -> None:
+    with make_client() as c:
+        n = c.node_action(node, action)
+    print(f"node {n.name}: {n.state}{' cordoned' if n.cordoned else ''}")
+
+
+@nodes_app.command("cordon")
+def cordon(node: str) -> None:
+    """No new work on NODE; running jobs stay (admins)."""
+    _node_action("cordon", node)
+
+
+@nodes_app.command("uncordon")
+def uncordon(node: str) -> None:
+    """Let NODE take work again (admins)."""
+    _node_action("uncordon", node)
+
+
+@nodes_app.command("drain")
+def drain(node: str) -> None:
+    """Cordon NODE and send its running jobs back to the queue (admins)."""
+    _node_action("drain", node)
+
+
+@nodes_app.command("events")
+def node_events(node: str, as_json: JSON = False) -> None:
+    """Health and admin events of NODE, newest first."""
+    with make_client() as c:
+        items = c.node_events(node)
+    if as_json:
+        return print_json(items)
+    for e in items:
+        gpu = f"GPU {e['gpu']}" if e.get("gpu") is not None else "node"
+        console.print(f"{e['at'][:19]}  {gpu:<7} {e['kind']:<14} {e['message']}", highlight=False, markup=False)
+
+
+@gpus_app.callback()
+def gpus(ctx: typer.Context, as_json: JSON = False) -> None:
     """List every GPU, free or used, and by which job."""
+    if ctx.invoked_subcommand is not None:
+        return
     with make_client() as c:
         items = c.gpus()
     if as_json:
-        print_json(items)
-        return
-    rows = [(g.node, g.index, g.model, f"{g.memory_mib} MiB", g.numa_node,
-             ",".join(map(str, g.nvlink_peers)), "unhealthy" if not g.healthy else ("used" if g.job_id else "free"),
-             g.job_id) for g in items]
+        return print_json(items)
+    rows = [(g.node, g.index, g.model, f"{g.memory_mib} MiB", g.numa_node, ",".join(map(str, g.nvlink_peers)),
+             g.health.lower() + (f" ({g.health_reason})" if g.health_reason else "") if g.health != "HEALTHY"
+             else ("used" if g.job_id else "free"), g.job_id) for g in items]
     print_table(None, ["NODE", "GPU", "MODEL", "MEMORY", "NUMA", "NVLINK", "STATUS", "JOB"], rows)
+
+
+@gpus_app.command("enable")
+def enable(node: str, index: int) -> None:
+    """Return a GPU to the pool (clears an UNHEALTHY verdict too) (admins)."""
+    with make_client() as c:
+        c.gpu_action(node, index, "enable")
+    print(f"GPU {index} on {node} enabled")
+
+
+@gpus_app.command("disable")
+def disable(node: str, index: int) -> None:
+    """Take a GPU out of the pool until enabled (admins)."""
+    with make_client() as c:
+        c.gpu_action(node, index, "disable")
+    print(f"GPU {index} on {node} disabled")
+
+
+@sim_app.command("fault")
+def fault(node: str, gpu_index: int,
+          xid: Annotated[int | None, typer.Option(help="Raise this Xid (e.g. 79: fallen off the bus).")] = None,
+          ecc: Annotated[bool, typer.Option("--ecc", help="A double-bit ECC error.")] = False,
+          off_bus: Annotated[bool, typer.Option("--off-bus", help="The GPU falls off the bus.")] = False,
+          temp: Annotated[float | None, typer.Option("--temp", help="Temperature in C.")] = None,
+          clear: Annotated[bool, typer.Option("--clear", help="Remove the GPU's faults.")] = False) -> None:
+    """Inject a fault into a simulated GPU (refused for nodes with real GPUs) (admins)."""
+    body: dict[str, Any] = {}
+    if xid is not None:
+        body["xid"] = xid
+    if ecc:
+        body["ecc"] = True
+    if off_bus:
+        body["off_bus"] = True
+    if temp is not None:
+        body["temperature_c"] = temp
+    if clear:
+        body["clear"] = True
+    if not body:
+        raise typer.BadParameter("name a fault: --xid N, --ecc, --off-bus, --temp C, or --clear", param_hint="fault")
+    with make_client() as c:
+        c.inject_fault(node, gpu_index, body)
+    print(f"fault sent to GPU {gpu_index} on {node}: {body}")

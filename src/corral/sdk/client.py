@@ -99,6 +99,44 @@ class CorralClient(_Base):
     def gpus(self) -> list[GpuOut]:
         return [GpuOut.model_validate(g) for g in self._request("GET", "/api/v1/gpus").json()]
 
+    # ---- operations and monitoring ----------------------------------------------
+    def node_action(self, node: str, action: str) -> NodeOut:
+        return NodeOut.model_validate(self._request("POST", f"/api/v1/nodes/{node}/{action}").json())
+
+    def node_events(self, node: str) -> list[dict[str, Any]]:
+        return self._request("GET", f"/api/v1/nodes/{node}/events").json()  # type: ignore[no-any-return]
+
+    def gpu_action(self, node: str, index: int, action: str) -> list[GpuOut]:
+        r = self._request("POST", f"/api/v1/gpus/{node}/{index}/{action}")
+        return [GpuOut.model_validate(g) for g in r.json()]
+
+    def inject_fault(self, node: str, index: int, body: dict[str, Any]) -> dict[str, Any]:
+        return self._request("POST", f"/api/v1/nodes/{node}/gpus/{index}/fault", json=body).json()  # type: ignore[no-any-return]
+
+    def alerts(self, states: list[str] | None = None, history: bool = False) -> list[dict[str, Any]]:
+        params: dict[str, Any] = {"history": str(history).lower()}
+        if states:
+            params["state"] = states
+        return self._request("GET", "/api/v1/alerts", params=params).json()  # type: ignore[no-any-return]
+
+    def alert_rules(self) -> list[dict[str, Any]]:
+        return self._request("GET", "/api/v1/alert-rules").json()  # type: ignore[no-any-return]
+
+    def create_alert_rule(self, body: dict[str, Any]) -> dict[str, Any]:
+        return self._request("POST", "/api/v1/alert-rules", json=body).json()  # type: ignore[no-any-return]
+
+    def delete_alert_rule(self, rule_id: int) -> None:
+        self._request("DELETE", f"/api/v1/alert-rules/{rule_id}")
+
+    def silences(self) -> list[dict[str, Any]]:
+        return self._request("GET", "/api/v1/silences").json()  # type: ignore[no-any-return]
+
+    def create_silence(self, body: dict[str, Any]) -> dict[str, Any]:
+        return self._request("POST", "/api/v1/silences", json=body).json()  # type: ignore[no-any-return]
+
+    def delete_silence(self, silence_id: str) -> None:
+        self._request("DELETE", f"/api/v1/silences/{silence_id}")
+
     # ---- tenancy ----------------------------------------------------------------
     def whoami(self) -> WhoAmI:
         return WhoAmI.model_validate(self._request("GET", "/api/v1/whoami").json())
