@@ -63,7 +63,7 @@ class TelemetryMethods:
         return len(points)
 
     def query_points(self, metric: str, start: float, end: float, node: str | None = None, gpu: int | None = None,
-                     job_id: int | None = None) -> dict[SeriesKey, list[tuple[float, float]]]:
+                     job_id: int | None = None, tenant_id: int | None = None) -> dict[SeriesKey, list[tuple[float, float]]]:
         """Raw points of one metric in [start, end), grouped by (node, gpu), oldest first."""
         with self._tx() as s:
             q = select(MetricPointRow.node, MetricPointRow.gpu, MetricPointRow.ts, MetricPointRow.value).where(
@@ -74,6 +74,8 @@ class TelemetryMethods:
                 q = q.where(MetricPointRow.gpu == gpu)
             if job_id is not None:
                 q = q.where(MetricPointRow.job_id == job_id)
+            if tenant_id is not None:  # GPU samples taken while one of the tenant's jobs held the GPU
+                q = q.where(MetricPointRow.job_id.in_(select(JobRow.id).where(JobRow.tenant_id == tenant_id)))
             out: dict[SeriesKey, list[tuple[float, float]]] = {}
             for n, g, ts, v in s.execute(q.order_by(MetricPointRow.ts)).all():
                 out.setdefault((n, g), []).append((ts, v))

@@ -62,10 +62,11 @@ def _downsample(points: list[tuple[float, float]], step_s: float) -> list[list[f
 
 @router.get("/api/v1/metrics/series")
 def series(request: Request, caller: User, metric: str, node: str | None = None, gpu: int | None = None,
-           job: int | None = None, start: str | None = None, end: str | None = None,
+           job: int | None = None, tenant: str | None = None, start: str | None = None, end: str | None = None,
            step_s: Annotated[float, Query(ge=0, le=86400)] = 0) -> dict[str, Any]:
     """One metric over [start, end) (default: the last hour), a series per (node, gpu). Raw samples while the
-    raw retention still covers `start`, 1-minute averages beyond. `job` restricts to that job's GPUs."""
+    raw retention still covers `start`, 1-minute averages beyond. `job` (or `tenant`) restricts to samples of
+    GPUs while that job (or one of the tenant's jobs) held them."""
     name = ALIASES.get(metric, metric)
     if name not in KNOWN:
         raise ValidationError("metric", f"unknown metric {metric!r}; known: {', '.join(sorted(KNOWN))}")
@@ -77,10 +78,15 @@ def series(request: Request, caller: User, metric: str, node: str | None = None,
     store = request.app.state.store
     if job is not None:
         load_job(store, job, caller)
+    tenant_id = None
+    if tenant is not None:
+        from corral.server.services.tenancy import load_tenant
+
+        tenant_id = load_tenant(store, tenant, caller).id
     alerting = request.app.state.alerting
     resolution = select_resolution(t0, now, alerting.retention)
-    if resolution == "raw" or job is not None:
-        found = store.query_points(name, t0, t1, node=node, gpu=gpu, job_id=job)
+    if resolution == "raw" or job is not None or tenant_id is not None:
+        found = store.query_points(name, t0, t1, node=node, gpu=gpu, job_id=job, tenant_id=tenant_id)
     else:
         found = store.query_rollups(name, t0, t1, node=node, gpu=gpu)
     out = []
