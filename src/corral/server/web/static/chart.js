@@ -62,7 +62,7 @@ export class TimeChart {
       return;
     }
     const t0 = Math.min(...all.map((p) => p[0])), t1 = Math.max(...all.map((p) => p[0]));
-    const vmax = this.yMax ?? Math.max(1e-9, ...all.map((p) => p[1])) * 1.1;
+    const vmax = this.yMax ?? Math.max(1, ...all.map((p) => p[1])) * 1.1;
     this.t0 = t0; this.t1 = t1 === t0 ? t0 + 1 : t1; this.vmax = vmax;
     const x = (t) => PAD.l + ((t - this.t0) / (this.t1 - this.t0)) * (W - PAD.l - PAD.r);
     const y = (v) => H - PAD.b - (v / vmax) * (H - PAD.t - PAD.b);

@@ -5,6 +5,15 @@ import { bindForm, formHtml } from "./forms.js";
 
 const ROLES = ["member", "viewer", "tenant-admin", "admin"];
 
+// Keep a select's options in step with the tenants that exist, keeping what was chosen.
+function fillSelect(formSel, name, options) {
+  const sel = $(`${formSel} select[name=${name}]`);
+  if (!sel || [...sel.options].map((o) => o.value).join("\n") === options.join("\n")) return;
+  const keep = sel.value;
+  sel.innerHTML = options.map((o) => `<option value="${esc(o)}">${esc(o || "(none)")}</option>`).join("");
+  if (options.includes(keep)) sel.value = keep;
+}
+
 export async function render(page) {
   document.title = "Admin · Corral";
   const admin = isAdmin(), tenantAdmin = canManageTenant();
@@ -28,6 +37,10 @@ export async function render(page) {
     const [ts, users, quotas, tokens, audit] = await Promise.all([get("/api/v1/tenants"), tenantAdmin ? get("/api/v1/users") : [],
       get("/api/v1/quotas"), get("/api/v1/tokens"), admin && has("/api/v1/audit") ? get("/api/v1/audit", { limit: 100 }) : null]);
     if (page.closed) return;
+    const names = ts.map((t) => t.name);
+    fillSelect("#tenant-form", "parent", ["", ...names]);
+    fillSelect("#user-form", "tenant", names);
+    fillSelect("#quota-form", "tenant", names);
     $("#tenants").innerHTML = table(["Tenant", "Parent", "Weight", "Created"], ts.map((t) => [esc(t.name), esc(t.parent ?? ""), esc(t.weight), esc(time(t.created_at))]));
     if (tenantAdmin && !document.activeElement?.matches("select[data-role-of]")) {
       $("#users").innerHTML = table(["User", "Tenant", "Role", "Password", "Created"], users.map((u) => [esc(u.name), esc(u.tenant ?? ""),

@@ -11,7 +11,8 @@ export function formHtml(id, fields, button) {
 }
 
 // Turn the form's strings into the API's types: numbers where `type` says number, JSON objects for json.
-export function bindForm(id, fields, submit) {
+// `aliases` maps a field name the API reports to the input that holds it (e.g. ends_at -> until).
+export function bindForm(id, fields, submit, aliases = {}) {
   const form = $(`#${id}`);
   form.addEventListener("submit", async (e) => {
     e.preventDefault();
@@ -31,7 +32,7 @@ export function bindForm(id, fields, submit) {
     try { await submit(body); form.reset(); }
     catch (err) {
       if (err instanceof ApiError && err.status === 401) return;
-      showError(form, err.field, err.message);
+      showError(form, aliases[err.field] || err.field, err.message);
       if (!err.field) toast(err.message);
     }
   });

@@ -3,12 +3,13 @@ import { ApiError, get, has, isAdmin, send } from "../api.js";
 import { RangePicker, TimeChart } from "../chart.js";
 import { $, esc, live, table, toast } from "../ui.js";
 import { fillCharts } from "./metrics.js";
+import { byNewest } from "./nodes.js";
 
 export async function render(page) {
   const [node, indexText] = page.params;
   const index = Number(indexText);
   document.title = `GPU ${index} on ${node} · Corral`;
-  const gpus = await get("/api/v1/gpus");
+  const gpus = await get("/api/v1/gpus", { node });
   if (!gpus.some((g) => g.node === node && g.index === index)) throw new ApiError(404, "not_found", `GPU ${index} on node ${node} not found`, null);
   page.root.innerHTML = `<h1>GPU ${index} on <a href="/nodes/${encodeURIComponent(node)}">${esc(node)}</a></h1>
     <div id="info"></div><div id="actions" class="row"></div>
@@ -26,16 +27,16 @@ export async function render(page) {
   if (isAdmin()) paintActions(node, index);
   const eventsPath = `/api/v1/gpus/${encodeURIComponent(node)}/${index}/events`;
   await live(page, async () => {
-    const [all, events] = await Promise.all([get("/api/v1/gpus"), has("/api/v1/gpus/{node}/{index}/events") ? get(eventsPath) : null]);
+    const [all, events] = await Promise.all([get("/api/v1/gpus", { node }), has("/api/v1/gpus/{node}/{index}/events") ? get(eventsPath) : null]);
     if (page.closed) return;
     const g = all.find((x) => x.node === node && x.index === index);
     if (!g) return;
     $("#info").innerHTML = table(["Model", "Memory", "UUID", "PCI bus", "NUMA", "NVLink peers", "Health", "Job"], [[
       esc(g.model), `${(g.memory_mib / 1024).toFixed(0)} GiB`, esc(g.uuid), esc(g.pci_bus_id), esc(g.numa_node ?? "—"),
-      esc(g.nvlink_peers.join(", ") || "none"), g.healthy ? '<span class="ok">healthy</span>' : '<span class="bad">unhealthy</span>',
+      esc(g.nvlink_peers.join(", ") || "none"), g.healthy ? '<span class="ok">healthy</span>' : `<span class="bad">${esc((g.health || "unhealthy").toLowerCase())}</span> ${esc(g.health_reason || "")}`,
       g.job_id !== null ? `<a href="/jobs/${g.job_id}">#${g.job_id}</a>` : "free"]]);
     $("#events").innerHTML = events === null ? `<p class="muted">GPU health events are not available on this server</p>`
-      : table(["When", "Kind", "Message"], events.slice().reverse().map((e) => [esc(new Date(e.at).toLocaleString()), esc(e.kind), esc(e.message)]), "no health events");
+      : table(["When", "Kind", "Message"], byNewest(events).map((e) => [esc(new Date(e.at).toLocaleString()), esc(e.kind), esc(e.message)]), "no health events");
   }, 3000);
   await live(page, charts, 10000);
 }

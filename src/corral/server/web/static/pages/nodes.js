@@ -12,7 +12,8 @@ export async function renderList(page) {
     const f = $("#filter").value.trim().toLowerCase();
     const shown = nodes.filter((n) => !f || [n.name, n.state, ...n.gpu_models].some((s) => s.toLowerCase().includes(f)));
     $("#nodes").innerHTML = table(["Node", "State", "GPUs free / total", "GPU load", "Models", "CPU", "Memory", "Last heartbeat"],
-      shown.map((n) => [`<a href="/nodes/${encodeURIComponent(n.name)}">${esc(n.name)}</a>`, nodeState(n.state),
+      shown.map((n) => [`<a href="/nodes/${encodeURIComponent(n.name)}">${esc(n.name)}</a>`,
+        nodeState(n.state) + (n.cordoned ? ' <span class="warn">cordoned</span>' : "") + (n.gpus_unhealthy ? ` <span class="bad">${n.gpus_unhealthy} GPU unhealthy</span>` : ""),
         `${n.gpus_free} / ${n.gpus_total}`, bar(n.gpus_total ? 1 - n.gpus_free / n.gpus_total : 0), esc(n.gpu_models.join(", ")),
         `${num(n.cpu_milli / 1000, 0)} cores`, `${num(n.memory_mib / 1024, 0)} GiB`, esc(ago(n.last_heartbeat_at))]), "no nodes");
   };
@@ -20,6 +21,7 @@ export async function renderList(page) {
   await live(page, async () => { nodes = await get("/api/v1/nodes"); if (!page.closed) paint(); }, 3000);
 }
 
+export const byNewest = (events) => events.slice().sort((a, b) => new Date(b.at) - new Date(a.at));
 const nodeState = (s) => `<span class="${s === "READY" || s === "ready" ? "ok" : s.toLowerCase().includes("lost") ? "bad" : "warn"}">${esc(s)}</span>`;
 
 // nvidia-smi style: X itself, NV an NVLink peer, NODE same NUMA node over PCIe, SYS across NUMA nodes.
@@ -37,7 +39,8 @@ function gpuCard(node, g, m) {
   const util = m ? m.util_pct : null, mem = m ? m.mem_used_mib : null;
   const memTotal = m && m.mem_total_mib ? m.mem_total_mib : g.memory_mib;
   return `<div class="card gpu-card" data-gpu="${g.index}"><h3><a href="/gpus/${encodeURIComponent(node)}/${g.index}">GPU ${g.index}</a> · ${esc(g.model)}</h3>
-    <div>${g.healthy ? (g.job_id !== null ? `job <a href="/jobs/${g.job_id}">#${g.job_id}</a>` : '<span class="ok">free</span>') : '<span class="bad">unhealthy</span>'}</div>
+    <div>${g.healthy ? (g.job_id !== null ? `job <a href="/jobs/${g.job_id}">#${g.job_id}</a>` : '<span class="ok">free</span>')
+      : `<span class="bad">${esc((g.health || "unhealthy").toLowerCase())}</span> <span class="muted">${esc(g.health_reason || "")}</span>`}</div>
     <div>Utilisation <b>${num(util, 0)}%</b></div>${bar((util || 0) / 100)}
     <div>Memory <b>${mem === null ? "—" : num(mem / 1024, 1)}</b> / ${num(memTotal / 1024, 0)} GiB</div>${bar(mem ? mem / memTotal : 0)}
     <div>Power <b>${num(m && m.power_w, 0)} W</b> · Temp <b>${num(m && m.temp_c, 0)} °C</b></div></div>`;
@@ -66,7 +69,7 @@ export async function renderNode(page) {
 
   await live(page, async () => {
     const [n, gpus, jobs, latest, events] = await Promise.all([
-      get(`/api/v1/nodes/${encodeURIComponent(name)}`), get("/api/v1/gpus"), get("/api/v1/jobs", { node: name }),
+      get(`/api/v1/nodes/${encodeURIComponent(name)}`), get("/api/v1/gpus", { node: name }), get("/api/v1/jobs", { node: name }),
       has("/api/v1/metrics/latest") ? get("/api/v1/metrics/latest", { node: name }) : null,
       has("/api/v1/nodes/{name}/events") ? get(`/api/v1/nodes/${encodeURIComponent(name)}/events`) : null,
     ]);
@@ -74,15 +77,15 @@ export async function renderNode(page) {
     const mine = gpus.filter((g) => g.node === name).sort((a, b) => a.index - b.index);
     const byIndex = new Map(((latest && latest.gpus) || []).map((m) => [m.index, m]));
     const host = (latest && latest.host) || {};
-    $("#summary").innerHTML = `${nodeState(n.state)} · ${esc(n.backend)} · ${n.gpus_free} / ${n.gpus_total} GPUs free ·
+    $("#summary").innerHTML = `${nodeState(n.state)}${n.cordoned ? ' · <span class="warn" data-cordoned>cordoned</span>' : ""} · ${esc(n.backend)} · ${n.gpus_free} / ${n.gpus_total} GPUs free ·
       ${num(n.cpu_milli / 1000, 0)} cores · ${num(n.memory_mib / 1024, 0)} GiB · heartbeat ${esc(ago(n.last_heartbeat_at))}` +
-      (latest ? ` · CPU ${num(host.cpu_pct, 0)}% · RAM ${num(host.mem_used_pct, 0)}%` : "");
+      (latest && latest.host ? ` · CPU ${num(host.cpu_pct ?? host.host_cpu_percent, 0)}% · RAM ${num(host.mem_used_pct ?? host.host_memory_used_percent, 0)}%` : "");
     $("#gpus").innerHTML = mine.map((g) => gpuCard(name, g, byIndex.get(g.index))).join("") || `<p class="muted">no GPUs</p>`;
     $("#topology").innerHTML = mine.length ? topology(mine) : "";
     $("#jobs").innerHTML = table(["Job", "Name", "State", "GPUs", "Tenant", "Started"], jobs.map((j) =>
       [`<a href="/jobs/${j.id}">#${j.id}</a>`, esc(j.name), stateTag(j.state), esc(j.gpus.join(",")), esc(j.tenant ?? ""), esc(ago(j.started_at))]), "no jobs here");
     $("#events").innerHTML = events === null ? `<p class="muted">node events are not available on this server</p>`
-      : table(["When", "Kind", "Message"], events.slice(-50).reverse().map((e) => [esc(new Date(e.at).toLocaleString()), esc(e.kind), esc(e.message)]), "no events");
+      : table(["When", "Kind", "Message"], byNewest(events).slice(0, 50).map((e) => [esc(new Date(e.at).toLocaleString()), esc(e.kind), esc(e.message)]), "no events");
   }, 3000);
   await live(page, charts, 10000);
 }
