@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: up test test-fast test-e2e bench clean
+.PHONY: up test test-fast test-e2e bench clean browser-deps
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -20,7 +20,13 @@ $(VENV)/.dev-installed: pyproject.toml | $(BIN)/python
 up: $(VENV)/.installed
 	$(BIN)/corral up
 
-test: $(VENV)/.dev-installed
+# Debian's chromium for the Playwright browser tests (`playwright install` cannot download here); sudo only when not root.
+browser-deps:
+	@command -v chromium >/dev/null || { SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y --no-install-recommends chromium; } \
+	  || echo "WARNING: chromium could not be installed; the browser tests will be skipped"
+
+test: $(VENV)/.dev-installed browser-deps
 	$(BIN)/python -m pytest -q -ra
 
 test-fast: $(VENV)/.dev-installed
