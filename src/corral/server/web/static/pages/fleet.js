@@ -4,6 +4,7 @@ import { RangePicker, TimeChart } from "../chart.js";
 import { $, bar, esc, table } from "../ui.js";
 import { live } from "../ui.js";
 import { averageSeries } from "./metrics.js";
+import { reasonText } from "./jobs.js";
 
 export function summarise(gpus, nodes) {
   const pools = new Map(nodes.map((n) => [n.name, n.labels.pool || "—"]));
@@ -63,7 +64,10 @@ export async function render(page) {
     $("#by-pool-wrap").hidden = pools.length < 2;
     $("#by-pool").innerHTML = table(["Pool", ...cols.slice(1)], pools);
     const reasons = new Map();
-    for (const j of pending.items) reasons.set(j.pending_reason || "waiting for the scheduler", (reasons.get(j.pending_reason || "waiting for the scheduler") || 0) + 1);
+    for (const j of pending.items) {
+      const r = reasonText(j.pending_reason);
+      reasons.set(r, (reasons.get(r) || 0) + 1);
+    }
     $("#queue").innerHTML = `<p><b data-queue-length>${pending.total}</b> pending, ${running.total} running. <a href="/jobs">Open the queue</a></p>` +
       table(["Pending reason", "Jobs"], [...reasons].sort((a, b) => b[1] - a[1]).map(([r, n]) => [esc(r), n]), "nothing is waiting");
     allocPoints.push([Date.now() / 1000, total.used]);
@@ -79,5 +83,5 @@ export async function render(page) {
     }
   }
   await live(page, refresh, 3000);
-  await live(page, refreshCharts, 10000);
+  await live(page, refreshCharts, 30000); // fleet-wide series are the dearest call the portal makes
 }

@@ -2,19 +2,42 @@
 import { canSubmit, get, getWithTotal } from "../api.js";
 import { $, ago, dur, esc, live, stateTag, table } from "../ui.js";
 
-// The scheduler's order is priority first, then age; the position shown follows the same order.
+// The scheduler's pending-reason codes, in words (codes the portal does not know are shown as they come).
+const REASONS = {
+  quota: "the tenant's maximum quota would be exceeded",
+  "borrow-limit": "needs GPUs above the tenant's guarantee and none are idle to borrow",
+  capacity: "not enough free GPUs of an allowed model",
+  "model-constraint": "no GPU of the requested model exists in the pool",
+  "gang-incomplete": "only part of the gang's GPUs are free; it starts all at once or not at all",
+  "behind-head": "waiting behind the blocked head of a strict queue",
+  "backfill-reserved": "would delay the reserved start of the job at the head",
+  preempting: "lower-ranked jobs are being preempted to make room",
+  priority: "higher-ranked jobs take the free GPUs first",
+};
+export const reasonText = (r) => (r ? REASONS[r] || REASONS[String(r).split(":")[0]] || r : "waiting for the scheduler");
+
+const serverPosition = (j) => j.queue_position ?? j.position ?? null;
+
+// The scheduler's own rank when the API gives one; otherwise priority first, then age.
 export function queueOrder(jobs) {
-  return jobs.slice().sort((a, b) => b.priority - a.priority || a.id - b.id);
+  return jobs.slice().sort((a, b) => {
+    const pa = serverPosition(a), pb = serverPosition(b);
+    if (pa !== null && pb !== null) return pa - pb;
+    return b.priority - a.priority || a.id - b.id;
+  });
 }
 
 // ETA: the k-th job in line starts no earlier than the k-th running job reaches its time limit. Jobs without a
 // time limit give no bound, so the ETA is unknown past them.
+// The scheduler's ETA (`eta_s`, seconds from now) when the API gives one.
 export function etas(pending, running, nowS) {
   const ends = running.filter((j) => j.time_limit_s && j.started_at)
     .map((j) => new Date(j.started_at).getTime() / 1000 + j.time_limit_s).sort((a, b) => a - b);
-  return pending.map((_, i) => (i < ends.length ? Math.max(0, ends[i] - nowS) : null));
+  return pending.map((j, i) => (j.eta_s !== undefined && j.eta_s !== null ? j.eta_s
+    : i < ends.length ? Math.max(0, ends[i] - nowS) : null));
 }
 
+const SHOWN = 500; // rows per list; the totals come from X-Total-Count
 const jobLink = (j) => `<a href="/jobs/${j.id}">#${j.id}</a>`;
 
 export async function renderQueue(page) {
@@ -32,16 +55,16 @@ export async function renderQueue(page) {
       return;
     }
     const [pending, running] = await Promise.all([
-      getWithTotal("/api/v1/jobs", { state: "PENDING", limit: 1000 }), getWithTotal("/api/v1/jobs", { state: "RUNNING", limit: 1000 }),
+      getWithTotal("/api/v1/jobs", { state: "PENDING", limit: SHOWN }), getWithTotal("/api/v1/jobs", { state: "RUNNING", limit: SHOWN }),
     ]);
     if (page.closed || tab === "history") return;
     if (tab === "queue") {
       const line = queueOrder(pending.items), eta = etas(line, running.items, Date.now() / 1000);
-      $("#list").innerHTML = `<p class="muted">${pending.total} pending</p>` + table(["Pos", "Job", "Name", "Tenant", "Queue", "Priority", "GPUs", "Waiting", "Pending reason", "ETA (estimate)"],
+      $("#list").innerHTML = `<p class="muted">${pending.total} pending${pending.total > SHOWN ? `, the oldest ${SHOWN} shown` : ""}</p>` + table(["Pos", "Job", "Name", "Tenant", "Queue", "Priority", "GPUs", "Waiting", "Pending reason", "ETA (estimate)"],
         line.map((j, i) => [i + 1, jobLink(j), esc(j.name), esc(j.tenant ?? ""), esc(j.queue), j.priority, gpusOf(j), esc(ago(j.created_at)),
-          esc(j.pending_reason || j.reason || "waiting for the scheduler"), eta[i] === null ? "unknown" : "~" + dur(eta[i])]), "the queue is empty");
+          esc(reasonText(j.pending_reason || j.reason)), eta[i] === null ? "unknown" : "~" + dur(eta[i])]), "the queue is empty");
     } else {
-      $("#list").innerHTML = `<p class="muted">${running.total} running</p>` + table(["Job", "Name", "Tenant", "Node", "GPUs", "Running for", "Time limit"],
+      $("#list").innerHTML = `<p class="muted">${running.total} running${running.total > SHOWN ? `, the oldest ${SHOWN} shown` : ""}</p>` + table(["Job", "Name", "Tenant", "Node", "GPUs", "Running for", "Time limit"],
         running.items.map((j) => [jobLink(j), esc(j.name), esc(j.tenant ?? ""), `<a href="/nodes/${encodeURIComponent(j.node)}">${esc(j.node)}</a>`,
           esc(j.gpus.join(",")), esc(dur((Date.now() - new Date(j.started_at)) / 1000)), j.time_limit_s ? dur(j.time_limit_s) : "none"]), "nothing is running");
     }
