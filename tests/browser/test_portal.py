@@ -223,6 +223,9 @@ def test_admin_creates_tenant_user_quota_and_the_user_sees_only_its_tenant(tabs:
     page.fill("#quota-form input[name=max_gpus]", "4")
     page.click("#quota-form button[type=submit]")
     expect(page.locator("#quotas")).to_contain_text("vision")
+    if cluster.has_api("/api/v1/audit"):  # the trail lists what the admin just did, live
+        for action in ("tenant.create", "user.create", "quota.set"):
+            expect(page.locator("#audit")).to_contain_text(action, timeout=15_000)
     admin.shot("admin")
     quotas = cluster.api("GET", "/quotas", params={"tenant": "vision"}).json()
     assert quotas == [{"tenant": "vision", "gpu_model": "H100", "guaranteed_gpus": 2, "max_gpus": 4}]

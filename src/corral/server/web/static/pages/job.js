@@ -7,6 +7,9 @@ import { gpusOf } from "./jobs.js";
 
 const TERMINAL = new Set(["SUCCEEDED", "FAILED", "CANCELLED"]);
 
+// argv as a shell would need it typed: words with spaces or shell characters in single quotes.
+export const shellJoin = (argv) => argv.map((a) => (/^[\w@%+=:,./-]+$/.test(a) ? a : `'${a.replace(/'/g, "'\\''")}'`)).join(" ");
+
 export function retrySpec(j) {
   const spec = { command: j.command, name: j.name, gpus: j.gpu_count, gpu_milli: j.gpu_milli, env: j.env,
     priority: j.priority, queue: j.queue };
@@ -51,7 +54,7 @@ export async function render(page) {
     if (cancel) cancel.disabled = TERMINAL.has(job.state) || job.cancel_requested;
     const ran = job.started_at ? ((job.finished_at ? new Date(job.finished_at) : new Date()) - new Date(job.started_at)) / 1000 : null;
     $("#info").innerHTML = table(["Command", "Tenant", "Queue", "Priority", "GPUs", "Node", "Exit", "Ran for", "Reason"], [[
-      `<code>${esc(job.command.join(" "))}</code>`, esc(job.tenant ?? ""), esc(job.queue), job.priority, gpusOf(job),
+      `<code>${esc(shellJoin(job.command))}</code>`, esc(job.tenant ?? ""), esc(job.queue), job.priority, gpusOf(job),
       job.node ? `<a href="/nodes/${encodeURIComponent(job.node)}">${esc(job.node)}</a>` : "—", esc(job.exit_code ?? ""),
       ran === null ? "—" : dur(ran), esc(job.pending_reason || job.reason || "")]]);
     $("#gpus").innerHTML = job.node && job.gpus.length ? job.gpus.map((g) =>
@@ -79,7 +82,8 @@ export async function render(page) {
     const [j, events] = await Promise.all([get(`/api/v1/jobs/${id}`), get(`/api/v1/jobs/${id}/events`)]);
     if (page.closed) return;
     job = j; paint();
-    const items = [["created", job.created_at, "submitted"], ...events.map((e) => [e.kind, e.at, e.message])];
+    const items = events.map((e) => [e.kind, e.at, e.message]);
+    if (!events.some((e) => e.kind === "submitted" || e.kind === "created")) items.unshift(["submitted", job.created_at, ""]);
     if (job.started_at && !events.some((e) => e.kind.toLowerCase().includes("start") || e.kind.toLowerCase().includes("run"))) items.push(["started", job.started_at, `on ${job.node}`]);
     if (job.finished_at && !events.some((e) => TERMINAL.has(e.kind.toUpperCase()))) items.push([job.state.toLowerCase(), job.finished_at, job.reason || ""]);
     items.sort((a, b) => new Date(a[1]) - new Date(b[1]));
