@@ -32,8 +32,9 @@ def chromium_problem() -> str | None:
 
 
 def _chromium_path() -> str | None:
-    return os.environ.get("CORRAL_TEST_CHROMIUM") or shutil.which("chromium") or (
-        "/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
+    """CORRAL_TEST_CHROMIUM (a path or a command name) when set, else Debian's `chromium`."""
+    wanted = os.environ.get("CORRAL_TEST_CHROMIUM") or "chromium"
+    return shutil.which(wanted) or (wanted if Path(wanted).is_file() else None)
 
 
 @pytest.fixture(scope="module")
