@@ -14,7 +14,7 @@ from rich.progress import Progress
 
 from corral.core.errors import CorralError, ValidationError
 from corral.scheduler.plugins import DEFAULT_POLICY, get_policy
-from corral.sim.openb import load_nodes, load_pods
+from corral.sim.openb import check_gpu_models, load_nodes, load_pods
 from corral.sim.placement import CHECKPOINTS, PolicyResult, SeedResult, compute_report, parse_seeds, run_seed
 
 simulate_app = typer.Typer(help="Replay cluster traces through Corral's scheduler and measure placement quality.")
@@ -78,6 +78,7 @@ def openb(
             raise ValidationError("inflate", f"must be >= 1.0 (it must reach 100% load), got {inflate}")
         node_list = load_nodes(nodes)
         pod_list, load_report = load_pods(pods, skip_bad_rows=skip_bad_rows)
+        pod_list = check_gpu_models(pod_list, node_list, pods, load_report, skip_bad_rows)
     except CorralError as e:
         raise _fail(e.message) from e
     if load_report.skipped:

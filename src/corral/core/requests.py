@@ -28,6 +28,8 @@ class ResourceRequest:
     nvlink: str = ""  # "" (don't care), "preferred" or "required": all GPUs on one NVLink island
     node_selector: tuple[tuple[str, str], ...] = ()  # node labels that must match exactly
     tolerations: tuple[str, ...] = ()  # node taints this request tolerates
+    ecc: bool = False  # only GPUs with ECC enabled
+    mig_profile: str = ""  # `gpus` MIG instances of this profile (e.g. "1g.10gb") instead of whole GPUs
 
     def __post_init__(self) -> None:
         validate_request(self)
@@ -51,6 +53,10 @@ def validate_request(req: ResourceRequest) -> None:
         raise ValidationError("cpu_milli", "must be >= 0")
     if req.memory_mib < 0:
         raise ValidationError("memory_mib", "must be >= 0")
+    if req.mig_profile and req.gpu_milli != FULL_GPU_MILLI:
+        raise ValidationError("mig_profile", "a MIG instance is taken whole (gpu_milli must be 1000)")
+    if req.mig_profile and req.gpus < 1:
+        raise ValidationError("mig_profile", "a MIG request needs gpus >= 1 (the number of instances)")
     if req.nvlink not in NVLINK_MODES:
         raise ValidationError("nvlink", f"must be one of {', '.join(repr(m) for m in NVLINK_MODES)}")
 

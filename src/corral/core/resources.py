@@ -21,6 +21,8 @@ class GpuInfo:
     pcie_switch: str | None = None
     ecc_enabled: bool = False
     healthy: bool = True
+    # Set when this device is a MIG instance (e.g. "1g.10gb"); "" for a whole GPU (added for issue 3).
+    mig_profile: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 
 from corral.core.requests import ResourceRequest, model_matches
 from corral.core.resources import FULL_GPU_MILLI, NodeInfo, NodeState, Placement
-from corral.scheduler.cycle import Unschedulable, compute_gpu_choices, score_choices
+from corral.scheduler.cycle import Unschedulable, compute_gpu_choices, make_placement, score_choices
 from corral.scheduler.filters import check_fit
 from corral.scheduler.framework import DEFAULT_CONTEXT, Explanation, PlacementPolicy, ScoreContext
 from corral.scheduler.plugins import DEFAULT_POLICY, get_policy
@@ -53,7 +53,10 @@ class _Class:
 
 
 def _hardware_key(info: NodeInfo) -> tuple[object, ...]:
-    gpus = tuple((g.model, g.memory_mib, g.healthy, g.numa_node, g.pcie_switch, g.nvlink_peers) for g in info.gpus)
+    gpus = tuple(
+        (g.model, g.memory_mib, g.healthy, g.numa_node, g.pcie_switch, g.nvlink_peers, g.ecc_enabled, g.mig_profile)
+        for g in info.gpus
+    )
     return (gpus, info.cpu_milli, info.memory_mib, info.labels, info.taints)
 
 
@@ -225,14 +228,7 @@ class Cluster:
             return decision
         node, positions = decision
         self._apply(node, positions, request.gpu_milli, request.cpu_milli, request.memory_mib)
-        info = self.infos[node]
-        return Placement(
-            node=info.name,
-            gpu_indices=tuple(info.gpus[p].index for p in positions),
-            gpu_milli=request.gpu_milli,
-            cpu_milli=request.cpu_milli,
-            memory_mib=request.memory_mib,
-        )
+        return make_placement(self.infos[node], request, positions)
 
     def _apply(self, node: int, positions: tuple[int, ...], gpu_milli: int, cpu: int, mem: int) -> None:
         self._leave(node)

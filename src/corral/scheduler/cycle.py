@@ -11,11 +11,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from corral.core.requests import ResourceRequest
-from corral.core.resources import NodeState, Placement
+from corral.core.resources import NodeInfo, NodeState, Placement
 from corral.scheduler.filters import available_positions, check_fit
 from corral.scheduler.framework import DEFAULT_CONTEXT, Explanation, PlacementPolicy, ScoreContext
 from corral.scheduler.plugins import DEFAULT_POLICY, get_policy
-from corral.scheduler.topology import candidate_gpu_sets, select_island
+from corral.scheduler.topology import candidate_gpu_sets, select_cpu_numa_node, select_island
 from corral.scheduler.workload import compute_gpu_supply
 
 
@@ -60,13 +60,17 @@ def score_choices(
     return best
 
 
-def make_placement(node: NodeState, request: ResourceRequest, positions: Sequence[int]) -> Placement:
+def make_placement(info: NodeInfo, request: ResourceRequest, positions: Sequence[int]) -> Placement:
+    """The placement of `request` on GPU `positions` of the node; CPUs come from the GPUs' NUMA node
+    (`extra["cpu_numa_node"]`) when they share one."""
+    numa = select_cpu_numa_node(info, positions)
     return Placement(
-        node=node.info.name,
-        gpu_indices=tuple(node.info.gpus[p].index for p in positions),
+        node=info.name,
+        gpu_indices=tuple(info.gpus[p].index for p in positions),
         gpu_milli=request.gpu_milli,
         cpu_milli=request.cpu_milli,
         memory_mib=request.memory_mib,
+        extra={"cpu_numa_node": str(numa)} if numa is not None else {},
     )
 
 
@@ -96,14 +100,14 @@ def compute_placement(
         return Unschedulable(explanation)
     if getattr(scorer, "randomized", False):
         node = (rng or random.Random(0)).choice(feasible)
-        return make_placement(node, request, compute_gpu_choices(node, request, False)[0])
+        return make_placement(node.info, request, compute_gpu_choices(node, request, False)[0])
     best: tuple[float, NodeState, tuple[int, ...]] | None = None
     for node in feasible:
         score, positions = score_choices(node, request, scorer, ctx)
         if best is None or score > best[0]:
             best = (score, node, positions)
     assert best is not None
-    return make_placement(best[1], request, best[2])
+    return make_placement(best[1].info, request, best[2])
 
 
 def explain(request: ResourceRequest, nodes: Sequence[NodeState]) -> Explanation:

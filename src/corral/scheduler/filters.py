@@ -9,10 +9,12 @@ from corral.core.requests import ResourceRequest, model_matches
 from corral.core.resources import FULL_GPU_MILLI, NodeState
 from corral.scheduler.framework import (
     REASON_CPU,
+    REASON_ECC,
     REASON_GPUS_BUSY,
     REASON_LABELS,
     REASON_MEM_HOST,
     REASON_MEMORY,
+    REASON_MIG,
     REASON_MODEL,
     REASON_NVLINK,
     REASON_TAINT,
@@ -26,14 +28,29 @@ from corral.scheduler.topology import select_island
 
 
 def eligible_positions(node: NodeState, request: ResourceRequest) -> list[int]:
-    """GPU positions whose model, memory and health suit the request (ignoring what is in use)."""
+    """GPU positions whose kind (whole GPU or MIG profile), model, memory, ECC and health suit the
+    request (ignoring what is in use)."""
     return [
         i
         for i, g in enumerate(node.info.gpus)
         if g.healthy
+        and g.mig_profile == request.mig_profile
         and model_matches(g.model, request.gpu_models)
         and g.memory_mib >= request.min_gpu_memory_mib
+        and (g.ecc_enabled or not request.ecc)
     ]
+
+
+def _ineligible_reason(node: NodeState, request: ResourceRequest) -> str:
+    """Which device property leaves too few GPUs: checked in the order a user would fix them."""
+    gpus = [g for g in node.info.gpus if g.healthy and model_matches(g.model, request.gpu_models)]
+    gpus = [g for g in gpus if g.mig_profile == request.mig_profile]
+    if len(gpus) < request.gpus:
+        return REASON_MIG if request.mig_profile else REASON_TOO_FEW_GPUS
+    gpus = [g for g in gpus if g.memory_mib >= request.min_gpu_memory_mib]
+    if len(gpus) < request.gpus:
+        return REASON_MEMORY
+    return REASON_ECC if request.ecc else REASON_TOO_FEW_GPUS
 
 
 def available_positions(node: NodeState, request: ResourceRequest) -> list[int]:
@@ -75,8 +92,7 @@ def check_fit(node: NodeState, request: ResourceRequest) -> Status:
         return Status(Code.UNRESOLVABLE, REASON_MODEL)
     eligible = eligible_positions(node, request)
     if len(eligible) < request.gpus:
-        reason = REASON_MEMORY if request.min_gpu_memory_mib else REASON_TOO_FEW_GPUS
-        return Status(Code.UNRESOLVABLE, reason)
+        return Status(Code.UNRESOLVABLE, _ineligible_reason(node, request))
     available = available_positions(node, request)
     if len(available) < request.gpus:
         return Status(Code.UNSCHEDULABLE, REASON_GPUS_BUSY)

@@ -32,6 +32,8 @@ REASON_MEM_HOST = "not enough free memory"
 REASON_LABELS = "node labels do not match the selector"
 REASON_TAINT = "node has a taint the request does not tolerate"
 REASON_NVLINK = "no NVLink island holds the requested GPUs"
+REASON_MIG = "too few MIG instances of the requested profile"
+REASON_ECC = "too few GPUs with ECC enabled"
 
 # Reasons that capacity freed by finishing jobs (or preemption) can clear.
 RESOLVABLE_REASONS = frozenset({REASON_GPUS_BUSY, REASON_CPU, REASON_MEM_HOST, REASON_NVLINK})

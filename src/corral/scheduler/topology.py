@@ -43,7 +43,8 @@ def has_topology(info: NodeInfo) -> bool:
     first = info.gpus[0]
     return any(
         g.nvlink_peers or g.pcie_switch is not None or g.numa_node is not None
-        or (g.model, g.memory_mib, g.healthy) != (first.model, first.memory_mib, first.healthy)
+        or (g.model, g.memory_mib, g.healthy, g.ecc_enabled, g.mig_profile)
+        != (first.model, first.memory_mib, first.healthy, first.ecc_enabled, first.mig_profile)
         for g in info.gpus
     )
 
@@ -102,3 +103,12 @@ def candidate_gpu_sets(node: NodeState, positions: list[int], count: int, gpu_mi
             seen.add(key)
             out.append((p,))
     return out
+
+
+def select_cpu_numa_node(info: NodeInfo, positions: Sequence[int]) -> int | None:
+    """The NUMA node the job's CPUs should come from: the one all its GPUs sit on, if they share one."""
+    numa = {info.gpus[p].numa_node for p in positions}
+    if len(numa) == 1:
+        (node,) = numa
+        return node
+    return None

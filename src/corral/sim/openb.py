@@ -9,7 +9,7 @@ from pathlib import Path
 
 from corral.core.errors import CorralError, ValidationError
 from corral.core.gpuspec import DEFAULT_MEMORY_GB
-from corral.core.requests import ResourceRequest
+from corral.core.requests import ResourceRequest, model_matches
 from corral.core.resources import FULL_GPU_MILLI, GpuInfo, NodeInfo
 
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
@@ -30,6 +30,7 @@ class TraceError(CorralError):
 class TracePod:
     name: str
     request: ResourceRequest
+    line: int = 0  # line in the pod file, for errors found after loading
 
 
 @dataclass(slots=True)
@@ -107,7 +108,7 @@ def _pod(row: dict[str, str], path: Path, line: int) -> TracePod:
                                   cpu_milli=cpu, memory_mib=mem)
     except ValidationError as e:
         raise TraceError(path, line, e.field, e.problem) from e
-    return TracePod(name, request)
+    return TracePod(name, request, line)
 
 
 def load_pods(path: Path, skip_bad_rows: bool = False) -> tuple[list[TracePod], LoadReport]:
@@ -126,3 +127,24 @@ def load_pods(path: Path, skip_bad_rows: bool = False) -> tuple[list[TracePod], 
     if not pods:
         raise TraceError(path, 1, "name", "no usable pods in file")
     return pods, report
+
+
+def check_gpu_models(
+    pods: list[TracePod], nodes: list[NodeInfo], path: Path, report: LoadReport, skip_bad_rows: bool = False
+) -> list[TracePod]:
+    """Pods whose `gpu_spec` names only models some node has. A pod naming an unknown model raises
+    TraceError (`path:line: gpu_spec: ...`), or with `skip_bad_rows` is counted in `report` and left out."""
+    known = sorted({g.model for n in nodes for g in n.gpus})
+    out = []
+    for pod in pods:
+        unknown = [m for m in pod.request.gpu_models if not any(model_matches(k, (m,)) for k in known)]
+        if not unknown:
+            out.append(pod)
+            continue
+        error = TraceError(path, pod.line, "gpu_spec", f"unknown GPU model {unknown[0]!r}; the nodes have {', '.join(known)}")
+        if not skip_bad_rows:
+            raise error
+        report.skipped[f"gpu_spec: unknown GPU model {unknown[0]!r}"] += 1
+    if not out:
+        raise TraceError(path, 1, "gpu_spec", "no pod left after dropping unknown GPU models")
+    return out

@@ -34,6 +34,25 @@ class NodeBuilder:
         self._gpus = out
         return self
 
+    def mig(self, count: int, profile: str = "1g.10gb", model: str = "A100-80GB") -> NodeBuilder:
+        """Add `count` MIG instances of `profile` (each a device of its own)."""
+        start = len(self._gpus)
+        self._gpus += [GpuInfo(start + i, f"{self._name}-mig{start + i}", model, 10240, mig_profile=profile)
+                       for i in range(count)]
+        self._used += [0] * count
+        return self
+
+    def ecc(self, *positions: int) -> NodeBuilder:
+        """Turn ECC on for the GPUs at `positions` (all when none given)."""
+        chosen = set(positions) if positions else set(range(len(self._gpus)))
+        self._gpus = [replace(g, ecc_enabled=True) if i in chosen else g for i, g in enumerate(self._gpus)]
+        return self
+
+    def numa(self, gpus_per_numa_node: int) -> NodeBuilder:
+        """Consecutive groups of GPUs on NUMA nodes 0, 1, ..."""
+        self._gpus = [replace(g, numa_node=i // gpus_per_numa_node) for i, g in enumerate(self._gpus)]
+        return self
+
     def host(self, cpu_milli: int, memory_mib: int) -> NodeBuilder:
         self._cpu, self._mem = cpu_milli, memory_mib
         return self

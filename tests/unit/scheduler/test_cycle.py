@@ -12,9 +12,11 @@ from corral.core.resources import NodeState, Placement
 from corral.scheduler.cycle import Unschedulable, apply_placement, compute_placement, explain
 from corral.scheduler.framework import (
     REASON_CPU,
+    REASON_ECC,
     REASON_GPUS_BUSY,
     REASON_LABELS,
     REASON_MEMORY,
+    REASON_MIG,
     REASON_MODEL,
     REASON_NVLINK,
     REASON_TAINT,
@@ -67,6 +69,20 @@ CASES = [
          reasons={REASON_LABELS: 1}),
     Case("bestfit picks the fuller node", [make_node("a").gpus(4).build(), make_node("b").gpus(4).used(1000, 1000).build()],
          ResourceRequest(gpus=1), policy="bestfit", node="b"),
+    Case("MIG profile lands on a MIG instance", [make_node("a").gpus(2).build(), make_node("b").gpus(1).mig(3).build()],
+         ResourceRequest(gpus=2, mig_profile="1g.10gb"), node="b", gpus=(1, 2)),
+    Case("whole-GPU request never takes a MIG instance", [make_node("a").gpus(1).used(1000).mig(7).build()],
+         ResourceRequest(gpus=1), reasons={REASON_GPUS_BUSY: 1}),
+    Case("share never lands on a MIG instance", [make_node("a").mig(7).build()],
+         ResourceRequest(gpus=1, gpu_milli=200), reasons={REASON_TOO_FEW_GPUS: 1}),
+    Case("MIG profile missing", [make_node("a").mig(2, "3g.40gb").build(), make_node("b").gpus(8).build()],
+         ResourceRequest(gpus=1, mig_profile="1g.10gb"), reasons={REASON_MIG: 2}),
+    Case("ECC required", [make_node("a").gpus(4).ecc(0).build(), make_node("b").gpus(2).ecc().build()],
+         ResourceRequest(gpus=2, ecc=True), node="b"),
+    Case("ECC required, too few", [make_node("a").gpus(4).ecc(0).build()],
+         ResourceRequest(gpus=2, ecc=True), reasons={REASON_ECC: 1}),
+    Case("GPUs from one NUMA node", [make_node("a").gpus(4).numa(2).used(1000).build()],
+         ResourceRequest(gpus=2), node="a", gpus=(2, 3)),
     Case("spread picks the emptier node", [make_node("a").gpus(4).used(1000).build(), make_node("b").gpus(4).build()],
          ResourceRequest(gpus=1), policy="spread", node="b"),
 ]
@@ -115,3 +131,18 @@ def test_gang_places_on_distinct_nodes_or_nothing() -> None:
     assert isinstance(placements, list) and sorted(p.node for p in placements) == ["a", "b", "c"]
     result = compute_gang_placement(ResourceRequest(gpus=8), 4, nodes)
     assert isinstance(result, Unschedulable) and REASON_GANG_SHORT in result.explanation.reasons
+
+
+def test_cpus_come_from_the_gpus_numa_node() -> None:
+    nodes = [make_node("a").gpus(4).numa(2).used(1000).build()]
+    placement = compute_placement(ResourceRequest(gpus=2, cpu_milli=8000), nodes)
+    assert isinstance(placement, Placement) and placement.extra == {"cpu_numa_node": "1"}
+    spanning = compute_placement(ResourceRequest(gpus=3), nodes)
+    assert isinstance(spanning, Placement) and spanning.extra == {}
+
+
+def test_mig_request_must_take_whole_instances() -> None:
+    from corral.core.errors import ValidationError
+
+    with pytest.raises(ValidationError, match="mig_profile"):
+        ResourceRequest(gpus=1, gpu_milli=500, mig_profile="1g.10gb")

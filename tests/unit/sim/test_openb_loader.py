@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from corral.sim.openb import TraceError, load_nodes, load_pods
+from corral.sim.openb import TraceError, check_gpu_models, load_nodes, load_pods
 
 POD_HEADER = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\n"
 NODE_HEADER = "sn,cpu_milli,memory_mib,gpu,model\n"
@@ -83,3 +83,14 @@ def test_bad_node_file(tmp_path: Path, text: str, field: str) -> None:
 def test_missing_file_is_a_trace_error(tmp_path: Path) -> None:
     with pytest.raises(TraceError, match="nope.csv"):
         load_nodes(tmp_path / "nope.csv")
+
+
+def test_unknown_gpu_model_names_file_line_field(tmp_path: Path) -> None:
+    nodes = load_nodes(write(tmp_path, "n.csv", NODE_HEADER + "a,64000,262144,2,V100M16\nb,64000,262144,2,T4\n"))
+    path = write(tmp_path, "p.csv", POD_HEADER + "ok,1000,0,1,1000,T4|V100M16\nbad,1000,0,1,1000,V100M16|H200\n")
+    pods, report = load_pods(path)
+    with pytest.raises(TraceError) as e:
+        check_gpu_models(pods, nodes, path, report)
+    assert (e.value.line, e.value.field) == (3, "gpu_spec") and "'H200'" in str(e.value)
+    kept = check_gpu_models(pods, nodes, path, report, skip_bad_rows=True)
+    assert [p.name for p in kept] == ["ok"] and sum(report.skipped.values()) == 1

@@ -11,7 +11,9 @@ from typer.testing import CliRunner
 from corral.cli.simulate import simulate_app
 from corral.core.errors import ValidationError
 from corral.sim.openb import load_nodes, load_pods
-from corral.sim.placement import CHECKPOINTS, parse_seeds, run_policy, run_seed
+import random
+
+from corral.sim.placement import CHECKPOINTS, compute_arrivals, parse_seeds, run_policy, run_seed
 
 TRACES = Path(__file__).resolve().parents[3].parent / "shared" / "traces" / "alibaba-openb"
 
@@ -37,6 +39,19 @@ def test_parse_seeds(text: str, seeds: list[int]) -> None:
 def test_parse_seeds_rejects(text: str) -> None:
     with pytest.raises(ValidationError):
         parse_seeds(text)
+
+
+def test_arrivals_keep_every_listed_pod_then_resample_to_the_target(tiny: tuple[Path, Path]) -> None:
+    pods = load_pods(tiny[1])[0]
+    capacity = 4_000  # milli-GPU; the list asks for 12,250
+    for inflate in (5.0, 2.0):  # below and above what the list asks for
+        order = compute_arrivals(pods, capacity, inflate, random.Random(7))
+        total = sum(p.request.total_gpu_milli for p in order)
+        assert total >= inflate * capacity
+        assert total - order[-1].request.total_gpu_milli < inflate * capacity  # stops at the first crossing
+        if inflate == 5.0:
+            assert sorted(p.name for p in order[: len(pods)]) == sorted(p.name for p in pods)
+    assert compute_arrivals(pods, capacity, 2.0, random.Random(7)) == compute_arrivals(pods, capacity, 2.0, random.Random(7))
 
 
 def test_protocol_records_every_checkpoint_and_is_deterministic(tiny: tuple[Path, Path]) -> None:
@@ -81,6 +96,13 @@ def test_cli_errors_are_one_line(tiny: tuple[Path, Path], args: list[str], messa
     out = CliRunner().invoke(simulate_app, ["openb", "--nodes", str(tiny[0]), "--pods", str(tiny[1]), *args])
     assert out.exit_code == 1
     assert out.stderr.startswith("error: ") and message in out.stderr
+
+
+def test_cli_unknown_gpu_model_names_file_line_field(tiny: tuple[Path, Path]) -> None:
+    with tiny[1].open("a") as f:
+        f.write("x,1000,0,1,1000,H200\n")
+    out = CliRunner().invoke(simulate_app, ["openb", "--nodes", str(tiny[0]), "--pods", str(tiny[1]), "--seeds", "1"])
+    assert out.exit_code == 1 and f"{tiny[1]}:8: gpu_spec: unknown GPU model 'H200'" in out.stderr
 
 
 def test_cli_bad_row_names_file_and_line(tiny: tuple[Path, Path]) -> None:
