@@ -99,7 +99,7 @@ def page_requests(node: str, running: int, finished: int, paths: set[str]) -> di
     boot = ["/web/session", "/openapi.json", "/static/app.js"]
     series = lambda m, sel: f"/api/v1/metrics/series?metric={m}&{sel}&{rng}".replace("&&", "&")  # noqa: E731
     pages = {
-        "fleet": ["/", *boot, "/api/v1/gpus", "/api/v1/nodes", "/api/v1/jobs?state=PENDING&limit=500",
+        "fleet": ["/", *boot, "/api/v1/gpus", "/api/v1/nodes", "/api/v1/jobs?state=PENDING&limit=200",
                   "/api/v1/jobs?state=RUNNING&limit=1", "/api/v1/alerts?state=firing", series("gpu_util_pct", "")],
         "nodes": ["/nodes", *boot, "/api/v1/nodes"],
         "node": [f"/nodes/{node}", *boot, f"/api/v1/nodes/{node}", f"/api/v1/gpus?node={node}", f"/api/v1/jobs?node={node}",

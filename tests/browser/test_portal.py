@@ -188,6 +188,19 @@ def test_node_and_gpu_graphs_have_data(admin_tab: Tab, cluster: Cluster) -> None
     wait_for(lambda: int(page.get_attribute("[data-chart=util] svg", "data-points") or 0) > 0, 60, "GPU graph has points")
     page.hover("[data-chart=util] svg")
     expect(page.locator("[data-chart=util] .tip")).to_contain_text("%")
+    # Drag across the graph to zoom into that stretch; double-click to go back to the rolling range.
+    box = page.locator("[data-chart=util] svg").bounding_box()
+    assert box is not None
+    page.mouse.move(box["x"] + box["width"] * 0.3, box["y"] + box["height"] / 2)
+    page.mouse.down()
+    page.mouse.move(box["x"] + box["width"] * 0.9, box["y"] + box["height"] / 2, steps=5)
+    page.mouse.up()
+    expect(page.locator(".range [data-reset]")).to_be_visible()
+    expect(page.locator(".range [data-label]")).to_contain_text("–")
+    page.dblclick("[data-chart=util] svg")
+    expect(page.locator(".range [data-reset]")).to_be_hidden()
+    page.click(".range button[data-s='900']")
+    expect(page.locator(".range button.on")).to_have_text("15m")
 
 
 def test_admin_cordons_and_enables_a_node(admin_tab: Tab, cluster: Cluster) -> None:
@@ -305,3 +318,60 @@ def test_every_page_renders_without_console_errors(admin_tab: Tab) -> None:
         expect(admin_tab.page.locator(ready).first).to_be_visible()
         expect(admin_tab.page.locator(".page-error")).to_have_count(0)
         admin_tab.shot("page" + (path.replace("/", "-") if path != "/" else "-fleet"))
+
+
+# ---- the pages' pure helpers, run in the browser as the pages run them -----------------------------------
+SPLIT_CASES = [
+    ("plain words", "python train.py --epochs 3", ["python", "train.py", "--epochs", "3"]),
+    ("single quotes group", "sh -c 'echo a b'", ["sh", "-c", "echo a b"]),
+    ("double quotes and escapes", 'echo "say \\"hi\\"" x\\ y', ["echo", 'say "hi"', "x y"]),
+    ("empty quotes are a word", "prog '' end", ["prog", "", "end"]),
+    ("surrounding blanks", "  a   b  ", ["a", "b"]),
+]
+
+
+@pytest.mark.parametrize("name,text,argv", SPLIT_CASES, ids=[c[0] for c in SPLIT_CASES])
+def test_submit_form_splits_commands_like_a_shell(admin_tab: Tab, name: str, text: str, argv: list[str]) -> None:
+    admin_tab.goto("/submit")
+    got = admin_tab.page.evaluate("async (t) => (await import('/static/pages/submit.js')).splitCommand(t)", text)
+    assert got == argv, name
+
+
+BODY_CASES = [
+    ("defaults left to the API", {"command": "true"}, {"command": ["true"], "env": {}}, []),
+    ("numbers parsed", {"command": "x", "gpus": "2", "priority": "-3"}, {"command": ["x"], "gpus": 2, "priority": -3, "env": {}}, []),
+    ("env lines", {"command": "x", "env": "A=1\nB=x=y\n"}, {"command": ["x"], "env": {"A": "1", "B": "x=y"}}, []),
+    ("gpus out of range", {"command": "x", "gpus": "2000"}, None, ["gpus"]),
+    ("fraction out of range", {"command": "x", "gpu_milli": "0"}, None, ["gpu_milli"]),
+    ("not a whole number", {"command": "x", "memory_mib": "1.5"}, None, ["memory_mib"]),
+    ("relative workdir", {"command": "x", "workdir": "data"}, None, ["workdir"]),
+    ("bad env name", {"command": "x", "env": "9X=1"}, None, ["env"]),
+    ("env line without =", {"command": "x", "env": "JUSTTEXT"}, None, ["env"]),
+    ("missing command", {"command": "  "}, None, ["command"]),
+    ("unterminated quote", {"command": "echo 'oops"}, None, ["command"]),
+]
+
+
+@pytest.mark.parametrize("name,values,body,fields", BODY_CASES, ids=[c[0] for c in BODY_CASES])
+def test_submit_form_checks_fields_like_the_api(admin_tab: Tab, name: str, values: dict[str, str],
+                                                body: dict[str, Any] | None, fields: list[str]) -> None:
+    admin_tab.goto("/submit")
+    got = admin_tab.page.evaluate("async (v) => (await import('/static/pages/submit.js')).buildBody(v)", values)
+    assert [f for f, _ in got["errors"]] == fields, name
+    if body is not None:
+        assert got["body"] == body, name
+
+
+def test_topology_matrix_cells(admin_tab: Tab) -> None:
+    admin_tab.goto("/nodes")
+    gpus = [{"index": 0, "nvlink_peers": [1], "numa_node": 0, "pci_bus_id": "a"},
+            {"index": 1, "nvlink_peers": [0], "numa_node": 0, "pci_bus_id": "b"},
+            {"index": 2, "nvlink_peers": [], "numa_node": 0, "pci_bus_id": "c"},
+            {"index": 3, "nvlink_peers": [], "numa_node": 1, "pci_bus_id": "d"}]
+    cells = admin_tab.page.evaluate("""async (gpus) => {
+        const div = document.createElement('div');
+        div.innerHTML = (await import('/static/pages/nodes.js')).topology(gpus);
+        return [...div.querySelectorAll('tbody tr')].map((tr) => [...tr.querySelectorAll('td')].slice(0, 4).map((td) => td.textContent));
+    }""", gpus)
+    assert cells == [["X", "NV", "NODE", "SYS"], ["NV", "X", "NODE", "SYS"], ["NODE", "NODE", "X", "SYS"],
+                     ["SYS", "SYS", "SYS", "X"]]

@@ -6,6 +6,8 @@ import { live } from "../ui.js";
 import { averageSeries } from "./metrics.js";
 import { reasonText } from "./jobs.js";
 
+const REASON_SAMPLE = 200; // pending reasons are counted over the oldest this many pending jobs
+
 export function summarise(gpus, nodes) {
   const pools = new Map(nodes.map((n) => [n.name, n.labels.pool || "—"]));
   const byKey = new Map();
@@ -45,7 +47,7 @@ export async function render(page) {
   async function refresh() {
     const [gpus, nodes, pending, running] = await Promise.all([
       get("/api/v1/gpus"), get("/api/v1/nodes"),
-      getWithTotal("/api/v1/jobs", { state: "PENDING", limit: 500 }),
+      getWithTotal("/api/v1/jobs", { state: "PENDING", limit: REASON_SAMPLE }),
       getWithTotal("/api/v1/jobs", { state: "RUNNING", limit: 1 }),
     ]);
     if (page.closed) return;
@@ -69,7 +71,7 @@ export async function render(page) {
       reasons.set(r, (reasons.get(r) || 0) + 1);
     }
     $("#queue").innerHTML = `<p><b data-queue-length>${pending.total}</b> pending, ${running.total} running. <a href="/jobs">Open the queue</a></p>` +
-      table(["Pending reason", "Jobs"], [...reasons].sort((a, b) => b[1] - a[1]).map(([r, n]) => [esc(r), n]), "nothing is waiting");
+      table([pending.total > REASON_SAMPLE ? `Pending reason (of the oldest ${REASON_SAMPLE})` : "Pending reason", "Jobs"], [...reasons].sort((a, b) => b[1] - a[1]).map(([r, n]) => [esc(r), n]), "nothing is waiting");
     allocPoints.push([Date.now() / 1000, total.used]);
     if (allocPoints.length > 1800) allocPoints.shift();
     alloc.setData([{ name: "allocated", points: allocPoints }]);
