@@ -107,7 +107,7 @@ def page_requests(node: str, running: int, finished: int, paths: set[str]) -> di
                  *(series(m, f"node={node}") for m in ("cpu_pct", "mem_used_pct", "disk_used_pct", "net_rx_bps", "net_tx_bps"))],
         "gpu": [f"/gpus/{node}/0", *boot, f"/api/v1/gpus?node={node}", f"/api/v1/gpus/{node}/0/events",
                 *(series(m, f"node={node}&gpu=0") for m in ("gpu_util_pct", "gpu_mem_used_mib", "gpu_power_w", "gpu_temp_c"))],
-        "jobs (queue)": ["/jobs", *boot, "/api/v1/jobs?state=PENDING&limit=500", "/api/v1/jobs?state=RUNNING&limit=500"],
+        "jobs (queue)": ["/jobs", *boot, "/api/v1/jobs?state=PENDING&limit=200", "/api/v1/jobs?state=RUNNING&limit=200"],
         "jobs (history)": ["/jobs", *boot, "/api/v1/jobs?all=true&limit=50&newest_first=true"],
         "job (running)": [f"/jobs/{running}", *boot, f"/api/v1/jobs/{running}", f"/api/v1/jobs/{running}/events",
                           f"/api/v1/jobs/{running}/logs?offset=0", series("gpu_util_pct", f"job={running}")],

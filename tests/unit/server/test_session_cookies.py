@@ -136,6 +136,8 @@ def test_pages_serve_the_shell_and_foreign_job_is_404(setup: tuple[TestClient, s
                  "/reports"):
         r = client.get(path)
         assert r.status_code == 200 and 'id="app"' in r.text, path
+        csp = r.headers["content-security-policy"]
+        assert "default-src 'self'" in csp and "frame-ancestors 'none'" in csp  # own scripts only, no framing
     _login(client, username="alice", password="correct horse")
     assert client.get(f"/jobs/{theirs}").status_code == 404
     assert client.get("/jobs/999999").status_code == 404

@@ -37,7 +37,7 @@ export function etas(pending, running, nowS) {
     : i < ends.length ? Math.max(0, ends[i] - nowS) : null));
 }
 
-const SHOWN = 500; // rows per list; the totals come from X-Total-Count
+const SHOWN = 200; // rows per list (the oldest first); the totals come from X-Total-Count
 const jobLink = (j) => `<a href="/jobs/${j.id}">#${j.id}</a>`;
 
 export async function renderQueue(page) {
