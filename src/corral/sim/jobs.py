@@ -178,7 +178,10 @@ def _cycle(sim: _Sim, now: float) -> None:
     state = QueueState(list(sim.pending.values()), running, {}, sim.quotas, sim.usage, sim.cluster.pool_milli)
     plan = compute_admission(state, CountLedger(sim.cluster.pool_milli, running), cfg.policy, now, explain=False)
     for p in plan.preempt:
-        _preempt(sim, p.job_id, now)
+        _preempt(sim, p.job_id, p.for_job_id, now)
+        waiting = sim.pending[p.for_job_id]
+        if waiting.nominated_s is None:
+            sim.pending[p.for_job_id] = replace(waiting, nominated_s=now)
     for a in plan.admit:
         job = sim.pending.pop(a.job_id)
         restart = a.job_id in sim.first_start
@@ -192,17 +195,17 @@ def _cycle(sim: _Sim, now: float) -> None:
         sim.want_cycle(now + 30.0)  # service levels change while jobs run: look again even if nothing happens
 
 
-def _preempt(sim: _Sim, job_id: str, now: float) -> None:
+def _preempt(sim: _Sim, job_id: str, for_job_id: str, now: float) -> None:
     r = sim.running[job_id]
     overhead = sim.overhead.get(job_id, 0.0)
     done = max(now - r.start_s - overhead, 0.0)
     finish_at = r.start_s + overhead + sim.remaining[job_id]
     if finish_at <= now + sim.cfg.grace_s:
-        sim.running[job_id] = replace(r, exit_s=finish_at)  # it finishes within the grace period anyway
+        sim.running[job_id] = replace(r, exit_s=finish_at, preempted_for=for_job_id)  # it ends within the grace period anyway
         return
     sim.remaining[job_id] -= done
     sim.restarts[job_id] = sim.restarts.get(job_id, 0) + 1
-    sim.running[job_id] = replace(r, exit_s=now + sim.cfg.grace_s)
+    sim.running[job_id] = replace(r, exit_s=now + sim.cfg.grace_s, preempted_for=for_job_id)
     sim.version[job_id] += 1
     sim.push(now + sim.cfg.grace_s, EXIT, job_id, sim.version[job_id])
     assert sim.result is not None

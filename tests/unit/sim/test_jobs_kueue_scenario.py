@@ -24,4 +24,7 @@ def test_kueue_style_scenario_admits_everything_within_quota_rules() -> None:
                 held[iv.tenant] = held.get(iv.tenant, 0) + iv.milli
         for tenant, q in sc.quotas.quotas.items():
             assert held.get(tenant, 0) <= q.maximum[TOTAL]  # nominal + borrowing limit
-        assert sum(held.values()) <= sc.cluster.gpus * 1000
+        for cohort in {q.cohort for q in sc.quotas.quotas.values()}:
+            members = sc.quotas.cohort_members(cohort)
+            used = sum(held.get(m.tenant, 0) for m in members)
+            assert used <= sum(m.nominal[TOTAL] for m in members)  # borrowing stays inside the cohort

@@ -17,7 +17,10 @@ from corral.scheduler.queueing.policy import QueueingPolicy
 from corral.scheduler.queueing.preemption import (
     RANK, RECLAIM, Preemption, order_rank_candidates, order_reclaim_candidates, select_victims,
 )
-from corral.scheduler.queueing.quota import TOTAL, QuotaBook, Usage, add_usage, check_quota, compute_usage, is_borrowing, select_within_guarantee
+from corral.scheduler.queueing.quota import (
+    TOTAL, QuotaBook, Usage, add_usage, check_quota, compute_cohort_shortfall, compute_usage, is_borrowing,
+    select_within_guarantee,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +59,7 @@ def running_attained(r: RunningJob, now_s: float) -> float:
 
 def with_attained(job: QueuedJob, r: RunningJob | None, now_s: float) -> QueuedJob:
     """The job carrying the service it attained (used when a preempted job goes back to the queue)."""
-    return job if r is None else replace(job, attained_gpu_s=running_attained(r, now_s))
+    return job if r is None else replace(job, attained_gpu_s=running_attained(r, now_s), nominated_s=None)
 
 
 def compute_rank_context(
@@ -120,8 +123,12 @@ def compute_admission(
     cyc = _Cycle(state, policy, ledger, now_s, held, settled, ranks)
     ordered = sorted(state.pending, key=lambda j: ranks[j.id])
     guaranteed = select_within_guarantee(ordered, held, state.quotas)
-    if guaranteed:  # jobs within their tenant's guarantee go first (stable: rank order kept within each part)
-        ordered.sort(key=lambda j: j.id not in guaranteed)
+    if guaranteed or any(j.nominated_s is not None for j in ordered):
+        # Jobs within their tenant's guarantee first; within each part, jobs that preempted others first
+        # (by nomination time: they would otherwise lose the GPUs they freed to a newcomer and preempt
+        # again). The sort is stable, so rank order holds otherwise.
+        inf = float("inf")
+        ordered.sort(key=lambda j: (j.id not in guaranteed, inf if j.nominated_s is None else j.nominated_s))
     statuses: list[tuple[QueuedJob, str, str]] = []
     blocked_queues: set[str] = set()
     global_blocked = False
@@ -166,7 +173,8 @@ def _try_job(cyc: _Cycle, job: QueuedJob, behind: bool) -> tuple[str, str, bool]
     if model is not None:
         quota = check_quota(cyc.state.quotas, cyc.held, job, model)
         if quota:
-            return quota[0], quota[1], True
+            got = _try_preempt(cyc, job) if quota[0] == reasons.BORROW and not behind else ""
+            return (reasons.PREEMPTING, got, True) if got else (quota[0], quota[1], True)
         if cyc.reservations and not allow_backfill(job, model, cyc.reservations, cyc.now_s):
             return reasons.RESERVED, "would delay the reserved start of a blocked head", False
         cyc.ledger.take(job, model)
@@ -188,20 +196,26 @@ def _try_preempt(cyc: _Cycle, job: QueuedJob) -> str:
     """Claim GPUs that preempted jobs are releasing, or pick new victims; "" when neither works."""
     book = cyc.state.quotas
     for model in cyc.ledger.models():
-        if not job.matches(model) or check_quota(book, cyc.held, job, model):
+        if not job.matches(model):
             continue
-        shortfall = job.need_milli - max(cyc.ledger.free(model), 0) - cyc.ledger.incoming(model)
+        quota = check_quota(book, cyc.held, job, model)
+        if quota and quota[0] != reasons.BORROW:
+            continue
+        # Short on the pool (free + what preempted jobs will release) or on the cohort's guarantees.
+        cohort_short = compute_cohort_shortfall(book, cyc.settled, job, model)
+        shortfall = max(job.need_milli - max(cyc.ledger.free(model), 0) - cyc.ledger.incoming(model), cohort_short)
         if shortfall <= 0:
             cyc.ledger.reserve(job, model)
             return f"waiting for preempted jobs to release {model} GPUs"
-        reclaim = bool(book.quotas) and not is_borrowing(cyc.settled, book.get(job.tenant), model, job.need_milli)
-        kind = RECLAIM if reclaim else RANK if cyc.policy.preempt else ""
+        q = book.get(job.tenant)
+        reclaim = bool(book.quotas) and not is_borrowing(cyc.settled, q, model, job.need_milli)
+        kind = RECLAIM if reclaim else RANK if cyc.policy.preempt and cohort_short <= 0 else ""
         if not kind or cyc.failed_need.get((model, kind), 1 << 62) <= job.need_milli:
             continue
         victims = select_victims(
             job, model, shortfall, _candidates(cyc, kind), cyc.taken, cyc.settled, book, kind,
             cyc.ranks.get(job.id), cyc.rank_of if cyc.policy.preempt else None, cyc.now_s,
-            0.0 if kind == RECLAIM else cyc.policy.min_run_s,
+            0.0 if kind == RECLAIM else cyc.policy.min_run_s, q.cohort if q else "",
         )
         if victims is None:
             cyc.failed_need[(model, kind)] = job.need_milli

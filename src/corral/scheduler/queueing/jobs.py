@@ -16,6 +16,8 @@ class QueuedJob:
     gpus x gpu_milli is asked for on each of `nodes` nodes, all at once (a gang). `model` "" = any model.
     `time_limit_s` is the declared limit (None = unknown); `attained_gpu_s` is the GPU-seconds the job has
     already run (for least-attained-service ordering); `known_duration_s` is only for the `sjf` oracle.
+    `nominated_s`: when running jobs were first preempted to make room for it (set by the caller from the
+    plan, cleared when it starts); nominated jobs take the GPUs they freed before newcomers do.
     """
 
     id: str
@@ -30,6 +32,7 @@ class QueuedJob:
     queue: str = ""
     attained_gpu_s: float = 0.0
     known_duration_s: float | None = None
+    nominated_s: float | None = None
 
     def __post_init__(self) -> None:
         if self.gpus < 0 or self.nodes < 1:
@@ -59,12 +62,14 @@ class QueuedJob:
 @dataclass(frozen=True, slots=True)
 class RunningJob:
     """A job holding GPUs since `start_s` on `model`; `exit_s` is set while it is being preempted
-    (SIGTERM sent, it still holds its GPUs until then)."""
+    (SIGTERM sent, it still holds its GPUs until then) and `preempted_for` names the waiting job the
+    GPUs were freed for (it is nominated: it gets them first, as in Kubernetes)."""
 
     job: QueuedJob
     start_s: float
     model: str
     exit_s: float | None = None
+    preempted_for: str = ""
 
     @property
     def expected_end_s(self) -> float | None:

@@ -53,11 +53,13 @@ def select_victims(
     rank_of: Callable[[RunningJob], RankKey] | None = None,
     now_s: float = 0.0,
     min_run_s: float = 0.0,
+    cohort: str = "",
 ) -> list[RunningJob] | None:
     """Victims on `model` freeing at least `shortfall_milli`, or None when the eligible ones cannot.
 
     `candidates` come in victim order (order_*_candidates); `taken` holds ids already chosen this cycle;
-    `settled` is usage without jobs already being preempted, and is updated for the victims returned."""
+    `settled` is usage without jobs already being preempted, and is updated for the victims returned.
+    With a `cohort`, reclaim takes only from tenants of that cohort (their borrowing is what it lacks)."""
     chosen: list[RunningJob] = []
     freed = 0
     for r in candidates:
@@ -65,6 +67,10 @@ def select_victims(
             break
         if r.model != model or r.job.id in taken:
             continue
+        if cohort and kind == RECLAIM:
+            owner = book.get(r.job.tenant)
+            if owner is None or owner.cohort != cohort:
+                continue
         lower = job_rank is not None and rank_of is not None and rank_of(r) > job_rank
         if kind == RANK and (not lower or now_s - r.start_s < min_run_s):
             continue

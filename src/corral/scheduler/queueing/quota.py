@@ -99,8 +99,8 @@ def is_borrowing(usage: Usage, q: TenantQuota | None, model: str, extra: int = 0
 def check_quota(book: QuotaBook, usage: Usage, job: QueuedJob, model: str) -> tuple[str, str] | None:
     """(reason, detail) when admitting `job` on `model` breaks a quota; None when it may run.
 
-    Borrowing (going above nominal) is allowed only while the tenant's cohort has idle guaranteed GPUs
-    (the pool's free capacity is checked separately, by the ledger)."""
+    A cohort's members together never hold more than the sum of their guarantees: borrowing (going above
+    nominal) uses only idle guarantees of the same cohort (the pool's free GPUs are the ledger's business)."""
     q = book.get(job.tenant)
     if q is None:
         return (reasons.QUOTA, f"tenant {job.tenant!r} has no quota") if book.require_quota else None
@@ -110,14 +110,26 @@ def check_quota(book: QuotaBook, usage: Usage, job: QueuedJob, model: str) -> tu
     for key in (model, TOTAL):
         if key in q.maximum and u.get(key, 0) + job.need_milli > q.maximum[key]:
             return reasons.QUOTA, f"{key}: {(u.get(key, 0) + job.need_milli) / 1000:g} GPUs > maximum {q.maximum[key] / 1000:g}"
-    if q.cohort and is_borrowing(usage, q, model, job.need_milli):
-        for key in (model, TOTAL):
-            members = book.cohort_members(q.cohort)
+    short = compute_cohort_shortfall(book, usage, job, model)
+    if short > 0:
+        return reasons.BORROW, f"cohort {q.cohort!r} lacks {short / 1000:g} idle guaranteed GPUs"
+    return None
+
+
+def compute_cohort_shortfall(book: QuotaBook, usage: Usage, job: QueuedJob, model: str) -> int:
+    """Milli-GPUs by which admitting `job` would take its cohort above the sum of its members' guarantees
+    (0 without a cohort). A borrower must wait; a job within its guarantee reclaims that much."""
+    q = book.get(job.tenant)
+    if q is None or not q.cohort:
+        return 0
+    members = book.cohort_members(q.cohort)
+    short = 0
+    for key in (model, TOTAL):
+        if any(key in m.nominal for m in members):
             cap = sum(m.nominal.get(key, 0) for m in members)
             used = sum(usage.get(m.tenant, {}).get(key, 0) for m in members)
-            if any(key in m.nominal for m in members) and used + job.need_milli > cap:
-                return reasons.BORROW, f"cohort {q.cohort!r} has {max(cap - used, 0) / 1000:g} idle {key} GPUs"
-    return None
+            short = max(short, used + job.need_milli - cap)
+    return short
 
 
 def select_within_guarantee(ranked: Iterable[QueuedJob], usage: Usage, book: QuotaBook) -> set[str]:
