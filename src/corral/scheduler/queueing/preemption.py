@@ -62,15 +62,16 @@ def select_victims(
     With a `cohort`, reclaim takes only from tenants of that cohort (their borrowing is what it lacks)."""
     chosen: list[RunningJob] = []
     freed = 0
+    if cohort and kind == RECLAIM:
+        # Within the job's cohort tree; its own (team) cohort's borrowers first, then the wider tree's.
+        root = book.cohort_root(cohort)
+        tree = {m.tenant: m.cohort for m in book.members_under(root)}
+        candidates = sorted((r for r in candidates if r.job.tenant in tree), key=lambda r: tree[r.job.tenant] != cohort)
     for r in candidates:
         if freed >= shortfall_milli:
             break
         if r.model != model or r.job.id in taken:
             continue
-        if cohort and kind == RECLAIM:
-            owner = book.get(r.job.tenant)
-            if owner is None or owner.cohort != cohort:
-                continue
         lower = job_rank is not None and rank_of is not None and rank_of(r) > job_rank
         if kind == RANK and (not lower or now_s - r.start_s < min_run_s):
             continue

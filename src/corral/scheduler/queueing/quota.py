@@ -46,6 +46,27 @@ class QuotaBook:
     def cohort_members(self, cohort: str) -> list[TenantQuota]:
         return [q for q in self.quotas.values() if q.cohort == cohort]
 
+    def cohort_root(self, cohort: str) -> str:
+        """The top of `cohort`'s hierarchy (department above teams); validate_quotas rejects cycles."""
+        seen = {cohort}
+        while self.cohort_parent.get(cohort) and self.cohort_parent[cohort] not in seen:
+            cohort = self.cohort_parent[cohort]
+            seen.add(cohort)
+        return cohort
+
+    def members_under(self, cohort: str) -> list[TenantQuota]:
+        """Tenants whose cohort is `cohort` or lies below it in the hierarchy."""
+        return [q for q in self.quotas.values() if q.cohort and self._descends(q.cohort, cohort)]
+
+    def _descends(self, cohort: str, ancestor: str) -> bool:
+        seen: set[str] = set()
+        while cohort and cohort not in seen:
+            if cohort == ancestor:
+                return True
+            seen.add(cohort)
+            cohort = self.cohort_parent.get(cohort, "")
+        return False
+
 
 def validate_quotas(book: QuotaBook, pool_milli: Mapping[str, int]) -> None:
     """Raise ValidationError when nominal > maximum, when the guarantees of all tenants exceed the pool for a
@@ -117,12 +138,14 @@ def check_quota(book: QuotaBook, usage: Usage, job: QueuedJob, model: str) -> tu
 
 
 def compute_cohort_shortfall(book: QuotaBook, usage: Usage, job: QueuedJob, model: str) -> int:
-    """Milli-GPUs by which admitting `job` would take its cohort above the sum of its members' guarantees
-    (0 without a cohort). A borrower must wait; a job within its guarantee reclaims that much."""
+    """Milli-GPUs by which admitting `job` would take its cohort tree (from the top of the hierarchy down)
+    above the sum of its members' guarantees (0 without a cohort): teams of one department borrow each
+    other's idle guarantees, never another department's. A borrower must wait; a job within its
+    guarantee reclaims that much."""
     q = book.get(job.tenant)
     if q is None or not q.cohort:
         return 0
-    members = book.cohort_members(q.cohort)
+    members = book.members_under(book.cohort_root(q.cohort))
     short = 0
     for key in (model, TOTAL):
         if any(key in m.nominal for m in members):

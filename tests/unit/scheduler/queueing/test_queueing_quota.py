@@ -99,3 +99,28 @@ def test_total_and_per_model_keys() -> None:
     q = TenantQuota("a", {TOTAL: 2000, MODEL: 1000}, {TOTAL: 3000, MODEL: 1000})
     plan = admit([job("x", "a", 2, model="V100")], gpus=8, quotas=QuotaBook({"a": q}), policy=NO_RANK_PREEMPTION)
     assert plan.pending["x"].reason == "quota" and MODEL in plan.pending["x"].detail
+
+
+def _department() -> QuotaBook:
+    # Department d: teams x (tenants x1, x2) and y (tenant y1); department e: team z (tenant z1). 2 GPUs each.
+    quotas = [quota("x1", 2, 8, cohort="x"), quota("x2", 2, 8, cohort="x"), quota("y1", 2, 8, cohort="y"),
+              quota("z1", 2, 8, cohort="z")]
+    return QuotaBook({q.tenant: q for q in quotas}, cohort_parent={"x": "d", "y": "d", "z": "e"})
+
+
+def test_teams_borrow_within_their_department_only() -> None:
+    b = _department()
+    run = [running(job("x2-0", "x2", 2))]
+    # x1 may take its 2 plus y1's idle 2 (same department d), but not z1's (department e): 4 at most.
+    plan = admit([job(f"x1-{i}", "x1", 1, submit=i) for i in range(6)], gpus=8, run=run, quotas=b, policy=NO_RANK_PREEMPTION)
+    assert admitted(plan) == ["x1-0", "x1-1", "x1-2", "x1-3"]
+    assert plan.pending["x1-4"].reason == "borrow-limit"
+
+
+def test_reclaim_prefers_the_own_team_then_the_department() -> None:
+    b = _department()
+    # y1 borrowed from team x's idle guarantee... x1 comes back for its 2: y1's borrowed job goes, z1's never.
+    run = [running(job("y1-a", "y1", 2), start=0), running(job("y1-b", "y1", 2), start=1),
+           running(job("z1-a", "z1", 2), start=2), running(job("z1-b", "z1", 2), start=3)]
+    plan = admit([job("x1-0", "x1", 2, submit=5)], gpus=8, run=run, quotas=b, policy=NO_RANK_PREEMPTION, now=5)
+    assert [p.job_id for p in plan.preempt] == ["y1-b"]
