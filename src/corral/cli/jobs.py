@@ -34,11 +34,16 @@ def submit(
     env: Annotated[list[str] | None, typer.Option("--env", "-e", help="KEY=VALUE, repeatable.")] = None,
     workdir: Annotated[str | None, typer.Option(help="Working directory on the node (absolute).")] = None,
     priority: Annotated[int, typer.Option(help="Higher runs first.")] = 0,
+    queue: Annotated[str, typer.Option(help="One of your tenant's queues.")] = "default",
+    time_limit: Annotated[int | None, typer.Option(help="Seconds; the job is stopped after it (helps backfill).")] = None,
+    gpu_share: Annotated[int | None, typer.Option(help="A share of one GPU in milli-GPUs (1..999), with --gpus 1.")] = None,
+    min_gpu_memory: Annotated[int, typer.Option(help="Minimum GPU memory in MiB.")] = 0,
     as_json: JSON = False,
 ) -> None:
     """Submit a job; prints its id."""
     body = JobSubmit(command=command, gpus=gpus, gpu_model=gpu_model, name=name or "", env=parse_env(env or []),
-                     workdir=workdir, priority=priority)
+                     workdir=workdir, priority=priority, queue=queue, time_limit_s=time_limit,
+                     gpu_milli=gpu_share or 1000, min_gpu_memory_mib=min_gpu_memory)
     with make_client() as c:
         job = c.submit(body)
     if as_json:
@@ -54,9 +59,10 @@ def jobs(all: Annotated[bool, typer.Option("--all", "-a", help="Include finished
     if as_json:
         print_json(items)
         return
-    rows = [(j.id, j.name, j.state.value, j.node, ",".join(map(str, j.gpus)) or j.gpu_count or "",
-             j.exit_code, short_time(j.created_at), j.pending_reason or j.reason) for j in items]
-    print_table(None, ["ID", "NAME", "STATE", "NODE", "GPUS", "EXIT", "CREATED", "REASON"], rows)
+    rows = [(j.id, j.name, j.tenant, j.state.value, "" if j.queue_position is None else j.queue_position + 1, j.node,
+             ",".join(map(str, j.gpus)) or j.gpu_count or "", j.exit_code, short_time(j.created_at),
+             j.pending_reason or j.reason, short_time(j.eta)) for j in items]
+    print_table(None, ["ID", "NAME", "TENANT", "STATE", "POS", "NODE", "GPUS", "EXIT", "CREATED", "REASON", "ETA"], rows)
 
 
 def show(job_id: Annotated[int, typer.Argument(help="Job id.")], as_json: JSON = False) -> None:

@@ -29,7 +29,8 @@ def create_app(settings: Settings, store: SqlStore | None = None) -> FastAPI:
     store = store or open_store(settings.effective_database_url)
     notifier = NodeNotifier()
     scheduler = Scheduler(store, notifier, settings.policy, settings.schedule_interval_s, settings.node_lost_after_s,
-                          retry_backoff_s=settings.retry_backoff_s)
+                          retry_backoff_s=settings.retry_backoff_s, queueing=settings.queueing,
+                          cancel_grace_s=settings.cancel_grace_s)
     policy = HealthPolicy(fatal_xids=settings.fatal_xid_set, temperature_limit_c=settings.gpu_temperature_limit_c,
                           recovery_checks=settings.health_recovery_checks)
     telemetry = TelemetryService(store, policy, backoff_s=settings.retry_backoff_s)

@@ -83,6 +83,9 @@ class JobOut(BaseModel):
     tenant: str | None = None
     queue: str = "default"
     time_limit_s: int | None = None
+    queue_position: int | None = Field(None, description="0-based rank among pending jobs (pending only)")
+    eta: datetime | None = Field(None, description="estimated start from running jobs' time limits (pending only)")
+    preemptions: int = 0
 
 
 class GpuOut(BaseModel):

@@ -140,6 +140,10 @@ class Job:
     delivered: bool = False
     attempt: int = 0
     not_before: datetime | None = None  # retry backoff: not placed before this time
+    failures: int = 0  # attempts ended by a GPU or node failure (what max_retries counts)
+    preempt_requested: bool = False  # being preempted: the agent stops it, then it requeues
+    preemptions: int = 0
+    attained_gpu_s: float = 0.0  # GPU-seconds run by earlier attempts
 
     @property
     def name(self) -> str:

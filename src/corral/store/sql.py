@@ -266,16 +266,32 @@ class SqlStore(TenancyMethods, NodeAdminMethods, TelemetryMethods):
                 s.add(JobEventRow(job_id=job_id, at=now, kind=state.value.lower(), message=msg))
             return bool(res.rowcount)
 
-    def requeue_job(self, job_id: int, reason: str, now: datetime, not_before: datetime | None = None) -> bool:
+    def requeue_job(self, job_id: int, reason: str, now: datetime, not_before: datetime | None = None,
+                    failure: bool = False, preempted: bool = False) -> bool:
+        """RUNNING -> PENDING. Its creation time is kept, so it keeps its place in the queue; the GPU-seconds
+        it ran are added to attained_gpu_s; `failure` / `preempted` count the cause."""
         with self._tx() as s:
-            res = s.execute(
-                update(JobRow)
-                .where(JobRow.id == job_id, JobRow.state == JobState.RUNNING.value)
-                .values(state=JobState.PENDING.value, node=None, gpu_indices=[], started_at=None,
-                        delivered=False, cancel_requested=False, reason=reason, not_before=not_before)
-            )
+            row = s.get(JobRow, job_id, with_for_update=not self.is_sqlite)
+            if row is None or row.state != JobState.RUNNING.value:
+                return False
+            ran_s = (now - (_utc(row.started_at) or now)).total_seconds() if row.started_at else 0.0
+            row.attained_gpu_s = (row.attained_gpu_s or 0.0) + max(ran_s, 0.0) * row.gpus * row.gpu_milli / 1000
+            row.state, row.node, row.gpu_indices, row.started_at = JobState.PENDING.value, None, [], None
+            row.delivered, row.cancel_requested, row.preempt_requested = False, False, False
+            row.reason, row.not_before = reason, not_before
+            row.failures = (row.failures or 0) + (1 if failure else 0)
+            row.preemptions = (row.preemptions or 0) + (1 if preempted else 0)
+            s.add(JobEventRow(job_id=job_id, at=now, kind="preempted" if preempted else "requeued", message=reason))
+            return True
+
+    def request_preempt(self, job_id: int, reason: str, now: datetime) -> bool:
+        """Ask the agent to stop a RUNNING job so that it requeues (it keeps its GPUs until it exits)."""
+        with self._tx() as s:
+            res = s.execute(update(JobRow).where(JobRow.id == job_id, JobRow.state == JobState.RUNNING.value,
+                                                 JobRow.preempt_requested.is_(False), JobRow.cancel_requested.is_(False))
+                            .values(preempt_requested=True, reason=reason))
             if res.rowcount:
-                s.add(JobEventRow(job_id=job_id, at=now, kind="requeued", message=reason))
+                s.add(JobEventRow(job_id=job_id, at=now, kind="preempting", message=reason))
             return bool(res.rowcount)
 
     def add_event(self, job_id: int, kind: str, message: str, now: datetime) -> None:
@@ -322,5 +338,7 @@ def _job(r: JobRow) -> Job:
         id=r.id, spec=spec, state=JobState(r.state), created_at=_utc(r.created_at) or r.created_at, node=r.node,
         gpu_indices=tuple(r.gpu_indices or ()), exit_code=r.exit_code, reason=r.reason or "",
         started_at=_utc(r.started_at), finished_at=_utc(r.finished_at), cancel_requested=r.cancel_requested,
-        delivered=r.delivered, attempt=r.attempt, not_before=_utc(r.not_before),
+        delivered=r.delivered, attempt=r.attempt, not_before=_utc(r.not_before), failures=r.failures or 0,
+        preempt_requested=bool(r.preempt_requested), preemptions=r.preemptions or 0,
+        attained_gpu_s=r.attained_gpu_s or 0.0,
     )

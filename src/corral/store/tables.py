@@ -130,6 +130,10 @@ class JobRow(Base):
     queue: Mapped[str] = mapped_column(String(64), default="default")
     time_limit_s: Mapped[int | None] = mapped_column(Integer, nullable=True)
     max_retries: Mapped[int] = mapped_column(Integer, default=3)
+    failures: Mapped[int] = mapped_column(Integer, default=0)  # attempts ended by a GPU or node failure
+    preempt_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    preemptions: Mapped[int] = mapped_column(Integer, default=0)
+    attained_gpu_s: Mapped[float] = mapped_column(Float, default=0.0)  # GPU-seconds of earlier attempts
     not_before: Mapped[datetime | None] = mapped_column(UTC_DT, nullable=True)
     gpu_summary: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
 

@@ -20,7 +20,8 @@ User = Annotated[Principal, Depends(require_user)]
 
 
 def _out(request: Request, job: Job) -> JobOut:
-    return to_out(job, request.app.state.scheduler.pending_reasons, tenant_names(request.app.state.store))
+    sched = request.app.state.scheduler
+    return to_out(job, sched.pending_reasons, tenant_names(request.app.state.store), sched.pending_info)
 
 
 @router.post("", status_code=201, response_model=JobOut)
@@ -49,7 +50,8 @@ def list_jobs(request: Request, response: Response, caller: User, all: bool = Fa
                            before_id=before_id, node=node)
     response.headers["X-Total-Count"] = str(store.count_jobs(states=states, tenant_id=scope))
     names = tenant_names(store)
-    return [to_out(j, request.app.state.scheduler.pending_reasons, names) for j in jobs]
+    sched = request.app.state.scheduler
+    return [to_out(j, sched.pending_reasons, names, sched.pending_info) for j in jobs]
 
 
 @router.get("/{job_id}", response_model=JobOut)

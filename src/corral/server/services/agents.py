@@ -39,8 +39,11 @@ def apply_reports(store: StateStore, node: str, body: AgentSync) -> tuple[list[R
     for ex in body.exits:
         job = mine.get(ex.job_id) or store.get_job(ex.job_id)
         if job is not None and _current(job, node, ex.run):
-            state = state_for_exit(ex.exit_code, job.cancel_requested)
-            freed |= store.finish_job(job.id, state, ex.exit_code, ex.reason, now)
+            if job.preempt_requested and not job.cancel_requested:  # stopped to make room: back to the queue
+                freed |= store.requeue_job(job.id, job.reason or "preempted", now, preempted=True)
+            else:
+                state = state_for_exit(ex.exit_code, job.cancel_requested)
+                freed |= store.finish_job(job.id, state, ex.exit_code, ex.reason, now)
         acked.append(ex.run)  # stale, unknown or already final: nothing to keep, the agent may forget it
     seen = {r for r in body.running} | {ex.run for ex in body.exits}
     store.mark_delivered([r.job_id for r in body.running if _current(mine.get(r.job_id), node, r)])
@@ -63,7 +66,7 @@ def compute_assignments(store: StateStore, node: Node, running: set[RunRef]) -> 
     for job in store.list_node_jobs(node.name):
         run = RunRef(job_id=job.id, attempt=max(job.attempt, 1))
         current.add(run)
-        if job.cancel_requested:
+        if job.cancel_requested or job.preempt_requested:
             cancels.append(run)
         if run not in running and not job.delivered:
             assignments.append(_assignment(job, uuids))

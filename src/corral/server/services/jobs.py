@@ -60,11 +60,13 @@ def load_job(store: StateStore, job_id: int, caller: Principal | None = None) ->
     return job
 
 
-def to_out(job: Job, pending_reasons: dict[int, str], tenants: dict[int, str] | None = None) -> JobOut:
+def to_out(job: Job, pending_reasons: dict[int, str], tenants: dict[int, str] | None = None,
+           pending_info: dict[int, tuple[int, datetime | None]] | None = None) -> JobOut:
     s = job.spec
-    pending_reason = None
+    pending_reason, position, eta = None, None, None
     if job.state is JobState.PENDING:
         pending_reason = pending_reasons.get(job.id, "waiting for the scheduler")
+        position, eta = (pending_info or {}).get(job.id, (None, None))
     return JobOut(
         id=job.id, name=s.name, state=job.state, node=job.node, gpus=list(job.gpu_indices), gpu_count=s.gpus,
         gpu_milli=s.gpu_milli, gpu_model="|".join(s.gpu_models) or None, command=list(s.command), env=dict(s.env),
@@ -72,4 +74,5 @@ def to_out(job: Job, pending_reasons: dict[int, str], tenants: dict[int, str] | 
         pending_reason=pending_reason, created_at=job.created_at, started_at=job.started_at,
         finished_at=job.finished_at, cancel_requested=job.cancel_requested, attempt=job.attempt,
         tenant=(tenants or {}).get(s.tenant_id) if s.tenant_id else None, queue=s.queue, time_limit_s=s.time_limit_s,
+        queue_position=position, eta=eta, preemptions=job.preemptions,
     )

@@ -22,10 +22,10 @@ def requeue_after_failure(store: SqlStore, job: Job, reason: str, now: datetime,
     if job.cancel_requested:
         store.finish_job(job.id, JobState.CANCELLED, None, f"{reason} while cancelling", now)
         return JobState.CANCELLED
-    retries_used = max(job.attempt - 1, 0)
+    retries_used = job.failures
     if retries_used >= job.spec.max_retries:
         store.finish_job(job.id, JobState.FAILED, None, f"{reason}; no retries left ({job.spec.max_retries} used)", now)
         return JobState.FAILED
     not_before = now + timedelta(seconds=compute_backoff_s(retries_used, backoff_base_s))
-    store.requeue_job(job.id, reason, now, not_before=not_before)
+    store.requeue_job(job.id, reason, now, not_before=not_before, failure=True)
     return JobState.PENDING

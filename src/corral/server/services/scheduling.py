@@ -1,6 +1,6 @@
-"""The scheduling loop: load a snapshot, run the pure scheduler per pending job, apply guarded.
+"""The scheduling loop: load a snapshot, let the pure queueing core admit and preempt, place, apply guarded.
 
-load -> compute (pure, corral.scheduler) -> apply (store compare-and-set) -> notify agents.
+load -> compute (pure: corral.scheduler.queueing, corral.scheduler) -> apply (store compare-and-set) -> notify.
 """
 
 from __future__ import annotations
@@ -11,9 +11,13 @@ from collections import deque
 from datetime import UTC, datetime, timedelta
 
 from corral.core.requests import ResourceRequest
+from corral.core.resources import NodeState
 from corral.core.states import JobState
 from corral.scheduler.cycle import Unschedulable, apply_placement, compute_placement
+from corral.scheduler.queueing import compute_admission, compute_decayed_usage, get_queueing_policy
+from corral.scheduler.queueing.node_capacity import NodeLedger
 from corral.server.services.notify import NodeNotifier, Trigger
+from corral.server.services.queue_state import compute_queue_state, compute_running_job
 from corral.server.services.recovery import requeue_after_failure
 from corral.server.services.snapshot import compute_snapshot
 from corral.store.base import StateStore
@@ -32,13 +36,19 @@ class Scheduler:
     """Runs scheduling passes on its own thread; `trigger` asks for one soon."""
 
     def __init__(self, store: StateStore, notifier: NodeNotifier, policy: str, interval_s: float,
-                 node_lost_after_s: float = 60.0, retry_backoff_s: float = 1.0) -> None:
+                 node_lost_after_s: float = 60.0, retry_backoff_s: float = 1.0, queueing: str | None = None,
+                 cancel_grace_s: float = 10.0) -> None:
         self.store = store
         self.notifier = notifier
         self.policy = policy
         self.interval_s = interval_s
         self.node_lost_after_s = node_lost_after_s
         self.retry_backoff_s = retry_backoff_s
+        self.queueing = get_queueing_policy(queueing)
+        self.cancel_grace_s = cancel_grace_s
+        self.pending_info: dict[int, tuple[int, datetime | None]] = {}  # job id -> (queue position, ETA)
+        self._usage: dict[str, float] = {}
+        self._usage_at: datetime | None = None
         self.trigger = Trigger()
         self.pending_reasons: dict[int, str] = {}
         self._latencies: deque[float] = deque(maxlen=10_000)  # submit -> placement, seconds
@@ -80,30 +90,70 @@ class Scheduler:
         return lost
 
     def run_once(self, now: datetime) -> list[int]:
-        """One pass: place pending jobs in priority-then-age order. Returns the ids placed."""
+        """One pass: the queueing core decides what starts and what is preempted (quotas, fair share, gang,
+        backfill); each admitted job is then placed with its full request on the snapshot (the plan is
+        verified with the same pure fit, Nomad-style) and applied compare-and-set. Returns the ids placed."""
         with self._lock:
             self.reconcile_lost_nodes(now)
             pending = self.store.list_jobs(states=[JobState.PENDING])
-            if not pending:
-                self.pending_reasons.clear()
-                return []
-            nodes = self.store.list_nodes()
             running = self.store.list_jobs(states=[JobState.RUNNING])
+            self._update_usage(running, now)
+            if not pending:
+                self.pending_reasons, self.pending_info = {}, {}
+                return []
+            waiting = [j for j in pending if j.not_before is not None and j.not_before > now]
+            ready = [j for j in pending if j not in waiting]
+            # Jobs without GPUs use no quota and hold no GPUs: they are placed directly, oldest first.
+            cpu_only = [j for j in ready if j.spec.gpus == 0]
+            ready = [j for j in ready if j.spec.gpus > 0]
+            nodes = self.store.list_nodes()
             snapshot = compute_snapshot(nodes, running)
-            placed: list[int] = []
+            state = compute_queue_state(ready, running, nodes, self.store.list_tenants(), self.store.list_quotas(),
+                                        self.store.list_queues(), self._usage, now, self.cancel_grace_s)
+            ledger = NodeLedger(snapshot, state.running, self.policy)
+            plan = compute_admission(state, ledger, self.queueing, now.timestamp())
+            by_id = {str(j.id): j for j in ready}
             reasons: dict[int, str] = {}
-            for job in sorted(pending, key=lambda j: (-j.spec.priority, j.id)):
-                if job.not_before is not None and job.not_before > now:
-                    reasons[job.id] = f"retry backoff until {job.not_before:%H:%M:%S} ({job.reason})"
-                    continue
-                result = compute_placement(request_of(job), snapshot, self.policy)
-                if isinstance(result, Unschedulable):
-                    reasons[job.id] = result.reason
-                    continue
-                if self.store.assign_job(job.id, result.node, result.gpu_indices, now):
-                    apply_placement(snapshot, result)
-                    placed.append(job.id)
-                    self._latencies.append(max((now - job.created_at).total_seconds(), 0.0))
-                    self.notifier.notify(result.node)
-            self.pending_reasons = reasons
+            info: dict[int, tuple[int, datetime | None]] = {}
+            for job in waiting:
+                reasons[job.id] = f"retry-backoff: until {job.not_before:%H:%M:%S} ({job.reason})"
+            for p in plan.preempt:
+                self._preempt(p.job_id, p.for_job_id, p.kind, now)
+            placed = [job_id for j in cpu_only if (job_id := self._place(j, snapshot, now, reasons))]
+            placed += [job_id for a in plan.admit if (job_id := self._place(by_id[a.job_id], snapshot, now, reasons))]
+            for job_id, status in plan.pending.items():
+                jid = int(job_id)
+                reasons.setdefault(jid, f"{status.reason}: {status.detail}" if status.detail else status.reason)
+                eta = datetime.fromtimestamp(status.eta_s, UTC) if status.eta_s is not None else None
+                info[jid] = (status.position, eta)
+            self.pending_reasons, self.pending_info = reasons, info
             return placed
+
+    def _place(self, job: Job, snapshot: list[NodeState], now: datetime, reasons: dict[int, str]) -> int | None:
+        result = compute_placement(request_of(job), snapshot, self.policy)
+        if isinstance(result, Unschedulable):
+            reasons[job.id] = f"capacity: {result.reason}"
+            return None
+        if not self.store.assign_job(job.id, result.node, result.gpu_indices, now):
+            return None
+        apply_placement(snapshot, result)
+        self._latencies.append(max((now - job.created_at).total_seconds(), 0.0))
+        self.notifier.notify(result.node)
+        return job.id
+
+    def _preempt(self, job_id: str, for_job_id: str, kind: str, now: datetime) -> None:
+        why = "reclaiming its tenant's guarantee" if kind == "reclaim" else "higher rank (least attained service)"
+        job = self.store.get_job(int(job_id))
+        if job is not None and self.store.request_preempt(job.id, f"preempted for job {for_job_id}: {why}", now):
+            log.info("preempting job %s for job %s (%s)", job_id, for_job_id, kind)
+            if job.node:
+                self.notifier.notify(job.node)
+
+    def _update_usage(self, running: list[Job], now: datetime) -> None:
+        """Decayed GPU-seconds per tenant (fair share's history), advanced to `now`."""
+        if self._usage_at is not None:
+            dt = max((now - self._usage_at).total_seconds(), 0.0)
+            tenants = {t.id: t.name for t in self.store.list_tenants()}
+            held = [compute_running_job(j, tenants, (), {}, now, 0.0) for j in running]
+            self._usage = compute_decayed_usage(self._usage, held, dt, self.queueing.half_life_s)
+        self._usage_at = now

@@ -1,0 +1,91 @@
+"""Build the queueing core's input (QueueState) from stored jobs, nodes, tenants, quotas and queues (pure:
+records in, values out). The server's one place that translates between store records and the core."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+
+from corral.core.requests import model_matches
+from corral.scheduler.queueing import TOTAL, QueueConfig, QueuedJob, QueueState, QuotaBook, RunningJob, TenantQuota
+from corral.store.records import Job, Node, Queue, Quota, Tenant
+
+DEFAULT_TENANT_NAME = "default"
+
+
+def compute_pool_milli(nodes: Sequence[Node]) -> dict[str, int]:
+    """Milli-GPUs per model on nodes that take work (READY, not cordoned), healthy GPUs only."""
+    pool: dict[str, int] = {}
+    for n in nodes:
+        if n.state != "READY" or n.cordoned:
+            continue
+        for g in n.gpus:
+            if g.healthy:
+                pool[g.model] = pool.get(g.model, 0) + 1000
+    return pool
+
+
+def resolve_model(wanted: Sequence[str], models: Sequence[str]) -> str:
+    """The one pool model a request's allowed models select, else "" (any: placement checks the rest)."""
+    if not wanted:
+        return ""
+    matching = [m for m in models if model_matches(m, tuple(wanted))]
+    return matching[0] if len(matching) == 1 else ""
+
+
+def compute_queued_job(job: Job, tenants: Mapping[int, str], models: Sequence[str]) -> QueuedJob:
+    s = job.spec
+    tenant = tenants.get(s.tenant_id or 0, DEFAULT_TENANT_NAME)
+    return QueuedJob(id=str(job.id), tenant=tenant, gpus=s.gpus, gpu_milli=s.gpu_milli if s.gpus else 1000,
+                     model=resolve_model(s.gpu_models, models), priority=s.priority,
+                     submit_s=job.created_at.timestamp(), time_limit_s=float(s.time_limit_s) if s.time_limit_s else None,
+                     queue=f"{tenant}/{s.queue}", attained_gpu_s=job.attained_gpu_s)
+
+
+def compute_running_job(job: Job, tenants: Mapping[int, str], models: Sequence[str], gpu_models: Mapping[tuple[str, int], str],
+                        now: datetime, grace_s: float) -> RunningJob:
+    model = next((gpu_models[(job.node or "", i)] for i in job.gpu_indices if (job.node or "", i) in gpu_models), "")
+    stopping = job.preempt_requested or job.cancel_requested
+    return RunningJob(job=compute_queued_job(job, tenants, models), start_s=(job.started_at or now).timestamp(),
+                      model=model, exit_s=now.timestamp() + grace_s if stopping else None)
+
+
+def compute_quota_book(tenants: Sequence[Tenant], quotas: Sequence[Quota], models: Sequence[str]) -> QuotaBook:
+    """Every tenant gets an entry (its fair-share weight); quotas become milli-GPU guarantees and maximums.
+    A quota's model ("H100") is matched to the pool's model name ("H100-80GB"); "" is the total over models.
+    A tenant's parent is its cohort (borrowing first within the department)."""
+    names = {t.id: t.name for t in tenants}
+    nominal: dict[int, dict[str, int]] = {}
+    maximum: dict[int, dict[str, int]] = {}
+    for q in quotas:
+        key = TOTAL if not q.gpu_model else (resolve_model((q.gpu_model,), models) or q.gpu_model)
+        nominal.setdefault(q.tenant_id, {})[key] = q.guaranteed_gpus * 1000
+        if q.max_gpus is not None:
+            maximum.setdefault(q.tenant_id, {})[key] = q.max_gpus * 1000
+    book = {t.name: TenantQuota(t.name, nominal.get(t.id, {}), maximum.get(t.id, {}),
+                                cohort=names.get(t.parent_id or 0, ""), weight=t.weight) for t in tenants}
+    parents = {t.name: names[t.parent_id] for t in tenants if t.parent_id in names and
+               any(u.parent_id == t.id for u in tenants)}
+    return QuotaBook(book, cohort_parent={c: p for c, p in parents.items() if c != p})
+
+
+def compute_queue_configs(queues: Sequence[Queue], tenants: Mapping[int, str]) -> dict[str, QueueConfig]:
+    return {f"{tenants.get(q.tenant_id, '?')}/{q.name}": QueueConfig(f"{tenants.get(q.tenant_id, '?')}/{q.name}",
+                                                                   strict=q.mode == "strict") for q in queues}
+
+
+def compute_queue_state(pending: Sequence[Job], running: Sequence[Job], nodes: Sequence[Node], tenants: Sequence[Tenant],
+                        quotas: Sequence[Quota], queues: Sequence[Queue], usage_gpu_s: Mapping[str, float],
+                        now: datetime, grace_s: float) -> QueueState:
+    names = {t.id: t.name for t in tenants}
+    pool = compute_pool_milli(nodes)
+    models = sorted({g.model for n in nodes for g in n.gpus})
+    gpu_models = {(n.name, g.index): g.model for n in nodes for g in n.gpus}
+    return QueueState(
+        pending=[compute_queued_job(j, names, models) for j in pending],
+        running=[compute_running_job(j, names, models, gpu_models, now, grace_s) for j in running],
+        queues=compute_queue_configs(queues, names),
+        quotas=compute_quota_book(tenants, quotas, models),
+        usage_gpu_s=dict(usage_gpu_s),
+        pool_milli=pool,
+    )
