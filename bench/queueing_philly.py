@@ -93,10 +93,10 @@ def main() -> None:
     with ProcessPoolExecutor(args.workers) as pool:
         futures = [pool.submit(run_one, t, p, args.cluster) for t in args.traces for p in policies]
         rows = [f.result() for f in futures]
-    fifo = {r["trace"]: r["avg_jct_s"] for r in rows if r["policy"] == "fifo"}
+    fifo = {r["trace"]: float(str(r["avg_jct_s"])) for r in rows if r["policy"] == "fifo"}
     for r in rows:
-        base = fifo.get(r["trace"])
-        r["jct_vs_fifo_pct"] = round(100 * (float(r["avg_jct_s"]) / float(base) - 1), 1) if base else None
+        base = fifo.get(str(r["trace"]))
+        r["jct_vs_fifo_pct"] = round(100 * (float(str(r["avg_jct_s"])) / base - 1), 1) if base else None
     if args.json:
         print(json.dumps({"cluster": args.cluster, "rows": rows}, indent=2))
         return

@@ -96,5 +96,6 @@ def jobs(
     for key in ("jobs", "avg_jct_s", "p50_jct_s", "p99_jct_s", "avg_wait_s", "p99_wait_s", "makespan_s", "gpu_util_pct"):
         out.print(f"  {key:<14}{figures[key]}", markup=False, highlight=False)
     out.print(f"  {'tenant':<16}{'share %':>9}{'entitled %':>11}{'avg wait s':>11}", markup=False, highlight=False)
-    for t, v in figures["tenants"].items():  # type: ignore[union-attr]
+    tenants: dict[str, dict[str, float]] = figures["tenants"]  # type: ignore[assignment]
+    for t, v in tenants.items():
         out.print(f"  {t:<16}{v['share_pct']:>9.2f}{v['entitled_pct']:>11.2f}{v['avg_wait_s']:>11.1f}", markup=False, highlight=False)

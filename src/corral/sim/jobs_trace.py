@@ -50,13 +50,13 @@ class _Skip(Exception):
     pass
 
 
-def _num(row: dict[str, str], name: str, path: Path, line: int, kind: type = float,
+def _num(row: dict[str, str], name: str, path: Path, line: int, kind: type[int] | type[float] = float,
          minimum: float = 0.0, default: float | None = None) -> float:
     raw = (row.get(name) or "").strip()
     if not raw and default is not None:
         return default
     try:
-        value = kind(raw)
+        value = float(kind(raw))
     except ValueError:
         raise TraceError(path, line, name, f"expected {'an integer' if kind is int else 'a number'}, got {raw!r}") from None
     if not math.isfinite(value) or value < minimum:

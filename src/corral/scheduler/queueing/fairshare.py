@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from corral.scheduler.queueing.jobs import QueuedJob, RunningJob
 
@@ -45,7 +45,7 @@ def compute_decayed_usage(
 
 
 def select_within_share(
-    jobs: Iterable[QueuedJob], share_milli: Mapping[str, float], key: object
+    jobs: Iterable[QueuedJob], share_milli: Mapping[str, float], key: Callable[[QueuedJob], tuple[float, ...]]
 ) -> frozenset[str]:
     """Ids of the jobs that fit inside their tenant's fair share when each tenant's jobs are taken in
     `key` order (a callable job -> sortable); the rest are borrowed work."""
@@ -55,7 +55,7 @@ def select_within_share(
     out: set[str] = set()
     for tenant, tjobs in by_tenant.items():
         left = share_milli.get(tenant, 0.0)
-        for j in sorted(tjobs, key=key):  # type: ignore[arg-type]
+        for j in sorted(tjobs, key=key):
             if j.need_milli <= left + 1e-6:
                 out.add(j.id)
                 left -= j.need_milli
