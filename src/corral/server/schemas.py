@@ -85,6 +85,7 @@ class JobOut(BaseModel):
     time_limit_s: int | None = None
     queue_position: int | None = Field(None, description="0-based rank among pending jobs (pending only)")
     eta: datetime | None = Field(None, description="estimated start from running jobs' time limits (pending only)")
+    eta_s: float | None = Field(None, description="seconds from now until `eta`")
     preemptions: int = 0
 
 

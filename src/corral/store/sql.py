@@ -206,6 +206,15 @@ class SqlStore(TenancyMethods, NodeAdminMethods, TelemetryMethods):
                 q = q.limit(limit)
             return [_job(r) for r in s.scalars(q).all()]
 
+    def list_jobs_ran_between(self, start: datetime, end: datetime, tenant_id: int | None = None) -> list[Job]:
+        """Jobs whose (current attempt's) run overlaps [start, end): started before `end`, not finished before `start`."""
+        with self._tx() as s:
+            q = select(JobRow).where(JobRow.started_at.is_not(None), JobRow.started_at < end,
+                                     (JobRow.finished_at.is_(None)) | (JobRow.finished_at >= start))
+            if tenant_id is not None:
+                q = q.where(JobRow.tenant_id == tenant_id)
+            return [_job(r) for r in s.scalars(q.order_by(JobRow.id)).all()]
+
     def count_jobs(self, states: Sequence[JobState] | None = None, tenant_id: int | None = None) -> int:
         with self._tx() as s:
             q = select(func.count()).select_from(JobRow)

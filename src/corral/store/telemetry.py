@@ -81,6 +81,22 @@ class TelemetryMethods:
                 out.setdefault((n, g), []).append((ts, v))
             return out
 
+    def query_aggregate(self, metric: str, start: float, end: float, step_s: float, agg: str,
+                        node: str | None = None, rollups: bool = False) -> list[tuple[float, float]]:
+        """One series: `agg` (avg, max, min, sum) over every (node, GPU) per `step_s` bucket, computed in the
+        database (a fleet chart over 800 GPUs must not drag every point into Python)."""
+        fn = {"avg": func.avg, "max": func.max, "min": func.min, "sum": func.sum}[agg]
+        table = MetricRollupRow if rollups else MetricPointRow
+        ts_col = MetricRollupRow.bucket if rollups else MetricPointRow.ts
+        val = (MetricRollupRow.sum / MetricRollupRow.count) if rollups else MetricPointRow.value
+        bucket = (func.floor(ts_col / step_s) * step_s).label("bucket")
+        with self._tx() as s:
+            q = select(bucket, fn(val)).where(table.metric == metric, ts_col >= start, ts_col < end)
+            if node is not None:
+                q = q.where(table.node == node)
+            rows = s.execute(q.group_by(bucket).order_by(bucket)).all()
+            return [(float(b), float(v)) for b, v in rows if v is not None]
+
     def query_rollups(self, metric: str, start: float, end: float, node: str | None = None,
                       gpu: int | None = None) -> dict[SeriesKey, list[tuple[float, float]]]:
         """1-minute averages of one metric in [start, end), grouped by (node, gpu)."""

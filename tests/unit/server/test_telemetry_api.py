@@ -148,6 +148,7 @@ def test_retention_rolls_up_then_prunes(cluster: Cluster) -> None:
     store = cluster.client.app.state.store  # type: ignore[attr-defined]
     alerting = cluster.client.app.state.alerting  # type: ignore[attr-defined]
     old = time.time() - 2 * 86400  # two days ago: past raw retention, inside rollup retention
+    old -= old % 60  # the three points share one 1-minute bucket
     for k in range(3):
         cluster.send("n1", old + 10 * k, {0: 10.0 * (k + 1), 1: 0.0})
     alerting.apply_retention(time.time())
@@ -176,3 +177,18 @@ def test_alert_rules_api_and_evaluation(cluster: Cluster) -> None:
     assert [s["id"] for s in cluster.get("/api/v1/silences").json()] == [silence.json()["id"]]
     assert cluster.client.delete(f"/api/v1/alert-rules/{rule.json()['id']}", headers=cluster.admin).status_code == 204
     assert "busy" not in {r["name"] for r in cluster.get("/api/v1/alert-rules").json()}
+
+
+def test_fleet_aggregate_is_one_series(cluster: Cluster) -> None:
+    t0 = time.time() - 120
+    t0 -= t0 % 60
+    cluster.send("n1", t0 + 1, {0: 10.0, 1: 30.0})
+    cluster.send("n1", t0 + 2, {0: 20.0, 1: 40.0})
+    r = cluster.get("/api/v1/metrics/series", params={"metric": "gpu_utilization_percent", "agg": "avg",
+                                                      "step_s": 60, "start": t0}).json()
+    assert r["series"] == [{"labels": {"agg": "avg"}, "points": [[t0, 25.0]]}]
+    top = cluster.get("/api/v1/metrics/series", params={"metric": "gpu_utilization_percent", "agg": "max",
+                                                        "step_s": 60, "start": t0}).json()
+    assert top["series"][0]["points"] == [[t0, 40.0]]
+    bad = cluster.get("/api/v1/metrics/series", params={"metric": "gpu_utilization_percent", "agg": "median"})
+    assert bad.status_code == 422 and bad.json()["error"]["field"] == "agg"

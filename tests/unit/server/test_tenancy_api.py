@@ -137,3 +137,33 @@ def test_quotas_and_queues_roundtrip(api: Api) -> None:
     assert api.call("GET", "/quotas?tenant=nlp", auth=alice).status_code == 404
     assert api.call("DELETE", "/tenants/vision/quotas?gpu_model=H100").status_code == 204
     assert api.call("GET", "/quotas?tenant=vision").json() == []
+
+
+def test_usage_report_is_scoped_to_the_callers_tenant(api: Api) -> None:
+    alice = api.user("alice", "member", "vision")
+    bob = api.user("bob", "member", "nlp")
+    store = api.client.app.state.store  # type: ignore[attr-defined]
+    from datetime import UTC, datetime, timedelta
+
+    from corral.core.states import JobState
+
+    start = datetime.now(UTC) - timedelta(hours=3)
+    for who, gpus in ((alice, 2), (bob, 1)):
+        job_id = api.submit(who, gpus=0).json()["id"]
+        store.finish_job(job_id, JobState.CANCELLED, None, "", start)  # keep the scheduler off it
+        from sqlalchemy import update
+
+        from corral.store.tables import JobRow
+
+        with store._tx() as s:  # a finished two-hour run of `gpus` GPUs
+            s.execute(update(JobRow).where(JobRow.id == job_id).values(
+                gpus=gpus, started_at=start, finished_at=start + timedelta(hours=2), node="n1", gpu_indices=[0]))
+    mine = api.call("GET", "/reports/usage", auth=alice).json()
+    assert mine == [{"key": "vision", "gpu_hours": 4.0, "jobs": 1, "avg_util_pct": None}]
+    everyone = api.call("GET", "/reports/usage").json()
+    assert {r["key"]: r["gpu_hours"] for r in everyone} == {"vision": 4.0, "nlp": 2.0}
+    csv = api.call("GET", "/reports/usage", params={"format": "csv", "group_by": "user"})
+    assert csv.headers["content-type"].startswith("text/csv")
+    assert csv.text.splitlines()[0] == "user,gpu_hours,jobs,avg_util_pct"
+    bad = api.call("GET", "/reports/usage", params={"group_by": "planet"})
+    assert bad.status_code == 400 and bad.json()["error"]["field"] == "group_by"

@@ -63,10 +63,12 @@ def _downsample(points: list[tuple[float, float]], step_s: float) -> list[list[f
 @router.get("/api/v1/metrics/series")
 def series(request: Request, caller: User, metric: str, node: str | None = None, gpu: int | None = None,
            job: int | None = None, tenant: str | None = None, start: str | None = None, end: str | None = None,
-           step_s: Annotated[float, Query(ge=0, le=86400)] = 0) -> dict[str, Any]:
+           step_s: Annotated[float, Query(ge=0, le=86400)] = 0,
+           agg: Annotated[str | None, Query(pattern="^(avg|max|min|sum)$")] = None) -> dict[str, Any]:
     """One metric over [start, end) (default: the last hour), a series per (node, gpu). Raw samples while the
     raw retention still covers `start`, 1-minute averages beyond. `job` (or `tenant`) restricts to samples of
-    GPUs while that job (or one of the tenant's jobs) held them."""
+    GPUs while that job (or one of the tenant's jobs) held them. `agg` folds every series into one
+    (avg, max, min or sum per `step_s`, default 60 s), computed in the database."""
     name = ALIASES.get(metric, metric)
     if name not in KNOWN:
         raise ValidationError("metric", f"unknown metric {metric!r}; known: {', '.join(sorted(KNOWN))}")
@@ -85,6 +87,11 @@ def series(request: Request, caller: User, metric: str, node: str | None = None,
         tenant_id = load_tenant(store, tenant, caller).id
     alerting = request.app.state.alerting
     resolution = select_resolution(t0, now, alerting.retention)
+    if agg is not None and job is None and tenant_id is None and gpu is None:
+        points = store.query_aggregate(name, t0, t1, step_s or 60.0, agg, node=node, rollups=resolution == "rollup")
+        labels: dict[str, Any] = {"agg": agg} | ({"node": node} if node else {})
+        return {"metric": name, "resolution": resolution, "start": t0, "end": t1,
+                "series": [{"labels": labels, "points": [[t, v] for t, v in points]}] if points else []}
     if resolution == "raw" or job is not None or tenant_id is not None:
         found = store.query_points(name, t0, t1, node=node, gpu=gpu, job_id=job, tenant_id=tenant_id)
     else:

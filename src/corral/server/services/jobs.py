@@ -75,4 +75,5 @@ def to_out(job: Job, pending_reasons: dict[int, str], tenants: dict[int, str] | 
         finished_at=job.finished_at, cancel_requested=job.cancel_requested, attempt=job.attempt,
         tenant=(tenants or {}).get(s.tenant_id) if s.tenant_id else None, queue=s.queue, time_limit_s=s.time_limit_s,
         queue_position=position, eta=eta, preemptions=job.preemptions,
+        eta_s=None if eta is None else max((eta - datetime.now(UTC)).total_seconds(), 0.0),
     )

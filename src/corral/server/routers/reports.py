@@ -1,0 +1,40 @@
+"""/api/v1/reports/usage: GPU-hours and utilisation per tenant, user, GPU model or day (JSON or CSV)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query, Request, Response
+
+from corral.core.errors import ValidationError
+from corral.server.auth import Principal, require_user
+from corral.server.services.reports import compute_usage_rows, parse_time, render_csv
+
+router = APIRouter(prefix="/api/v1/reports", tags=["reports"])
+User = Annotated[Principal, Depends(require_user)]
+
+
+@router.get("/usage", response_model=None)
+def usage(request: Request, caller: User, group_by: str = "tenant", start: str | None = None, end: str | None = None,
+          format: Annotated[str, Query(pattern="^(json|csv)$")] = "json") -> Any:
+    """Members see their tenant's usage; admins everyone's. Default range: the last 30 days."""
+    now = datetime.now(UTC)
+    t1 = parse_time(end, "end", now)
+    t0 = parse_time(start, "start", t1 - timedelta(days=30))
+    if t0 >= t1:
+        raise ValidationError("start", "must be before end")
+    if t1 - t0 > timedelta(days=400):
+        raise ValidationError("start", "a report covers at most 400 days")
+    store = request.app.state.store
+    scope = caller.tenant_scope()
+    jobs = store.list_jobs_ran_between(t0, t1, tenant_id=scope)
+    tenants = {t.id: t.name for t in store.list_tenants()}
+    users = {u.id: u.name for u in store.list_users()}
+    models = {(n.name, g.index): g.model for n in store.list_nodes() for g in n.gpus}
+    util = {j.id: store.get_job_gpu_summary(j.id).get("utilization_avg_pct") for j in jobs}
+    rows = compute_usage_rows(jobs, group_by, t0, t1, now, tenants, users, models, util)
+    if format == "csv":
+        return Response(render_csv(rows, group_by), media_type="text/csv",
+                        headers={"Content-Disposition": f'attachment; filename="corral-usage-{group_by}.csv"'})
+    return rows
