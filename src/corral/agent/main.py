@@ -31,6 +31,17 @@ class AgentSettings(BaseSettings):
     data_dir: Path = Field(default_factory=default_data_dir, description="Agent state: job dirs and logs (under agent/).")
     poll_wait_s: float = Field(20.0, gt=0, le=60, description="Long-poll length of the agent's sync with the server.")
     metrics_interval_s: float = Field(5.0, ge=0, description="Seconds between telemetry batches (0: no telemetry).")
+    advertise_address: str = Field("", description="Host or IP the server reaches this node at (jobs' web UIs); "
+                                                   "default: 127.0.0.1 for a server on loopback, else the hostname.")
+
+    @property
+    def effective_address(self) -> str:
+        if self.advertise_address:
+            return self.advertise_address
+        from urllib.parse import urlparse
+
+        host = urlparse(self.server_url).hostname or ""
+        return "127.0.0.1" if host in ("127.0.0.1", "localhost", "::1") else socket.gethostname()
 
     @field_validator("data_dir")
     @classmethod
@@ -49,7 +60,7 @@ def build_agent(settings: AgentSettings) -> tuple[Agent, AgentClient, ProcessExe
     client = AgentClient(settings.server_url, settings.join_token)
     agent = Agent(client, settings.node_name, backend, executor, settings.agent_dir / "logs",
                   poll_wait_s=settings.poll_wait_s, metrics_interval_s=settings.metrics_interval_s,
-                  checkpoint_dir=settings.agent_dir / "checkpoints")
+                  checkpoint_dir=settings.agent_dir / "checkpoints", address=settings.effective_address)
     return agent, client, executor
 
 

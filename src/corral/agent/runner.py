@@ -37,7 +37,7 @@ class Agent:
 
     def __init__(self, client: AgentClient, node: str, backend: GpuBackend, executor: Executor, log_dir: Path,
                  poll_wait_s: float = 20.0, watch_interval_s: float = 0.25, labels: dict[str, str] | None = None,
-                 metrics_interval_s: float = 5.0, checkpoint_dir: Path | None = None) -> None:
+                 metrics_interval_s: float = 5.0, checkpoint_dir: Path | None = None, address: str = "") -> None:
         self.client = client
         self.node = node
         self.backend = backend
@@ -47,6 +47,7 @@ class Agent:
         self.watch_interval_s = watch_interval_s
         self.labels = labels or {}
         self.metrics_interval_s = metrics_interval_s
+        self.address = address
         self.checkpoint_dir = checkpoint_dir or log_dir.parent / "checkpoints"
         self.shipper = LogShipper(client, node)
         self._lock = threading.Lock()  # launches and the running/exits view happen under it
@@ -62,7 +63,7 @@ class Agent:
         gpus = [GpuReport(index=g.index, uuid=g.uuid, model=g.model, memory_mib=g.memory_mib, pci_bus_id=g.pci_bus_id,
                           numa_node=g.numa_node, nvlink_peers=list(g.nvlink_peers), pcie_switch=g.pcie_switch,
                           ecc_enabled=g.ecc_enabled, healthy=g.healthy) for g in self.backend.discover()]
-        return AgentRegister(name=self.node, hostname=socket.gethostname(), backend=self.backend.name,
+        return AgentRegister(name=self.node, hostname=socket.gethostname(), address=self.address, backend=self.backend.name,
                              cpu_milli=(os.cpu_count() or 1) * 1000,
                              memory_mib=psutil.virtual_memory().total // (1 << 20),
                              labels=self.labels, gpus=gpus, agent_version=__version__)

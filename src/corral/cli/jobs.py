@@ -38,12 +38,13 @@ def submit(
     time_limit: Annotated[int | None, typer.Option(help="Seconds; the job is stopped after it (helps backfill).")] = None,
     gpu_share: Annotated[int | None, typer.Option(help="A share of one GPU in milli-GPUs (1..999), with --gpus 1.")] = None,
     min_gpu_memory: Annotated[int, typer.Option(help="Minimum GPU memory in MiB.")] = 0,
+    port: Annotated[int | None, typer.Option(help="A web UI the job serves on this port (opened via Corral).")] = None,
     as_json: JSON = False,
 ) -> None:
     """Submit a job; prints its id."""
     body = JobSubmit(command=command, gpus=gpus, gpu_model=gpu_model, name=name or "", env=parse_env(env or []),
                      workdir=workdir, priority=priority, queue=queue, time_limit_s=time_limit,
-                     gpu_milli=gpu_share or 1000, min_gpu_memory_mib=min_gpu_memory)
+                     gpu_milli=gpu_share or 1000, min_gpu_memory_mib=min_gpu_memory, port=port)
     with make_client() as c:
         job = c.submit(body)
     if as_json:
@@ -83,6 +84,8 @@ def _print_job(j: JobOut) -> None:
               ("gpus", ",".join(map(str, j.gpus)) or f"{j.gpu_count} requested"), ("command", " ".join(j.command)),
               ("exit code", j.exit_code), ("reason", j.pending_reason or j.reason), ("created", short_time(j.created_at)),
               ("started", short_time(j.started_at)), ("finished", short_time(j.finished_at))]
+    if j.web_url:
+        fields.append(("web UI", j.web_url))
     for k, v in fields:
         console.print(f"[bold]{k:>10}[/bold]  {'' if v is None else v}", highlight=False)
 

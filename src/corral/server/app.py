@@ -11,7 +11,7 @@ from fastapi import FastAPI
 
 from corral import __version__
 from corral.server.errors import install_error_handlers
-from corral.server.routers import agents, alerts, health, jobs, metrics, nodes, reports, session, tenants, users, web
+from corral.server.routers import agents, alerts, health, jobs, metrics, nodes, proxy, reports, session, tenants, users, web
 from corral.agent.health import HealthPolicy
 from corral.server.services.alerting import AlertService
 from corral.server.services.logs import LogStore
@@ -59,6 +59,6 @@ def create_app(settings: Settings, store: SqlStore | None = None) -> FastAPI:
     app.state.alerting = alerting
     app.state.logs = LogStore(settings.data_dir / "logs")
     install_error_handlers(app)
-    for module in (health, jobs, nodes, agents, tenants, users, metrics, alerts, reports, session, web):
+    for module in (health, jobs, nodes, agents, tenants, users, metrics, alerts, reports, proxy, session, web):
         app.include_router(module.router)
     return app

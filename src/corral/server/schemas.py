@@ -29,6 +29,7 @@ class JobSubmit(BaseModel):
     queue: str = Field("default", min_length=1, max_length=64, description="one of the tenant's queues")
     time_limit_s: int | None = Field(None, ge=1, le=366 * 86400,
                                      description="the job is stopped after this long; lets small jobs backfill")
+    port: int | None = Field(None, ge=1, le=65535, description="a web UI the job serves; opened at /proxy/jobs/ID/")
 
     @field_validator("command")
     @classmethod
@@ -86,6 +87,8 @@ class JobOut(BaseModel):
     queue_position: int | None = Field(None, description="0-based rank among pending jobs (pending only)")
     eta: datetime | None = Field(None, description="estimated start from running jobs' time limits (pending only)")
     eta_s: float | None = Field(None, description="seconds from now until `eta`")
+    port: int | None = None
+    web_url: str | None = Field(None, description="the job's own web UI through Corral's proxy, while it runs")
     preemptions: int = 0
 
 
@@ -155,6 +158,7 @@ class AgentRegister(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = Field(min_length=1, max_length=255, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     hostname: str = ""
+    address: str = Field("", max_length=255, description="host or IP the server reaches this node at")
     backend: str = Field(min_length=1)
     cpu_milli: int = Field(0, ge=0)
     memory_mib: int = Field(0, ge=0)

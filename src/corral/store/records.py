@@ -99,6 +99,7 @@ class Node:
     gpus: tuple[GpuInfo, ...] = ()  # `healthy` there already folds in health and admin disable
     labels: dict[str, str] = field(default_factory=dict)
     cordoned: bool = False  # no new work is placed here
+    address: str = ""  # host or IP the server uses to reach jobs on this node (their web UIs)
     gpu_status: tuple[GpuStatus, ...] = ()
 
 
@@ -122,6 +123,7 @@ class JobSpec:
     queue: str = "default"
     time_limit_s: int | None = None
     max_retries: int = 3  # requeues after a GPU or node failure before the job FAILS
+    port: int | None = None  # a web UI the job serves on its node, opened through Corral's proxy
 
 
 @dataclass(frozen=True, slots=True)

@@ -110,7 +110,7 @@ class SqlStore(TenancyMethods, NodeAdminMethods, TelemetryMethods):
     # ---- nodes ------------------------------------------------------------
     def upsert_node(
         self, name: str, hostname: str, backend: str, cpu_milli: int, memory_mib: int,
-        labels: dict[str, str], gpus: Sequence[GpuInfo], now: datetime,
+        labels: dict[str, str], gpus: Sequence[GpuInfo], now: datetime, address: str = "",
     ) -> Node:
         with self._tx() as s:
             row = s.get(NodeRow, name)
@@ -119,6 +119,7 @@ class SqlStore(TenancyMethods, NodeAdminMethods, TelemetryMethods):
                 s.add(row)
             row.hostname, row.backend = hostname, backend
             row.cpu_milli, row.memory_mib, row.labels = cpu_milli, memory_mib, dict(labels)
+            row.address = address or hostname
             row.state, row.last_heartbeat_at = "READY", now
             # health and admin state follow the physical GPU (its UUID) across re-registrations
             kept = {g.uuid: (g.healthy, g.health_reason, g.disabled)
@@ -177,7 +178,7 @@ class SqlStore(TenancyMethods, NodeAdminMethods, TelemetryMethods):
                 priority=spec.priority, state=JobState.PENDING.value, created_at=now, gpu_indices=[],
                 reason="", cancel_requested=False, delivered=False, attempt=0,
                 tenant_id=spec.tenant_id, queue=spec.queue, time_limit_s=spec.time_limit_s,
-                max_retries=spec.max_retries, gpu_summary={},
+                max_retries=spec.max_retries, gpu_summary={}, port=spec.port,
             )
             s.add(row)
             s.flush()
@@ -332,7 +333,7 @@ def _node(r: NodeRow, gpus: Sequence[GpuRow]) -> Node:
     return Node(name=r.name, hostname=r.hostname, backend=r.backend, cpu_milli=r.cpu_milli, memory_mib=r.memory_mib,
                 state=r.state, registered_at=_utc(r.registered_at) or r.registered_at,
                 last_heartbeat_at=_utc(r.last_heartbeat_at) or r.last_heartbeat_at, gpus=tuple(_gpu(g) for g in gpus),
-                labels=dict(r.labels or {}), cordoned=bool(r.cordoned),
+                labels=dict(r.labels or {}), cordoned=bool(r.cordoned), address=r.address or r.hostname,
                 gpu_status=tuple(GpuStatus(g.index, g.healthy, g.health_reason or "", g.disabled) for g in gpus))
 
 
@@ -342,6 +343,7 @@ def _job(r: JobRow) -> Job:
         gpu_milli=r.gpu_milli, gpu_models=tuple(r.gpu_models or ()), min_gpu_memory_mib=r.min_gpu_memory_mib,
         cpu_milli=r.cpu_milli, memory_mib=r.memory_mib, priority=r.priority, user_id=r.user_id,
         tenant_id=r.tenant_id, queue=r.queue or "default", time_limit_s=r.time_limit_s, max_retries=r.max_retries,
+        port=r.port,
     )
     return Job(
         id=r.id, spec=spec, state=JobState(r.state), created_at=_utc(r.created_at) or r.created_at, node=r.node,

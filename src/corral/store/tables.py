@@ -81,6 +81,7 @@ class NodeRow(Base):
     registered_at: Mapped[datetime] = mapped_column(UTC_DT)
     last_heartbeat_at: Mapped[datetime] = mapped_column(UTC_DT)
     cordoned: Mapped[bool] = mapped_column(Boolean, default=False)
+    address: Mapped[str] = mapped_column(String(255), default="")  # where the server reaches jobs' web UIs
 
 
 class GpuRow(Base):
@@ -136,6 +137,7 @@ class JobRow(Base):
     attained_gpu_s: Mapped[float] = mapped_column(Float, default=0.0)  # GPU-seconds of earlier attempts
     not_before: Mapped[datetime | None] = mapped_column(UTC_DT, nullable=True)
     gpu_summary: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    port: Mapped[int | None] = mapped_column(Integer, nullable=True)  # the job's own web UI, proxied by Corral
 
     __table_args__ = (Index("ix_jobs_state", "state"), Index("ix_jobs_node", "node"), Index("ix_jobs_tenant", "tenant_id"))
 

@@ -19,7 +19,7 @@ def register_node(store: StateStore, body: AgentRegister) -> Node:
                     numa_node=g.numa_node, nvlink_peers=tuple(g.nvlink_peers), pcie_switch=g.pcie_switch,
                     ecc_enabled=g.ecc_enabled, healthy=g.healthy) for g in body.gpus]
     return store.upsert_node(body.name, body.hostname or body.name, body.backend, body.cpu_milli, body.memory_mib,
-                             body.labels, gpus, datetime.now(UTC))
+                             body.labels, gpus, datetime.now(UTC), address=body.address)
 
 
 def _current(job: Job | None, node: str, run: RunRef) -> bool:
@@ -78,6 +78,9 @@ def _assignment(job: Job, uuids: dict[int, str]) -> Assignment:
     s = job.spec
     env = dict(s.env)
     env["CORRAL_ATTEMPT"] = str(job.attempt)
+    if s.port:
+        env["CORRAL_PORT"] = str(s.port)
+        env["CORRAL_PROXY_PREFIX"] = f"/proxy/jobs/{job.id}/"  # serve under this path (e.g. Jupyter base_url)
     if job.attempt > 1:  # an earlier attempt was stopped (GPU failure, node lost, preemption, drain)
         env["CORRAL_PREEMPTED"] = "1"
     return Assignment(job_id=job.id, attempt=max(job.attempt, 1), command=list(s.command), env=env,

@@ -46,7 +46,7 @@ def submit_job(store: StateStore, body: JobSubmit, caller: Principal) -> Job:
                    gpu_models=body.gpu_models, min_gpu_memory_mib=body.min_gpu_memory_mib,
                    cpu_milli=body.cpu_milli, memory_mib=body.memory_mib, priority=body.priority,
                    user_id=caller.user.id if caller.user else None, tenant_id=tenant_id, queue=body.queue,
-                   time_limit_s=body.time_limit_s)
+                   time_limit_s=body.time_limit_s, port=body.port)
     return store.create_job(spec, datetime.now(UTC))
 
 
@@ -75,5 +75,6 @@ def to_out(job: Job, pending_reasons: dict[int, str], tenants: dict[int, str] | 
         finished_at=job.finished_at, cancel_requested=job.cancel_requested, attempt=job.attempt,
         tenant=(tenants or {}).get(s.tenant_id) if s.tenant_id else None, queue=s.queue, time_limit_s=s.time_limit_s,
         queue_position=position, eta=eta, preemptions=job.preemptions,
-        eta_s=None if eta is None else max((eta - datetime.now(UTC)).total_seconds(), 0.0),
+        eta_s=None if eta is None else max((eta - datetime.now(UTC)).total_seconds(), 0.0), port=s.port,
+        web_url=f"/proxy/jobs/{job.id}/" if s.port and job.state is JobState.RUNNING else None,
     )

@@ -16,6 +16,7 @@ export function retrySpec(j) {
   if (j.gpu_model) spec.gpu_model = j.gpu_model;
   if (j.workdir) spec.workdir = j.workdir;
   if (j.time_limit_s) spec.time_limit_s = j.time_limit_s;
+  if (j.port) spec.port = j.port;
   return spec;
 }
 
@@ -24,7 +25,7 @@ export async function render(page) {
   let job = await get(`/api/v1/jobs/${id}`);
   document.title = `Job #${id} · Corral`;
   page.root.innerHTML = `<h1>Job #${id} <span id="name"></span> <span id="state"></span></h1>
-    <div class="row" id="actions"></div><div id="info"></div>
+    <div class="row" id="actions"></div><div class="row" id="webui"></div><div id="info"></div>
     <h2>Timeline</h2><ul class="timeline" id="timeline"></ul>
     <h2>Logs</h2><pre class="logs" id="logs" data-size="0"></pre>
     <h2>GPUs</h2><div id="gpus"></div><div id="range"></div><div class="charts" id="charts"></div>`;
@@ -52,6 +53,8 @@ export async function render(page) {
     $("#state").innerHTML = stateTag(job.state);
     const cancel = $("#cancel");
     if (cancel) cancel.disabled = TERMINAL.has(job.state) || job.cancel_requested;
+    // The job's own web UI (the port it declared), through Corral's authenticated proxy, while it runs.
+    $("#webui").innerHTML = job.web_url ? `<a id="open-webui" href="${esc(job.web_url)}" target="_blank" rel="noopener">Open the job's web UI (port ${job.port})</a>` : "";
     const ran = job.started_at ? ((job.finished_at ? new Date(job.finished_at) : new Date()) - new Date(job.started_at)) / 1000 : null;
     $("#info").innerHTML = table(["Command", "Tenant", "Queue", "Priority", "GPUs", "Node", "Exit", "Ran for", "Reason"], [[
       `<code>${esc(shellJoin(job.command))}</code>`, esc(job.tenant ?? ""), esc(job.queue), job.priority, gpusOf(job),

@@ -36,10 +36,11 @@ const FIELDS = [
   ["queue", "Queue", "text", "", "default"],
   ["priority", "Priority (-1000..1000)", "number", "", "0"],
   ["time_limit_s", "Time limit (seconds)", "number", "", "none"],
+  ["port", "Web UI port (opened through Corral)", "number", "", "none"],
   ["env", "Environment (KEY=VALUE, one a line)", "textarea", "wide", "NCCL_DEBUG=INFO"],
 ];
 const INT_RANGES = { gpus: [0, 1024], gpu_milli: [1, 1000], min_gpu_memory_mib: [0, null], cpu_milli: [0, null],
-  memory_mib: [0, null], priority: [-1000, 1000], time_limit_s: [1, 366 * 86400] };
+  memory_mib: [0, null], priority: [-1000, 1000], time_limit_s: [1, 366 * 86400], port: [1, 65535] };
 
 // Build the request body, or a list of [field, message] in the API's words.
 export function buildBody(values) {
