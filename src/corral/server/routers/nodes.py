@@ -19,8 +19,8 @@ User = Annotated[Principal, Depends(require_user)]
 Usage = dict[tuple[str, int], tuple[int, int]]
 
 
-def _usage(request: Request) -> Usage:
-    return compute_usage(request.app.state.store.list_jobs(states=[JobState.RUNNING]))
+def _usage(request: Request, node: str | None = None) -> Usage:
+    return compute_usage(request.app.state.store.list_jobs(states=[JobState.RUNNING], node=node))
 
 
 def _node_out(n: Node, usage: Usage) -> NodeOut:
@@ -54,12 +54,12 @@ def list_nodes(request: Request, _: User) -> list[NodeOut]:
 
 @router.get("/nodes/{name}", response_model=NodeOut)
 def get_node(name: str, request: Request, _: User) -> NodeOut:
-    return _node_out(operations.load_node(request.app.state.store, name), _usage(request))
+    return _node_out(operations.load_node(request.app.state.store, name), _usage(request, name))
 
 
 @router.get("/gpus", response_model=list[GpuOut])
 def list_gpus(request: Request, _: User, node: str | None = None) -> list[GpuOut]:
-    usage = _usage(request)
+    usage = _usage(request, node)
     store = request.app.state.store
     nodes = [operations.load_node(store, node)] if node else store.list_nodes()
     return [g for n in nodes for g in _gpus_out(n, usage)]
