@@ -55,7 +55,14 @@ def main() -> None:
     parser.add_argument("--seeds", default="42-51")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--json", action="store_true", help="print {list: {policy: {median, per_seed}}}")
+    parser.add_argument("--table-from", type=Path, help="print the table of a saved --json output instead of running")
     args = parser.parse_args()
+    if args.table_from:
+        table = json.loads(args.table_from.read_text())
+        lists = [x for x in LISTS if x in table] + [x for x in table if x not in LISTS]
+        policies = list(next(iter(table.values())))
+        print_table(table, lists, policies, len(next(iter(next(iter(table.values())).values()))["per_seed"]), "saved")
+        return
     if not args.traces.is_dir():
         sys.exit(f"error: traces not found at {args.traces}")
     lists = [x.strip() for x in args.lists.split(",") if x.strip()]
@@ -77,9 +84,12 @@ def main() -> None:
     if args.json:
         print(json.dumps(table, indent=2))
         return
-    print(f"Unallocated GPU % at 100% arrived load, median of seeds {args.seeds} "
-          f"({len(jobs)} runs, {time.perf_counter() - start:.0f} s); published figures in parentheses")
-    print("| pod list | " + " | ".join(policies) + " | corral wins vs fgd (seeds) |")
+    print_table(table, lists, policies, len(seeds), f"seeds {args.seeds}, {len(jobs)} runs, {time.perf_counter() - start:.0f} s")
+
+
+def print_table(table: dict[str, dict[str, dict[str, object]]], lists: list[str], policies: list[str], seeds: int, note: str) -> None:
+    print(f"Unallocated GPU % at 100% arrived load, median over seeds ({note}); published figures in parentheses")
+    print("| pod list | " + " | ".join(policies) + " | corral < fgd (seeds) |")
     print("|---" * (len(policies) + 2) + "|")
     for name in lists:
         row = []
@@ -90,7 +100,7 @@ def main() -> None:
         wins = ""
         if "corral" in policies and "fgd" in policies:
             pairs = zip(table[name]["corral"]["per_seed"], table[name]["fgd"]["per_seed"])  # type: ignore[call-overload]
-            wins = f"{sum(1 for c, f in pairs if c < f)}/{len(seeds)}"
+            wins = f"{sum(1 for c, f in pairs if c < f)}/{seeds}"
         print(f"| {name} | " + " | ".join(row) + f" | {wins} |")
 
 

@@ -1,13 +1,16 @@
-"""`corral`: Corral's default policy: fragmentation gradient descent, then packing.
+"""`corral`: Corral's default policy: FGD's fragmentation, plus the GPUs a placement strands for lack of
+CPU, the contention for the GPU model it takes, and packing.
 
-Source: builds on FGD (Weng et al., ATC'23) and Packing (Gandiva, OSDI'18); the combination and its
-damping are Corral's own (docs/scheduling.md). Score = -Δ(expected fragmentation) in GPUs + w x a
-packing tier (2 + used fraction when the request lands on a GPU already shared, 1 + it on a node
-already in use, the used fraction alone on an idle node), with w = 0.1 / (1 + 50 r), r = the share of
-expected GPU demand restricted to particular models. Why: FGD is myopic and indifferent between many
-moves; among those, filling what is already open keeps idle nodes and whole GPUs for the multi-GPU
-and large-share requests that come later. Packing crowds out model-restricted demand, so its weight
-decays as that demand grows and the policy tends to plain FGD.
+Source: builds on FGD (Weng et al., ATC'23) and Packing (Gandiva, OSDI'18); the stranded-GPU and
+model-contention terms and the weights are Corral's own (docs/scheduling.md). Score, in GPUs =
+-Δ(expected fragmentation) - 2.0 x Δ(stranded GPUs) - 0.1 x contention(model) x GPUs taken
++ w x packing tier. Why: FGD asks whether the *next* request still fits a node, so it happily leaves a
+node with free GPUs and almost no CPU (one small pod fits, the rest is lost); the stranded term counts
+the free GPUs the free CPU cannot back at the workload's CPU per GPU. FGD also sees model-restricted
+demand only through fixed per-shape weights and drains scarce models that restricted requests need;
+the contention term charges each GPU taken by how much of its model's demand can run nowhere else.
+Packing (w = 0.1 / (1 + 50 r), r = restricted share of demand) fills what is open among otherwise
+equal moves, and fades where it would crowd out restricted demand.
 """
 
 from __future__ import annotations
@@ -71,9 +74,9 @@ class Corral:
 
     def __init__(self) -> None:
         self._memo = FragmentationMemo()
-        self._weights: dict[int, float] = {}
+        # Per-workload constants, for the last profile seen (an engine scores against one profile).
+        self._profile_terms: tuple[WorkloadProfile | None, float, float] = (None, 0.0, 0.0)
         self._contention: tuple[object, object, dict[str, float]] = (None, None, {})
-        self._cpu_per_gpu: dict[int, float] = {}
 
     def _contention_of(self, profile: WorkloadProfile, supply: Mapping[str, int] | None) -> dict[str, float]:
         seen_profile, seen_supply, value = self._contention
@@ -82,24 +85,23 @@ class Corral:
             self._contention = (profile, supply, value)
         return value
 
-    def _packing_weight(self, profile: WorkloadProfile) -> float:
-        w = self._weights.get(id(profile))
-        if w is None:
-            w = self.packing_weight / (1.0 + self.reserve_damping * compute_reserved_share(profile))
-            self._weights[id(profile)] = w
-        return w
+    def _terms(self, profile: WorkloadProfile) -> tuple[float, float]:
+        """(packing weight, CPU milli per GPU) for `profile`."""
+        seen, weight, cpu_per_gpu = self._profile_terms
+        if seen is not profile:
+            weight = self.packing_weight / (1.0 + self.reserve_damping * compute_reserved_share(profile))
+            cpu_per_gpu = compute_cpu_per_gpu(profile)
+            self._profile_terms = (profile, weight, cpu_per_gpu)
+        return weight, cpu_per_gpu
 
     def score_node(
         self, node: NodeState, request: ResourceRequest, positions: Sequence[int] = (), ctx: ScoreContext = DEFAULT_CONTEXT
     ) -> float:
         profile = ctx.workload or DEFAULT_PROFILE
-        delta = self._memo.delta(node, request, positions, profile) / FULL_GPU_MILLI
-        score = -delta + self._packing_weight(profile) * compute_packing_tier(node, request, positions)
-        if self.strand_weight:
-            rho = self._cpu_per_gpu.get(id(profile))
-            if rho is None:
-                rho = self._cpu_per_gpu[id(profile)] = compute_cpu_per_gpu(profile)
-            score -= self.strand_weight * compute_strand_delta(node, request, rho)
+        packing_weight, cpu_per_gpu = self._terms(profile)
+        score = -self._memo.delta(node, request, positions, profile) / FULL_GPU_MILLI
+        score -= self.strand_weight * compute_strand_delta(node, request, cpu_per_gpu)
+        score += packing_weight * compute_packing_tier(node, request, positions)
         if positions and self.contention_weight:
             contention = self._contention_of(profile, ctx.gpu_supply).get(node.info.gpus[positions[0]].model, 0.0)
             score -= self.contention_weight * contention * request.total_gpu_milli / FULL_GPU_MILLI

@@ -26,6 +26,7 @@ class FragmentationMemo:
 
     def __init__(self) -> None:
         self._memo: dict[tuple[object, ...], float] = {}
+        self._profiles: dict[int, WorkloadProfile] = {}  # keeps keyed profiles alive, so ids stay unique
 
     def fragmentation(self, free: list[int], models: list[str], cpu_left: int, profile: WorkloadProfile) -> float:
         key = (id(profile), tuple(sorted(zip(free, models))), cpu_left)
@@ -33,6 +34,8 @@ class FragmentationMemo:
         if value is None:
             if len(self._memo) > _MEMO_LIMIT:
                 self._memo.clear()
+                self._profiles.clear()
+            self._profiles[id(profile)] = profile
             value = compute_fragmentation(free, models, cpu_left, profile)
             self._memo[key] = value
         return value
