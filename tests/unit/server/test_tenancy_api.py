@@ -39,6 +39,9 @@ def api(database_url: str, tmp_path: Path) -> Iterator[Api]:
     creds = ensure_credentials(store, tmp_path)
     with TestClient(create_app(Settings(data_dir=tmp_path, database_url=database_url), store)) as client:
         a = Api(client, creds.admin_token)
+        gpus = [{"index": i, "uuid": f"GPU-{i}", "model": "H100-80GB", "memory_mib": 81920} for i in range(16)]
+        assert client.post("/api/v1/agents/register", json={"name": "n1", "backend": "simulated", "gpus": gpus},
+                           headers={"Authorization": f"Bearer {creds.join_token}"}).status_code == 200
         for name in ("vision", "nlp"):
             assert a.call("POST", "/tenants", json={"name": name}).status_code == 201
         yield a
@@ -111,6 +114,9 @@ def test_login_failures_are_one_message(api: Api) -> None:
         pytest.param("/tenants", {"name": "t2", "parent": "nope"}, "parent", id="unknown-parent"),
         pytest.param("/tenants/vision/quotas", {"guaranteed_gpus": 8, "max_gpus": 4}, "max_gpus", id="max-below-guarantee"),
         pytest.param("/tenants/vision/quotas", {"guaranteed_gpus": -1}, "guaranteed_gpus", id="negative-quota"),
+        pytest.param("/tenants/vision/quotas", {"guaranteed_gpus": 17}, "guaranteed_gpus", id="quota-exceeds-pool"),
+        pytest.param("/tenants/vision/quotas", {"gpu_model": "A100", "guaranteed_gpus": 1}, "gpu_model",
+                     id="quota-for-a-model-not-in-the-pool"),
         pytest.param("/users", {"name": "x", "role": "god"}, "role", id="unknown-role"),
         pytest.param("/users", {"name": "x", "password": "short"}, "password", id="short-password"),
         pytest.param("/jobs", {"command": ["true"], "queue": "nope"}, "queue", id="unknown-queue"),
@@ -167,3 +173,30 @@ def test_usage_report_is_scoped_to_the_callers_tenant(api: Api) -> None:
     assert csv.text.splitlines()[0] == "user,gpu_hours,jobs,avg_util_pct"
     bad = api.call("GET", "/reports/usage", params={"group_by": "planet"})
     assert bad.status_code == 400 and bad.json()["error"]["field"] == "group_by"
+
+
+def test_guarantees_of_all_tenants_fit_the_pool(api: Api) -> None:
+    assert api.call("PUT", "/tenants/vision/quotas", json={"guaranteed_gpus": 10}).status_code == 200
+    r = api.call("PUT", "/tenants/nlp/quotas", json={"guaranteed_gpus": 8})
+    assert r.status_code == 400 and "pool has 16" in r.json()["error"]["message"]
+    assert api.call("GET", "/quotas?tenant=nlp").json() == []  # nothing half-applied
+    assert api.call("PUT", "/tenants/nlp/quotas", json={"guaranteed_gpus": 6}).status_code == 200
+
+
+def test_job_for_a_model_the_tenant_has_no_quota_for(api: Api) -> None:
+    api.call("PUT", "/tenants/vision/quotas", json={"gpu_model": "H100", "guaranteed_gpus": 2, "max_gpus": 4})
+    alice = api.user("alice", "member", "vision")
+    r = api.submit(alice, gpus=1, gpu_model="A100")
+    assert r.status_code == 400 and r.json()["error"]["field"] in ("gpu_model",)
+    assert api.submit(alice, gpus=1, gpu_model="H100").status_code == 201
+    assert api.call("GET", "/jobs?all=true", auth=alice).json()[0]["gpu_model"] == "H100"
+
+
+def test_another_tenants_tokens_and_users_are_out_of_reach(api: Api) -> None:
+    boss = api.user("vboss", "tenant-admin", "vision")
+    bob = api.user("bob", "member", "nlp")
+    bob_token = api.call("POST", "/tokens", auth=bob, json={"name": "x"}).json()
+    assert api.call("DELETE", f"/tokens/{bob_token['id']}", auth=boss).status_code == 404
+    assert api.call("POST", "/tokens", auth=boss, json={"user": "bob"}).status_code == 404
+    assert api.call("PATCH", "/users/bob", auth=boss, json={"role": "viewer"}).status_code == 404
+    assert all(t["user"] != "bob" for t in api.call("GET", "/tokens", auth=boss).json())

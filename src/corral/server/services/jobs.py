@@ -31,6 +31,23 @@ def check_fits_some_node(request: ResourceRequest, nodes: list[Node]) -> None:
             raise ValidationError("gpu_model", f"no node has {request.gpus} GPU(s) of model {wanted}; models here: {', '.join(models) or 'none'}")
 
 
+def check_tenant_quota_covers(store: StateStore, tenant_id: int, request: ResourceRequest) -> None:
+    """A tenant with quotas only for some GPU models may not ask for another model (no flavor, in Kueue's
+    words): the job would never be admitted. A tenant with a total quota, or none at all, may ask any."""
+    if request.gpus == 0:
+        return
+    quotas = store.list_quotas(tenant_id)
+    if not quotas or any(not q.gpu_model for q in quotas):
+        return
+    covered = [q.gpu_model for q in quotas if (q.max_gpus is None or q.max_gpus > 0)]
+    wanted = request.gpu_models
+    ok = any(model_matches(m, (c,)) or model_matches(c, (m,)) for m in wanted for c in covered) if wanted else False
+    if not ok:
+        asked = "|".join(wanted) or "any model"
+        raise ValidationError("gpu_model", f"the tenant has no quota for {asked}; its quotas cover "
+                                           f"{', '.join(covered) or 'nothing'} (ask for one of those)")
+
+
 def submit_job(store: StateStore, body: JobSubmit, caller: Principal) -> Job:
     tenant_id = caller.tenant_id
     if tenant_id is None:
@@ -41,6 +58,7 @@ def submit_job(store: StateStore, body: JobSubmit, caller: Principal) -> Job:
                               min_gpu_memory_mib=body.min_gpu_memory_mib, cpu_milli=body.cpu_milli,
                               memory_mib=body.memory_mib)
     check_fits_some_node(request, store.list_nodes())
+    check_tenant_quota_covers(store, tenant_id, request)
     spec = JobSpec(command=tuple(body.command), name=body.name or body.command[0].rsplit("/", 1)[-1],
                    env=dict(body.env), workdir=body.workdir, gpus=body.gpus, gpu_milli=body.gpu_milli,
                    gpu_models=body.gpu_models, min_gpu_memory_mib=body.min_gpu_memory_mib,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from corral.core.errors import AuthError, ForbiddenError, NotFoundError, ValidationError
+from corral.core.requests import model_matches
 from corral.core.tenancy import Action, Role, check_name, check_quota, parse_role
 from corral.server.auth import Principal, hash_token, new_token
 from corral.server.passwords import hash_password, verify_password
@@ -66,10 +67,30 @@ def list_quotas(store: SqlStore, caller: Principal, tenant: str | None) -> list[
                      max_gpus=q.max_gpus) for q in store.list_quotas(tenant_id)]
 
 
+def check_quota_fits_pool(store: SqlStore, tenant_id: int, gpu_model: str, guaranteed: int) -> None:
+    """The guarantees of all tenants for a model (or in total) may not exceed the GPUs the pool has."""
+    gpus = [g for n in store.list_nodes() for g in n.gpus]
+    if gpu_model:
+        matching = [g for g in gpus if model_matches(g.model, (gpu_model,))]
+        if not matching:
+            models = ", ".join(sorted({g.model for g in gpus})) or "none registered yet"
+            raise ValidationError("gpu_model", f"no {gpu_model} GPUs in the pool (models: {models})")
+        capacity = len(matching)
+    else:
+        capacity = len(gpus)
+    others = sum(q.guaranteed_gpus for q in store.list_quotas()
+                 if q.gpu_model.lower() == gpu_model.lower() and q.tenant_id != tenant_id)
+    if others + guaranteed > capacity:
+        what = f"{gpu_model} GPUs" if gpu_model else "GPUs"
+        raise ValidationError("guaranteed_gpus", f"guarantees would total {others + guaranteed} {what} but the pool "
+                                                 f"has {capacity} (other tenants hold {others})")
+
+
 def set_quota(store: SqlStore, caller: Principal, tenant: str, body: QuotaIn) -> QuotaOut:
     caller.require(Action.MANAGE_CLUSTER)
     t = load_tenant(store, tenant, caller)
     check_quota(body.guaranteed_gpus, body.max_gpus)
+    check_quota_fits_pool(store, t.id, body.gpu_model.strip(), body.guaranteed_gpus)
     q = store.set_quota(Quota(t.id, body.gpu_model.strip(), body.guaranteed_gpus, body.max_gpus))
     record_audit(store, caller, "quota.set", f"{t.name}/{q.gpu_model or '*'}",
                  f"guaranteed={q.guaranteed_gpus} max={q.max_gpus}")
