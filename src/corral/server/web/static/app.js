@@ -77,7 +77,9 @@ document.addEventListener("click", (e) => {
   const a = e.target.closest("a[href]");
   if (!a || e.defaultPrevented || e.button !== 0 || e.metaKey || e.ctrlKey || e.shiftKey) return;
   const href = a.getAttribute("href");
-  if (!href.startsWith("/") || href.startsWith("/api/") || href.startsWith("/static/") || a.hasAttribute("download")) return;
+  // Only the portal's own pages are routed here; the API, files, downloads, a job's web UI behind the proxy and
+  // links meant for another tab go to the browser.
+  if (!href.startsWith("/") || /^\/(api|static|proxy)\//.test(href) || a.hasAttribute("download") || a.target) return;
   e.preventDefault();
   navigate(href);
 });

@@ -9,7 +9,7 @@ function fmtVal(v, unit) {
   if (v === null || v === undefined) return "—";
   const a = Math.abs(v);
   const s = a >= 1e9 ? (v / 1e9).toFixed(1) + "G" : a >= 1e6 ? (v / 1e6).toFixed(1) + "M" : a >= 1e4 ? (v / 1e3).toFixed(1) + "k"
-    : a >= 100 ? v.toFixed(0) : v.toFixed(1);
+    : a >= 100 ? v.toFixed(0) : a >= 0.1 || a === 0 ? v.toFixed(1) : String(Number(v.toPrecision(2)));
   return s + (unit ? " " + unit : "");
 }
 const fmtTime = (t, span) => {

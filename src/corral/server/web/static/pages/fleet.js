@@ -3,7 +3,6 @@ import { get, getWithTotal, has } from "../api.js";
 import { RangePicker, TimeChart } from "../chart.js";
 import { $, bar, esc, table } from "../ui.js";
 import { live } from "../ui.js";
-import { averageSeries } from "./metrics.js";
 import { reasonText } from "./jobs.js";
 
 const REASON_SAMPLE = 200; // pending reasons are counted over the oldest this many pending jobs
@@ -40,8 +39,9 @@ export async function render(page) {
 
   async function refreshCharts() {
     if (!has("/api/v1/metrics/series")) { util.setData([], "metrics are not available on this server"); return; }
-    const res = await get("/api/v1/metrics/series", { metric: "gpu_util_pct", ...range.current() });
-    util.setData([{ name: "mean", points: averageSeries(res.series) }]);
+    // One series averaged in the database (agg=avg), not every GPU's series averaged here.
+    const res = await get("/api/v1/metrics/series", { metric: "gpu_util_pct", agg: "avg", ...range.current() });
+    util.setData(res.series.map((s) => ({ name: "mean", points: s.points })));
   }
 
   async function refresh() {
@@ -85,5 +85,5 @@ export async function render(page) {
     }
   }
   await live(page, refresh, 3000);
-  await live(page, refreshCharts, 30000); // fleet-wide series are the dearest call the portal makes
+  await live(page, refreshCharts, 10000);
 }

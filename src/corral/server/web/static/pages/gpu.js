@@ -24,29 +24,37 @@ export async function render(page) {
     gpu_temp_c: { chart: new TimeChart($("#charts"), opts("Temperature", "°C", "temp")) },
   };
   const charts = () => fillCharts(cs, { node, gpu: index }, range);
-  if (isAdmin()) paintActions(node, index);
   const eventsPath = `/api/v1/gpus/${encodeURIComponent(node)}/${index}/events`;
-  await live(page, async () => {
+  const refresh = async () => {
     const [all, events] = await Promise.all([get("/api/v1/gpus", { node }), has("/api/v1/gpus/{node}/{index}/events") ? get(eventsPath) : null]);
     if (page.closed) return;
     const g = all.find((x) => x.node === node && x.index === index);
     if (!g) return;
+    const health = g.health || (g.healthy ? "HEALTHY" : "UNHEALTHY");
     $("#info").innerHTML = table(["Model", "Memory", "UUID", "PCI bus", "NUMA", "NVLink peers", "Health", "Job"], [[
       esc(g.model), `${(g.memory_mib / 1024).toFixed(0)} GiB`, esc(g.uuid), esc(g.pci_bus_id), esc(g.numa_node ?? "—"),
-      esc(g.nvlink_peers.join(", ") || "none"), g.healthy ? '<span class="ok">healthy</span>' : `<span class="bad">${esc((g.health || "unhealthy").toLowerCase())}</span> ${esc(g.health_reason || "")}`,
+      esc(g.nvlink_peers.join(", ") || "none"),
+      `<span class="${health === "HEALTHY" ? "ok" : "bad"}" data-health="${esc(health)}">${esc(health.toLowerCase())}</span> ${esc(g.health_reason || "")}`,
       g.job_id !== null ? `<a href="/jobs/${g.job_id}">#${g.job_id}</a>` : "free"]]);
+    // An admin's buttons follow the state: Disable while it is in the pool, Enable while it is out.
+    page.root.querySelectorAll("#actions button[data-action]").forEach((b) => {
+      b.disabled = b.dataset.action === "disable" ? health === "DISABLED" : health === "HEALTHY";
+    });
     $("#events").innerHTML = events === null ? `<p class="muted">GPU health events are not available on this server</p>`
       : table(["When", "Kind", "Message"], byNewest(events).map((e) => [esc(new Date(e.at).toLocaleString()), esc(e.kind), esc(e.message)]), "no health events");
-  }, 3000);
+  };
+  if (isAdmin()) paintActions(node, index, () => refresh().catch((e) => page.error(e)));
+  await live(page, refresh, 3000);
   await live(page, charts, 10000);
 }
 
-function paintActions(node, index) {
+function paintActions(node, index, refresh) {
   const acts = [["enable", "Enable"], ["disable", "Disable"]].filter(([a]) => has(`/api/v1/gpus/{node}/{index}/${a}`));
   $("#actions").innerHTML = acts.map(([a, l]) => `<button type="button" class="secondary" data-action="${a}">${l}</button>`).join("");
   $("#actions").addEventListener("click", async (e) => {
     const b = e.target.closest("button[data-action]"); if (!b) return;
     try { await send("POST", `/api/v1/gpus/${encodeURIComponent(node)}/${index}/${b.dataset.action}`); toast(`GPU ${index}: ${b.dataset.action}d`); }
-    catch (err) { toast(err.message); }
+    catch (err) { if (!(err instanceof ApiError && err.status === 401)) toast(err.message); }
+    refresh();
   });
 }

@@ -3,12 +3,16 @@ import { canSubmit, get, has, request, send } from "../api.js";
 import { RangePicker, TimeChart } from "../chart.js";
 import { navigate } from "../app.js";
 import { $, dur, esc, live, stateTag, table, time, toast } from "../ui.js";
-import { gpusOf } from "./jobs.js";
+import { gpusOf, reasonText } from "./jobs.js";
 
 const TERMINAL = new Set(["SUCCEEDED", "FAILED", "CANCELLED"]);
 
 // argv as a shell would need it typed: words with spaces or shell characters in single quotes.
 export const shellJoin = (argv) => argv.map((a) => (/^[\w@%+=:,./-]+$/.test(a) ? a : `'${a.replace(/'/g, "'\\''")}'`)).join(" ");
+
+// A pending job's place in the scheduler's line (shown from 1) and its estimated start.
+const inLine = (j) => j.state !== "PENDING" || (j.queue_position ?? null) === null ? "—"
+  : `#${j.queue_position + 1}` + (j.eta_s !== null && j.eta_s !== undefined ? `, starts in ~${esc(dur(j.eta_s))}` : "");
 
 export function retrySpec(j) {
   const spec = { command: j.command, name: j.name, gpus: j.gpu_count, gpu_milli: j.gpu_milli, env: j.env,
@@ -56,10 +60,11 @@ export async function render(page) {
     // The job's own web UI (the port it declared), through Corral's authenticated proxy, while it runs.
     $("#webui").innerHTML = job.web_url ? `<a id="open-webui" href="${esc(job.web_url)}" target="_blank" rel="noopener">Open the job's web UI (port ${job.port})</a>` : "";
     const ran = job.started_at ? ((job.finished_at ? new Date(job.finished_at) : new Date()) - new Date(job.started_at)) / 1000 : null;
-    $("#info").innerHTML = table(["Command", "Tenant", "Queue", "Priority", "GPUs", "Node", "Exit", "Ran for", "Reason"], [[
+    $("#info").innerHTML = table(["Command", "Tenant", "Queue", "Priority", "GPUs", "Node", "Exit", "Ran for", "Reason", "In line", "Preempted"], [[
       `<code>${esc(shellJoin(job.command))}</code>`, esc(job.tenant ?? ""), esc(job.queue), job.priority, gpusOf(job),
       job.node ? `<a href="/nodes/${encodeURIComponent(job.node)}">${esc(job.node)}</a>` : "—", esc(job.exit_code ?? ""),
-      ran === null ? "—" : dur(ran), esc(job.pending_reason || job.reason || "")]]);
+      ran === null ? "—" : dur(ran), esc(job.pending_reason ? reasonText(job.pending_reason) : job.reason || ""), inLine(job),
+      job.preemptions ? `${job.preemptions} time${job.preemptions > 1 ? "s" : ""}` : "—"]]);
     $("#gpus").innerHTML = job.node && job.gpus.length ? job.gpus.map((g) =>
       `<a href="/gpus/${encodeURIComponent(job.node)}/${g}">${esc(job.node)} GPU ${g}</a>`).join(" · ") : `<p class="muted">no GPUs assigned</p>`;
   }

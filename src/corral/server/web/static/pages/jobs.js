@@ -27,14 +27,23 @@ export function queueOrder(jobs) {
   });
 }
 
-// ETA: the k-th job in line starts no earlier than the k-th running job reaches its time limit. Jobs without a
-// time limit give no bound, so the ETA is unknown past them.
-// The scheduler's ETA (`eta_s`, seconds from now) when the API gives one.
+// The scheduler's ETA (`eta_s`, seconds from now) when the API gives one. Otherwise an estimate: the k-th job in
+// line starts no earlier than the k-th running job reaches its time limit; jobs without a time limit give no
+// bound, so the ETA is unknown past them.
 export function etas(pending, running, nowS) {
   const ends = running.filter((j) => j.time_limit_s && j.started_at)
     .map((j) => new Date(j.started_at).getTime() / 1000 + j.time_limit_s).sort((a, b) => a - b);
   return pending.map((j, i) => (j.eta_s !== undefined && j.eta_s !== null ? j.eta_s
     : i < ends.length ? Math.max(0, ends[i] - nowS) : null));
+}
+
+// The scheduler's 0-based rank, shown from 1 (data-position keeps it); else the place in the list shown.
+const position = (j, i) => { const p = serverPosition(j); return p === null ? String(i + 1) : `<span data-position="${p}">${p + 1}</span>`; };
+// The scheduler's ETA carries its absolute time (data-eta, and a tooltip); a browser estimate says so.
+function etaCell(j, seconds) {
+  if (seconds === null) return "unknown";
+  if (j.eta) return `<span data-eta="${esc(j.eta)}" title="${esc(new Date(j.eta).toLocaleString())}">~${esc(dur(seconds))}</span>`;
+  return `<span class="muted" title="estimated in the browser from running jobs' time limits">~${esc(dur(seconds))}</span>`;
 }
 
 const SHOWN = 200; // rows per list (the oldest first); the totals come from X-Total-Count
@@ -61,8 +70,8 @@ export async function renderQueue(page) {
     if (tab === "queue") {
       const line = queueOrder(pending.items), eta = etas(line, running.items, Date.now() / 1000);
       $("#list").innerHTML = `<p class="muted">${pending.total} pending${pending.total > SHOWN ? `, the oldest ${SHOWN} shown` : ""}</p>` + table(["Pos", "Job", "Name", "Tenant", "Queue", "Priority", "GPUs", "Waiting", "Pending reason", "ETA (estimate)"],
-        line.map((j, i) => [i + 1, jobLink(j), esc(j.name), esc(j.tenant ?? ""), esc(j.queue), j.priority, gpusOf(j), esc(ago(j.created_at)),
-          esc(reasonText(j.pending_reason || j.reason)), eta[i] === null ? "unknown" : "~" + dur(eta[i])]), "the queue is empty");
+        line.map((j, i) => [position(j, i), jobLink(j), esc(j.name), esc(j.tenant ?? ""), esc(j.queue), j.priority, gpusOf(j), esc(ago(j.created_at)),
+          esc(reasonText(j.pending_reason || j.reason)), etaCell(j, eta[i])]), "the queue is empty");
     } else {
       $("#list").innerHTML = `<p class="muted">${running.total} running${running.total > SHOWN ? `, the oldest ${SHOWN} shown` : ""}</p>` + table(["Job", "Name", "Tenant", "Node", "GPUs", "Running for", "Time limit"],
         running.items.map((j) => [jobLink(j), esc(j.name), esc(j.tenant ?? ""), `<a href="/nodes/${encodeURIComponent(j.node)}">${esc(j.node)}</a>`,

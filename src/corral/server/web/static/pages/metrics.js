@@ -1,13 +1,5 @@
-// Helpers over the metrics API's series: averages across series, lookups by label.
+// Helpers over the metrics API's series: several metrics of one selector into their charts.
 import { get, has } from "../api.js";
-
-export function averageSeries(series) {
-  const sums = new Map();
-  for (const s of series || []) for (const [t, v] of s.points) {
-    const e = sums.get(t) || [0, 0]; e[0] += v; e[1] += 1; sums.set(t, e);
-  }
-  return [...sums].sort((a, b) => a[0] - b[0]).map(([t, [s, n]]) => [t, s / n]);
-}
 
 // Fetch several metrics for one selector into their charts; series are named by `nameBy` label or metric.
 export async function fillCharts(charts, selector, range) {

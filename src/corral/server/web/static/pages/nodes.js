@@ -65,9 +65,7 @@ export async function renderNode(page) {
     net: { chart: new TimeChart($("#charts"), { ...opts("Network", "B/s"), id: "net" }), metrics: ["net_rx_bps", "net_tx_bps"] },
   };
   const charts = () => fillCharts(cs, { node: name }, range);
-  paintActions(page, node);
-
-  await live(page, async () => {
+  const refresh = async () => {
     const [n, gpus, jobs, latest, events] = await Promise.all([
       get(`/api/v1/nodes/${encodeURIComponent(name)}`), get("/api/v1/gpus", { node: name }), get("/api/v1/jobs", { node: name }),
       has("/api/v1/metrics/latest") ? get("/api/v1/metrics/latest", { node: name }) : null,
@@ -86,18 +84,26 @@ export async function renderNode(page) {
       [`<a href="/jobs/${j.id}">#${j.id}</a>`, esc(j.name), stateTag(j.state), esc(j.gpus.join(",")), esc(j.tenant ?? ""), esc(ago(j.started_at))]), "no jobs here");
     $("#events").innerHTML = events === null ? `<p class="muted">node events are not available on this server</p>`
       : table(["When", "Kind", "Message"], byNewest(events).slice(0, 50).map((e) => [esc(new Date(e.at).toLocaleString()), esc(e.kind), esc(e.message)]), "no events");
-  }, 3000);
+  };
+  paintActions(node, () => refresh().catch((e) => page.error(e)));
+  await live(page, refresh, 3000);
   await live(page, charts, 10000);
 }
 
-function paintActions(page, node) {
+// Drain requeues every job running on the node, so it asks first.
+const CONFIRM = { drain: (name) => `Drain ${name}? It is cordoned and every job running on it is stopped and requeued.` };
+
+function paintActions(node, refresh) {
   if (!isAdmin()) return;
   const acts = [["cordon", "Cordon"], ["uncordon", "Enable"], ["drain", "Drain"]].filter(([a]) => has(`/api/v1/nodes/{name}/${a}`));
   $("#actions").innerHTML = acts.map(([a, l]) => `<button type="button" class="secondary" data-action="${a}">${l}</button>`).join("")
     || `<span class="muted">cordon / drain are not available on this server</span>`;
   $("#actions").addEventListener("click", async (e) => {
     const b = e.target.closest("button[data-action]"); if (!b) return;
+    const ask = CONFIRM[b.dataset.action];
+    if (ask && !window.confirm(ask(node.name))) return;
     try { await send("POST", `/api/v1/nodes/${encodeURIComponent(node.name)}/${b.dataset.action}`); toast(`${node.name}: ${b.dataset.action} done`); }
     catch (err) { if (!(err instanceof ApiError && err.status === 401)) toast(err.message); }
+    refresh();
   });
 }

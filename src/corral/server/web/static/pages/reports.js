@@ -4,6 +4,8 @@ import { barChart } from "../chart.js";
 import { $, esc, num, table } from "../ui.js";
 
 const day = (d) => d.toISOString().slice(0, 10);
+// Two decimals, but a few minutes of GPU time still shows as more than 0.00 (three significant digits).
+export const hours = (h) => (h === null || h === undefined ? "—" : h > 0 && h < 1 ? Number(h.toPrecision(3)).toString() : num(h, 2));
 
 export async function render(page) {
   document.title = "Reports · Corral";
@@ -30,8 +32,11 @@ export async function render(page) {
     if (page.closed) return;
     barChart($("#hours"), rows.map((r) => ({ label: r.key, value: r.gpu_hours })), { unit: "GPU-h", title: `GPU-hours by ${p.group_by}` });
     barChart($("#util"), rows.map((r) => ({ label: r.key, value: r.avg_util_pct ?? 0 })), { unit: "%", title: "Average GPU utilisation" });
-    $("#table").innerHTML = table([p.group_by, "GPU-hours", "Jobs", "Avg utilisation %"], rows.map((r) => [esc(r.key), num(r.gpu_hours, 2), r.jobs, num(r.avg_util_pct, 1)]), "no usage in this range");
+    $("#table").innerHTML = table([p.group_by, "GPU-hours", "Jobs", "Avg utilisation %"], rows.map((r) =>
+      [`<span data-key="${esc(r.key)}">${esc(r.key)}</span>`, hours(r.gpu_hours), r.jobs, num(r.avg_util_pct, 1)]), "no usage in this range");
   };
+  // Any change shows the new report at once, so the table, the charts and the CSV link always agree.
+  form.addEventListener("change", () => show().catch((err) => page.error(err)));
   form.addEventListener("submit", (e) => { e.preventDefault(); show().catch((err) => page.error(err)); });
   await show();
 }
