@@ -109,3 +109,43 @@ def test_first_free_takes_the_first_node_even_with_an_rng() -> None:
     cluster = Cluster(nodes, "first-free", rng=random.Random(3))
     placed = [cluster.place(ResourceRequest(gpus=1)) for _ in range(3)]
     assert [p.node for p in placed if isinstance(p, Placement)] == ["n0", "n1", "n2"]
+
+
+mixed_nodes_st = st.lists(
+    st.tuples(st.integers(0, 4), st.integers(0, 3), st.booleans(), st.sampled_from(MODELS)), min_size=1, max_size=8
+).map(
+    lambda specs: [
+        NodeInfo(
+            f"n{i}",
+            tuple(GpuInfo(g, f"n{i}-{g}", model, 16384, ecc_enabled=ecc and g % 2 == 0) for g in range(whole))
+            + tuple(GpuInfo(whole + k, f"n{i}-m{k}", model, 10240, mig_profile="1g.10gb") for k in range(mig)),
+            64_000,
+            262_144,
+        )
+        for i, (whole, mig, ecc, model) in enumerate(specs)
+    ]
+)
+constrained_st = st.builds(
+    lambda g, share, ecc, mig, models: ResourceRequest(
+        gpus=g, gpu_milli=share if g == 1 and not mig else 1000, ecc=ecc, mig_profile="1g.10gb" if mig else "", gpu_models=models
+    ),
+    st.integers(1, 3), st.integers(1, 1000), st.booleans(), st.booleans(), st.sampled_from([(), ("A100",), ("T4",)]),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(mixed_nodes_st, st.lists(constrained_st, max_size=25), st.sampled_from(["corral", "fgd", "bestfit", "random"]))
+def test_placements_honour_mig_ecc_and_model_constraints(
+    nodes: list[NodeInfo], requests: list[ResourceRequest], policy: str
+) -> None:
+    cluster = Cluster(nodes, policy, rng=random.Random(0))
+    by_name = {n.name: n for n in nodes}
+    for r in requests:
+        placed = cluster.place(r)
+        if not isinstance(placed, Placement):
+            continue
+        gpus = [g for g in by_name[placed.node].gpus if g.index in placed.gpu_indices]
+        assert len(gpus) == r.gpus
+        assert all(g.mig_profile == r.mig_profile for g in gpus)
+        assert all(g.ecc_enabled for g in gpus) or not r.ecc
+        assert all(not r.gpu_models or any(m in g.model for m in r.gpu_models) for g in gpus)
