@@ -74,6 +74,10 @@ def write_derived_trace(sources: list[str], seed: int, out_dir: Path) -> str:
     return str(path)
 
 
+def _pct(value: object) -> str:
+    return "n/a" if value is None else f"{float(str(value)):.1f}%"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--traces", nargs="*", default=sorted(str(p) for p in TRACES.glob("*.csv")))
@@ -103,7 +107,7 @@ def main() -> None:
     head = f"{'trace':<12}{'policy':<8}{'avg JCT s':>10}{'vs FIFO':>9}{'p99 JCT':>9}{'avg wait':>9}{'util%':>7}{'preempt':>8}{'min share':>10}{'<90% h':>8}"
     print(f"cluster {args.cluster}\n{head}")
     for r in rows:
-        print(f"{r['trace']:<12}{r['policy']:<8}{r['avg_jct_s']:>10.1f}{r['jct_vs_fifo_pct']:>8.1f}%{r['p99_jct_s']:>9.0f}"
+        print(f"{r['trace']:<12}{r['policy']:<8}{r['avg_jct_s']:>10.1f}{_pct(r['jct_vs_fifo_pct']):>9}{r['p99_jct_s']:>9.0f}"
               f"{r['avg_wait_s']:>9.1f}{r['gpu_util_pct']:>7.1f}{r['preemptions']:>8}{r['min_tenant_hour_ratio']:>10.3f}"
               f"{r['tenant_hours_below_90pct']:>5}/{r['tenant_hours']}")
 

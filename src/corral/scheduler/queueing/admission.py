@@ -123,12 +123,12 @@ def compute_admission(
     cyc = _Cycle(state, policy, ledger, now_s, held, settled, ranks)
     ordered = sorted(state.pending, key=lambda j: ranks[j.id])
     guaranteed = select_within_guarantee(ordered, held, state.quotas)
-    if guaranteed or any(j.nominated_s is not None for j in ordered):
-        # Jobs within their tenant's guarantee first; within each part, jobs that preempted others first
-        # (by nomination time: they would otherwise lose the GPUs they freed to a newcomer and preempt
+    if guaranteed:
+        # Jobs within their tenant's guarantee first, and among them those that already preempted others
+        # (by nomination time: they would otherwise lose the GPUs they reclaimed to a newcomer and reclaim
         # again). The sort is stable, so rank order holds otherwise.
         inf = float("inf")
-        ordered.sort(key=lambda j: (j.id not in guaranteed, inf if j.nominated_s is None else j.nominated_s))
+        ordered.sort(key=lambda j: (j.id not in guaranteed, inf if j.id not in guaranteed or j.nominated_s is None else j.nominated_s))
     statuses: list[tuple[QueuedJob, str, str]] = []
     blocked_queues: set[str] = set()
     global_blocked = False
