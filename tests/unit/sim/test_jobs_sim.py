@@ -93,3 +93,12 @@ def test_cli_reports_skipped_rows(tmp_path: Path) -> None:
     trace.write_text("job_id,submit_s,duration_s,gpus\na,0,10,1\nb,0,10,0\n")
     out = CliRunner().invoke(simulate_app, ["jobs", "--trace", str(trace), "--cluster", "1x8xV100-32GB", "--json"])
     assert out.exit_code == 0 and "skipped 1 of 2 rows: 1 x no GPUs" in out.output
+
+
+@needs_traces
+def test_cli_writes_a_plot(tmp_path: Path) -> None:
+    png = tmp_path / "held.png"
+    out = CliRunner().invoke(simulate_app, ["jobs", "--trace", str(TIRESIAS), "--format", "tiresias",
+                                            "--cluster", "4x4xV100-32GB", "--plot", str(png)])
+    assert out.exit_code == 0, out.output
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
