@@ -98,9 +98,12 @@ def page_requests(node: str, running: int, finished: int, paths: set[str]) -> di
     rng = f"start={(now - timedelta(hours=1)).isoformat()}&end={now.isoformat()}&step_s=24".replace("+", "%2B")
     boot = ["/web/session", "/openapi.json", "/static/app.js"]
     series = lambda m, sel: f"/api/v1/metrics/series?metric={m}&{sel}&{rng}".replace("&&", "&")  # noqa: E731
+    # The reports page opens on the last 30 days, whole UTC days (pages/reports.js).
+    day = now.replace(hour=0, minute=0, second=0, microsecond=0)
+    report = f"start={(day - timedelta(days=30)).isoformat()}&end={(day + timedelta(days=1)).isoformat()}".replace("+", "%2B")
     pages = {
-        "fleet": ["/", *boot, "/api/v1/gpus", "/api/v1/nodes", "/api/v1/jobs?state=PENDING&limit=200",
-                  "/api/v1/jobs?state=RUNNING&limit=1", "/api/v1/alerts?state=firing", series("gpu_util_pct", "")],
+        "fleet": ["/", *boot, "/api/v1/nodes", "/api/v1/jobs?state=PENDING&limit=200",
+                  "/api/v1/jobs?state=RUNNING&limit=1", "/api/v1/alerts?state=firing", series("gpu_util_pct", "agg=avg")],
         "nodes": ["/nodes", *boot, "/api/v1/nodes"],
         "node": [f"/nodes/{node}", *boot, f"/api/v1/nodes/{node}", f"/api/v1/gpus?node={node}", f"/api/v1/jobs?node={node}",
                  f"/api/v1/metrics/latest?node={node}", f"/api/v1/nodes/{node}/events",
@@ -118,7 +121,7 @@ def page_requests(node: str, running: int, finished: int, paths: set[str]) -> di
                    "/api/v1/alerts?history=true&limit=100", "/api/v1/alert-rules", "/api/v1/silences"],
         "admin": ["/admin", *boot, "/api/v1/tenants", "/api/v1/users", "/api/v1/quotas", "/api/v1/tokens",
                   "/api/v1/audit?limit=100"],
-        "reports": ["/reports", *boot, f"/api/v1/reports/usage?group_by=tenant&{rng}&format=json"],
+        "reports": ["/reports", *boot, f"/api/v1/reports/usage?group_by=tenant&{report}&format=json"],
     }
     # Calls to endpoints this server does not have are left out (the page shows "not available").
     def present(url: str) -> bool:
@@ -132,6 +135,19 @@ def page_requests(node: str, running: int, finished: int, paths: set[str]) -> di
 def _matches(template: str, path: str) -> bool:
     a, b = template.strip("/").split("/"), path.strip("/").split("/")
     return len(a) == len(b) and all(x == y or x.startswith("{") for x, y in zip(a, b, strict=True))
+
+
+def explain_reports(store: SqlStore) -> None:
+    """Where the usage report's time goes: the store calls its router makes, timed one by one."""
+    end = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0) + timedelta(days=1)
+    t0 = time.perf_counter()
+    jobs = store.list_jobs_ran_between(end - timedelta(days=31), end)
+    t1 = time.perf_counter()
+    for j in jobs:
+        store.get_job_gpu_summary(j.id)
+    t2 = time.perf_counter()
+    print(f"\n/api/v1/reports/usage over 31 days: list_jobs_ran_between {(t1 - t0) * 1000:.0f} ms ({len(jobs)} jobs), "
+          f"then one get_job_gpu_summary per job {(t2 - t1) * 1000:.0f} ms ({(t2 - t1) / max(1, len(jobs)) * 1e6:.0f} us each)")
 
 
 def measure(call: Callable[[], Any]) -> float:
@@ -195,6 +211,8 @@ def main() -> None:
         for u, ts in sorted(per_call.items(), key=lambda kv: -statistics.median(kv[1])):
             short = u if len(u) < 90 else u[:87] + "..."
             print(f"  {statistics.median(ts):7.1f} {p95(ts):7.1f}  {short}")
+        if "/api/v1/reports/usage" in paths:
+            explain_reports(store)
         missing = [p for p in ("/api/v1/reports/usage", "/api/v1/metrics/series", "/api/v1/alerts", "/api/v1/audit")
                    if p not in paths]
         if missing:

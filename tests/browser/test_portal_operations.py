@@ -217,3 +217,23 @@ def test_queue_shows_the_schedulers_position_and_eta(admin_tab: Tab, cluster: Cl
 
     admin_tab.goto(f"/jobs/{waiting}")
     expect(page.locator("#info")).to_contain_text(f"#{shown['queue_position'] + 1}, starts in ~")
+
+
+def test_fleet_counts_models_from_the_nodes_and_mixed_nodes_gpu_by_gpu(admin_tab: Tab) -> None:
+    admin_tab.goto("/nodes")
+    node = lambda name, pool, models, total, free, bad: {  # noqa: E731
+        "name": name, "labels": {"pool": pool} if pool else {}, "gpu_models": models, "gpus_total": total,
+        "gpus_free": free, "gpus_unhealthy": bad}
+    nodes = [node("a", "p1", ["H100"], 8, 5, 1), node("b", "p1", ["H100"], 8, 8, 0), node("m", None, ["A100", "V100"], 3, 1, 1)]
+    gpu = lambda n, model, healthy, job: {"node": n, "model": model, "healthy": healthy, "job_id": job, "used_milli": 0}  # noqa: E731
+    gpus = [gpu("m", "A100", True, 7), gpu("m", "A100", False, None), gpu("m", "V100", True, None),
+            gpu("a", "H100", True, None)]  # a single-model node's GPUs are not counted twice
+    got = admin_tab.page.evaluate("""async ([nodes, gpus]) =>
+        Object.fromEntries((await import('/static/pages/fleet.js')).summarise(nodes, gpus))""", [nodes, gpus])
+    assert got == {
+        "pool:p1": {"total": 16, "used": 2, "free": 13, "unhealthy": 1},
+        "model:H100": {"total": 16, "used": 2, "free": 13, "unhealthy": 1},
+        "pool:—": {"total": 3, "used": 1, "free": 1, "unhealthy": 1},
+        "model:A100": {"total": 2, "used": 1, "free": 0, "unhealthy": 1},
+        "model:V100": {"total": 1, "used": 0, "free": 1, "unhealthy": 0},
+    }

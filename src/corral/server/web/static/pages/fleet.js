@@ -7,18 +7,36 @@ import { reasonText } from "./jobs.js";
 
 const REASON_SAMPLE = 200; // pending reasons are counted over the oldest this many pending jobs
 
-export function summarise(gpus, nodes) {
-  const pools = new Map(nodes.map((n) => [n.name, n.labels.pool || "—"]));
+// GPUs total / in use / free / unhealthy per model and per pool, from the node list's own counts (in use = total -
+// free - unhealthy, as the API counts them). A node with more than one GPU model is counted GPU by GPU from
+// `gpusOfMixed` (its /gpus list): the page need not fetch all of the fleet's GPUs to draw these tables.
+export function summarise(nodes, gpusOfMixed = []) {
   const byKey = new Map();
-  for (const g of gpus) {
-    for (const key of [`model:${g.model}`, `pool:${pools.get(g.node) || "—"}`]) {
-      const s = byKey.get(key) || { total: 0, used: 0, free: 0, unhealthy: 0 };
-      s.total += 1;
-      if (!g.healthy) s.unhealthy += 1; else if (g.job_id !== null || g.used_milli > 0) s.used += 1; else s.free += 1;
-      byKey.set(key, s);
-    }
+  const add = (key, total, used, free, unhealthy) => {
+    const s = byKey.get(key) || { total: 0, used: 0, free: 0, unhealthy: 0 };
+    s.total += total; s.used += used; s.free += free; s.unhealthy += unhealthy;
+    byKey.set(key, s);
+  };
+  for (const n of nodes) {
+    const unhealthy = n.gpus_unhealthy || 0, used = n.gpus_total - n.gpus_free - unhealthy;
+    add(`pool:${n.labels.pool || "—"}`, n.gpus_total, used, n.gpus_free, unhealthy);
+    if (n.gpu_models.length === 1) add(`model:${n.gpu_models[0]}`, n.gpus_total, used, n.gpus_free, unhealthy);
+  }
+  const mixed = new Set(nodes.filter((n) => n.gpu_models.length > 1).map((n) => n.name));
+  for (const g of gpusOfMixed) {
+    if (!mixed.has(g.node)) continue;
+    const bad = !g.healthy, busy = !bad && (g.job_id !== null || g.used_milli > 0);
+    add(`model:${g.model}`, 1, busy ? 1 : 0, !bad && !busy ? 1 : 0, bad ? 1 : 0);
   }
   return byKey;
+}
+
+// The GPUs of the nodes that have more than one model: per node while they are few, else the whole list once.
+async function gpusOfMixedNodes(nodes) {
+  const mixed = nodes.filter((n) => n.gpu_models.length > 1);
+  if (!mixed.length) return [];
+  if (mixed.length > 4) return get("/api/v1/gpus");
+  return (await Promise.all(mixed.map((n) => get("/api/v1/gpus", { node: n.name })))).flat();
 }
 
 export async function render(page) {
@@ -45,13 +63,14 @@ export async function render(page) {
   }
 
   async function refresh() {
-    const [gpus, nodes, pending, running] = await Promise.all([
-      get("/api/v1/gpus"), get("/api/v1/nodes"),
+    const [nodes, pending, running] = await Promise.all([
+      get("/api/v1/nodes"),
       getWithTotal("/api/v1/jobs", { state: "PENDING", limit: REASON_SAMPLE }),
       getWithTotal("/api/v1/jobs", { state: "RUNNING", limit: 1 }),
     ]);
+    const mixedGpus = await gpusOfMixedNodes(nodes);
     if (page.closed) return;
-    const stats = summarise(gpus, nodes);
+    const stats = summarise(nodes, mixedGpus);
     const total = { total: 0, used: 0, free: 0, unhealthy: 0 };
     for (const [k, s] of stats) if (k.startsWith("model:")) for (const f in total) total[f] += s[f];
     $("#totals").innerHTML = [
