@@ -170,16 +170,18 @@ def test_admin_drains_a_node_its_job_is_requeued_then_enables_it(admin_tab: Tab,
         page.once("dialog", lambda d: d.accept())  # drain asks first
         page.click("#actions button[data-action=drain]")
         expect(page.locator("[data-cordoned]")).to_be_visible()
+        expect(page.locator("#actions button[data-action=cordon]")).to_be_disabled()
         expect(page.locator("#events")).to_contain_text("drained")
         expect(page.locator("#jobs")).not_to_contain_text(f"#{job}", timeout=30_000)
         assert cluster.api("GET", "/nodes/node-b").json()["cordoned"] is True
         assert _state(cluster, job) == "PENDING"  # back in the queue; node-b is the only A100 node
         admin_tab.shot("node-drained")
-    finally:
         page.click("#actions button[data-action=uncordon]")
         expect(page.locator("[data-cordoned]")).to_have_count(0)
-        cluster.api("POST", "/nodes/node-b/uncordon")
-    assert cluster.api("GET", "/nodes/node-b").json()["cordoned"] is False
+        expect(page.locator("#actions button[data-action=uncordon]")).to_be_disabled()
+        assert cluster.api("GET", "/nodes/node-b").json()["cordoned"] is False
+    finally:
+        cluster.api("POST", "/nodes/node-b/uncordon")  # restored for the next tests, even after a failure
 
 
 def test_declining_the_drain_question_changes_nothing(admin_tab: Tab, cluster: Cluster) -> None:

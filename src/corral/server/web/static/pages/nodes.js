@@ -78,6 +78,10 @@ export async function renderNode(page) {
     $("#summary").innerHTML = `${nodeState(n.state)}${n.cordoned ? ' · <span class="warn" data-cordoned>cordoned</span>' : ""} · ${esc(n.backend)} · ${n.gpus_free} / ${n.gpus_total} GPUs free ·
       ${num(n.cpu_milli / 1000, 0)} cores · ${num(n.memory_mib / 1024, 0)} GiB · heartbeat ${esc(ago(n.last_heartbeat_at))}` +
       (latest && latest.host ? ` · CPU ${num(host.cpu_pct ?? host.host_cpu_percent, 0)}% · RAM ${num(host.mem_used_pct ?? host.host_memory_used_percent, 0)}%` : "");
+    // Cordon while the node takes work, Enable while it is cordoned (Drain either way: it also requeues jobs).
+    page.root.querySelectorAll("#actions button[data-action]").forEach((b) => {
+      if (b.dataset.action !== "drain") b.disabled = (b.dataset.action === "cordon") === n.cordoned;
+    });
     $("#gpus").innerHTML = mine.map((g) => gpuCard(name, g, byIndex.get(g.index))).join("") || `<p class="muted">no GPUs</p>`;
     $("#topology").innerHTML = mine.length ? topology(mine) : "";
     $("#jobs").innerHTML = table(["Job", "Name", "State", "GPUs", "Tenant", "Started"], jobs.map((j) =>
