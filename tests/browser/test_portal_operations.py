@@ -239,3 +239,16 @@ def test_fleet_counts_models_from_the_nodes_and_mixed_nodes_gpu_by_gpu(admin_tab
         "model:A100": {"total": 2, "used": 1, "free": 0, "unhealthy": 1},
         "model:V100": {"total": 1, "used": 0, "free": 1, "unhealthy": 0},
     }
+
+
+def test_fleet_utilisation_is_one_series_averaged_by_the_server(admin_tab: Tab, cluster: Cluster) -> None:
+    _needs(cluster, "/api/v1/metrics/series")
+    page = admin_tab.page
+    asked: list[str] = []
+    page.on("request", lambda r: asked.append(r.url) if "/api/v1/metrics/series" in r.url else None)
+    admin_tab.goto("/")
+    chart = "[data-chart=fleet-util] svg"
+    wait_for(lambda: int(page.get_attribute(chart, "data-points") or 0) > 0, 60, "the fleet graph has points")
+    assert asked and all("agg=avg" in u and "node=" not in u and "gpu=" not in u for u in asked), asked
+    page.hover(chart)
+    expect(page.locator("[data-chart=fleet-util] .tip")).to_contain_text("%")
