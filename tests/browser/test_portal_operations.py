@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,6 @@ except ImportError:  # the `browser` fixture skips every test with the reason
     expect = None  # type: ignore[assignment]
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
-Tabs = Callable[[], Tab]
 
 
 def _needs(cluster: Cluster, *paths: str) -> None:
