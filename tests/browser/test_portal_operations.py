@@ -1,5 +1,6 @@
 """The portal in a real browser, second part: usage reports and CSV, a job's web UI through the proxy, GPU
-disable/enable and node drain by an admin, and the scheduler's queue position and ETA."""
+disable/enable and node drain by an admin, the scheduler's queue position and ETA, the fleet's server-side
+averages and GPU counts."""
 
 from __future__ import annotations
 
