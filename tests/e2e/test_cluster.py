@@ -81,3 +81,19 @@ def test_make_up_starts_and_answers_healthz(tmp_path: Path) -> None:
         os.killpg(proc.pid, signal.SIGINT)
         out, _ = proc.communicate(timeout=30)
     assert f"http://127.0.0.1:{port}" in out.decode()
+
+
+def test_multi_node_job_runs_one_part_per_node(corral_factory: Any) -> None:
+    c: Corral = corral_factory(gpus="sim:2xH100-80GB", node="node-a")
+    c.start()
+    c.start_agent("node-b", "sim:2xH100-80GB")
+    wait_for(lambda: len(c.cli_json("nodes")) == 2, 30, "second node registered")
+    job = c.submit("--nodes", "2", "--gpus", "2", "--", "sh", "-c",
+                   "echo rank $CORRAL_NODE_RANK of $CORRAL_NUM_NODES on $CUDA_VISIBLE_DEVICES master $CORRAL_MASTER_ADDR")
+    r = c.cli("wait", str(job), "--timeout", "60")
+    assert r.returncode == 0, (r.stderr, c.job(job)["reason"], c.cli("show", str(job)).stdout)
+    shown = c.job(job)
+    assert sorted(p["node"] for p in shown["parts"]) == ["node-a", "node-b"]
+    for rank in (0, 1):
+        out = c.cli("logs", str(job), "--rank", str(rank)).stdout
+        assert out.startswith(f"rank {rank} of 2 on 0,1 master 127.0.0.1"), out

@@ -128,3 +128,28 @@ def test_tokens_and_users(store: SqlStore) -> None:
     assert tok is not None and tok.user_id == user.id
     assert store.find_token("nope") is None
     assert store.count_users() == 1
+
+
+def test_gang_parts_exiting_at_once_lose_no_exit(store: SqlStore) -> None:
+    """Two agents report their parts' exits at the same moment: both exit codes are kept."""
+    import threading
+
+    parts = [(f"n{i}", (0,)) for i in range(8)]
+    job = store.create_job(spec(gpus=1, nodes=8), T0)
+    assert store.assign_job_parts(job.id, parts, T0)
+    barrier = threading.Barrier(8)
+
+    def report(node: str) -> None:
+        barrier.wait()
+        store.record_part_exit(job.id, node, 0)
+        store.mark_delivered([job.id], node)
+
+    threads = [threading.Thread(target=report, args=(n,)) for n, _ in parts]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    got = store.get_job(job.id)
+    assert got is not None and set(got.part_exits) == {n for n, _ in parts}
+    assert got.delivered_to == {n for n, _ in parts}
+    assert [j.id for j in store.list_node_jobs("n5")] == [job.id]

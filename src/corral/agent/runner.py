@@ -124,7 +124,7 @@ class Agent:
         while not self._stop.wait(self.watch_interval_s):
             try:
                 for run in self._running_runs():
-                    self.shipper.ship(run.job_id, run.attempt, self.log_path(run))
+                    self.shipper.ship(run.job_id, run.attempt, self.log_path(run), run.rank)
                 if self.executor.collect_exits():
                     self.sync_once(0.0)
             except CorralSDKError as e:
@@ -172,11 +172,11 @@ class Agent:
             exits = self.executor.collect_exits()
         for ex in exits:  # the whole log reaches the server before the exit does
             run = RunRef.from_key(ex.job_id)
-            self.shipper.ship(run.job_id, run.attempt, self.log_path(run))
+            self.shipper.ship(run.job_id, run.attempt, self.log_path(run), run.rank)
         reply = self.client.sync(self.node, AgentSync(running=running, exits=[_report(e) for e in exits], wait_s=wait_s))
         for run in reply.acked_exits:
             self.executor.ack(run.key)
-            self.shipper.forget(run.job_id, run.attempt)
+            self.shipper.forget(run.job_id, run.attempt, run.rank)
             self._cancelled.discard(run)
             self._run_gpus.pop(run, None)
         for a in reply.assignments:
@@ -229,4 +229,4 @@ class Agent:
 
 def _report(e: ExitRecord) -> ExitReport:
     run = RunRef.from_key(e.job_id)
-    return ExitReport(job_id=run.job_id, attempt=run.attempt, exit_code=e.exit_code, reason=e.reason)
+    return ExitReport(job_id=run.job_id, attempt=run.attempt, rank=run.rank, exit_code=e.exit_code, reason=e.reason)

@@ -37,6 +37,7 @@ def submit(
     queue: Annotated[str, typer.Option(help="One of your tenant's queues.")] = "default",
     time_limit: Annotated[int | None, typer.Option(help="Seconds; the job is stopped after it (helps backfill).")] = None,
     gpu_share: Annotated[int | None, typer.Option(help="A share of one GPU in milli-GPUs (1..999), with --gpus 1.")] = None,
+    nodes: Annotated[int, typer.Option(help="Run on this many nodes at once (--gpus on each), all or none.")] = 1,
     min_gpu_memory: Annotated[int, typer.Option(help="Minimum GPU memory in MiB.")] = 0,
     port: Annotated[int | None, typer.Option(help="A web UI the job serves on this port (opened via Corral).")] = None,
     as_json: JSON = False,
@@ -44,7 +45,7 @@ def submit(
     """Submit a job; prints its id."""
     body = JobSubmit(command=command, gpus=gpus, gpu_model=gpu_model, name=name or "", env=parse_env(env or []),
                      workdir=workdir, priority=priority, queue=queue, time_limit_s=time_limit,
-                     gpu_milli=gpu_share or 1000, min_gpu_memory_mib=min_gpu_memory, port=port)
+                     gpu_milli=gpu_share or 1000, min_gpu_memory_mib=min_gpu_memory, port=port, nodes=nodes)
     with make_client() as c:
         job = c.submit(body)
     if as_json:
@@ -86,17 +87,21 @@ def _print_job(j: JobOut) -> None:
               ("started", short_time(j.started_at)), ("finished", short_time(j.finished_at))]
     if j.web_url:
         fields.append(("web UI", j.web_url))
+    if j.nodes > 1:
+        fields.append(("parts", "; ".join(f"rank {i}: {p['node']} GPUs {','.join(map(str, p['gpus']))}"
+                                          for i, p in enumerate(j.parts))))
     for k, v in fields:
         console.print(f"[bold]{k:>10}[/bold]  {'' if v is None else v}", highlight=False)
 
 
 def logs(job_id: Annotated[int, typer.Argument(help="Job id.")],
-         follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing until the job ends.")] = False) -> None:
+         follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing until the job ends.")] = False,
+         rank: Annotated[int, typer.Option(help="Which part of a multi-node job.")] = 0) -> None:
     """Print a job's logs (stdout and stderr)."""
     offset = 0
     with make_client() as c:
         while True:
-            data, size, state = c.logs(job_id, offset)
+            data, size, state = c.logs(job_id, offset, rank)
             if data:
                 sys.stdout.buffer.write(data)
                 sys.stdout.buffer.flush()
@@ -106,7 +111,7 @@ def logs(job_id: Annotated[int, typer.Argument(help="Job id.")],
             if not follow or state in ("SUCCEEDED", "FAILED", "CANCELLED"):
                 # a final read after the end: the agent ships all logs before it reports the exit
                 if follow:
-                    data, _, _ = c.logs(job_id, offset)
+                    data, _, _ = c.logs(job_id, offset, rank)
                     sys.stdout.buffer.write(data)
                     sys.stdout.buffer.flush()
                 return

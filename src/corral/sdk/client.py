@@ -88,9 +88,9 @@ class CorralClient(_Base):
     def cancel(self, job_id: int) -> JobOut:
         return JobOut.model_validate(self._request("POST", f"/api/v1/jobs/{job_id}/cancel").json())
 
-    def logs(self, job_id: int, offset: int = 0) -> tuple[bytes, int, str]:
+    def logs(self, job_id: int, offset: int = 0, rank: int = 0) -> tuple[bytes, int, str]:
         """(bytes from offset, total size held, job state)."""
-        r = self._request("GET", f"/api/v1/jobs/{job_id}/logs", params={"offset": offset})
+        r = self._request("GET", f"/api/v1/jobs/{job_id}/logs", params={"offset": offset, "rank": rank})
         return r.content, int(r.headers.get("x-log-size", "0")), r.headers.get("x-job-state", "")
 
     def nodes(self) -> list[NodeOut]:
@@ -206,11 +206,11 @@ class AgentClient(_Base):
         r = self._request("POST", f"/api/v1/agents/{node}/sync", json=body.model_dump(), timeout=timeout)
         return AgentSyncReply.model_validate(r.json())
 
-    def upload_logs(self, node: str, job_id: int, offset: int, data: bytes, attempt: int = 1) -> int:
+    def upload_logs(self, node: str, job_id: int, offset: int, data: bytes, attempt: int = 1, rank: int = 0) -> int:
         """Returns the size the server now holds for that run; on a gap, the size to resend from."""
         try:
             r = self._request("POST", f"/api/v1/agents/{node}/jobs/{job_id}/logs",
-                              params={"offset": offset, "attempt": attempt},
+                              params={"offset": offset, "attempt": attempt, "rank": rank},
                               content=data, headers={"content-type": "application/octet-stream"})
         except CorralAPIError as e:
             if e.status == 409 and "expected" in e.body:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -30,6 +31,7 @@ class JobSubmit(BaseModel):
     time_limit_s: int | None = Field(None, ge=1, le=366 * 86400,
                                      description="the job is stopped after this long; lets small jobs backfill")
     port: int | None = Field(None, ge=1, le=65535, description="a web UI the job serves; opened at /proxy/jobs/ID/")
+    nodes: int = Field(1, ge=1, le=256, description="a gang: `gpus` GPUs on each of this many nodes, started together")
 
     @field_validator("command")
     @classmethod
@@ -88,6 +90,8 @@ class JobOut(BaseModel):
     eta: datetime | None = Field(None, description="estimated start from running jobs' time limits (pending only)")
     eta_s: float | None = Field(None, description="seconds from now until `eta`")
     port: int | None = None
+    nodes: int = 1
+    parts: list[dict[str, Any]] = Field(default_factory=list, description="[{node, gpus}] per rank of a placed job")
     web_url: str | None = Field(None, description="the job's own web UI through Corral's proxy, while it runs")
     preemptions: int = 0
 
@@ -173,27 +177,30 @@ class RunRef(BaseModel):
     model_config = ConfigDict(frozen=True)
     job_id: int = Field(ge=1)
     attempt: int = Field(ge=1)
+    rank: int = Field(0, ge=0, description="which part of a multi-node job (0 for single-node jobs)")
 
     @property
     def key(self) -> str:
         """The executor's id for this run (also a safe file name)."""
-        return f"{self.job_id}.{self.attempt}"
+        return f"{self.job_id}.{self.attempt}" + (f".{self.rank}" if self.rank else "")
 
     @classmethod
     def from_key(cls, key: str) -> RunRef:
-        job, _, attempt = key.partition(".")
-        return cls(job_id=int(job), attempt=int(attempt or 1))
+        parts = key.split(".")
+        return cls(job_id=int(parts[0]), attempt=int(parts[1]) if len(parts) > 1 else 1,
+                   rank=int(parts[2]) if len(parts) > 2 else 0)
 
 
 class ExitReport(BaseModel):
     job_id: int
     attempt: int = Field(1, ge=1)
+    rank: int = Field(0, ge=0)
     exit_code: int
     reason: str = ""
 
     @property
     def run(self) -> RunRef:
-        return RunRef(job_id=self.job_id, attempt=self.attempt)
+        return RunRef(job_id=self.job_id, attempt=self.attempt, rank=self.rank)
 
 
 class SimFaultCommand(BaseModel):
@@ -217,6 +224,7 @@ class AgentSync(BaseModel):
 class Assignment(BaseModel):
     job_id: int
     attempt: int = 1
+    rank: int = 0
     command: list[str]
     env: dict[str, str]
     workdir: str | None
@@ -225,7 +233,7 @@ class Assignment(BaseModel):
 
     @property
     def run(self) -> RunRef:
-        return RunRef(job_id=self.job_id, attempt=self.attempt)
+        return RunRef(job_id=self.job_id, attempt=self.attempt, rank=self.rank)
 
 
 class AgentSyncReply(BaseModel):

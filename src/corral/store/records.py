@@ -124,6 +124,7 @@ class JobSpec:
     time_limit_s: int | None = None
     max_retries: int = 3  # requeues after a GPU or node failure before the job FAILS
     port: int | None = None  # a web UI the job serves on its node, opened through Corral's proxy
+    nodes: int = 1  # a gang: `gpus` GPUs on each of `nodes` nodes, all started at once
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +147,22 @@ class Job:
     preempt_requested: bool = False  # being preempted: the agent stops it, then it requeues
     preemptions: int = 0
     attained_gpu_s: float = 0.0  # GPU-seconds run by earlier attempts
+    parts: tuple[tuple[str, tuple[int, ...]], ...] = ()  # (node, GPU indices) per rank while placed
+    delivered_to: frozenset[str] = frozenset()  # nodes whose agent holds its part
+    part_exits: dict[str, int] = field(default_factory=dict)  # node -> exit code of its part (gangs)
+
+    @property
+    def placed_parts(self) -> tuple[tuple[str, tuple[int, ...]], ...]:
+        """Where the job runs: its parts, or (node, GPUs) for a job placed before gangs existed."""
+        if self.parts:
+            return self.parts
+        return ((self.node, self.gpu_indices),) if self.node else ()
+
+    def gpus_on(self, node: str) -> tuple[int, ...]:
+        return next((g for n, g in self.placed_parts if n == node), ())
+
+    def rank_on(self, node: str) -> int:
+        return next((i for i, (n, _) in enumerate(self.placed_parts) if n == node), 0)
 
     @property
     def name(self) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -58,11 +59,24 @@ class SqlStore(TenancyMethods, NodeAdminMethods, TelemetryMethods):
         if self.is_sqlite:
             event.listen(self.engine, "connect", _sqlite_pragmas)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        # SQLite has no SELECT ... FOR UPDATE: read-modify-write methods take this lock instead, so two
+        # threads (two agents' syncs) cannot both read the old row and lose one update.
+        self._rmw_lock = threading.Lock()
 
     @contextmanager
     def _tx(self) -> Iterator[Session]:
         with self._sessions.begin() as session:
             yield session
+
+    @contextmanager
+    def _rmw(self) -> Iterator[Session]:
+        """A transaction for read-modify-write: rows are locked FOR UPDATE (PostgreSQL) or serialised (SQLite)."""
+        if self.is_sqlite:
+            with self._rmw_lock, self._tx() as session:
+                yield session
+        else:
+            with self._tx() as session:
+                yield session
 
     def migrate(self) -> None:
         from corral.store.migrate import upgrade_to_head
@@ -178,7 +192,7 @@ class SqlStore(TenancyMethods, NodeAdminMethods, TelemetryMethods):
                 priority=spec.priority, state=JobState.PENDING.value, created_at=now, gpu_indices=[],
                 reason="", cancel_requested=False, delivered=False, attempt=0,
                 tenant_id=spec.tenant_id, queue=spec.queue, time_limit_s=spec.time_limit_s,
-                max_retries=spec.max_retries, gpu_summary={}, port=spec.port,
+                max_retries=spec.max_retries, gpu_summary={}, port=spec.port, nodes=spec.nodes,
             )
             s.add(row)
             s.flush()
@@ -226,32 +240,56 @@ class SqlStore(TenancyMethods, NodeAdminMethods, TelemetryMethods):
             return int(s.scalar(q) or 0)
 
     def list_node_jobs(self, node: str) -> list[Job]:
+        """RUNNING jobs with a part on `node` (a gang's job is listed on each of its nodes)."""
         with self._tx() as s:
-            q = select(JobRow).where(JobRow.node == node, JobRow.state == JobState.RUNNING.value).order_by(JobRow.id)
+            q = select(JobRow).where(JobRow.state == JobState.RUNNING.value,
+                                     (JobRow.node == node) | JobRow.node_list.contains(f",{node},")).order_by(JobRow.id)
             return [_job(r) for r in s.scalars(q).all()]
 
     def assign_job(self, job_id: int, node: str, gpu_indices: Sequence[int], now: datetime) -> bool:
+        return self.assign_job_parts(job_id, [(node, tuple(gpu_indices))], now)
+
+    def assign_job_parts(self, job_id: int, parts: Sequence[tuple[str, Sequence[int]]], now: datetime) -> bool:
+        """PENDING -> RUNNING with one part per node, all at once (a gang never holds part of the pool)."""
+        node, gpus0 = parts[0]
         with self._tx() as s:
             res = s.execute(
                 update(JobRow)
                 .where(JobRow.id == job_id, JobRow.state == JobState.PENDING.value)
-                .values(state=JobState.RUNNING.value, node=node, gpu_indices=list(gpu_indices),
-                        started_at=now, delivered=False, reason="", attempt=JobRow.attempt + 1, not_before=None)
+                .values(state=JobState.RUNNING.value, node=node, gpu_indices=list(gpus0),
+                        parts=[[n, list(g)] for n, g in parts], node_list="," + ",".join(n for n, _ in parts) + ",",
+                        delivered_nodes="", part_exits={}, started_at=now, delivered=False, reason="",
+                        attempt=JobRow.attempt + 1, not_before=None)
             )
             if res.rowcount:
-                gpus = ",".join(map(str, gpu_indices)) or "none"
-                s.add(JobEventRow(job_id=job_id, at=now, kind="assigned", message=f"node {node}, GPUs {gpus}"))
+                where = "; ".join(f"node {n}, GPUs {','.join(map(str, g)) or 'none'}" for n, g in parts)
+                s.add(JobEventRow(job_id=job_id, at=now, kind="assigned", message=where))
             return bool(res.rowcount)
 
-    def mark_delivered(self, job_ids: Sequence[int]) -> None:
+    def mark_delivered(self, job_ids: Sequence[int], node: str | None = None) -> None:
+        """Note that `node`'s agent holds its part of these RUNNING jobs."""
         if not job_ids:
             return
-        with self._tx() as s:
-            s.execute(update(JobRow).where(JobRow.id.in_(list(job_ids)), JobRow.state == JobState.RUNNING.value)
-                      .values(delivered=True))
+        with self._rmw() as s:
+            q = select(JobRow).where(JobRow.id.in_(list(job_ids)), JobRow.state == JobState.RUNNING.value)
+            for row in s.scalars(q if self.is_sqlite else q.with_for_update()).all():
+                row.delivered = True
+                if node and f",{node}," not in (row.delivered_nodes or ","):
+                    row.delivered_nodes = (row.delivered_nodes or ",") + f"{node},"
+
+    def record_part_exit(self, job_id: int, node: str, exit_code: int) -> dict[str, int]:
+        """Keep the exit code of a gang's part; returns every part's exit code so far."""
+        with self._rmw() as s:
+            row = s.get(JobRow, job_id, with_for_update=not self.is_sqlite)
+            if row is None:
+                return {}
+            exits = dict(row.part_exits or {})
+            exits[node] = exit_code
+            row.part_exits = exits
+            return exits
 
     def request_cancel(self, job_id: int, now: datetime) -> Job | None:
-        with self._tx() as s:
+        with self._rmw() as s:
             row = s.get(JobRow, job_id, with_for_update=not self.is_sqlite)
             if row is None:
                 return None
@@ -280,13 +318,14 @@ class SqlStore(TenancyMethods, NodeAdminMethods, TelemetryMethods):
                     failure: bool = False, preempted: bool = False) -> bool:
         """RUNNING -> PENDING. Its creation time is kept, so it keeps its place in the queue; the GPU-seconds
         it ran are added to attained_gpu_s; `failure` / `preempted` count the cause."""
-        with self._tx() as s:
+        with self._rmw() as s:
             row = s.get(JobRow, job_id, with_for_update=not self.is_sqlite)
             if row is None or row.state != JobState.RUNNING.value:
                 return False
             ran_s = (now - (_utc(row.started_at) or now)).total_seconds() if row.started_at else 0.0
             row.attained_gpu_s = (row.attained_gpu_s or 0.0) + max(ran_s, 0.0) * row.gpus * row.gpu_milli / 1000
             row.state, row.node, row.gpu_indices, row.started_at = JobState.PENDING.value, None, [], None
+            row.parts, row.node_list, row.delivered_nodes, row.part_exits = [], "", "", {}
             row.delivered, row.cancel_requested, row.preempt_requested = False, False, False
             row.reason, row.not_before = reason, not_before
             row.failures = (row.failures or 0) + (1 if failure else 0)
@@ -343,7 +382,7 @@ def _job(r: JobRow) -> Job:
         gpu_milli=r.gpu_milli, gpu_models=tuple(r.gpu_models or ()), min_gpu_memory_mib=r.min_gpu_memory_mib,
         cpu_milli=r.cpu_milli, memory_mib=r.memory_mib, priority=r.priority, user_id=r.user_id,
         tenant_id=r.tenant_id, queue=r.queue or "default", time_limit_s=r.time_limit_s, max_retries=r.max_retries,
-        port=r.port,
+        port=r.port, nodes=r.nodes or 1,
     )
     return Job(
         id=r.id, spec=spec, state=JobState(r.state), created_at=_utc(r.created_at) or r.created_at, node=r.node,
@@ -352,4 +391,7 @@ def _job(r: JobRow) -> Job:
         delivered=r.delivered, attempt=r.attempt, not_before=_utc(r.not_before), failures=r.failures or 0,
         preempt_requested=bool(r.preempt_requested), preemptions=r.preemptions or 0,
         attained_gpu_s=r.attained_gpu_s or 0.0,
+        parts=tuple((str(n), tuple(int(i) for i in g)) for n, g in (r.parts or [])),
+        delivered_to=frozenset(x for x in (r.delivered_nodes or "").split(",") if x),
+        part_exits={str(k): int(v) for k, v in (r.part_exits or {}).items()},
     )

@@ -138,6 +138,11 @@ class JobRow(Base):
     not_before: Mapped[datetime | None] = mapped_column(UTC_DT, nullable=True)
     gpu_summary: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     port: Mapped[int | None] = mapped_column(Integer, nullable=True)  # the job's own web UI, proxied by Corral
+    nodes: Mapped[int] = mapped_column(Integer, default=1)  # a gang of `nodes` parts, `gpus` GPUs on each
+    parts: Mapped[list[Any]] = mapped_column(JSON, default=list)  # [[node, [gpu, ...]], ...], rank order
+    node_list: Mapped[str] = mapped_column(Text, default="")  # ",n1,n2,": finds a gang's jobs by node
+    delivered_nodes: Mapped[str] = mapped_column(Text, default="")  # ",n1,": agents that hold their part
+    part_exits: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)  # node -> exit code of its part
 
     __table_args__ = (Index("ix_jobs_state", "state"), Index("ix_jobs_node", "node"), Index("ix_jobs_tenant", "tenant_id"))
 

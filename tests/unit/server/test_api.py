@@ -110,7 +110,7 @@ def test_jobs_get_disjoint_gpus_and_the_rest_waits(api: Any) -> None:
     first = running[0]["id"]
     reply = client.post("/api/v1/agents/n1/sync", json={"running": [{"job_id": running[1]["id"], "attempt": 1}],
                         "exits": [{"job_id": first, "attempt": 1, "exit_code": 0}]}, headers=agent).json()
-    assert reply["acked_exits"] == [{"job_id": first, "attempt": 1}]
+    assert reply["acked_exits"] == [{"job_id": first, "attempt": 1, "rank": 0}]
     third = wait_for(lambda: (j := client.get(f"/api/v1/jobs/{waiting['id']}", headers=user).json())["state"] == "RUNNING" and j)
     assert sorted(third["gpus"]) == sorted(running[0]["gpus"])
     assert client.get(f"/api/v1/jobs/{first}", headers=user).json()["state"] == "SUCCEEDED"
@@ -121,7 +121,7 @@ def test_agent_is_told_to_stop_a_job_the_store_no_longer_runs(api: Any) -> None:
     register(client, agent, "n1", 1)
     reply = client.post("/api/v1/agents/n1/sync", json={"running": [{"job_id": 4242, "attempt": 1}]},
                         headers=agent).json()
-    assert reply["cancels"] == [{"job_id": 4242, "attempt": 1}]
+    assert reply["cancels"] == [{"job_id": 4242, "attempt": 1, "rank": 0}]
 
 
 def test_an_old_attempt_never_ends_the_new_one(api: Any) -> None:
@@ -137,12 +137,12 @@ def test_an_old_attempt_never_ends_the_new_one(api: Any) -> None:
     assert second["state"] == "RUNNING"
     reply = client.post("/api/v1/agents/n1/sync", json={"running": [{"job_id": job, "attempt": 1}]},
                         headers=agent).json()
-    assert reply["cancels"] == [{"job_id": job, "attempt": 1}]
+    assert reply["cancels"] == [{"job_id": job, "attempt": 1, "rank": 0}]
     assert [a["attempt"] for a in reply["assignments"]] == [2]
     assert reply["assignments"][0]["env"]["CORRAL_PREEMPTED"] == "1"
     reply = client.post("/api/v1/agents/n1/sync", json={"running": [{"job_id": job, "attempt": 2}],
                         "exits": [{"job_id": job, "attempt": 1, "exit_code": 143}]}, headers=agent).json()
-    assert reply["acked_exits"] == [{"job_id": job, "attempt": 1}]
+    assert reply["acked_exits"] == [{"job_id": job, "attempt": 1, "rank": 0}]
     assert client.get(f"/api/v1/jobs/{job}", headers=user).json()["state"] == "RUNNING"
 
 
@@ -151,3 +151,64 @@ def test_healthz_and_openapi(api: Any) -> None:
     assert client.get("/healthz").json()["status"] == "ok"
     paths = client.get("/openapi.json").json()["paths"]
     assert "/api/v1/jobs" in paths and "/api/v1/nodes" in paths
+
+
+def test_a_gang_starts_all_parts_at_once_and_ends_when_all_parts_do(api: Any) -> None:
+    client, user, agent = api
+    for name in ("n1", "n2", "n3"):
+        register(client, agent, name, 2)
+    hog = client.post("/api/v1/jobs", json={"command": ["sleep", "9"], "gpus": 2}, headers=user).json()["id"]
+    wait_for(lambda: client.get(f"/api/v1/jobs/{hog}", headers=user).json()["state"] == "RUNNING")
+    gang = client.post("/api/v1/jobs", json={"command": ["train"], "gpus": 2, "nodes": 3}, headers=user).json()["id"]
+    import time as _time
+
+    _time.sleep(0.6)  # several passes: only 2 of the 3 nodes are free, so none of the gang starts
+    got = client.get(f"/api/v1/jobs/{gang}", headers=user).json()
+    assert got["state"] == "PENDING" and got["parts"] == []
+    hog_node = client.get(f"/api/v1/jobs/{hog}", headers=user).json()["node"]
+    client.post(f"/api/v1/agents/{hog_node}/sync", json={"exits": [{"job_id": hog, "attempt": 1, "exit_code": 0}]},
+                headers=agent)
+    placed = wait_for(lambda: (j := client.get(f"/api/v1/jobs/{gang}", headers=user).json())["state"] == "RUNNING" and j)
+    assert sorted(p["node"] for p in placed["parts"]) == ["n1", "n2", "n3"]
+    envs = {}
+    for rank, part in enumerate(placed["parts"]):
+        reply = client.post(f"/api/v1/agents/{part['node']}/sync", json={}, headers=agent).json()
+        (a,) = reply["assignments"]
+        assert (a["rank"], a["gpu_indices"]) == (rank, part["gpus"])
+        envs[rank] = a["env"]
+    assert {e["CORRAL_NODE_RANK"] for e in envs.values()} == {"0", "1", "2"}
+    assert {e["CORRAL_NUM_NODES"] for e in envs.values()} == {"3"}
+    assert len({e["CORRAL_MASTER_ADDR"] for e in envs.values()}) == 1
+    for rank, part in enumerate(placed["parts"][:2]):  # two parts finish; the job still runs
+        client.post(f"/api/v1/agents/{part['node']}/sync",
+                    json={"exits": [{"job_id": gang, "attempt": 1, "rank": rank, "exit_code": 0}]}, headers=agent)
+        assert client.get(f"/api/v1/jobs/{gang}", headers=user).json()["state"] == "RUNNING"
+    last = placed["parts"][2]["node"]
+    client.post(f"/api/v1/agents/{last}/sync",
+                json={"running": [{"job_id": gang, "attempt": 1, "rank": 2}]}, headers=agent)
+    client.post(f"/api/v1/agents/{last}/sync",
+                json={"exits": [{"job_id": gang, "attempt": 1, "rank": 2, "exit_code": 0}]}, headers=agent)
+    assert client.get(f"/api/v1/jobs/{gang}", headers=user).json()["state"] == "SUCCEEDED"
+
+
+def test_a_failing_part_fails_the_gang_and_stops_the_others(api: Any) -> None:
+    client, user, agent = api
+    for name in ("n1", "n2"):
+        register(client, agent, name, 1)
+    gang = client.post("/api/v1/jobs", json={"command": ["train"], "gpus": 1, "nodes": 2}, headers=user).json()["id"]
+    placed = wait_for(lambda: (j := client.get(f"/api/v1/jobs/{gang}", headers=user).json())["state"] == "RUNNING" and j)
+    (n0, n1) = (p["node"] for p in placed["parts"])
+    client.post(f"/api/v1/agents/{n0}/sync", json={"exits": [{"job_id": gang, "attempt": 1, "rank": 0, "exit_code": 3}]},
+                headers=agent)
+    job = client.get(f"/api/v1/jobs/{gang}", headers=user).json()
+    assert job["state"] == "FAILED" and "rank 0" in job["reason"]
+    reply = client.post(f"/api/v1/agents/{n1}/sync", json={"running": [{"job_id": gang, "attempt": 1, "rank": 1}]},
+                        headers=agent).json()
+    assert reply["cancels"] == [{"job_id": gang, "attempt": 1, "rank": 1}]
+
+
+def test_gang_larger_than_the_pool_is_refused(api: Any) -> None:
+    client, user, agent = api
+    register(client, agent, "n1", 8)
+    r = client.post("/api/v1/jobs", json={"command": ["x"], "gpus": 4, "nodes": 2}, headers=user)
+    assert r.status_code == 400 and r.json()["error"]["field"] == "nodes"

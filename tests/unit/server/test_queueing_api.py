@@ -73,7 +73,10 @@ def world(database_url: str, tmp_path: Path) -> Iterator[World]:
 def test_borrowed_gpus_are_reclaimed_for_the_owner(world: World) -> None:
     a = world.tenant("team-a", guaranteed=2)
     b = world.tenant("team-b", guaranteed=2)
-    b_jobs = [world.submit(b) for _ in range(4)]  # team-b borrows team-a's idle half
+    b_jobs = [world.submit(b) for _ in range(2)]
+    world.settle(lambda: all(world.job(j)["state"] == "RUNNING" for j in b_jobs), "team-b runs its guarantee")
+    time.sleep(0.05)  # the borrowed two start later: they are the most recent
+    b_jobs += [world.submit(b) for _ in range(2)]  # team-b borrows team-a's idle half
     world.settle(lambda: all(world.job(j)["state"] == "RUNNING" for j in b_jobs), "team-b runs 4")
     world.sync([(j, 1) for j in b_jobs])
     a_jobs = [world.submit(a) for _ in range(2)]

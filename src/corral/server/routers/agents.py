@@ -71,11 +71,12 @@ async def telemetry(node: str, request: Request, _: Agent) -> dict[str, int]:
 
 @router.post("/{node}/jobs/{job_id}/logs")
 async def upload_logs(node: str, job_id: int, request: Request, _: Agent,
-                      offset: Annotated[int, Query(ge=0)] = 0, attempt: Annotated[int, Query(ge=1)] = 1) -> dict[str, int]:
+                      offset: Annotated[int, Query(ge=0)] = 0, attempt: Annotated[int, Query(ge=1)] = 1,
+                      rank: Annotated[int, Query(ge=0, le=1024)] = 0) -> dict[str, int]:
     """Append log bytes of one run that start at `offset`; 409 with `expected` when there is a gap."""
     data = await request.body()
     try:
-        size = await run_in_threadpool(request.app.state.logs.append, job_id, offset, data, attempt)
+        size = await run_in_threadpool(request.app.state.logs.append, job_id, offset, data, attempt, rank)
     except LogOffsetError as e:
         body = error_body(e.code, e.message, "offset") | {"expected": e.expected}
         return JSONResponse(body, status_code=409)  # type: ignore[return-value]

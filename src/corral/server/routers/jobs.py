@@ -79,10 +79,11 @@ def cancel_job(job_id: int, request: Request, caller: User) -> JobOut:
 
 
 @router.get("/{job_id}/logs")
-def job_logs(job_id: int, request: Request, caller: User, offset: Annotated[int, Query(ge=0)] = 0) -> Response:
-    """Log bytes from `offset`. Headers: X-Log-Size (bytes held), X-Job-State (the job's state)."""
+def job_logs(job_id: int, request: Request, caller: User, offset: Annotated[int, Query(ge=0)] = 0,
+             rank: Annotated[int, Query(ge=0, le=1024, description="part of a multi-node job")] = 0) -> Response:
+    """Log bytes from `offset` (every attempt, in order). Headers: X-Log-Size (bytes held), X-Job-State."""
     job = load_job(request.app.state.store, job_id, caller)
     logs = request.app.state.logs
-    data = logs.read(job_id, offset)
+    data = logs.read(job_id, offset, rank=rank)
     return Response(content=data, media_type="text/plain; charset=utf-8",
-                    headers={"X-Log-Size": str(logs.size(job_id)), "X-Job-State": job.state.value})
+                    headers={"X-Log-Size": str(logs.size(job_id, rank)), "X-Job-State": job.state.value})

@@ -22,8 +22,32 @@ def register_node(store: StateStore, body: AgentRegister) -> Node:
                              body.labels, gpus, datetime.now(UTC), address=body.address)
 
 
+def _on(job: Job, node: str) -> bool:
+    return any(n == node for n, _ in job.placed_parts)
+
+
+def _run_of(job: Job, node: str) -> RunRef:
+    return RunRef(job_id=job.id, attempt=max(job.attempt, 1), rank=job.rank_on(node))
+
+
 def _current(job: Job | None, node: str, run: RunRef) -> bool:
-    return job is not None and job.node == node and job.attempt == run.attempt and job.state is JobState.RUNNING
+    return (job is not None and job.state is JobState.RUNNING and _on(job, node) and job.attempt == run.attempt
+            and job.rank_on(node) == run.rank)
+
+
+def _apply_exit(store: StateStore, job: Job, node: str, exit_code: int, reason: str, now: datetime) -> bool:
+    """One part ended. A single-node job ends with it; a gang ends when a part fails (the other parts are then
+    stopped) or when every part has exited 0. Returns whether GPUs were freed."""
+    if job.preempt_requested and not job.cancel_requested:  # stopped to make room: back to the queue
+        return store.requeue_job(job.id, job.reason or "preempted", now, preempted=True)
+    if job.spec.nodes > 1 and exit_code == 0 and not job.cancel_requested:
+        exits = store.record_part_exit(job.id, node, exit_code)
+        if len(exits) < len(job.placed_parts):
+            return False
+    state = state_for_exit(exit_code, job.cancel_requested)
+    if job.spec.nodes > 1 and exit_code != 0 and not job.cancel_requested:
+        reason = reason or f"part on {node} (rank {job.rank_on(node)}) exited with {exit_code}"
+    return store.finish_job(job.id, state, exit_code, reason, now)
 
 
 def apply_reports(store: StateStore, node: str, body: AgentSync) -> tuple[list[RunRef], bool]:
@@ -39,17 +63,13 @@ def apply_reports(store: StateStore, node: str, body: AgentSync) -> tuple[list[R
     for ex in body.exits:
         job = mine.get(ex.job_id) or store.get_job(ex.job_id)
         if job is not None and _current(job, node, ex.run):
-            if job.preempt_requested and not job.cancel_requested:  # stopped to make room: back to the queue
-                freed |= store.requeue_job(job.id, job.reason or "preempted", now, preempted=True)
-            else:
-                state = state_for_exit(ex.exit_code, job.cancel_requested)
-                freed |= store.finish_job(job.id, state, ex.exit_code, ex.reason, now)
+            freed |= _apply_exit(store, job, node, ex.exit_code, ex.reason, now)
         acked.append(ex.run)  # stale, unknown or already final: nothing to keep, the agent may forget it
     seen = {r for r in body.running} | {ex.run for ex in body.exits}
-    store.mark_delivered([r.job_id for r in body.running if _current(mine.get(r.job_id), node, r)])
+    store.mark_delivered([r.job_id for r in body.running if _current(mine.get(r.job_id), node, r)], node)
     for job in mine.values():
-        if job.delivered and RunRef(job_id=job.id, attempt=max(job.attempt, 1)) not in seen:
-            freed |= store.finish_job(job.id, JobState.FAILED, None, "lost: the agent no longer runs it", now)
+        if node in job.delivered_to and node not in job.part_exits and _run_of(job, node) not in seen:
+            freed |= store.finish_job(job.id, JobState.FAILED, None, f"lost: the agent on {node} no longer runs it", now)
     return acked, freed
 
 
@@ -64,25 +84,34 @@ def compute_assignments(store: StateStore, node: Node, running: set[RunRef]) -> 
     cancels: list[RunRef] = []
     current: set[RunRef] = set()
     for job in store.list_node_jobs(node.name):
-        run = RunRef(job_id=job.id, attempt=max(job.attempt, 1))
+        run = _run_of(job, node.name)
         current.add(run)
+        if node.name in job.part_exits:  # this part is done; the gang's other parts still run
+            continue
         if job.cancel_requested or job.preempt_requested:
             cancels.append(run)
-        if run not in running and not job.delivered:
-            assignments.append(_assignment(job, uuids))
+        if run not in running and node.name not in job.delivered_to:
+            assignments.append(_assignment(job, node.name, uuids, store))
     cancels.extend(sorted(running - current, key=lambda r: (r.job_id, r.attempt)))
     return assignments, cancels
 
 
-def _assignment(job: Job, uuids: dict[int, str]) -> Assignment:
+def _assignment(job: Job, node: str, uuids: dict[int, str], store: StateStore) -> Assignment:
     s = job.spec
     env = dict(s.env)
     env["CORRAL_ATTEMPT"] = str(job.attempt)
+    gpus = job.gpus_on(node)
+    rank = job.rank_on(node)
+    if s.nodes > 1:  # what torchrun / NCCL need to find each other
+        head = store.get_node(job.placed_parts[0][0])
+        env.update(CORRAL_NODE_RANK=str(rank), CORRAL_NUM_NODES=str(len(job.placed_parts)),
+                   CORRAL_MASTER_ADDR=head.address if head else job.placed_parts[0][0],
+                   CORRAL_MASTER_PORT=str(29500 + job.id % 20000),
+                   CORRAL_NODES=",".join(n for n, _ in job.placed_parts))
     if s.port:
         env["CORRAL_PORT"] = str(s.port)
         env["CORRAL_PROXY_PREFIX"] = f"/proxy/jobs/{job.id}/"  # serve under this path (e.g. Jupyter base_url)
     if job.attempt > 1:  # an earlier attempt was stopped (GPU failure, node lost, preemption, drain)
         env["CORRAL_PREEMPTED"] = "1"
-    return Assignment(job_id=job.id, attempt=max(job.attempt, 1), command=list(s.command), env=env,
-                      workdir=s.workdir, gpu_indices=list(job.gpu_indices),
-                      gpu_uuids=[uuids.get(i, "") for i in job.gpu_indices])
+    return Assignment(job_id=job.id, attempt=max(job.attempt, 1), rank=rank, command=list(s.command), env=env,
+                      workdir=s.workdir, gpu_indices=list(gpus), gpu_uuids=[uuids.get(i, "") for i in gpus])

@@ -141,8 +141,8 @@ class AlertService:
         nodes = self.store.list_nodes()
         running = self.store.list_jobs(states=[JobState.RUNNING])
         tenants = {t.id: t.name for t in self.store.list_tenants()}
-        placements = [JobPlacement(str(j.id), tenants.get(j.spec.tenant_id or 0, ""), j.node, j.gpu_indices)
-                      for j in running if j.node]
+        placements = [JobPlacement(str(j.id), tenants.get(j.spec.tenant_id or 0, ""), node, gpus)
+                      for j in running for node, gpus in j.placed_parts]
         series: list[SeriesPoint] = []
         utilization: dict[tuple[str, int], float] = {}
         for name, batch in self.telemetry.latest().items():

@@ -13,7 +13,7 @@ from corral.store.base import StateStore
 from corral.store.records import Job, JobSpec, Node
 
 
-def check_fits_some_node(request: ResourceRequest, nodes: list[Node]) -> None:
+def check_fits_some_node(request: ResourceRequest, nodes: list[Node], gang: int = 1) -> None:
     """Reject a request that no registered node could ever hold (naming the field).
 
     With no nodes registered yet the job is accepted and waits: nodes may join later.
@@ -29,6 +29,10 @@ def check_fits_some_node(request: ResourceRequest, nodes: list[Node]) -> None:
         if not matching:
             wanted = "|".join(request.gpu_models)
             raise ValidationError("gpu_model", f"no node has {request.gpus} GPU(s) of model {wanted}; models here: {', '.join(models) or 'none'}")
+    big_enough = [n for n in nodes if sum(model_matches(g.model, request.gpu_models) for g in n.gpus) >= request.gpus]
+    if gang > len(big_enough):
+        raise ValidationError("nodes", f"{gang} nodes with {request.gpus} GPU(s) each requested but the pool has "
+                                       f"{len(big_enough)} such node(s)")
 
 
 def check_tenant_quota_covers(store: StateStore, tenant_id: int, request: ResourceRequest) -> None:
@@ -54,17 +58,19 @@ def submit_job(store: StateStore, body: JobSubmit, caller: Principal) -> Job:
         raise ValidationError("tenant", "the caller belongs to no tenant")
     if body.queue not in {q.name for q in store.list_queues(tenant_id)}:
         raise ValidationError("queue", f"no queue {body.queue!r} in this tenant")
+    if body.nodes > 1 and body.gpus == 0:
+        raise ValidationError("nodes", "a multi-node job asks for GPUs on each node (--gpus)")
     request = ResourceRequest(gpus=body.gpus, gpu_milli=body.gpu_milli, gpu_models=body.gpu_models,
                               min_gpu_memory_mib=body.min_gpu_memory_mib, cpu_milli=body.cpu_milli,
                               memory_mib=body.memory_mib)
-    check_fits_some_node(request, store.list_nodes())
+    check_fits_some_node(request, store.list_nodes(), body.nodes)
     check_tenant_quota_covers(store, tenant_id, request)
     spec = JobSpec(command=tuple(body.command), name=body.name or body.command[0].rsplit("/", 1)[-1],
                    env=dict(body.env), workdir=body.workdir, gpus=body.gpus, gpu_milli=body.gpu_milli,
                    gpu_models=body.gpu_models, min_gpu_memory_mib=body.min_gpu_memory_mib,
                    cpu_milli=body.cpu_milli, memory_mib=body.memory_mib, priority=body.priority,
                    user_id=caller.user.id if caller.user else None, tenant_id=tenant_id, queue=body.queue,
-                   time_limit_s=body.time_limit_s, port=body.port)
+                   time_limit_s=body.time_limit_s, port=body.port, nodes=body.nodes)
     return store.create_job(spec, datetime.now(UTC))
 
 
@@ -87,6 +93,7 @@ def to_out(job: Job, pending_reasons: dict[int, str], tenants: dict[int, str] | 
         position, eta = (pending_info or {}).get(job.id, (None, None))
     return JobOut(
         id=job.id, name=s.name, state=job.state, node=job.node, gpus=list(job.gpu_indices), gpu_count=s.gpus,
+        nodes=s.nodes, parts=[{"node": n, "gpus": list(g)} for n, g in job.placed_parts],
         gpu_milli=s.gpu_milli, gpu_model="|".join(s.gpu_models) or None, command=list(s.command), env=dict(s.env),
         workdir=s.workdir, priority=s.priority, exit_code=job.exit_code, reason=job.reason,
         pending_reason=pending_reason, created_at=job.created_at, started_at=job.started_at,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from corral.core.errors import ConflictError
 
-_RUN_FILE = re.compile(r"^(\d+)\.(\d+)\.log$")
+_RUN_FILE = re.compile(r"^(\d+)\.(\d+)(?:\.r(\d+))?\.log$")
 
 
 class LogOffsetError(ConflictError):
@@ -25,47 +25,47 @@ class LogStore:
         self.root.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
 
-    def path(self, job_id: int, attempt: int = 1) -> Path:
-        return self.root / f"{job_id}.{attempt}.log"
+    def path(self, job_id: int, attempt: int = 1, rank: int = 0) -> Path:
+        return self.root / (f"{job_id}.{attempt}.log" if rank == 0 else f"{job_id}.{attempt}.r{rank}.log")
 
-    def _runs(self, job_id: int) -> list[Path]:
-        """The job's run logs, oldest attempt first."""
+    def _runs(self, job_id: int, rank: int = 0) -> list[Path]:
+        """The job's run logs of one rank (a multi-node job's part), oldest attempt first."""
         found = []
         for p in self.root.glob(f"{job_id}.*.log"):
             m = _RUN_FILE.match(p.name)
-            if m and int(m.group(1)) == job_id:
+            if m and int(m.group(1)) == job_id and int(m.group(3) or 0) == rank:
                 found.append((int(m.group(2)), p))
         return [p for _, p in sorted(found)]
 
-    def run_size(self, job_id: int, attempt: int = 1) -> int:
+    def run_size(self, job_id: int, attempt: int = 1, rank: int = 0) -> int:
         try:
-            return self.path(job_id, attempt).stat().st_size
+            return self.path(job_id, attempt, rank).stat().st_size
         except FileNotFoundError:
             return 0
 
-    def size(self, job_id: int) -> int:
-        """Bytes of the whole stream (every attempt)."""
-        return sum(p.stat().st_size for p in self._runs(job_id))
+    def size(self, job_id: int, rank: int = 0) -> int:
+        """Bytes of the whole stream (every attempt) of one rank."""
+        return sum(p.stat().st_size for p in self._runs(job_id, rank))
 
-    def append(self, job_id: int, offset: int, data: bytes, attempt: int = 1) -> int:
+    def append(self, job_id: int, offset: int, data: bytes, attempt: int = 1, rank: int = 0) -> int:
         """Write `data` that starts at byte `offset` of that run's log; bytes we already hold are skipped,
         so a retried upload is harmless. A gap raises LogOffsetError carrying the size we have."""
         with self._lock:
-            size = self.run_size(job_id, attempt)
+            size = self.run_size(job_id, attempt, rank)
             if offset > size:
                 raise LogOffsetError(size)
             fresh = data[size - offset:]
             if fresh:
-                with open(self.path(job_id, attempt), "ab") as f:
+                with open(self.path(job_id, attempt, rank), "ab") as f:
                     f.write(fresh)
                     f.flush()
                     os.fsync(f.fileno())
             return size + len(fresh)
 
-    def read(self, job_id: int, offset: int, limit: int = 1 << 20) -> bytes:
-        """Up to `limit` bytes of the stream from `offset`."""
+    def read(self, job_id: int, offset: int, limit: int = 1 << 20, rank: int = 0) -> bytes:
+        """Up to `limit` bytes of one rank's stream from `offset`."""
         out = bytearray()
-        for p in self._runs(job_id):
+        for p in self._runs(job_id, rank):
             try:
                 size = p.stat().st_size
             except FileNotFoundError:

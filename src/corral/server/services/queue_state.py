@@ -33,18 +33,20 @@ def resolve_model(wanted: Sequence[str], models: Sequence[str]) -> str:
     return matching[0] if len(matching) == 1 else ""
 
 
-def compute_queued_job(job: Job, tenants: Mapping[int, str], models: Sequence[str]) -> QueuedJob:
+def compute_queued_job(job: Job, tenants: Mapping[int, str], models: Sequence[str],
+                       nominated: Mapping[int, float] | None = None) -> QueuedJob:
     s = job.spec
     tenant = tenants.get(s.tenant_id or 0, DEFAULT_TENANT_NAME)
-    return QueuedJob(id=str(job.id), tenant=tenant, gpus=s.gpus, gpu_milli=s.gpu_milli if s.gpus else 1000,
+    return QueuedJob(id=str(job.id), tenant=tenant, gpus=s.gpus, gpu_milli=s.gpu_milli if s.gpus else 1000, nodes=s.nodes,
                      model=resolve_model(s.gpu_models, models), priority=s.priority,
                      submit_s=job.created_at.timestamp(), time_limit_s=float(s.time_limit_s) if s.time_limit_s else None,
-                     queue=f"{tenant}/{s.queue}", attained_gpu_s=job.attained_gpu_s)
+                     queue=f"{tenant}/{s.queue}", attained_gpu_s=job.attained_gpu_s,
+                     nominated_s=(nominated or {}).get(job.id))
 
 
 def compute_running_job(job: Job, tenants: Mapping[int, str], models: Sequence[str], gpu_models: Mapping[tuple[str, int], str],
                         now: datetime, grace_s: float) -> RunningJob:
-    model = next((gpu_models[(job.node or "", i)] for i in job.gpu_indices if (job.node or "", i) in gpu_models), "")
+    model = next((gpu_models[(n, i)] for n, gpus in job.placed_parts for i in gpus if (n, i) in gpu_models), "")
     stopping = job.preempt_requested or job.cancel_requested
     return RunningJob(job=compute_queued_job(job, tenants, models), start_s=(job.started_at or now).timestamp(),
                       model=model, exit_s=now.timestamp() + grace_s if stopping else None)
@@ -76,13 +78,13 @@ def compute_queue_configs(queues: Sequence[Queue], tenants: Mapping[int, str]) -
 
 def compute_queue_state(pending: Sequence[Job], running: Sequence[Job], nodes: Sequence[Node], tenants: Sequence[Tenant],
                         quotas: Sequence[Quota], queues: Sequence[Queue], usage_gpu_s: Mapping[str, float],
-                        now: datetime, grace_s: float) -> QueueState:
+                        now: datetime, grace_s: float, nominated: Mapping[int, float] | None = None) -> QueueState:
     names = {t.id: t.name for t in tenants}
     pool = compute_pool_milli(nodes)
     models = sorted({g.model for n in nodes for g in n.gpus})
     gpu_models = {(n.name, g.index): g.model for n in nodes for g in n.gpus}
     return QueueState(
-        pending=[compute_queued_job(j, names, models) for j in pending],
+        pending=[compute_queued_job(j, names, models, nominated) for j in pending],
         running=[compute_running_job(j, names, models, gpu_models, now, grace_s) for j in running],
         queues=compute_queue_configs(queues, names),
         quotas=compute_quota_book(tenants, quotas, models),

@@ -56,14 +56,14 @@ def compute_usage_rows(jobs: Sequence[Job], group_by: str, start: datetime, end:
         run0, run1 = max(job.started_at, start), min(job.finished_at or now, end)
         if run1 <= run0:
             continue
-        gpus = job.spec.gpus * job.spec.gpu_milli / 1000
+        gpus = job.spec.gpus * job.spec.gpu_milli / 1000 * max(job.spec.nodes, 1)
         if group_by == "day":
             parts = [(k, a, b) for k, a, b in _days(run0, run1)]
         else:
             key = {"tenant": lambda: tenants.get(job.spec.tenant_id or 0, "(none)"),
                    "user": lambda: users.get(job.spec.user_id or 0, "(none)"),
-                   "gpu_model": lambda: next((gpu_models[(job.node or "", i)] for i in job.gpu_indices
-                                              if (job.node or "", i) in gpu_models), "(unknown)")}[group_by]()
+                   "gpu_model": lambda: next((gpu_models[(n, i)] for n, gpus in job.placed_parts for i in gpus
+                                              if (n, i) in gpu_models), "(unknown)")}[group_by]()
             parts = [(key, run0, run1)]
         util = utilization.get(job.id)
         for key, a, b in parts:

@@ -14,6 +14,7 @@ from corral.core.requests import ResourceRequest
 from corral.core.resources import NodeState
 from corral.core.states import JobState
 from corral.scheduler.cycle import Unschedulable, apply_placement, compute_placement
+from corral.scheduler.gang import compute_gang_placement
 from corral.scheduler.queueing import compute_admission, compute_decayed_usage, get_queueing_policy
 from corral.scheduler.queueing.node_capacity import NodeLedger
 from corral.server.services.notify import NodeNotifier, Trigger
@@ -49,6 +50,8 @@ class Scheduler:
         self.pending_info: dict[int, tuple[int, datetime | None]] = {}  # job id -> (queue position, ETA)
         self._usage: dict[str, float] = {}
         self._usage_at: datetime | None = None
+        # job id -> when running jobs were first preempted for it: it gets the freed GPUs first
+        self._nominated: dict[int, float] = {}
         self.trigger = Trigger()
         self.pending_reasons: dict[int, str] = {}
         self._latencies: deque[float] = deque(maxlen=10_000)  # submit -> placement, seconds
@@ -109,7 +112,8 @@ class Scheduler:
             nodes = self.store.list_nodes()
             snapshot = compute_snapshot(nodes, running)
             state = compute_queue_state(ready, running, nodes, self.store.list_tenants(), self.store.list_quotas(),
-                                        self.store.list_queues(), self._usage, now, self.cancel_grace_s)
+                                        self.store.list_queues(), self._usage, now, self.cancel_grace_s,
+                                        self._nominated)
             ledger = NodeLedger(snapshot, state.running, self.policy)
             plan = compute_admission(state, ledger, self.queueing, now.timestamp())
             by_id = {str(j.id): j for j in ready}
@@ -119,6 +123,9 @@ class Scheduler:
                 reasons[job.id] = f"retry-backoff: until {job.not_before:%H:%M:%S} ({job.reason})"
             for p in plan.preempt:
                 self._preempt(p.job_id, p.for_job_id, p.kind, now)
+                self._nominated.setdefault(int(p.for_job_id), now.timestamp())
+            pending_ids = {j.id for j in pending}
+            self._nominated = {k: v for k, v in self._nominated.items() if k in pending_ids}
             placed = [job_id for j in cpu_only if (job_id := self._place(j, snapshot, now, reasons))]
             placed += [job_id for a in plan.admit if (job_id := self._place(by_id[a.job_id], snapshot, now, reasons))]
             for job_id, status in plan.pending.items():
@@ -130,15 +137,21 @@ class Scheduler:
             return placed
 
     def _place(self, job: Job, snapshot: list[NodeState], now: datetime, reasons: dict[int, str]) -> int | None:
-        result = compute_placement(request_of(job), snapshot, self.policy)
+        """Place every part with the job's full request (a gang: one part per node, all or none)."""
+        if job.spec.nodes > 1:
+            result = compute_gang_placement(request_of(job), job.spec.nodes, snapshot, self.policy)
+        else:
+            single = compute_placement(request_of(job), snapshot, self.policy)
+            result = single if isinstance(single, Unschedulable) else [single]
         if isinstance(result, Unschedulable):
             reasons[job.id] = f"capacity: {result.reason}"
             return None
-        if not self.store.assign_job(job.id, result.node, result.gpu_indices, now):
+        if not self.store.assign_job_parts(job.id, [(p.node, p.gpu_indices) for p in result], now):
             return None
-        apply_placement(snapshot, result)
+        for p in result:
+            apply_placement(snapshot, p)
+            self.notifier.notify(p.node)
         self._latencies.append(max((now - job.created_at).total_seconds(), 0.0))
-        self.notifier.notify(result.node)
         return job.id
 
     def _preempt(self, job_id: str, for_job_id: str, kind: str, now: datetime) -> None:
@@ -146,8 +159,8 @@ class Scheduler:
         job = self.store.get_job(int(job_id))
         if job is not None and self.store.request_preempt(job.id, f"preempted for job {for_job_id}: {why}", now):
             log.info("preempting job %s for job %s (%s)", job_id, for_job_id, kind)
-            if job.node:
-                self.notifier.notify(job.node)
+            for node, _ in job.placed_parts:
+                self.notifier.notify(node)
 
     def _update_usage(self, running: list[Job], now: datetime) -> None:
         """Decayed GPU-seconds per tenant (fair share's history), advanced to `now`."""

@@ -12,11 +12,10 @@ def compute_usage(jobs: Sequence[Job]) -> dict[tuple[str, int], tuple[int, int]]
     """(node, gpu index) -> (used milli, job id of the last job seen on it) for RUNNING jobs."""
     usage: dict[tuple[str, int], tuple[int, int]] = {}
     for job in jobs:
-        if job.node is None:
-            continue
-        for idx in job.gpu_indices:
-            used, _ = usage.get((job.node, idx), (0, 0))
-            usage[(job.node, idx)] = (used + job.spec.gpu_milli, job.id)
+        for node, gpus in job.placed_parts:
+            for idx in gpus:
+                used, _ = usage.get((node, idx), (0, 0))
+                usage[(node, idx)] = (used + job.spec.gpu_milli, job.id)
     return usage
 
 
@@ -25,9 +24,9 @@ def compute_snapshot(nodes: Sequence[Node], running: Sequence[Job]) -> list[Node
     cpu: dict[str, int] = {}
     mem: dict[str, int] = {}
     for job in running:
-        if job.node:
-            cpu[job.node] = cpu.get(job.node, 0) + job.spec.cpu_milli
-            mem[job.node] = mem.get(job.node, 0) + job.spec.memory_mib
+        for node, _ in job.placed_parts:
+            cpu[node] = cpu.get(node, 0) + job.spec.cpu_milli
+            mem[node] = mem.get(node, 0) + job.spec.memory_mib
     states = []
     for n in nodes:
         info = NodeInfo(name=n.name, gpus=n.gpus, cpu_milli=n.cpu_milli, memory_mib=n.memory_mib,

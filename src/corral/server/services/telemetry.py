@@ -89,7 +89,7 @@ class TelemetryService:
         if not self._take_budget(node_name, compute_batch_size(batch)):
             raise ValidationError("batch", f"node {node_name} sends more than {self.ingest_rate_per_s:g} samples/s")
         jobs = self.store.list_node_jobs(node_name)
-        owner = {i: j for j in jobs for i in j.gpu_indices}
+        owner = {i: j for j in jobs for i in j.gpus_on(node_name)}
         with self._lock:
             prev = self._latest.get(node_name)
             self._latest[node_name] = batch
@@ -100,7 +100,7 @@ class TelemetryService:
                        for m, v in compute_gpu_series(sample).items()]
         stored = self.store.insert_points(points)
         self.samples_ingested += stored
-        self._update_job_summaries(jobs, batch)
+        self._update_job_summaries(jobs, batch, node_name)
         transitions, changed = self._check_health(node, batch, jobs)
         return IngestResult(stored, transitions, changed)
 
@@ -113,10 +113,10 @@ class TelemetryService:
             self.samples_rejected += cost
         return ok
 
-    def _update_job_summaries(self, jobs: list[Job], batch: TelemetryBatch) -> None:
+    def _update_job_summaries(self, jobs: list[Job], batch: TelemetryBatch, node: str) -> None:
         by_gpu = {s.index: s for s in batch.gpus}
         for job in jobs:
-            samples = [by_gpu[i] for i in job.gpu_indices if i in by_gpu]
+            samples = [by_gpu[i] for i in job.gpus_on(node) if i in by_gpu]
             if samples:
                 old = summary_from_dict(self.store.get_job_gpu_summary(job.id))
                 self.store.set_job_gpu_summary(job.id, summary_to_dict(merge_job_gpu_summary(old, samples)))
@@ -151,7 +151,7 @@ class TelemetryService:
             self.store.add_node_event(node.name, t.gpu_index, kind, f"{t.reason}: {t.detail}".strip(": "), now)
             if not healthy:
                 for job in jobs:
-                    if t.gpu_index in job.gpu_indices:
+                    if t.gpu_index in job.gpus_on(node.name):
                         reason = f"GPU {t.gpu_index} on {node.name} failed ({t.reason}: {t.detail})"
                         requeue_after_failure(self.store, job, reason, now, self.backoff_s)
                         self.store.add_event(job.id, "gpu_failed", reason, now)
