@@ -7,12 +7,16 @@ Why it is fast:
   its nodes changes (then that node moves to another class, and the old verdicts stay true).
 - Classes are indexed by hardware and by count of fully free GPUs, so a request for k whole GPUs looks
   only at classes with k free, and a request for a model looks only at hardware that has it.
-Ties between equally good classes are broken with the caller's seeded `random.Random`, weighted by
-class size, as kube-scheduler's selectHost does: same seed, same decisions.
+Ties between equally good nodes go to the node first in an order of all nodes shuffled once with the
+caller's seeded `random.Random` (the FGD artifact's scheduler: lexicographically first node name, names
+prefixed with a seeded permutation), so equal choices keep landing on the same nodes; with
+`seeded_order=False` they are drawn uniformly each time (kube-scheduler's selectHost). Same seed, same
+decisions either way.
 """
 
 from __future__ import annotations
 
+import heapq
 import random
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -47,6 +51,7 @@ class _Class:
     state: NodeState
     bucket: tuple[int, int]  # (fully free GPUs, largest free share on a used GPU // 100)
     members: dict[int, None] = field(default_factory=dict)
+    ranked: list[tuple[int, int]] = field(default_factory=list)  # heap of (rank, node); stale entries skipped
     # Keyed by the request's interned number (hashing a request dataclass per class is the hot spot).
     verdicts: dict[int, tuple[float, tuple[int, ...]] | None] = field(default_factory=dict)
     rejections: dict[int, str] = field(default_factory=dict)
@@ -69,11 +74,16 @@ class Cluster:
         policy: PlacementPolicy | str = DEFAULT_POLICY,
         ctx: ScoreContext = DEFAULT_CONTEXT,
         rng: random.Random | None = None,
+        seeded_order: bool = True,
     ) -> None:
         self.policy = get_policy(policy) if isinstance(policy, str) else policy
         self.rng = rng
         self._randomized = bool(getattr(self.policy, "randomized", False))
         self.infos = list(nodes)
+        self._ranks: list[int] | None = None
+        if rng is not None and seeded_order and not self._randomized:
+            self._ranks = list(range(len(self.infos)))
+            rng.shuffle(self._ranks)
         self.ctx = ctx if ctx.gpu_supply is not None else replace(ctx, gpu_supply=compute_gpu_supply(self.infos))
         names = [n.name for n in self.infos]
         if len(set(names)) != len(names):
@@ -120,7 +130,15 @@ class Cluster:
             self._classes[key] = cls
             self._index[hw.hw_id].setdefault(bucket, {})[cls] = None
         cls.members[i] = None
+        if self._ranks is not None:
+            heapq.heappush(cls.ranked, (self._ranks[i], i))
         return cls
+
+    def _first_ranked(self, cls: _Class) -> int:
+        """The member that comes first in the seeded node order (lazy deletion of departed members)."""
+        while cls.ranked[0][1] not in cls.members:
+            heapq.heappop(cls.ranked)
+        return cls.ranked[0][1]
 
     def _leave(self, i: int) -> None:
         cls = self._node_class[i]
@@ -195,6 +213,11 @@ class Cluster:
             # `first-free`: literally the first node (in the order given) among the best.
             cls, positions = min(best, key=lambda cp: min(cp[0].members))
             node = min(cls.members)
+        elif self._ranks is not None:
+            # Ties go to the node first in a seeded order of all nodes (the FGD artifact's rule):
+            # replayable, and equal choices keep landing on the same nodes instead of spreading.
+            firsts = [(self._ranks[n], n, c, p) for c, p in best for n in (self._first_ranked(c),)]
+            _, node, cls, positions = min(firsts, key=lambda t: t[0])
         elif self.rng is not None and (len(best) > 1 or len(cls.members) > 1):
             total = sum(len(c.members) for c, _ in best)
             pick = self.rng.randrange(total)

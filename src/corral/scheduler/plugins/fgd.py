@@ -3,12 +3,14 @@ fragmentation, measured against the workload's distribution of request shapes.
 
 Source: Weng et al., "Beware of Fragmentation: Scheduling GPU-Sharing Workloads with Fragmentation
 Gradient Descent", USENIX ATC'23 (section 4.2, Algorithm 1); fragment measure as in its artifact
-(hkust-adsl/kubernetes-scheduler-simulator, pkg/utils/frag.go). Scores are -Δfragmentation in GPUs
-(not 0..100): only their order across nodes matters.
+(hkust-adsl/kubernetes-scheduler-simulator, pkg/utils/frag.go) and scored as in its plugin
+(plugin/fgd_score.go): int(100 x sigmoid(-Δfragmentation in GPUs)), so moves within about 0.04 GPU
+of each other tie and the engine's tie rule decides among them.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from corral.core.requests import ResourceRequest
@@ -59,4 +61,5 @@ class FragmentationGradientDescent:
         self, node: NodeState, request: ResourceRequest, positions: Sequence[int] = (), ctx: ScoreContext = DEFAULT_CONTEXT
     ) -> float:
         profile = ctx.workload or DEFAULT_PROFILE
-        return -self._memo.delta(node, request, positions, profile) / FULL_GPU_MILLI
+        gain = -self._memo.delta(node, request, positions, profile) / FULL_GPU_MILLI
+        return float(int(100.0 / (1.0 + math.exp(-gain))))
