@@ -3,7 +3,7 @@ CPU, the contention for the GPU model it takes, and packing.
 
 Source: builds on FGD (Weng et al., ATC'23) and Packing (Gandiva, OSDI'18); the stranded-GPU and
 model-contention terms and the weights are Corral's own (docs/scheduling.md). Score, in GPUs =
--Δ(expected fragmentation) - 2.0 x Δ(stranded GPUs) - 0.1 x contention(model) x GPUs taken
+-Δ(expected fragmentation) - 2.0 x Δ(stranded GPUs) - 0.5 x contention(model) x GPUs taken
 + w x packing tier. Why: FGD asks whether the *next* request still fits a node, so it happily leaves a
 node with free GPUs and almost no CPU (one small pod fits, the rest is lost); the stranded term counts
 the free GPUs the free CPU cannot back at the workload's CPU per GPU. FGD also sees model-restricted
@@ -69,7 +69,7 @@ class Corral:
     gpu_aware = True
     packing_weight = 0.1
     reserve_damping = 50.0
-    contention_weight = 0.1
+    contention_weight = 0.5
     strand_weight = 2.0
 
     def __init__(self) -> None:
