@@ -221,14 +221,31 @@ class SqlStore(TenancyMethods, NodeAdminMethods, TelemetryMethods):
                 q = q.limit(limit)
             return [_job(r) for r in s.scalars(q).all()]
 
-    def list_jobs_ran_between(self, start: datetime, end: datetime, tenant_id: int | None = None) -> list[Job]:
-        """Jobs whose (current attempt's) run overlaps [start, end): started before `end`, not finished before `start`."""
+    def list_gpu_holders(self) -> list[tuple[int, str | None, list[int], list[Any], int]]:
+        """(job id, node, GPU indices, parts, gpu_milli) of RUNNING jobs: only what an inventory view needs."""
         with self._tx() as s:
-            q = select(JobRow).where(JobRow.started_at.is_not(None), JobRow.started_at < end,
-                                     (JobRow.finished_at.is_(None)) | (JobRow.finished_at >= start))
+            rows = s.execute(select(JobRow.id, JobRow.node, JobRow.gpu_indices, JobRow.parts, JobRow.gpu_milli)
+                             .where(JobRow.state == JobState.RUNNING.value)).all()
+            return [(r[0], r[1], list(r[2] or []), list(r[3] or []), r[4]) for r in rows]
+
+    def list_runs_between(self, start: datetime, end: datetime, tenant_id: int | None = None,
+                          with_placement: bool = True) -> list[tuple[Any, ...]]:
+        """Columns of the jobs whose run overlaps [start, end), for usage reports: (id, tenant_id, user_id, gpus,
+        gpu_milli, nodes, started_at, finished_at, node, gpu_indices, parts, mean GPU utilisation). Without
+        `with_placement`, gpu_indices and parts come back empty (cheaper: no JSON to decode)."""
+        util = JobRow.gpu_summary["utilization_avg_pct"].as_float()
+        placement = (JobRow.gpu_indices, JobRow.parts) if with_placement else (JobRow.id, JobRow.id)
+        with self._tx() as s:
+            q = select(JobRow.id, JobRow.tenant_id, JobRow.user_id, JobRow.gpus, JobRow.gpu_milli, JobRow.nodes,
+                       JobRow.started_at, JobRow.finished_at, JobRow.node, *placement, util).where(
+                JobRow.started_at.is_not(None), JobRow.started_at < end,
+                (JobRow.finished_at.is_(None)) | (JobRow.finished_at >= start), JobRow.gpus > 0)
             if tenant_id is not None:
                 q = q.where(JobRow.tenant_id == tenant_id)
-            return [_job(r) for r in s.scalars(q.order_by(JobRow.id)).all()]
+            rows = s.execute(q.order_by(JobRow.id)).all()
+            if not with_placement:
+                return [(*r[:6], _utc(r[6]), _utc(r[7]), r[8], [], [], r[11]) for r in rows]
+            return [(*r[:6], _utc(r[6]), _utc(r[7]), r[8], list(r[9] or []), list(r[10] or []), r[11]) for r in rows]
 
     def count_jobs(self, states: Sequence[JobState] | None = None, tenant_id: int | None = None) -> int:
         with self._tx() as s:

@@ -7,20 +7,15 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from corral.core.errors import ValidationError
-from corral.core.states import JobState
-from corral.server.services.reports import compute_usage_rows, render_csv
-from corral.store.records import Job, JobSpec
+from corral.server.services.reports import JobRun, compute_usage_rows, render_csv
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 
 
 def job(job_id: int, tenant: int, user: int, start_h: float, end_h: float | None, gpus: int = 1, milli: int = 1000,
-        node: str = "n1") -> Job:
-    spec = JobSpec(command=("x",), gpus=gpus, gpu_milli=milli, tenant_id=tenant, user_id=user)
-    return Job(id=job_id, spec=spec, state=JobState.SUCCEEDED if end_h is not None else JobState.RUNNING,
-               created_at=T0, node=node, gpu_indices=tuple(range(gpus)),
-               started_at=T0 + timedelta(hours=start_h),
-               finished_at=None if end_h is None else T0 + timedelta(hours=end_h))
+        node: str = "n1", util: float | None = None) -> JobRun:
+    return JobRun(job_id, tenant, user, gpus, milli, 1, T0 + timedelta(hours=start_h),
+                  None if end_h is None else T0 + timedelta(hours=end_h), ((node, tuple(range(gpus))),), util)
 
 
 JOBS = [job(1, 1, 10, 0, 2, gpus=4), job(2, 2, 20, 1, 3, gpus=1, milli=500), job(3, 1, 11, 23, 25, gpus=2),
@@ -41,19 +36,20 @@ MODELS = {("n1", i): "H100-80GB" for i in range(8)}
 )
 def test_gpu_hours_grouped(group_by: str, expected: dict[str, tuple[float, int]]) -> None:
     rows = compute_usage_rows(JOBS, group_by, T0, T0 + timedelta(days=2), T0 + timedelta(days=3), TENANTS, USERS,
-                              MODELS, {})
+                              MODELS)
     assert {r["key"]: (r["gpu_hours"], r["jobs"]) for r in rows} == expected
 
 
 def test_running_job_counts_until_now_and_range_clips() -> None:
     rows = compute_usage_rows([job(5, 1, 10, 0, None, gpus=2)], "tenant", T0 + timedelta(hours=1),
-                              T0 + timedelta(hours=10), T0 + timedelta(hours=3), TENANTS, USERS, MODELS, {})
+                              T0 + timedelta(hours=10), T0 + timedelta(hours=3), TENANTS, USERS, MODELS)
     assert rows == [{"key": "vision", "gpu_hours": 4.0, "jobs": 1, "avg_util_pct": None}]
 
 
 def test_utilisation_weighted_by_gpu_hours_and_csv() -> None:
-    rows = compute_usage_rows(JOBS[:2], "gpu_model", T0, T0 + timedelta(days=1), T0 + timedelta(days=1), TENANTS,
-                              USERS, MODELS, {1: 50.0, 2: 100.0})
+    runs = [job(1, 1, 10, 0, 2, gpus=4, util=50.0), job(2, 2, 20, 1, 3, gpus=1, milli=500, util=100.0)]
+    rows = compute_usage_rows(runs, "gpu_model", T0, T0 + timedelta(days=1), T0 + timedelta(days=1), TENANTS,
+                              USERS, MODELS)
     assert rows[0]["avg_util_pct"] == pytest.approx((50 * 8 + 100 * 1) / 9, abs=0.01)
     assert render_csv(rows, "gpu_model").splitlines() == ["gpu_model,gpu_hours,jobs,avg_util_pct",
                                                           f"H100-80GB,9.0,2,{rows[0]['avg_util_pct']}"]
@@ -61,5 +57,5 @@ def test_utilisation_weighted_by_gpu_hours_and_csv() -> None:
 
 def test_unknown_grouping_names_the_field() -> None:
     with pytest.raises(ValidationError) as e:
-        compute_usage_rows([], "planet", T0, T0, T0, {}, {}, {}, {})
+        compute_usage_rows([], "planet", T0, T0, T0, {}, {}, {})
     assert e.value.field == "group_by"

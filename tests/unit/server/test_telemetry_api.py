@@ -83,6 +83,9 @@ def test_series_by_node_gpu_and_job(cluster: Cluster) -> None:
     assert [g["util_pct"] for g in latest["gpus"]] == [20.0, 50.0] and latest["host"]["host_cpu_percent"] == 12.5
     usage = cluster.get(f"/api/v1/jobs/{job}/usage").json()
     assert usage["samples"] == 3 and usage["utilization_max_pct"] == (20.0 if held == 0 else 50.0)
+    for group in ("tenant", "gpu_model"):  # the report reads the same summary (JSON in the database)
+        (row,) = cluster.get("/api/v1/reports/usage", params={"group_by": group}).json()
+        assert row["avg_util_pct"] == round(usage["utilization_avg_pct"], 2) and row["jobs"] == 1
 
 
 def test_unknown_metric_and_bad_batches_are_refused(cluster: Cluster) -> None:

@@ -11,7 +11,7 @@ from corral.core.tenancy import Action
 from corral.server.auth import Principal, require_user
 from corral.server.schemas import AuditOut, EventOut, GpuOut, NodeOut
 from corral.server.services import operations
-from corral.server.services.snapshot import compute_usage
+from corral.server.services.snapshot import compute_usage, compute_usage_from_holders
 from corral.store.records import Node
 
 router = APIRouter(prefix="/api/v1", tags=["nodes"])
@@ -20,7 +20,9 @@ Usage = dict[tuple[str, int], tuple[int, int]]
 
 
 def _usage(request: Request, node: str | None = None) -> Usage:
-    return compute_usage(request.app.state.store.list_jobs(states=[JobState.RUNNING], node=node))
+    if node is not None:
+        return compute_usage(request.app.state.store.list_node_jobs(node))
+    return compute_usage_from_holders(request.app.state.store.list_gpu_holders())
 
 
 def _node_out(n: Node, usage: Usage) -> NodeOut:

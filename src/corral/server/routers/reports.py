@@ -9,7 +9,7 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 
 from corral.core.errors import ValidationError
 from corral.server.auth import Principal, require_user
-from corral.server.services.reports import compute_usage_rows, parse_time, render_csv
+from corral.server.services.reports import JobRun, compute_usage_rows, parse_time, render_csv
 
 router = APIRouter(prefix="/api/v1/reports", tags=["reports"])
 User = Annotated[Principal, Depends(require_user)]
@@ -28,12 +28,12 @@ def usage(request: Request, caller: User, group_by: str = "tenant", start: str |
         raise ValidationError("start", "a report covers at most 400 days")
     store = request.app.state.store
     scope = caller.tenant_scope()
-    jobs = store.list_jobs_ran_between(t0, t1, tenant_id=scope)
+    by_model = group_by == "gpu_model"
+    runs = [JobRun.from_columns(r) for r in store.list_runs_between(t0, t1, tenant_id=scope, with_placement=by_model)]
     tenants = {t.id: t.name for t in store.list_tenants()}
     users = {u.id: u.name for u in store.list_users()}
-    models = {(n.name, g.index): g.model for n in store.list_nodes() for g in n.gpus}
-    util = {j.id: store.get_job_gpu_summary(j.id).get("utilization_avg_pct") for j in jobs}
-    rows = compute_usage_rows(jobs, group_by, t0, t1, now, tenants, users, models, util)
+    models = {(n.name, g.index): g.model for n in store.list_nodes() for g in n.gpus} if by_model else {}
+    rows = compute_usage_rows(runs, group_by, t0, t1, now, tenants, users, models)
     if format == "csv":
         return Response(render_csv(rows, group_by), media_type="text/csv",
                         headers={"Content-Disposition": f'attachment; filename="corral-usage-{group_by}.csv"'})

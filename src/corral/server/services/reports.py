@@ -15,9 +15,32 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from corral.core.errors import ValidationError
-from corral.store.records import Job
 
 GROUPS = ("tenant", "user", "gpu_model", "day")
+
+
+@dataclass(frozen=True, slots=True)
+class JobRun:
+    """What a report needs of a job's run (its current or last attempt)."""
+
+    id: int
+    tenant_id: int | None
+    user_id: int | None
+    gpus: int
+    gpu_milli: int
+    nodes: int
+    started_at: datetime | None
+    finished_at: datetime | None
+    parts: tuple[tuple[str, tuple[int, ...]], ...]
+    utilization_pct: float | None = None
+
+    @classmethod
+    def from_columns(cls, row: Sequence[Any]) -> JobRun:
+        """From SqlStore.list_runs_between's tuple."""
+        (job_id, tenant, user, gpus, milli, nodes, started, finished, node, gpu_indices, parts, util) = row
+        placed = tuple((str(n), tuple(g)) for n, g in parts) if parts else (((node, tuple(gpu_indices)),) if node else ())
+        return cls(job_id, tenant, user, gpus, milli, nodes or 1, started, finished, placed,
+                   None if util is None else float(util))
 
 
 @dataclass(slots=True)
@@ -44,28 +67,28 @@ def _days(t0: datetime, t1: datetime) -> list[tuple[str, datetime, datetime]]:
     return out
 
 
-def compute_usage_rows(jobs: Sequence[Job], group_by: str, start: datetime, end: datetime, now: datetime,
+def compute_usage_rows(jobs: Sequence[JobRun], group_by: str, start: datetime, end: datetime, now: datetime,
                        tenants: Mapping[int, str], users: Mapping[int, str], gpu_models: Mapping[tuple[str, int], str],
-                       utilization: Mapping[int, float | None]) -> list[dict[str, Any]]:
+                       ) -> list[dict[str, Any]]:
     if group_by not in GROUPS:
         raise ValidationError("group_by", f"one of {', '.join(GROUPS)}")
     rows: dict[str, UsageRow] = {}
     for job in jobs:
-        if job.started_at is None or job.spec.gpus == 0:
+        if job.started_at is None or job.gpus == 0:
             continue
         run0, run1 = max(job.started_at, start), min(job.finished_at or now, end)
         if run1 <= run0:
             continue
-        gpus = job.spec.gpus * job.spec.gpu_milli / 1000 * max(job.spec.nodes, 1)
+        gpus = job.gpus * job.gpu_milli / 1000 * max(job.nodes, 1)
         if group_by == "day":
             parts = [(k, a, b) for k, a, b in _days(run0, run1)]
         else:
-            key = {"tenant": lambda: tenants.get(job.spec.tenant_id or 0, "(none)"),
-                   "user": lambda: users.get(job.spec.user_id or 0, "(none)"),
-                   "gpu_model": lambda: next((gpu_models[(n, i)] for n, gpus in job.placed_parts for i in gpus
+            key = {"tenant": lambda: tenants.get(job.tenant_id or 0, "(none)"),
+                   "user": lambda: users.get(job.user_id or 0, "(none)"),
+                   "gpu_model": lambda: next((gpu_models[(n, i)] for n, idxs in job.parts for i in idxs
                                               if (n, i) in gpu_models), "(unknown)")}[group_by]()
             parts = [(key, run0, run1)]
-        util = utilization.get(job.id)
+        util = job.utilization_pct
         for key, a, b in parts:
             hours = (b - a).total_seconds() / 3600 * gpus
             row = rows.setdefault(key, UsageRow(key))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from corral.core.resources import NodeInfo, NodeState
 from corral.store.records import Job, Node
@@ -35,3 +36,16 @@ def compute_snapshot(nodes: Sequence[Node], running: Sequence[Job]) -> list[Node
         states.append(NodeState(info=info, gpu_used_milli=used, cpu_used_milli=cpu.get(n.name, 0),
                                 memory_used_mib=mem.get(n.name, 0), schedulable=n.state == "READY" and not n.cordoned))
     return states
+
+
+def compute_usage_from_holders(holders: Sequence[tuple[int, str | None, list[int], list[Any], int]]
+                               ) -> dict[tuple[str, int], tuple[int, int]]:
+    """compute_usage over the columns of SqlStore.list_gpu_holders (no full job records)."""
+    usage: dict[tuple[str, int], tuple[int, int]] = {}
+    for job_id, node, gpus, parts, milli in holders:
+        placed = [(str(n), list(g)) for n, g in parts] if parts else ([(node, gpus)] if node else [])
+        for n, idxs in placed:
+            for idx in idxs:
+                used, _ = usage.get((n, idx), (0, 0))
+                usage[(n, idx)] = (used + milli, job_id)
+    return usage
