@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from corral.core.requests import ResourceRequest, model_matches
 from corral.core.resources import FULL_GPU_MILLI, NodeInfo, NodeState, Placement
 from corral.scheduler.cycle import Unschedulable, compute_gpu_choices, make_placement, score_choices
-from corral.scheduler.filters import check_fit
+from corral.scheduler.filters import available_positions, check_fit
 from corral.scheduler.framework import DEFAULT_CONTEXT, Explanation, PlacementPolicy, ScoreContext
 from corral.scheduler.plugins import DEFAULT_POLICY, get_policy
 from corral.scheduler.topology import has_topology
@@ -228,6 +228,10 @@ class Cluster:
             node = list(cls.members)[pick] if len(cls.members) > 1 else next(iter(cls.members))
         else:
             node = next(iter(cls.members))
+        if self._randomized and self.rng is not None and request.gpus == 1 and request.gpu_milli < FULL_GPU_MILLI:
+            # `random` also draws the GPU a share goes on, among those with room (as the artifact does).
+            room = available_positions(cls.state, request)
+            positions = (room[self.rng.randrange(len(room))],)
         return node, self._actual_positions(node, cls, positions)
 
     def _actual_positions(self, node: int, cls: _Class, positions: tuple[int, ...]) -> tuple[int, ...]:

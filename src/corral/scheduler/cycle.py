@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from corral.core.requests import ResourceRequest
-from corral.core.resources import NodeInfo, NodeState, Placement
+from corral.core.resources import FULL_GPU_MILLI, NodeInfo, NodeState, Placement
 from corral.scheduler.filters import available_positions, check_fit
 from corral.scheduler.framework import DEFAULT_CONTEXT, Explanation, PlacementPolicy, ScoreContext
 from corral.scheduler.plugins import DEFAULT_POLICY, get_policy
@@ -99,8 +99,12 @@ def compute_placement(
     if not feasible:
         return Unschedulable(explanation)
     if getattr(scorer, "randomized", False):
-        node = (rng or random.Random(0)).choice(feasible)
-        return make_placement(node.info, request, compute_gpu_choices(node, request, False)[0])
+        rng = rng or random.Random(0)
+        node = rng.choice(feasible)
+        positions = compute_gpu_choices(node, request, False)[0]
+        if request.gpus == 1 and request.gpu_milli < FULL_GPU_MILLI:
+            positions = (rng.choice(available_positions(node, request)),)
+        return make_placement(node.info, request, positions)
     best: tuple[float, NodeState, tuple[int, ...]] | None = None
     for node in feasible:
         score, positions = score_choices(node, request, scorer, ctx)

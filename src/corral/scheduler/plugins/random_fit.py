@@ -1,6 +1,8 @@
-"""`random`: a uniformly random node among those that fit (seeded; same seed, same choice).
+"""`random`: a uniformly random node among those that fit, and for a share a uniformly random GPU
+with room on it (seeded; same seed, same choice).
 
-Source: Random as defined in Weng et al., ATC'23 (the baseline every policy should beat).
+Source: Random as defined in Weng et al., ATC'23 and its artifact (RandomScore with the `random` GPU
+selection); the baseline every policy should beat.
 """
 
 from __future__ import annotations
