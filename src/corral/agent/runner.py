@@ -199,6 +199,8 @@ class Agent:
                           gpu_indices=tuple(a.gpu_indices), gpu_uuids=tuple(a.gpu_uuids),
                           log_path=self.log_path(run))
         with self._lock:
+            if run in self._run_gpus:  # two syncs in flight can both carry a new assignment: launch once
+                return
             self.executor.launch(spec)
             self._run_gpus[run] = tuple(a.gpu_indices)
         log.info("job %s (attempt %s) started on GPUs %s", a.job_id, a.attempt, a.gpu_indices)
