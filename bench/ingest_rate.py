@@ -5,6 +5,8 @@ collector makes them) are POSTed from a pool of client threads as fast as the se
 Prints batches/s and samples/s stored (one sample = one value of one series).
 
     .venv/bin/python bench/ingest_rate.py [--agents 200] [--seconds 20] [--threads 8] [--database-url URL] [--json]
+
+--database-url must name an empty database you can throw away (the server migrates it and fills it).
 """
 
 from __future__ import annotations
