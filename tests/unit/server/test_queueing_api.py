@@ -118,9 +118,11 @@ def test_higher_priority_goes_first_and_positions_follow(world: World) -> None:
     world.settle(lambda: world.job(hog)["state"] == "RUNNING", "hog runs")
     low = world.submit(t, priority=0)
     high = world.submit(t, priority=10)
-    positions = world.settle(lambda: (p := (world.job(high)["queue_position"], world.job(low)["queue_position"]))
-                             if None not in p else None, "positions of both computed")
-    assert positions == (0, 1)
+    def positions() -> tuple[int, int] | None:
+        got = (world.job(high)["queue_position"], world.job(low)["queue_position"])
+        return None if None in got else got
+
+    assert world.settle(positions, "positions of both computed") == (0, 1)
 
 
 def test_time_limits_give_an_eta(world: World) -> None:
