@@ -11,7 +11,10 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 # No per-example deadline: on a busy 2-core CI machine timings vary tenfold, and speed is measured in bench/.
-settings.register_profile("corral", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# Derandomized: CI explores the same examples every run (a red run is then a regression, not a new draw);
+# HYPOTHESIS_PROFILE=explore searches fresh examples, as a developer should before changing a property.
+settings.register_profile("corral", deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
+settings.register_profile("explore", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "corral"))
 
 PG_ADMIN_URL = os.environ.get("CORRAL_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
