@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from corral.core.resources import GpuInfo
 from corral.core.states import JobState
@@ -153,10 +155,8 @@ class Job:
 
     @property
     def placed_parts(self) -> tuple[tuple[str, tuple[int, ...]], ...]:
-        """Where the job runs: its parts, or (node, GPUs) for a job placed before gangs existed."""
-        if self.parts:
-            return self.parts
-        return ((self.node, self.gpu_indices),) if self.node else ()
+        """Where the job runs: (node, GPU indices) per rank."""
+        return compute_placed_parts(self.node, self.gpu_indices, self.parts)
 
     def gpus_on(self, node: str) -> tuple[int, ...]:
         return next((g for n, g in self.placed_parts if n == node), ())
@@ -167,6 +167,15 @@ class Job:
     @property
     def name(self) -> str:
         return self.spec.name
+
+
+def compute_placed_parts(node: str | None, gpu_indices: Sequence[int],
+                         parts: Sequence[Sequence[Any]]) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """A job's (node, GPU indices) per rank from its stored columns: its parts, or its one node for a row
+    written before gangs existed. Every reader of placements (records, reports, inventory) goes through here."""
+    if parts:
+        return tuple((str(n), tuple(int(i) for i in g)) for n, g in parts)
+    return ((node, tuple(gpu_indices)),) if node else ()
 
 
 @dataclass(frozen=True, slots=True)

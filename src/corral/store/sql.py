@@ -19,7 +19,7 @@ from corral.core.resources import GpuInfo
 from corral.core.states import JobState
 from corral.store.operations import NodeAdminMethods
 from corral.store.telemetry import TelemetryMethods
-from corral.store.records import GpuStatus, Job, JobEvent, JobSpec, Node, TokenRecord, User
+from corral.store.records import GpuStatus, Job, JobEvent, JobSpec, Node, TokenRecord, User, compute_placed_parts
 from corral.store.tables import GpuRow, JobEventRow, JobRow, NodeRow, TokenRow, UserRow
 from corral.store.tenancy import TenancyMethods, to_token, to_user
 from corral.store.tenancy import utc as _utc
@@ -408,7 +408,7 @@ def _job(r: JobRow) -> Job:
         delivered=r.delivered, attempt=r.attempt, not_before=_utc(r.not_before), failures=r.failures or 0,
         preempt_requested=bool(r.preempt_requested), preemptions=r.preemptions or 0,
         attained_gpu_s=r.attained_gpu_s or 0.0,
-        parts=tuple((str(n), tuple(int(i) for i in g)) for n, g in (r.parts or [])),
+        parts=compute_placed_parts(None, (), r.parts or []),
         delivered_to=frozenset(x for x in (r.delivered_nodes or "").split(",") if x),
         part_exits={str(k): int(v) for k, v in (r.part_exits or {}).items()},
     )

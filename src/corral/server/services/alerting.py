@@ -47,20 +47,25 @@ def build_notifiers(settings: Settings) -> list[Notifier]:
     return notifiers
 
 
+def _selector_text(labels: dict[str, Any]) -> str:
+    """{label: value} as the selector text the rules parse: label="value",..."""
+    return ",".join(f'{k}="{v}"' for k, v in labels.items())
+
+
 def normalize_rule_input(data: dict[str, Any]) -> dict[str, Any]:
     """Accept the portal's spelling too: `op` for `comparison`, a selector object {label: value}."""
     out = dict(data)
     if "op" in out and "comparison" not in out:
         out["comparison"] = out.pop("op")
     if isinstance(out.get("selector"), dict):
-        out["selector"] = ",".join(f'{k}="{v}"' for k, v in out["selector"].items())
+        out["selector"] = _selector_text(out["selector"])
     return out
 
 
 def normalize_silence_input(data: dict[str, Any]) -> dict[str, Any]:
     out = dict(data)
     if isinstance(out.get("matchers"), dict):
-        out["matchers"] = ",".join(f'{k}="{v}"' for k, v in out["matchers"].items())
+        out["matchers"] = _selector_text(out["matchers"])
     if "until" in out and "ends_at" not in out:
         until = out.pop("until")
         if isinstance(until, str):

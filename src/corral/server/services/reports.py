@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from corral.core.errors import ValidationError
+from corral.store.records import compute_placed_parts
 
 GROUPS = ("tenant", "user", "gpu_model", "day")
 
@@ -38,8 +39,8 @@ class JobRun:
     def from_columns(cls, row: Sequence[Any]) -> JobRun:
         """From SqlStore.list_runs_between's tuple."""
         (job_id, tenant, user, gpus, milli, nodes, started, finished, node, gpu_indices, parts, util) = row
-        placed = tuple((str(n), tuple(g)) for n, g in parts) if parts else (((node, tuple(gpu_indices)),) if node else ())
-        return cls(job_id, tenant, user, gpus, milli, nodes or 1, started, finished, placed,
+        return cls(job_id, tenant, user, gpus, milli, nodes or 1, started, finished,
+                   compute_placed_parts(node, gpu_indices, parts),
                    None if util is None else float(util))
 
 

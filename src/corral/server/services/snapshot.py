@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from corral.core.resources import NodeInfo, NodeState
-from corral.store.records import Job, Node
+from corral.store.records import Job, Node, compute_placed_parts
 
 
 def compute_usage(jobs: Sequence[Job]) -> dict[tuple[str, int], tuple[int, int]]:
@@ -43,8 +43,7 @@ def compute_usage_from_holders(holders: Sequence[tuple[int, str | None, list[int
     """compute_usage over the columns of SqlStore.list_gpu_holders (no full job records)."""
     usage: dict[tuple[str, int], tuple[int, int]] = {}
     for job_id, node, gpus, parts, milli in holders:
-        placed = [(str(n), list(g)) for n, g in parts] if parts else ([(node, gpus)] if node else [])
-        for n, idxs in placed:
+        for n, idxs in compute_placed_parts(node, gpus, parts):
             for idx in idxs:
                 used, _ = usage.get((n, idx), (0, 0))
                 usage[(n, idx)] = (used + milli, job_id)
