@@ -77,6 +77,8 @@ class TelemetryService:
         self._latest: dict[str, TelemetryBatch] = {}
         self._budgets: dict[str, IngestBudget] = {}
         self._faults: dict[str, list[SimFaultCommand]] = {}
+        self._summaries: dict[int, tuple[str, JobGpuSummary]] = {}  # job -> (node that last reported, summary)
+        self._summary_lock = threading.Lock()
 
     # ---- ingest ---------------------------------------------------------------------
     def ingest(self, node_name: str, data: dict[str, Any]) -> IngestResult:
@@ -115,11 +117,22 @@ class TelemetryService:
 
     def _update_job_summaries(self, jobs: list[Job], batch: TelemetryBatch, node: str) -> None:
         by_gpu = {s.index: s for s in batch.gpus}
-        for job in jobs:
-            samples = [by_gpu[i] for i in job.gpus_on(node) if i in by_gpu]
-            if samples:
-                old = summary_from_dict(self.store.get_job_gpu_summary(job.id))
-                self.store.set_job_gpu_summary(job.id, summary_to_dict(merge_job_gpu_summary(old, samples)))
+        running = {j.id for j in jobs}
+        # Summaries stay in memory between batches (read from the store once, e.g. after a restart): one write
+        # a batch instead of a read and a write. The lock keeps a gang's nodes from losing each other's samples;
+        # a job is forgotten once the node that last reported it no longer runs it (the store keeps it).
+        with self._summary_lock:
+            for job_id in [k for k, (n, _) in self._summaries.items() if n == node and k not in running]:
+                del self._summaries[job_id]
+            for job in jobs:
+                samples = [by_gpu[i] for i in job.gpus_on(node) if i in by_gpu]
+                if not samples:
+                    continue
+                cached = self._summaries.get(job.id)
+                old = cached[1] if cached else summary_from_dict(self.store.get_job_gpu_summary(job.id))
+                new = merge_job_gpu_summary(old, samples)
+                self._summaries[job.id] = (node, new)
+                self.store.set_job_gpu_summary(job.id, summary_to_dict(new))
 
     # ---- health ---------------------------------------------------------------------
     def _state_for(self, node: Node, now: float) -> NodeHealthState:
