@@ -30,6 +30,7 @@ class SimConfig:
     grace_s: float = 5.0
     restart_overhead_s: float = 5.0
     quotas: QuotaBook | None = None
+    horizon_s: float | None = None  # stop here even if jobs are left (a run that would never end)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +61,7 @@ class Interval:
     start_s: float
     end_s: float
     milli: int
+    model: str = ""  # the GPU model held (held intervals); "" for demand intervals
 
 
 @dataclass(slots=True)
@@ -130,6 +132,8 @@ def simulate_jobs(
         sim.remaining[t.job.id] = t.duration_s
     while sim.events:
         now, kind, _, job_id, version = heapq.heappop(sim.events)
+        if cfg.horizon_s is not None and now > cfg.horizon_s:
+            break
         if kind == ARRIVE:
             tj = jobs[job_id]
             job = tj.job if cfg.policy.order == "sjf" else replace(tj.job, known_duration_s=None)
@@ -155,7 +159,7 @@ def _leave(sim: _Sim, job_id: str, now: float, finished: bool) -> None:
     r = sim.running.pop(job_id)
     res = sim.result
     assert res is not None
-    res.held.append(Interval(job_id, r.job.tenant, r.start_s, now, r.job.need_milli))
+    res.held.append(Interval(job_id, r.job.tenant, r.start_s, now, r.job.need_milli, r.model))
     if finished:
         job = r.job
         res.present.append(Interval(job.id, job.tenant, job.submit_s, now, job.need_milli))
@@ -179,9 +183,10 @@ def _cycle(sim: _Sim, now: float) -> None:
     plan = compute_admission(state, CountLedger(sim.cluster.pool_milli, running), cfg.policy, now, explain=False)
     for p in plan.preempt:
         _preempt(sim, p.job_id, p.for_job_id, now)
-        waiting = sim.pending[p.for_job_id]
+    for job_id in plan.nominate:  # waiting on GPUs that preempted jobs release: it keeps its claim on them
+        waiting = sim.pending[job_id]
         if waiting.nominated_s is None:
-            sim.pending[p.for_job_id] = replace(waiting, nominated_s=now)
+            sim.pending[job_id] = replace(waiting, nominated_s=now)
     for a in plan.admit:
         job = sim.pending.pop(a.job_id)
         restart = a.job_id in sim.first_start

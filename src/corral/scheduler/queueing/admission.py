@@ -45,11 +45,14 @@ class Admission:
 @dataclass(frozen=True, slots=True)
 class AdmissionPlan:
     """admit: start these now (in rank order). preempt: signal these (victims). pending: per waiting job its
-    reason, position and ETA (only when asked to explain)."""
+    reason, position and ETA (only when asked to explain). nominate: the jobs waiting for GPUs that
+    preempted jobs release (this plan's victims or earlier ones); the caller sets `nominated_s = now` on
+    each unless already set, so that it keeps its claim on them in later cycles."""
 
     admit: tuple[Admission, ...]
     preempt: tuple[Preemption, ...]
     pending: Mapping[str, reasons.PendingStatus]
+    nominate: tuple[str, ...] = ()
 
 
 def running_attained(r: RunningJob, now_s: float) -> float:
@@ -96,10 +99,12 @@ class _Cycle:
     preempt: list[Preemption] = field(default_factory=list)
     taken: set[str] = field(default_factory=set)
     reservations: list[Reservation] = field(default_factory=list)
+    waiting: list[str] = field(default_factory=list)  # jobs holding GPUs that preempted jobs release
     failed_need: dict[tuple[str, str], int] = field(default_factory=dict)
-    # Per tenant, the smallest demand that neither fit nor could preempt this cycle: the tenant's later
-    # (lower-ranked) jobs at least as large cannot either (free GPUs and victims only shrink in a cycle).
-    tenant_failed: dict[str, int] = field(default_factory=dict)
+    # Per (tenant, model asked for), the smallest demand that neither fit nor could preempt this cycle: the
+    # tenant's later (lower-ranked) jobs at least as large, asking for the same model, cannot either (free
+    # GPUs and victims hardly grow in a cycle; a job of another model says nothing about this one's).
+    tenant_failed: dict[tuple[str, str], int] = field(default_factory=dict)
     reclaim_order: list[RunningJob] | None = None
     rank_order: list[RunningJob] | None = None
 
@@ -122,12 +127,17 @@ def compute_admission(
     settled = compute_usage(r for r in state.running if not r.terminating)
     cyc = _Cycle(state, policy, ledger, now_s, held, settled, ranks)
     ordered = sorted(state.pending, key=lambda j: ranks[j.id])
-    guaranteed = select_within_guarantee(ordered, held, state.quotas)
+    inf = float("inf")
+    # Jobs already nominated (waiting on GPUs that preempted jobs release) claim their tenant's guarantee first,
+    # by nomination time, then the rest in rank order: a reclaim in flight keeps the guarantee it reclaims,
+    # so a newcomer of the same tenant (even of higher priority) cannot take it over and make the tenant
+    # reclaim again, a grace period later.
+    guaranteed = select_within_guarantee(
+        sorted(ordered, key=lambda j: inf if j.nominated_s is None else j.nominated_s), held, state.quotas)
     if guaranteed:
         # Jobs within their tenant's guarantee first, and among them those that already preempted others
         # (by nomination time: they would otherwise lose the GPUs they reclaimed to a newcomer and reclaim
         # again). The sort is stable, so rank order holds otherwise.
-        inf = float("inf")
         ordered.sort(key=lambda j: (j.id not in guaranteed, inf if j.id not in guaranteed or j.nominated_s is None else j.nominated_s))
     statuses: list[tuple[QueuedJob, str, str]] = []
     blocked_queues: set[str] = set()
@@ -136,7 +146,7 @@ def compute_admission(
         qname = job.queue_name
         strict = policy.head_blocks or state.queues.get(qname, QueueConfig(qname)).strict
         behind = global_blocked or qname in blocked_queues
-        if (behind or not (strict and policy.backfill)) and job.need_milli >= cyc.tenant_failed.get(job.tenant, 1 << 62):
+        if (behind or not (strict and policy.backfill)) and job.need_milli >= cyc.tenant_failed.get((job.tenant, job.model), 1 << 62):
             # It cannot fit and cannot preempt: skip the work, keep the order and the queue's block.
             statuses.append((job, reasons.BEHIND_HEAD if behind else reasons.CAPACITY, ""))
             if strict:
@@ -150,7 +160,8 @@ def compute_admission(
         if reason:
             statuses.append((job, reason, detail))
             if reason in (reasons.CAPACITY, reasons.GANG) and not behind:
-                cyc.tenant_failed[job.tenant] = min(cyc.tenant_failed.get(job.tenant, 1 << 62), job.need_milli)
+                key = (job.tenant, job.model)
+                cyc.tenant_failed[key] = min(cyc.tenant_failed.get(key, 1 << 62), job.need_milli)
             if blocks and strict:
                 if policy.head_blocks:
                     global_blocked = True
@@ -160,7 +171,7 @@ def compute_admission(
         if not explain and not policy.preempt and not state.quotas.quotas and _all_full(ledger):
             break
     pending = _explain(cyc, statuses) if explain else {}
-    return AdmissionPlan(tuple(cyc.admit), tuple(cyc.preempt), pending)
+    return AdmissionPlan(tuple(cyc.admit), tuple(cyc.preempt), pending, tuple(cyc.waiting))
 
 
 def _all_full(ledger: Ledger) -> bool:
@@ -172,6 +183,9 @@ def _try_job(cyc: _Cycle, job: QueuedJob, behind: bool) -> tuple[str, str, bool]
     model, reason, detail = cyc.ledger.check(job)
     if model is not None:
         quota = check_quota(cyc.state.quotas, cyc.held, job, model)
+        if quota and not job.model:
+            model, quota, reason, detail = _try_other_models(cyc, job, model, quota)
+    if model is not None:
         if quota:
             got = _try_preempt(cyc, job) if quota[0] == reasons.BORROW and not behind else ""
             return (reasons.PREEMPTING, got, True) if got else (quota[0], quota[1], True)
@@ -189,7 +203,26 @@ def _try_job(cyc: _Cycle, job: QueuedJob, behind: bool) -> tuple[str, str, bool]
     got = _try_preempt(cyc, job)
     if got:
         return reasons.PREEMPTING, got, True
+    blocked = [check_quota(cyc.state.quotas, cyc.held, job, m) for m in cyc.ledger.models() if job.matches(m)]
+    if blocked and all(b and b[0] == reasons.QUOTA for b in blocked):  # no room, and its maximum says no anyway
+        return blocked[0][0], blocked[0][1], True  # type: ignore[index]
     return reason, detail, True
+
+
+def _try_other_models(
+    cyc: _Cycle, job: QueuedJob, model: str, quota: tuple[str, str]
+) -> tuple[str | None, tuple[str, str] | None, str, str]:
+    """A job of any model that fits on `model` but breaks a quota there: the first other model it fits on
+    within its quotas; else, when some other model's quotas allow it, "no room" (it may preempt there);
+    else the quota problem on `model`."""
+    allowed = [m for m in cyc.ledger.models() if m != model and not check_quota(cyc.state.quotas, cyc.held, job, m)]
+    for other in allowed:
+        got, _, _ = cyc.ledger.check(replace(job, model=other))
+        if got is not None:
+            return got, None, "", ""
+    if allowed:
+        return None, None, reasons.CAPACITY, f"{job.need_milli / 1000:g} GPUs needed on {', '.join(allowed)} (quota: {quota[1]})"
+    return model, quota, "", ""
 
 
 def _try_preempt(cyc: _Cycle, job: QueuedJob) -> str:
@@ -205,7 +238,7 @@ def _try_preempt(cyc: _Cycle, job: QueuedJob) -> str:
         cohort_short = compute_cohort_shortfall(book, cyc.settled, job, model)
         shortfall = max(job.need_milli - max(cyc.ledger.free(model), 0) - cyc.ledger.incoming(model), cohort_short)
         if shortfall <= 0:
-            cyc.ledger.reserve(job, model)
+            _hold_for(cyc, job, model)
             return f"waiting for preempted jobs to release {model} GPUs"
         q = book.get(job.tenant)
         reclaim = bool(book.quotas) and not is_borrowing(cyc.settled, q, model, job.need_milli)
@@ -221,9 +254,21 @@ def _try_preempt(cyc: _Cycle, job: QueuedJob) -> str:
             cyc.failed_need[(model, kind)] = job.need_milli
             continue
         cyc.preempt.extend(Preemption(v.job.id, job.id, kind) for v in victims)
-        cyc.ledger.reserve(job, model)  # free GPUs now, the rest as the victims exit
+        for v in victims:  # what they free beyond this job's need is there for the jobs after it
+            cyc.ledger.release(v.model, v.job.need_milli)
+        _hold_for(cyc, job, model)
         return f"preempting {len(victims)} job(s) ({kind})"
     return ""
+
+
+def _hold_for(cyc: _Cycle, job: QueuedJob, model: str) -> None:
+    """Reserve GPUs for a job that waits on preemption (free ones now, the rest as victims exit) and count
+    them as its tenant's for the rest of the cycle: its tenant's later jobs see the guarantee (and maximum)
+    it is about to use, so they neither reclaim beyond the guarantee nor start above the maximum."""
+    cyc.ledger.reserve(job, model)
+    cyc.waiting.append(job.id)
+    add_usage(cyc.held, job.tenant, model, job.need_milli)
+    add_usage(cyc.settled, job.tenant, model, job.need_milli)
 
 
 def _candidates(cyc: _Cycle, kind: str) -> list[RunningJob]:

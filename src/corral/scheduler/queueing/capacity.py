@@ -39,6 +39,10 @@ class Ledger(Protocol):
         """Hold `job`'s GPUs for it: free ones first, then GPUs that preempted jobs will release."""
         ...
 
+    def release(self, model: str, milli: int) -> None:
+        """Record that a job preempted in this cycle will release `milli` of `model` (incoming)."""
+        ...
+
 
 class CountLedger:
     """Milli-GPU counts per model; a gang fits when its total fits in one model's free count."""
@@ -85,3 +89,6 @@ class CountLedger:
         from_free = min(max(self._free[model], 0), job.need_milli)
         self._free[model] -= from_free
         self._incoming[model] -= job.need_milli - from_free
+
+    def release(self, model: str, milli: int) -> None:
+        self._incoming[model] = self.incoming(model) + milli

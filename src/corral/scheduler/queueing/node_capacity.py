@@ -89,3 +89,6 @@ class NodeLedger:
         from_free = min(max(self.free(model), 0), job.need_milli)
         self._reserved[model] = self._reserved.get(model, 0) + from_free
         self._incoming[model] = self._incoming.get(model, 0) - (job.need_milli - from_free)
+
+    def release(self, model: str, milli: int) -> None:
+        self._incoming[model] = self.incoming(model) + milli

@@ -156,8 +156,9 @@ def compute_cohort_shortfall(book: QuotaBook, usage: Usage, job: QueuedJob, mode
 
 
 def select_within_guarantee(ranked: Iterable[QueuedJob], usage: Usage, book: QuotaBook) -> set[str]:
-    """Ids of pending jobs that, taken per tenant in rank order, keep their tenant within its guarantee
-    (total, and the job's own model when it names one with a guarantee). They are admitted before any
+    """Ids of pending jobs that, taken per tenant in the given order, keep their tenant within its guarantee
+    (total, and the job's own model when it names one with a guarantee) and its maximum (a job its maximum
+    holds back must not keep the guarantee from the tenant's other jobs). They are admitted before any
     borrowing job, whatever the priorities: a guarantee is a promise, borrowing is opportunistic."""
     if not book.quotas:
         return set()
@@ -167,12 +168,13 @@ def select_within_guarantee(ranked: Iterable[QueuedJob], usage: Usage, book: Quo
         q = book.get(job.tenant)
         if q is None:
             continue
-        keys = [k for k in q.nominal if k == TOTAL or (job.model and job.matches(k))]
-        if not keys:
+        if not any(k == TOTAL or (job.model and job.matches(k)) for k in q.nominal):
             continue
+        limits = {k: min(q.nominal.get(k, 1 << 62), q.maximum.get(k, 1 << 62))
+                  for k in (*q.nominal, *q.maximum) if k == TOTAL or (job.model and job.matches(k))}
         u = usage.get(job.tenant, {})
-        if all(u.get(k, 0) + extra.get((job.tenant, k), 0) + job.need_milli <= q.nominal[k] for k in keys):
+        if all(u.get(k, 0) + extra.get((job.tenant, k), 0) + job.need_milli <= lim for k, lim in limits.items()):
             out.add(job.id)
-            for k in keys:
+            for k in limits:
                 extra[(job.tenant, k)] = extra.get((job.tenant, k), 0) + job.need_milli
     return out

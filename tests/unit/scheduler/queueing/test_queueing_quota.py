@@ -51,7 +51,8 @@ def test_no_quota_for_the_model_is_a_clear_reason() -> None:
     b = QuotaBook({"a": TenantQuota("a", {"T4-16GB": 1000})}, require_quota=True)
     plan = admit([job("x", "a"), job("y", "nobody", submit=1)], pool={MODEL: 8000, "T4-16GB": 1000}, quotas=b,
                  policy=NO_RANK_PREEMPTION, run=[running(job("t4", "z"), model="T4-16GB")])
-    assert plan.pending["x"].reason == "quota" and MODEL in plan.pending["x"].detail
+    # x may run on T4 (its quota's model) once it is free: it waits for capacity there, saying why not V100.
+    assert plan.pending["x"].reason == "capacity" and "T4-16GB" in plan.pending["x"].detail and MODEL in plan.pending["x"].detail
     assert plan.pending["y"].reason == "quota" and "no quota" in plan.pending["y"].detail
 
 
@@ -124,3 +125,50 @@ def test_reclaim_prefers_the_own_team_then_the_department() -> None:
            running(job("z1-a", "z1", 2), start=2), running(job("z1-b", "z1", 2), start=3)]
     plan = admit([job("x1-0", "x1", 2, submit=5)], gpus=8, run=run, quotas=b, policy=NO_RANK_PREEMPTION, now=5)
     assert [p.job_id for p in plan.preempt] == ["y1-b"]
+
+
+def test_a_job_of_any_model_runs_where_its_quota_allows() -> None:
+    # a may hold 1 T4 and 8 V100s: its 2-GPU job of any model best-fits the 2 free T4s, but starts on V100s
+    # (it used to wait forever on the T4 maximum while V100s were idle).
+    q = TenantQuota("a", {}, {"T4-16GB": 1000, MODEL: 8000})
+    plan = admit([job("x", "a", 2)], pool={MODEL: 8000, "T4-16GB": 2000}, quotas=QuotaBook({"a": q}), policy=NO_RANK_PREEMPTION)
+    assert [(a.job_id, a.model) for a in plan.admit] == [("x", MODEL)]
+
+
+def test_a_job_its_maximum_holds_back_does_not_keep_the_guarantee_from_the_others() -> None:
+    # a: 2 V100s guaranteed, 2 GPUs at most in all; it holds 1 A100. Its older 2-GPU job x cannot run (3 > 2),
+    # so the guarantee goes to y: y starts on the free V100 before d's higher-priority borrowing job w.
+    q = TenantQuota("a", {MODEL: 2000, "A100-80GB": 0}, {MODEL: 2000, "A100-80GB": 1000, TOTAL: 2000})
+    run = [running(job("a0", "a"), model="A100-80GB"), running(job("b0", "b"))]
+    plan = admit([job("x", "a", 2, model=MODEL), job("w", "d", priority=5), job("y", "a", 1, submit=1, model=MODEL)],
+                 pool={MODEL: 2000, "A100-80GB": 1000}, quotas=QuotaBook({"a": q, "d": TenantQuota("d", {TOTAL: 0})}),
+                 policy=NO_RANK_PREEMPTION, run=run)
+    assert admitted(plan) == ["y"] and not plan.preempt
+    assert plan.pending["x"].reason == "quota"
+
+
+def test_a_job_stuck_on_one_model_does_not_hold_back_the_tenants_jobs_on_another() -> None:
+    # The A100 is taken; a's A100 job waits, and its V100 job of the same size still starts.
+    plan = admit([job("p", "a", model="A100-80GB"), job("q", "a", submit=1, model=MODEL)],
+                 pool={MODEL: 2000, "A100-80GB": 1000}, policy=NO_RANK_PREEMPTION,
+                 run=[running(job("b0", "b"), model="A100-80GB")])
+    assert admitted(plan) == ["q"] and plan.pending["p"].reason == "capacity"
+
+
+def test_a_job_waiting_on_preemption_counts_as_its_tenants_use() -> None:
+    # a (4 guaranteed, 4 at most) holds 2; x reclaims 2 GPUs from b. y would take a to 5 once x starts: it
+    # waits on a's maximum instead of reclaiming a third GPU for nothing.
+    b = book(quota("a", 4, 4), quota("b", 0, 8))
+    run = [running(job("a0", "a", 2))] + [running(job(f"b{i}", "b"), start=i) for i in range(6)]
+    plan = admit([job("x", "a", 2), job("y", "a", 1, submit=1)], quotas=b, policy=NO_RANK_PREEMPTION, run=run)
+    assert sorted((p.job_id, p.for_job_id) for p in plan.preempt) == [("b4", "x"), ("b5", "x")]
+    assert plan.pending["y"].reason == "quota" and set(plan.nominate) == {"x"}
+
+
+def test_what_a_victim_frees_beyond_the_need_serves_the_next_job() -> None:
+    # x needs 1 GPU; the victim (b's newest job) holds 3. z then waits on the other 2 instead of preempting more.
+    b = book(quota("a", 2), quota("c", 2), quota("b", 0, 8))
+    run = [running(job(f"b{i}", "b"), start=i) for i in range(5)] + [running(job("big", "b", 3), start=9)]
+    plan = admit([job("x", "a", 1), job("z", "c", 2, submit=1)], quotas=b, policy=NO_RANK_PREEMPTION, run=run)
+    assert [(p.job_id, p.for_job_id) for p in plan.preempt] == [("big", "x")]
+    assert plan.pending["z"].reason == "preempting" and set(plan.nominate) == {"x", "z"}
