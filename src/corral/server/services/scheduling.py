@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from corral.core.requests import ResourceRequest
@@ -22,9 +23,10 @@ from corral.server.services.queue_state import compute_queue_state, compute_runn
 from corral.server.services.recovery import requeue_after_failure
 from corral.server.services.snapshot import compute_snapshot
 from corral.store.base import StateStore
-from corral.store.records import Job
+from corral.store.records import Job, Tenant
 
 log = logging.getLogger("corral.scheduler")
+USAGE_SAVE_EVERY_S = 30.0  # fair share's history is written this often (and on stop), read back on start
 
 
 def request_of(job: Job) -> ResourceRequest:
@@ -50,6 +52,8 @@ class Scheduler:
         self.pending_info: dict[int, tuple[int, datetime | None]] = {}  # job id -> (queue position, ETA)
         self._usage: dict[str, float] = {}
         self._usage_at: datetime | None = None
+        self._usage_loaded = False
+        self._usage_saved_at: datetime | None = None
         # job id -> when running jobs were first preempted for it: it gets the freed GPUs first
         self._nominated: dict[int, float] = {}
         self.trigger = Trigger()
@@ -68,6 +72,10 @@ class Scheduler:
         self.trigger.fire()
         if self._thread:
             self._thread.join(timeout=10)
+        try:
+            self._save_usage()
+        except Exception:  # the store may be gone already; at most USAGE_SAVE_EVERY_S of history is lost
+            log.exception("could not save fair-share usage")
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -76,6 +84,11 @@ class Scheduler:
             except Exception:  # a failed pass is logged and retried; the loop must survive
                 log.exception("scheduling pass failed")
             self.trigger.wait(self.interval_s)
+
+    @property
+    def usage_gpu_s(self) -> dict[str, float]:
+        """Fair share's history: decayed GPU-seconds per tenant name, as of the last pass."""
+        return dict(self._usage)
 
     def latencies_s(self) -> list[float]:
         """Recent submit-to-placement latencies (for the scheduling-latency histogram)."""
@@ -100,18 +113,24 @@ class Scheduler:
             self.reconcile_lost_nodes(now)
             pending = self.store.list_jobs(states=[JobState.PENDING])
             running = self.store.list_jobs(states=[JobState.RUNNING])
-            self._update_usage(running, now)
+            tenants = self.store.list_tenants()
+            self._update_usage(running, tenants, now)
             if not pending:
                 self.pending_reasons, self.pending_info = {}, {}
                 return []
-            waiting = [j for j in pending if j.not_before is not None and j.not_before > now]
-            ready = [j for j in pending if j not in waiting]
-            # Jobs without GPUs use no quota and hold no GPUs: they are placed directly, oldest first.
-            cpu_only = [j for j in ready if j.spec.gpus == 0]
-            ready = [j for j in ready if j.spec.gpus > 0]
+            # Jobs in retry backoff wait; jobs without GPUs use no quota and hold no GPUs: they are placed
+            # directly, oldest first; the rest go through the queueing core.
+            waiting: list[Job] = []
+            cpu_only: list[Job] = []
+            ready: list[Job] = []
+            for j in pending:
+                if j.not_before is not None and j.not_before > now:
+                    waiting.append(j)
+                else:
+                    (ready if j.spec.gpus > 0 else cpu_only).append(j)
             nodes = self.store.list_nodes()
             snapshot = compute_snapshot(nodes, running)
-            state = compute_queue_state(ready, running, nodes, self.store.list_tenants(), self.store.list_quotas(),
+            state = compute_queue_state(ready, running, nodes, tenants, self.store.list_quotas(),
                                         self.store.list_queues(), self._usage, now, self.cancel_grace_s,
                                         self._nominated)
             ledger = NodeLedger(snapshot, state.running, self.policy)
@@ -124,10 +143,13 @@ class Scheduler:
             for p in plan.preempt:
                 self._preempt(p.job_id, p.for_job_id, p.kind, now)
                 self._nominated.setdefault(int(p.for_job_id), now.timestamp())
+            for job_id in plan.nominate:  # waiting on GPUs that preempted jobs release: it keeps its claim on them
+                self._nominated.setdefault(int(job_id), now.timestamp())
             pending_ids = {j.id for j in pending}
             self._nominated = {k: v for k, v in self._nominated.items() if k in pending_ids}
             placed = [job_id for j in cpu_only if (job_id := self._place(j, snapshot, now, reasons))]
-            placed += [job_id for a in plan.admit if (job_id := self._place(by_id[a.job_id], snapshot, now, reasons))]
+            placed += [job_id for a in plan.admit
+                       if (job_id := self._place(by_id[a.job_id], snapshot, now, reasons, a.model))]
             for job_id, status in plan.pending.items():
                 jid = int(job_id)
                 reasons.setdefault(jid, f"{status.reason}: {status.detail}" if status.detail else status.reason)
@@ -136,12 +158,18 @@ class Scheduler:
             self.pending_reasons, self.pending_info = reasons, info
             return placed
 
-    def _place(self, job: Job, snapshot: list[NodeState], now: datetime, reasons: dict[int, str]) -> int | None:
-        """Place every part with the job's full request (a gang: one part per node, all or none)."""
+    def _place(self, job: Job, snapshot: list[NodeState], now: datetime, reasons: dict[int, str],
+               model: str = "") -> int | None:
+        """Place every part with the job's full request (a gang: one part per node, all or none). `model`: the
+        GPU model the queueing core admitted it on; a job that allows several (or any) is held to it, so that
+        it lands where its tenant's quota was counted (another model's maximum may be reached)."""
+        request = request_of(job)
+        if model and request.gpus and len(request.gpu_models) != 1:
+            request = replace(request, gpu_models=(model,))
         if job.spec.nodes > 1:
-            result = compute_gang_placement(request_of(job), job.spec.nodes, snapshot, self.policy)
+            result = compute_gang_placement(request, job.spec.nodes, snapshot, self.policy)
         else:
-            single = compute_placement(request_of(job), snapshot, self.policy)
+            single = compute_placement(request, snapshot, self.policy)
             result = single if isinstance(single, Unschedulable) else [single]
         if isinstance(result, Unschedulable):
             reasons[job.id] = f"capacity: {result.reason}"
@@ -162,11 +190,29 @@ class Scheduler:
             for node, _ in job.placed_parts:
                 self.notifier.notify(node)
 
-    def _update_usage(self, running: list[Job], now: datetime) -> None:
-        """Decayed GPU-seconds per tenant (fair share's history), advanced to `now`."""
+    def _update_usage(self, running: list[Job], tenants: list[Tenant], now: datetime) -> None:
+        """Decayed GPU-seconds per tenant (fair share's history), advanced to `now`. The history is read from the
+        store on the first pass and written back every USAGE_SAVE_EVERY_S: a restart keeps it (the jobs running
+        across the gap are counted as having run through it)."""
+        names = {t.id: t.name for t in tenants}
+        if not self._usage_loaded:
+            self._usage_loaded = True
+            stored, as_of = self.store.load_usage()
+            if as_of is not None and as_of <= now:
+                self._usage = {names[t]: v for t, v in stored.items() if t in names}
+                self._usage_at = as_of
+                self._usage_saved_at = now
         if self._usage_at is not None:
             dt = max((now - self._usage_at).total_seconds(), 0.0)
-            tenants = {t.id: t.name for t in self.store.list_tenants()}
-            held = [compute_running_job(j, tenants, (), {}, now, 0.0) for j in running]
+            held = [compute_running_job(j, names, (), {}, now, 0.0) for j in running]
             self._usage = compute_decayed_usage(self._usage, held, dt, self.queueing.half_life_s)
         self._usage_at = now
+        if self._usage_saved_at is None or (now - self._usage_saved_at).total_seconds() >= USAGE_SAVE_EVERY_S:
+            self._save_usage(names)
+
+    def _save_usage(self, names: dict[int, str] | None = None) -> None:
+        if self._usage_at is None:
+            return
+        ids = {n: i for i, n in (names or {t.id: t.name for t in self.store.list_tenants()}).items()}
+        self.store.save_usage({ids[n]: v for n, v in self._usage.items() if n in ids}, self._usage_at)
+        self._usage_saved_at = self._usage_at
