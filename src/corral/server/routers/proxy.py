@@ -1,45 +1,84 @@
 """/proxy/jobs/{id}/...: a running job's own web UI (the port it declared), through Corral's authentication.
 
-Only callers who may see the job get through (another tenant's job is 404). The request goes to the job's
-node at the port; the response streams back. HTTP only (no WebSocket upgrade).
+Only callers who may see the job get through (another tenant's job is 404). An HTTP request goes to the job's
+node at the port and the response streams back. A WebSocket on the same path is proxied too: the caller is
+authenticated like the HTTP route (bearer header, or the session cookie plus an Origin of this server's own
+host, against cross-site WebSocket hijacking), the server opens ws://node:port/path?query offering the
+caller's subprotocols, and text and binary frames are pumped both ways until either side closes; the close
+code and reason go across. Refusals happen before the handshake completes, as the same HTTP statuses and
+error bodies as the HTTP route (401, 403, 404, 409); a job's app that does not answer closes the accepted
+socket with 1013 (try again later), one that refuses the upgrade or fails with 1011.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
+from contextvars import ContextVar
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from typing import Annotated
+from urllib.parse import quote, urlsplit
 
 import httpx
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Request, WebSocket
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import StreamingResponse
+from fastapi.responses import JSONResponse, RedirectResponse, StreamingResponse
 from starlette.background import BackgroundTask
+from starlette.websockets import WebSocketDisconnect
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 
-from corral.core.errors import ConflictError, NotFoundError
+from corral.core.errors import ConflictError, CorralError, ForbiddenError, NotFoundError
 from corral.core.states import JobState
-from corral.server.auth import Principal, require_user
+from corral.server.auth import Principal, require_job_ui_user, require_user
+from corral.server.errors import STATUS_BY_ERROR, error_body
 from corral.server.services.jobs import load_job
+from corral.store.base import StateStore
+from corral.store.records import Job
 
 router = APIRouter(tags=["proxy"], include_in_schema=False)
-User = Annotated[Principal, Depends(require_user)]
+# On the API port when job UIs have an origin of their own: old links are sent there.
+redirect_router = APIRouter(tags=["proxy"], include_in_schema=False)
+User = Annotated[Principal, Depends(require_job_ui_user)]
 HOP_BY_HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailers",
               "transfer-encoding", "upgrade", "host", "content-length", "authorization", "cookie"}
 _client = httpx.AsyncClient(timeout=httpx.Timeout(60.0, connect=5.0), follow_redirects=False)
 
+# Not forwarded to the job on a WebSocket: the handshake's own headers (the client library makes them), and
+# Origin and User-Agent, which are passed as the library's own arguments.
+WS_NOT_FORWARDED = HOP_BY_HOP | {"sec-websocket-key", "sec-websocket-version", "sec-websocket-extensions",
+                                 "sec-websocket-protocol", "origin", "user-agent"}
+WS_OPEN_TIMEOUT_S = 10.0
+WS_CLOSE_TIMEOUT_S = 5.0
+WS_MAX_MESSAGE = 64 * 1024 * 1024  # from the job's app; uvicorn limits the client's side to 16 MiB
+# Close codes an endpoint may put on the wire (RFC 6455 7.4: 1004-1006 and 1015 are reserved).
+_SENDABLE = {1000, 1001, 1002, 1003, *range(1007, 1015), *range(3000, 5000)}
+PATH_SAFE = "/:@!$&'()*+,;=~"  # RFC 3986 path characters that stay as they are
 
-@router.api_route("/proxy/jobs/{job_id}/{path:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"])
-async def proxy(job_id: int, path: str, request: Request, caller: User) -> StreamingResponse:
-    store = request.app.state.store
+
+def _prefix(job_id: int) -> str:
+    return f"/proxy/jobs/{job_id}"
+
+
+async def _job_target(store: StateStore, job_id: int, caller: Principal) -> tuple[Job, str]:
+    """The job (visible to the caller, declaring a port, running) and the host its web UI listens on."""
     job = await run_in_threadpool(load_job, store, job_id, caller)
     if not job.spec.port:
         raise NotFoundError("web UI of job", str(job_id))
     if job.state is not JobState.RUNNING or not job.node:
         raise ConflictError(f"job {job_id} is {job.state.value}: its web UI is only open while it runs")
     node = await run_in_threadpool(store.get_node, job.node)
-    host = node.address if node else job.node
+    return job, node.address if node else job.node
+
+
+@router.api_route("/proxy/jobs/{job_id}/{path:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"])
+async def proxy(job_id: int, path: str, request: Request, caller: User) -> StreamingResponse:
+    job, host = await _job_target(request.app.state.store, job_id, caller)
     url = f"http://{host}:{job.spec.port}/{path}"
     headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
-    headers["X-Forwarded-Prefix"] = f"/proxy/jobs/{job_id}"
+    headers["X-Forwarded-Prefix"] = _prefix(job_id)
     upstream = _client.build_request(request.method, url, params=request.query_params, headers=headers,
                                      content=await request.body())
     try:
@@ -54,3 +93,205 @@ async def proxy(job_id: int, path: str, request: Request, caller: User) -> Strea
 
     return StreamingResponse(body(), status_code=response.status_code, headers=out_headers,
                              background=BackgroundTask(response.aclose))
+
+
+def job_ui_base(request: Request | WebSocket) -> str:
+    """Where job UIs are served: CORRAL_JOB_UI_URL, else this request's host at the job-UI port; "" when they
+    share the API's origin (links stay relative)."""
+    settings = request.app.state.settings
+    if not settings.effective_job_ui_port:
+        return ""
+    if settings.job_ui_url:
+        return str(settings.job_ui_url).rstrip("/")
+    host = request.url.hostname or "127.0.0.1"
+    host = f"[{host}]" if ":" in host else host
+    scheme = "https" if request.url.scheme in ("https", "wss") else "http"
+    return f"{scheme}://{host}:{settings.effective_job_ui_port}"
+
+
+@redirect_router.api_route("/proxy/jobs/{job_id}/{path:path}", methods=["GET", "HEAD"])
+async def to_job_ui_origin(job_id: int, path: str, request: Request) -> RedirectResponse:
+    """Job UIs live on their own origin: a link to the API port's old path is redirected (GET only: a form
+    post is not replayed elsewhere)."""
+    query = f"?{request.url.query}" if request.url.query else ""
+    return RedirectResponse(f"{job_ui_base(request)}{_prefix(job_id)}/{quote(path, safe=PATH_SAFE)}{query}",
+                            status_code=307)
+
+
+@redirect_router.api_route("/proxy/jobs/{job_id}/{path:path}", methods=["POST", "PUT", "PATCH", "DELETE"])
+async def not_on_this_origin(job_id: int, path: str, request: Request) -> JSONResponse:
+    return JSONResponse(error_body("not_found", f"job web UIs are served at {job_ui_base(request)}{_prefix(job_id)}/"),
+                        status_code=404)
+
+
+@redirect_router.websocket("/proxy/jobs/{job_id}/{path:path}")
+async def websocket_not_on_this_origin(websocket: WebSocket, job_id: int, path: str) -> None:
+    await _refuse(websocket, NotFoundError("job web UI on this origin", f"{job_id} (use {job_ui_base(websocket)})"))
+
+
+# ---- WebSocket ---------------------------------------------------------------------------------------------
+
+def _same_origin(origin: str, host: str) -> bool:
+    """Whether a browser's Origin header names this server as the client reached it (its Host header)."""
+    try:
+        o, h = urlsplit(origin), urlsplit("//" + host)
+        if o.scheme not in ("http", "https") or not o.hostname or not h.hostname:
+            return False
+        default = 443 if o.scheme == "https" else 80
+        return (o.hostname.lower(), o.port or default) == (h.hostname.lower(), h.port or default)
+    except ValueError:  # a malformed port
+        return False
+
+
+def _authenticate_ws(websocket: WebSocket) -> Principal:
+    """The caller, checked exactly as the HTTP route checks it: the handshake is a GET, so `require_user` reads
+    the same Authorization header or session cookie from the same scope. A cookie alone is not enough: a page
+    on any site may open a WebSocket here and the browser would send the cookie with it (and no CSRF header
+    can be added), so a cookie session must also come from a page of this server (Origin equal to Host). A
+    bearer header needs no such check: a browser page cannot set one on a WebSocket."""
+    principal = require_user(Request({**websocket.scope, "type": "http", "method": "GET"}))
+    if "authorization" not in websocket.headers:
+        origin, host = websocket.headers.get("origin", ""), websocket.headers.get("host", "")
+        if not _same_origin(origin, host):
+            raise ForbiddenError(f"a WebSocket with a session cookie must come from this server's own pages "
+                                 f"(Origin {origin or 'missing'}, server {host or 'unknown'})")
+    return principal
+
+
+class _DenialLogFilter(logging.Filter):
+    """uvicorn's websockets-sansio protocol logs "ASGI callable returned without completing handshake." at
+    ERROR after every denial response it has sent correctly (it never marks that handshake done; uvicorn
+    pull request #3138). Drop that one line, and only for a connection this router has just refused."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (_denied.get() and record.getMessage() == "ASGI callable returned without completing handshake.")
+
+
+_denied: ContextVar[bool] = ContextVar("corral_ws_denied", default=False)
+logging.getLogger("uvicorn.error").addFilter(_DenialLogFilter())
+
+
+async def _refuse(websocket: WebSocket, exc: CorralError) -> None:
+    """Refuse the handshake with the HTTP route's status and error body (or, where the server cannot send an
+    HTTP answer to a WebSocket request, a policy-violation close, which becomes a 403)."""
+    status = next((s for t, s in STATUS_BY_ERROR.items() if isinstance(exc, t)), 500)
+    if "websocket.http.response" in websocket.scope.get("extensions", {}):
+        headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+        _denied.set(True)  # in the connection's own task: what uvicorn logs after the app returns sees it
+        body = error_body(exc.code, exc.message, getattr(exc, "field", None))
+        await websocket.send_denial_response(JSONResponse(body, status_code=status, headers=headers))
+    else:
+        await websocket.close(1008, _reason(exc.message))
+
+
+def _reason(text: str) -> str:
+    """A close reason fits in a control frame: 123 bytes of UTF-8."""
+    data = text.encode()
+    return text if len(data) <= 123 else data[:120].decode(errors="ignore") + "..."
+
+
+def _wire_code(code: int | None, reason: str, abnormal: int, why: str) -> tuple[int, str]:
+    """A close code (and reason) received from one side, as one the other side may be sent."""
+    if code is not None and code in _SENDABLE:
+        return code, _reason(reason)
+    if code == 1005:  # a close frame without a code
+        return 1000, ""
+    return abnormal, why  # 1006 (no close frame), 1015, or nonsense
+
+
+async def _close_quietly(websocket: WebSocket, code: int, reason: str) -> None:
+    with contextlib.suppress(RuntimeError, OSError, WebSocketDisconnect):
+        await websocket.close(code, reason)
+
+
+async def _pump_client(websocket: WebSocket, upstream: ClientConnection) -> tuple[int, str] | None:
+    """Client -> job until the client closes (its close code and reason) or the job's side is closed (None)."""
+    while True:
+        message = await websocket.receive()
+        if message["type"] == "websocket.disconnect":
+            return int(message.get("code") or 1005), str(message.get("reason") or "")
+        data = message.get("bytes")
+        if data is None:
+            data = message.get("text")
+        if data is None:
+            continue
+        try:
+            await upstream.send(data)
+        except ConnectionClosed:
+            return None
+
+
+async def _pump_job(websocket: WebSocket, upstream: ClientConnection) -> None:
+    """Job -> client until the job's side closes (or the client is gone: then the client pump sees it)."""
+    with contextlib.suppress(ConnectionClosed, OSError, WebSocketDisconnect, RuntimeError):
+        async for data in upstream:
+            if isinstance(data, str):
+                await websocket.send_text(data)
+            else:
+                await websocket.send_bytes(data)
+
+
+async def _relay(websocket: WebSocket, upstream: ClientConnection, expires_at: datetime | None) -> None:
+    client = asyncio.create_task(_pump_client(websocket, upstream))
+    job = asyncio.create_task(_pump_job(websocket, upstream))
+    try:
+        timeout = None if expires_at is None else max(0.0, (expires_at - datetime.now(UTC)).total_seconds())
+        done, _ = await asyncio.wait({client, job}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        if not done:  # the credential the socket was opened with has expired
+            await upstream.close(1001, "the Corral session expired")
+            await _close_quietly(websocket, 1008, "your Corral session expired")
+        elif client in done and not client.cancelled() and client.exception() is None and client.result():
+            code, reason = client.result()  # type: ignore[misc]
+            await upstream.close(*_wire_code(code, reason, 1001, "the client went away"))
+        else:  # the job's side closed: let the last frames out, then pass its close code on
+            await asyncio.wait({job}, timeout=WS_CLOSE_TIMEOUT_S)
+            await _close_quietly(websocket, *_wire_code(upstream.close_code, upstream.close_reason or "", 1011,
+                                                        "the job's web UI dropped the connection"))
+    finally:
+        for task in (client, job):
+            task.cancel()
+        await asyncio.gather(client, job, return_exceptions=True)
+        await upstream.close()
+
+
+@router.websocket("/proxy/jobs/{job_id}/{path:path}")
+async def proxy_websocket(websocket: WebSocket, job_id: int, path: str) -> None:
+    try:
+        caller = await run_in_threadpool(_authenticate_ws, websocket)
+        job, host = await _job_target(websocket.app.state.store, job_id, caller)
+    except CorralError as e:
+        await _refuse(websocket, e)
+        return
+    query = websocket.scope.get("query_string", b"").decode("latin-1")
+    netloc = f"[{host}]" if ":" in host else host
+    url = f"ws://{netloc}:{job.spec.port}/{quote(path, safe=PATH_SAFE)}" + (f"?{query}" if query else "")
+    headers = [(k, v) for k, v in websocket.headers.items() if k.lower() not in WS_NOT_FORWARDED]
+    headers.append(("X-Forwarded-Prefix", _prefix(job_id)))
+    offered = list(websocket.scope.get("subprotocols") or [])
+    # The job's app sees itself as the origin: Corral checked the caller's Origin already, and apps that check
+    # Origin against their Host (Jupyter, code-server) would refuse the browser's origin, which is Corral's.
+    origin = f"http://{netloc}:{job.spec.port}" if "origin" in websocket.headers else None
+    try:
+        upstream = await connect(
+            url, subprotocols=offered or None, additional_headers=headers, origin=origin,  # type: ignore[arg-type]
+            user_agent_header=websocket.headers.get("user-agent"), proxy=None, open_timeout=WS_OPEN_TIMEOUT_S,
+            close_timeout=WS_CLOSE_TIMEOUT_S, max_size=WS_MAX_MESSAGE)
+    except (OSError, TimeoutError, InvalidHandshake) as e:
+        # Accept only to say why in a close frame (what a browser's page can read); a browser fails a socket
+        # whose handshake answer names none of the subprotocols it offered, so name the first.
+        if isinstance(e, InvalidStatus):
+            code, why = 1011, f"its answer was HTTP {e.response.status_code}, not a WebSocket"
+        elif isinstance(e, InvalidHandshake):
+            code, why = 1011, f"its WebSocket handshake failed: {e}"
+        else:
+            code, why = 1013, f"it does not answer ({type(e).__name__}); try again later"
+        with contextlib.suppress(RuntimeError, OSError, WebSocketDisconnect):
+            await websocket.accept(subprotocol=offered[0] if offered else None)
+            await websocket.close(code, _reason(f"job {job_id}'s web UI at port {job.spec.port}: {why}"))
+        return
+    try:
+        await websocket.accept(subprotocol=upstream.subprotocol)
+    except BaseException:
+        await upstream.close()
+        raise
+    await _relay(websocket, upstream, caller.token.expires_at)
