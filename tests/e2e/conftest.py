@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 import pytest
 
 CORRAL = str(Path(sys.executable).with_name("corral"))
@@ -47,8 +48,11 @@ class Corral:
         self.data_dir = root / "data"
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        self.ui_port = free_port()  # jobs' web UIs, on an origin of their own
+        self.ui_url = f"http://127.0.0.1:{self.ui_port}"
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")}
         self.env.update(HOME=str(self.home), XDG_CONFIG_HOME=str(self.home / ".config"), CORRAL_PORT=str(self.port),
+                        CORRAL_JOB_UI_PORT=str(self.ui_port),
                         CORRAL_DATA_DIR=str(self.data_dir), CORRAL_GPUS=gpus, CORRAL_NODE_NAME=node,
                         PYTHONUNBUFFERED="1")
         if database_url:
@@ -98,6 +102,16 @@ class Corral:
                 except ProcessLookupError:
                     pass
                 p.wait(10)
+        # Jobs run under a shim in a session of their own (they outlive an agent restart by design): kill those
+        # of this installation, found by its data directory on their command line, and their children.
+        for proc in psutil.process_iter(["cmdline"]):
+            try:
+                if any(str(self.root) in arg for arg in proc.info["cmdline"] or ()):
+                    for child in proc.children(recursive=True):
+                        child.kill()
+                    proc.kill()
+            except psutil.Error:
+                pass
 
     # ---- the CLI ----------------------------------------------------------------
     def cli(self, *args: str, env: dict[str, str] | None = None, timeout_s: float = 60) -> subprocess.CompletedProcess[str]:
@@ -120,6 +134,12 @@ class Corral:
 
     def job(self, job_id: int) -> dict[str, Any]:
         return self.cli_json("show", str(job_id))  # type: ignore[no-any-return]
+
+    def api_events(self, job_id: int) -> list[dict[str, Any]]:
+        token = (self.data_dir / "admin-token").read_text().strip()
+        r = httpx.get(f"{self.url}/api/v1/jobs/{job_id}/events", headers={"Authorization": f"Bearer {token}"})
+        r.raise_for_status()
+        return r.json()  # type: ignore[no-any-return]
 
     def api_jobs(self) -> list[dict[str, Any]]:
         """All jobs straight from the REST API (faster than the CLI when polling a race)."""

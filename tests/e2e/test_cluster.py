@@ -74,9 +74,12 @@ def test_make_up_starts_and_answers_healthz(tmp_path: Path) -> None:
             except (httpx.HTTPError, ValueError):
                 return False
 
-        wait_for(healthy, 120, "make up healthy")
+        config = tmp_path / ".config" / "corral" / "config.json"
+        # /healthz answers as soon as the API listens; `corral up` writes the CLI config right after
+        # start() returns (once the job-UI listener is up too), so wait for both.
+        wait_for(lambda: healthy() and config.exists(), 120, "make up healthy and the CLI configured")
         assert (tmp_path / "data" / "admin-token").stat().st_mode & 0o777 == 0o600
-        assert (tmp_path / ".config" / "corral" / "config.json").stat().st_mode & 0o777 == 0o600
+        assert config.stat().st_mode & 0o777 == 0o600
     finally:
         os.killpg(proc.pid, signal.SIGINT)
         out, _ = proc.communicate(timeout=30)

@@ -59,6 +59,8 @@ def up(host: Host = None, port: Port = None, data_dir: DataDir = None, database_
     agent.start()
     print(f"Corral is up at {settings.url}  (node {settings.node_name}, GPUs: {agent.agent.backend.name})", flush=True)
     print(f"  admin token: {settings.data_dir / ADMIN_TOKEN_FILE}; CLI configured in {config}", flush=True)
+    if settings.effective_job_ui_port:
+        print(f"  jobs' own web UIs: port {settings.effective_job_ui_port} (CORRAL_JOB_UI_PORT)", flush=True)
     print(f"  more nodes: corral agent --server {settings.url} --token $(cat {settings.data_dir / JOIN_TOKEN_FILE})",
           flush=True)
     stop = threading.Event()

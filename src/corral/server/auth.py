@@ -78,7 +78,7 @@ def csrf_for(session_secret: str) -> str:
     return hashlib.sha256(b"corral-csrf:" + session_secret.encode()).hexdigest()
 
 
-def _credential(request: Request) -> str:
+def _credential(request: Request, csrf: bool = True) -> str:
     """A bearer header wins; without one a session cookie may stand in, but then every unsafe method must
     carry the session's CSRF token in X-CSRF-Token (the cookie alone would let other sites post as the user)."""
     if "authorization" in request.headers:
@@ -86,16 +86,18 @@ def _credential(request: Request) -> str:
     cookie = request.cookies.get(SESSION_COOKIE)
     if not cookie:
         return _bearer(request)  # raises the usual "missing bearer token"
-    if request.method not in SAFE_METHODS:
+    if csrf and request.method not in SAFE_METHODS:
         sent = request.headers.get(CSRF_HEADER, "")
         if not hmac.compare_digest(sent.encode(), csrf_for(cookie).encode()):
             raise ForbiddenError("missing or wrong X-CSRF-Token for a cookie session")
     return cookie
 
 
-def authenticate(request: Request) -> Principal:
+def authenticate(request: Request, csrf: bool = True) -> Principal:
+    """The caller. `csrf=False` only where the session cookie is SameSite=Strict and the route serves no
+    portal or API (the job-UI origin: a job's own app posts without Corral's CSRF header)."""
     store = request.app.state.store
-    token = store.find_token(hash_token(_credential(request)))
+    token = store.find_token(hash_token(_credential(request, csrf)))
     if token is None:
         raise AuthError("invalid or revoked token")
     if token.expires_at is not None and token.expires_at <= datetime.now(UTC):
@@ -104,11 +106,19 @@ def authenticate(request: Request) -> Principal:
     return Principal(token=token, user=user)
 
 
-def require_user(request: Request) -> Principal:
-    p = authenticate(request)
+def _person(p: Principal) -> Principal:
     if p.is_agent:
         raise ForbiddenError("an agent join token cannot use the user API")
     return p
+
+
+def require_user(request: Request) -> Principal:
+    return _person(authenticate(request))
+
+
+def require_job_ui_user(request: Request) -> Principal:
+    """A user on the job-UI origin: cookie sessions need no CSRF header there (see `authenticate`)."""
+    return _person(authenticate(request, csrf=request.app is not getattr(request.app.state, "job_ui_app", None)))
 
 
 def require_agent(request: Request) -> Principal:

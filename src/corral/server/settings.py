@@ -43,6 +43,12 @@ class Settings(BaseSettings):
     smtp_port: int = Field(25, ge=1, le=65535, description="SMTP port.")
     alert_email_from: str = Field("corral@localhost", description="Sender of alert e-mail.")
     alert_email_to: str = Field("", description="Comma-separated recipients of alert e-mail.")
+    job_ui_port: int | None = Field(
+        None, ge=0, le=65535,
+        description="Port that serves jobs' own web UIs on an origin apart from the portal (default: the API port "
+                    "+ 1; 0: on the API port, where a job's page could use the session of whoever opens it).")
+    job_ui_url: str = Field("", description="Public base URL of the job-UI port behind a reverse proxy, e.g. "
+                                            "https://jobs.corral.example (default: the portal's host, job-UI port).")
     metrics_raw_retention_s: float = Field(86400.0, ge=60, description="How long raw samples are kept.")
     metrics_rollup_retention_s: float = Field(30 * 86400.0, ge=60, description="How long 1-minute rollups are kept.")
 
@@ -63,6 +69,13 @@ class Settings(BaseSettings):
     @property
     def effective_database_url(self) -> str:
         return self.database_url or f"sqlite:///{self.data_dir / 'corral.db'}"
+
+    @property
+    def effective_job_ui_port(self) -> int:
+        """The job-UI port, or 0 when job UIs share the API's origin."""
+        if self.job_ui_port is not None:
+            return self.job_ui_port
+        return self.port + 1 if 0 < self.port < 65535 else 0
 
     @property
     def url(self) -> str:
