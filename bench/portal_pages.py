@@ -50,8 +50,16 @@ def seed_nodes(store: SqlStore, now: datetime) -> list[str]:
     return names
 
 
+def seed_schedules(store: SqlStore, tenants: list[int], now: datetime, count: int = 50) -> list[int]:
+    """Repeating jobs across the tenants (a tenth of the jobs below were started by them)."""
+    exprs = ["0 2 * * *", "*/15 * * * *", "@hourly", "@every 30m", "0 9 * * MON-FRI"]
+    return [store.create_schedule(tenants[i % len(tenants)], None, f"sched-{i}", exprs[i % len(exprs)], "UTC", "forbid",
+                                  False, {"command": ["python", "eval.py"], "gpus": 1}, now + timedelta(minutes=15),
+                                  now).id for i in range(count)]
+
+
 def seed_jobs(store: SqlStore, nodes: list[str], jobs: int, tenants: list[int], rng: random.Random,
-              now: datetime) -> tuple[int, int]:
+              now: datetime, schedules: list[int] | None = None) -> tuple[int, int]:
     """Most jobs finished, 600 running (one GPU each), the rest pending. Returns (a running id, a finished id)."""
     running_target, pending_target = 600, 600
     free = [(n, i) for n in nodes for i in range(GPUS_PER_NODE)]
@@ -60,7 +68,8 @@ def seed_jobs(store: SqlStore, nodes: list[str], jobs: int, tenants: list[int], 
     for k in range(jobs):
         created = now - timedelta(seconds=(jobs - k) * 30)
         spec = JobSpec(command=("python", "train.py", f"--seed={k}"), name=f"job-{k}", gpus=1 + (k % 3 == 0),
-                       priority=rng.randint(-5, 5), tenant_id=tenants[k % len(tenants)], time_limit_s=3600)
+                       priority=rng.randint(-5, 5), tenant_id=tenants[k % len(tenants)], time_limit_s=3600,
+                       schedule_id=schedules[k % len(schedules)] if schedules and k % 10 == 0 else None)
         job = store.create_job(spec, created)
         finished = k < jobs - running_target - pending_target
         running = not finished and k < jobs - pending_target
@@ -121,6 +130,7 @@ def page_requests(node: str, running: int, finished: int, paths: set[str]) -> di
                    "/api/v1/alerts?history=true&limit=100", "/api/v1/alert-rules", "/api/v1/silences"],
         "admin": ["/admin", *boot, "/api/v1/tenants", "/api/v1/users", "/api/v1/quotas", "/api/v1/tokens",
                   "/api/v1/audit?limit=100"],
+        "schedules": ["/schedules", *boot, "/api/v1/schedules"],
         "reports": ["/reports", *boot, f"/api/v1/reports/usage?group_by=tenant&{report}&format=json"],
     }
     # Calls to endpoints this server does not have are left out (the page shows "not available").
@@ -174,9 +184,10 @@ def main() -> None:
         t0 = time.perf_counter()
         tenants = [store.find_tenant("default").id] + [store.create_tenant(f"team-{i}", now).id for i in range(4)]  # type: ignore[union-attr]
         nodes = seed_nodes(store, now)
-        running, finished = seed_jobs(store, nodes, args.jobs, tenants, rng, now)
+        schedules = seed_schedules(store, tenants, now) if hasattr(store, "create_schedule") else []
+        running, finished = seed_jobs(store, nodes, args.jobs, tenants, rng, now, schedules)
         npoints = seed_telemetry(store, nodes, time.time(), running)
-        print(f"seeded {len(nodes)} nodes, {len(nodes) * GPUS_PER_NODE} GPUs, {args.jobs} jobs, {npoints} telemetry "
+        print(f"seeded {len(nodes)} nodes, {len(nodes) * GPUS_PER_NODE} GPUs, {args.jobs} jobs, {len(schedules)} schedules, {npoints} telemetry "
               f"points in {time.perf_counter() - t0:.0f} s (SQLite)")
         app = create_app(Settings(data_dir=Path(tmp), database_url=url), store)
         client = TestClient(app)  # no `with`: the scheduler and alert loops stay off

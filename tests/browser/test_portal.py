@@ -312,7 +312,7 @@ def test_reports_page(admin_tab: Tab, cluster: Cluster) -> None:
 def test_every_page_renders_without_console_errors(admin_tab: Tab) -> None:
     pages = {"/": "#by-model table", "/nodes": "#nodes table", "/nodes/node-a": "#gpus .gpu-card",
              "/gpus/node-a/0": "#info table", "/jobs": "#list table", "/submit": "#submit-form", "/alerts": "h1",
-             "/admin": "#tokens table", "/reports": "h1"}
+             "/admin": "#tokens table", "/reports": "h1", "/schedules": "#list table"}
     for path, ready in pages.items():
         admin_tab.goto(path)
         expect(admin_tab.page.locator(ready).first).to_be_visible()

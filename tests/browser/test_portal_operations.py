@@ -111,16 +111,16 @@ def test_job_web_ui_opens_through_the_proxy_with_the_session(admin_tab: Tab, clu
     page = admin_tab.page
     admin_tab.goto(f"/jobs/{job}")
     link = page.locator("#open-webui")
-    expect(link).to_have_attribute("href", f"/proxy/jobs/{job}/", timeout=30_000)
+    expect(link).to_have_attribute("href", f"{cluster.ui_url}/proxy/jobs/{job}/", timeout=30_000)
     # The link shows as soon as the job runs; its server may take a moment more to listen (the proxy says 409).
-    wait_for(lambda: admin_tab.context.request.get(f"{cluster.url}/proxy/jobs/{job}/").status == 200, 30,
+    wait_for(lambda: admin_tab.context.request.get(f"{cluster.ui_url}/proxy/jobs/{job}/").status == 200, 30,
              "the job's server answers through the proxy")
     with admin_tab.context.expect_page() as opened:
         link.click()
     web = opened.value
     web.on("console", lambda m: admin_tab.errors.append(f"{web.url}: {m.text}") if m.type == "error" else None)
     expect(web.locator("#hello")).to_have_text(marker)
-    assert web.url == f"{cluster.url}/proxy/jobs/{job}/"
+    assert web.url == f"{cluster.ui_url}/proxy/jobs/{job}/"  # the session cookie carried over to its own origin
     admin_tab.shot("job-web-ui")
 
     # Once the job stops, the page no longer offers the link.

@@ -9,9 +9,9 @@ from typing import Annotated
 import typer
 
 from corral.cli.config import make_client
-from corral.cli.output import console, print_json, print_table, short_time
+from corral.cli.output import console, print_fields, print_json, print_table, short_time
 from corral.core.errors import ValidationError
-from corral.server.schemas import JobOut, JobSubmit
+from corral.server.schemas import JobOut, JobSubmit, ScheduleIn
 
 JSON = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
@@ -40,12 +40,28 @@ def submit(
     nodes: Annotated[int, typer.Option(help="Run on this many nodes at once (--gpus on each), all or none.")] = 1,
     min_gpu_memory: Annotated[int, typer.Option(help="Minimum GPU memory in MiB.")] = 0,
     port: Annotated[int | None, typer.Option(help="A web UI the job serves on this port (opened via Corral).")] = None,
+    repeat: Annotated[str | None, typer.Option(
+        help="Repeat on a schedule instead of running once: a cron line ('0 2 * * *'), '@daily' or '@every 15m'.")] = None,
+    timezone: Annotated[str, typer.Option(help="With --repeat: the IANA time zone the cron line is read in.")] = "UTC",
+    concurrency: Annotated[str, typer.Option(
+        help="With --repeat, when the previous run is still active: allow, forbid (skip) or replace.")] = "forbid",
     as_json: JSON = False,
 ) -> None:
-    """Submit a job; prints its id."""
+    """Submit a job; prints its id. With --repeat, creates a schedule and prints its id and next run."""
     body = JobSubmit(command=command, gpus=gpus, gpu_model=gpu_model, name=name or "", env=parse_env(env or []),
                      workdir=workdir, priority=priority, queue=queue, time_limit_s=time_limit,
                      gpu_milli=gpu_share or 1000, min_gpu_memory_mib=min_gpu_memory, port=port, nodes=nodes)
+    if repeat is None and (timezone != "UTC" or concurrency != "forbid"):
+        raise ValidationError("--repeat", "--timezone and --concurrency only apply to a repeating job (add --repeat)")
+    if repeat is not None:
+        schedule_in = ScheduleIn(name=name or "", schedule=repeat, timezone=timezone, concurrency=concurrency, job=body)
+        with make_client() as c:
+            sched = c.create_schedule(schedule_in)
+        if as_json:
+            print_json(sched)
+        else:
+            print(f"schedule {sched.id} ({sched.name}): {sched.description}; next run {short_time(sched.next_run_at)}")
+        return
     with make_client() as c:
         job = c.submit(body)
     if as_json:
@@ -90,8 +106,7 @@ def _print_job(j: JobOut) -> None:
     if j.nodes > 1:
         fields.append(("parts", "; ".join(f"rank {i}: {p['node']} GPUs {','.join(map(str, p['gpus']))}"
                                           for i, p in enumerate(j.parts))))
-    for k, v in fields:
-        console.print(f"[bold]{k:>10}[/bold]  {'' if v is None else v}", highlight=False)
+    print_fields(fields, 10)
 
 
 def logs(job_id: Annotated[int, typer.Argument(help="Job id.")],

@@ -13,7 +13,7 @@ import typer
 from typer._click import exceptions as click_exc  # typer vendors click; its errors live here
 
 from corral import __version__
-from corral.cli import alerts, jobs, nodes, run, tenancy
+from corral.cli import alerts, jobs, nodes, run, schedules, tenancy
 from corral.cli.config import ConfigError
 from corral.cli.simulate import simulate_app
 from corral.core.errors import CorralError
@@ -35,6 +35,7 @@ app.add_typer(nodes.nodes_app, name="nodes")
 app.add_typer(nodes.gpus_app, name="gpus")
 app.add_typer(nodes.sim_app, name="sim")
 app.add_typer(alerts.alerts_app, name="alerts")
+app.add_typer(schedules.schedules_app, name="schedules")
 app.command("login")(tenancy.login)
 app.command("whoami")(tenancy.whoami)
 app.add_typer(tenancy.tenants_app, name="tenants")

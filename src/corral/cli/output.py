@@ -32,5 +32,11 @@ def print_table(title: str | None, columns: Sequence[str], rows: Sequence[Sequen
     console.print(table)
 
 
+def print_fields(fields: Sequence[tuple[str, Any]], width: int) -> None:
+    """One `name  value` line per field, names right-aligned to `width` (None prints as nothing)."""
+    for k, v in fields:
+        console.print(f"[bold]{k:>{width}}[/bold]  {'' if v is None else v}", highlight=False)
+
+
 def short_time(dt: Any) -> str:
     return dt.strftime("%Y-%m-%d %H:%M:%S") if dt else ""

@@ -34,6 +34,10 @@ class NotFoundError(CorralError):
 class ConflictError(CorralError):
     code = "conflict"
 
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
 
 class AuthError(CorralError):
     code = "unauthorized"

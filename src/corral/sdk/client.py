@@ -7,8 +7,8 @@ from typing import Any
 import httpx
 
 from corral.server.schemas import (
-    AgentRegister, AgentSync, AgentSyncReply, GpuOut, JobOut, JobSubmit, NodeOut, QueueIn, QueueOut, QuotaIn, QuotaOut,
-    TenantIn, TenantOut, TokenIn, TokenOut, UserIn, UserOut, UserPatch, WhoAmI,
+    AgentRegister, AgentSync, AgentSyncReply, GpuOut, JobOut, JobSubmit, NodeOut, QueueIn, QueueOut, QuotaIn, QuotaOut, ScheduleIn,
+    ScheduleOut, SchedulePatch, TenantIn, TenantOut, TokenIn, TokenOut, UserIn, UserOut, UserPatch, WhoAmI,
 )
 
 
@@ -92,6 +92,30 @@ class CorralClient(_Base):
         """(bytes from offset, total size held, job state)."""
         r = self._request("GET", f"/api/v1/jobs/{job_id}/logs", params={"offset": offset, "rank": rank})
         return r.content, int(r.headers.get("x-log-size", "0")), r.headers.get("x-job-state", "")
+
+    def create_schedule(self, body: ScheduleIn) -> ScheduleOut:
+        r = self._request("POST", "/api/v1/schedules", json=body.model_dump(exclude_none=True))
+        return ScheduleOut.model_validate(r.json())
+
+    def schedules(self) -> list[ScheduleOut]:
+        return [ScheduleOut.model_validate(s) for s in self._request("GET", "/api/v1/schedules").json()]
+
+    def schedule(self, schedule_id: int) -> ScheduleOut:
+        return ScheduleOut.model_validate(self._request("GET", f"/api/v1/schedules/{schedule_id}").json())
+
+    def update_schedule(self, schedule_id: int, body: SchedulePatch) -> ScheduleOut:
+        r = self._request("PATCH", f"/api/v1/schedules/{schedule_id}", json=body.model_dump(exclude_none=True))
+        return ScheduleOut.model_validate(r.json())
+
+    def delete_schedule(self, schedule_id: int) -> None:
+        self._request("DELETE", f"/api/v1/schedules/{schedule_id}")
+
+    def run_schedule(self, schedule_id: int) -> JobOut:
+        return JobOut.model_validate(self._request("POST", f"/api/v1/schedules/{schedule_id}/run").json())
+
+    def schedule_jobs(self, schedule_id: int, limit: int = 50) -> list[JobOut]:
+        r = self._request("GET", f"/api/v1/schedules/{schedule_id}/jobs", params={"limit": limit})
+        return [JobOut.model_validate(j) for j in r.json()]
 
     def nodes(self) -> list[NodeOut]:
         return [NodeOut.model_validate(n) for n in self._request("GET", "/api/v1/nodes").json()]

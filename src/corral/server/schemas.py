@@ -94,6 +94,68 @@ class JobOut(BaseModel):
     parts: list[dict[str, Any]] = Field(default_factory=list, description="[{node, gpus}] per rank of a placed job")
     web_url: str | None = Field(None, description="the job's own web UI through Corral's proxy, while it runs")
     preemptions: int = 0
+    schedule_id: int | None = Field(None, description="the repeating-job schedule that started this job")
+
+
+class ScheduleIn(BaseModel):
+    """A repeating job: `job` (a job submission, validated like POST /jobs) started at every firing."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field("", max_length=255, description="unique in the tenant; defaults to the job's name")
+    schedule: str = Field(min_length=1, max_length=255,
+                          description="cron line ('0 2 * * *'), nickname ('@daily') or '@every 15m'")
+    timezone: str = Field("UTC", min_length=1, max_length=64, description="IANA zone the cron line is read in")
+    concurrency: str = Field("forbid", description="when the previous run is still active: allow, forbid or replace")
+    paused: bool = False
+    job: JobSubmit
+
+    @field_validator("concurrency")
+    @classmethod
+    def _concurrency(cls, v: str) -> str:
+        if v not in ("allow", "forbid", "replace"):
+            raise ValueError("must be allow, forbid or replace")
+        return v
+
+
+class SchedulePatch(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str | None = Field(None, min_length=1, max_length=255)
+    schedule: str | None = Field(None, min_length=1, max_length=255)
+    timezone: str | None = Field(None, min_length=1, max_length=64)
+    concurrency: str | None = None
+    paused: bool | None = None
+    job: JobSubmit | None = None
+
+    @field_validator("concurrency")
+    @classmethod
+    def _concurrency(cls, v: str | None) -> str | None:
+        if v is not None and v not in ("allow", "forbid", "replace"):
+            raise ValueError("must be allow, forbid or replace")
+        return v
+
+
+class ScheduleOut(BaseModel):
+    id: int
+    name: str
+    tenant: str | None
+    schedule: str
+    timezone: str
+    description: str = Field(description="the schedule in words")
+    concurrency: str
+    paused: bool
+    job: dict[str, Any] = Field(description="the job submission started at each firing")
+    created_at: datetime
+    next_run_at: datetime | None = Field(description="the next firing (null while paused)")
+    upcoming: list[datetime] = Field(default_factory=list, description="the next few firings")
+    last_run_at: datetime | None
+    last_job_id: int | None
+    active_job_ids: list[int] = Field(default_factory=list, description="its pending or running jobs")
+    runs: int
+    skipped: int
+    missed: int
+    last_skip_reason: str = Field("", description="why its last firing started nothing (empty when it started a job)")
 
 
 class GpuOut(BaseModel):

@@ -127,6 +127,7 @@ class JobSpec:
     max_retries: int = 3  # requeues after a GPU or node failure before the job FAILS
     port: int | None = None  # a web UI the job serves on its node, opened through Corral's proxy
     nodes: int = 1  # a gang: `gpus` GPUs on each of `nodes` nodes, all started at once
+    schedule_id: int | None = None  # the repeating-job schedule that started it
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,8 +156,8 @@ class Job:
 
     @property
     def placed_parts(self) -> tuple[tuple[str, tuple[int, ...]], ...]:
-        """Where the job runs: (node, GPU indices) per rank."""
-        return compute_placed_parts(self.node, self.gpu_indices, self.parts)
+        """Where the job runs: (node, GPU indices) per rank (stored jobs carry it built; see store.sql._job)."""
+        return self.parts or compute_placed_parts(self.node, self.gpu_indices, ())
 
     def gpus_on(self, node: str) -> tuple[int, ...]:
         return next((g for n, g in self.placed_parts if n == node), ())
@@ -184,3 +185,26 @@ class JobEvent:
     at: datetime
     kind: str
     message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    """A repeating job: `job` is the validated submission (JobSubmit fields) started at each firing."""
+
+    id: int
+    tenant_id: int
+    name: str
+    expr: str
+    timezone: str
+    concurrency: str
+    paused: bool
+    job: dict[str, Any]
+    created_at: datetime
+    next_run_at: datetime
+    user_id: int | None = None
+    last_run_at: datetime | None = None
+    last_job_id: int | None = None
+    runs: int = 0  # jobs started by firings (and by run-now)
+    skipped: int = 0  # firings that started nothing (concurrency forbid, or the job was no longer valid)
+    missed: int = 0  # firing times that passed while the server was down, folded into later firings
+    last_error: str = ""

@@ -18,6 +18,7 @@ from corral.core.errors import ConflictError
 from corral.core.resources import GpuInfo
 from corral.core.states import JobState
 from corral.store.operations import NodeAdminMethods
+from corral.store.schedules import ScheduleMethods
 from corral.store.telemetry import TelemetryMethods
 from corral.store.records import GpuStatus, Job, JobEvent, JobSpec, Node, TokenRecord, User, compute_placed_parts
 from corral.store.tables import GpuRow, JobEventRow, JobRow, NodeRow, TokenRow, UserRow
@@ -44,7 +45,7 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur.close()
 
 
-class SqlStore(TenancyMethods, NodeAdminMethods, TelemetryMethods):
+class SqlStore(TenancyMethods, NodeAdminMethods, TelemetryMethods, ScheduleMethods):
     """One implementation for both databases; dialect differences stay inside this class."""
 
     def __init__(self, url: str) -> None:
@@ -67,6 +68,10 @@ class SqlStore(TenancyMethods, NodeAdminMethods, TelemetryMethods):
     def _tx(self) -> Iterator[Session]:
         with self._sessions.begin() as session:
             yield session
+
+    # used by the mixins (a firing inserts its job in the schedule's transaction)
+    _insert_job = staticmethod(lambda s, spec, now: insert_job(s, spec, now))
+    _to_job = staticmethod(lambda row: _job(row))
 
     @contextmanager
     def _rmw(self) -> Iterator[Session]:
@@ -185,19 +190,7 @@ class SqlStore(TenancyMethods, NodeAdminMethods, TelemetryMethods):
     # ---- jobs -------------------------------------------------------------
     def create_job(self, spec: JobSpec, now: datetime) -> Job:
         with self._tx() as s:
-            row = JobRow(
-                name=spec.name, user_id=spec.user_id, command=list(spec.command), env=dict(spec.env),
-                workdir=spec.workdir, gpus=spec.gpus, gpu_milli=spec.gpu_milli, gpu_models=list(spec.gpu_models),
-                min_gpu_memory_mib=spec.min_gpu_memory_mib, cpu_milli=spec.cpu_milli, memory_mib=spec.memory_mib,
-                priority=spec.priority, state=JobState.PENDING.value, created_at=now, gpu_indices=[],
-                reason="", cancel_requested=False, delivered=False, attempt=0,
-                tenant_id=spec.tenant_id, queue=spec.queue, time_limit_s=spec.time_limit_s,
-                max_retries=spec.max_retries, gpu_summary={}, port=spec.port, nodes=spec.nodes,
-            )
-            s.add(row)
-            s.flush()
-            s.add(JobEventRow(job_id=row.id, at=now, kind="submitted", message=""))
-            return _job(row)
+            return _job(insert_job(s, spec, now))
 
     def get_job(self, job_id: int) -> Job | None:
         with self._tx() as s:
@@ -206,9 +199,11 @@ class SqlStore(TenancyMethods, NodeAdminMethods, TelemetryMethods):
 
     def list_jobs(self, states: Sequence[JobState] | None = None, limit: int | None = None,
                   tenant_id: int | None = None, newest_first: bool = False, before_id: int | None = None,
-                  node: str | None = None) -> list[Job]:
+                  node: str | None = None, schedule_id: int | None = None) -> list[Job]:
         with self._tx() as s:
             q = select(JobRow).order_by(JobRow.id.desc() if newest_first else JobRow.id)
+            if schedule_id is not None:
+                q = q.where(JobRow.schedule_id == schedule_id)
             if states is not None:
                 q = q.where(JobRow.state.in_([st.value for st in states]))
             if tenant_id is not None:
@@ -393,13 +388,31 @@ def _node(r: NodeRow, gpus: Sequence[GpuRow]) -> Node:
                 gpu_status=tuple(GpuStatus(g.index, g.healthy, g.health_reason or "", g.disabled) for g in gpus))
 
 
+def insert_job(s: Session, spec: JobSpec, now: datetime) -> JobRow:
+    """Add an accepted job as PENDING (with its `submitted` event) inside the caller's transaction."""
+    row = JobRow(
+        name=spec.name, user_id=spec.user_id, command=list(spec.command), env=dict(spec.env),
+        workdir=spec.workdir, gpus=spec.gpus, gpu_milli=spec.gpu_milli, gpu_models=list(spec.gpu_models),
+        min_gpu_memory_mib=spec.min_gpu_memory_mib, cpu_milli=spec.cpu_milli, memory_mib=spec.memory_mib,
+        priority=spec.priority, state=JobState.PENDING.value, created_at=now, gpu_indices=[],
+        reason="", cancel_requested=False, delivered=False, attempt=0,
+        tenant_id=spec.tenant_id, queue=spec.queue, time_limit_s=spec.time_limit_s,
+        max_retries=spec.max_retries, gpu_summary={}, port=spec.port, nodes=spec.nodes, schedule_id=spec.schedule_id,
+    )
+    s.add(row)
+    s.flush()
+    s.add(JobEventRow(job_id=row.id, at=now, kind="submitted",
+                      message=f"by schedule {spec.schedule_id}" if spec.schedule_id else ""))
+    return row
+
+
 def _job(r: JobRow) -> Job:
     spec = JobSpec(
         command=tuple(r.command), name=r.name, env=dict(r.env or {}), workdir=r.workdir, gpus=r.gpus,
         gpu_milli=r.gpu_milli, gpu_models=tuple(r.gpu_models or ()), min_gpu_memory_mib=r.min_gpu_memory_mib,
         cpu_milli=r.cpu_milli, memory_mib=r.memory_mib, priority=r.priority, user_id=r.user_id,
         tenant_id=r.tenant_id, queue=r.queue or "default", time_limit_s=r.time_limit_s, max_retries=r.max_retries,
-        port=r.port, nodes=r.nodes or 1,
+        port=r.port, nodes=r.nodes or 1, schedule_id=r.schedule_id,
     )
     return Job(
         id=r.id, spec=spec, state=JobState(r.state), created_at=_utc(r.created_at) or r.created_at, node=r.node,
@@ -408,7 +421,7 @@ def _job(r: JobRow) -> Job:
         delivered=r.delivered, attempt=r.attempt, not_before=_utc(r.not_before), failures=r.failures or 0,
         preempt_requested=bool(r.preempt_requested), preemptions=r.preemptions or 0,
         attained_gpu_s=r.attained_gpu_s or 0.0,
-        parts=compute_placed_parts(None, (), r.parts or []),
+        parts=compute_placed_parts(r.node, r.gpu_indices or (), r.parts or []),
         delivered_to=frozenset(x for x in (r.delivered_nodes or "").split(",") if x),
         part_exits={str(k): int(v) for k, v in (r.part_exits or {}).items()},
     )

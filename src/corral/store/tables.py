@@ -25,6 +25,15 @@ class TenantRow(Base):
     created_at: Mapped[datetime] = mapped_column(UTC_DT)
 
 
+class UsageRow(Base):
+    """Fair share's history: each tenant's decayed GPU-seconds as of `as_of` (kept across restarts)."""
+
+    __tablename__ = "fair_share_usage"
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), primary_key=True)
+    gpu_seconds: Mapped[float] = mapped_column(Float, default=0.0)
+    as_of: Mapped[datetime] = mapped_column(UTC_DT)
+
+
 class QuotaRow(Base):
     __tablename__ = "quotas"
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
@@ -143,8 +152,36 @@ class JobRow(Base):
     node_list: Mapped[str] = mapped_column(Text, default="")  # ",n1,n2,": finds a gang's jobs by node
     delivered_nodes: Mapped[str] = mapped_column(Text, default="")  # ",n1,": agents that hold their part
     part_exits: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)  # node -> exit code of its part
+    schedule_id: Mapped[int | None] = mapped_column(Integer, nullable=True)  # the schedule that started it
 
-    __table_args__ = (Index("ix_jobs_state", "state"), Index("ix_jobs_node", "node"), Index("ix_jobs_tenant", "tenant_id"))
+    __table_args__ = (Index("ix_jobs_state", "state"), Index("ix_jobs_node", "node"), Index("ix_jobs_tenant", "tenant_id"),
+                      Index("ix_jobs_schedule", "schedule_id"))
+
+
+class ScheduleRow(Base):
+    """A repeating job: a validated job submission plus when to run it (see corral.core.schedules)."""
+
+    __tablename__ = "schedules"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"))
+    user_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"), nullable=True)
+    name: Mapped[str] = mapped_column(String(255))
+    expr: Mapped[str] = mapped_column(String(255))
+    timezone: Mapped[str] = mapped_column(String(64), default="UTC")
+    concurrency: Mapped[str] = mapped_column(String(16), default="forbid")
+    paused: Mapped[bool] = mapped_column(Boolean, default=False)
+    job: Mapped[dict[str, Any]] = mapped_column(JSON)  # the JobSubmit body
+    created_at: Mapped[datetime] = mapped_column(UTC_DT)
+    next_run_at: Mapped[datetime] = mapped_column(UTC_DT)
+    last_run_at: Mapped[datetime | None] = mapped_column(UTC_DT, nullable=True)
+    last_job_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    runs: Mapped[int] = mapped_column(Integer, default=0)
+    skipped: Mapped[int] = mapped_column(Integer, default=0)
+    missed: Mapped[int] = mapped_column(Integer, default=0)
+    last_error: Mapped[str] = mapped_column(Text, default="")
+
+    __table_args__ = (UniqueConstraint("tenant_id", "name", name="uq_schedules_tenant_name"),
+                      Index("ix_schedules_due", "paused", "next_run_at"))
 
 
 class JobEventRow(Base):

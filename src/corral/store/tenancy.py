@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 
 from corral.core.errors import ConflictError
 from corral.store.records import Queue, Quota, Tenant, TokenRecord, User
-from corral.store.tables import QueueRow, QuotaRow, TenantRow, TokenRow, UserRow
+from corral.store.tables import QueueRow, QuotaRow, TenantRow, TokenRow, UsageRow, UserRow
 
 
 def utc(dt: datetime | None) -> datetime | None:
@@ -50,6 +50,21 @@ class TenancyMethods:
 
     def _tx(self) -> AbstractContextManager[Session]:  # provided by SqlStore
         raise NotImplementedError
+
+    # ---- fair share's history ---------------------------------------------------
+    def save_usage(self, gpu_seconds: dict[int, float], as_of: datetime) -> None:
+        """Replace the stored decayed usage (tenant id -> GPU-seconds) with this snapshot."""
+        with self._tx() as s:
+            s.execute(delete(UsageRow))
+            known = set(s.scalars(select(TenantRow.id)).all())
+            s.add_all(UsageRow(tenant_id=t, gpu_seconds=v, as_of=as_of) for t, v in gpu_seconds.items() if t in known)
+
+    def load_usage(self) -> tuple[dict[int, float], datetime | None]:
+        """The stored decayed usage and when it was taken (None: nothing stored yet)."""
+        with self._tx() as s:
+            rows = s.scalars(select(UsageRow)).all()
+            stamps = [t for r in rows if (t := utc(r.as_of)) is not None]
+            return {r.tenant_id: r.gpu_seconds for r in rows}, max(stamps, default=None)
 
     # ---- tenants --------------------------------------------------------------
     def create_tenant(self, name: str, now: datetime, parent_id: int | None = None, weight: float = 1.0) -> Tenant:

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 
 from corral.core.states import JobState
 from corral.server.auth import Principal, require_user
+from corral.server.routers.proxy import job_ui_base
 from corral.server.schemas import JobOut, JobSubmit
 from corral.core.tenancy import Action
 from corral.server.services.jobs import load_job, submit_job, to_out
@@ -19,9 +20,13 @@ router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
 User = Annotated[Principal, Depends(require_user)]
 
 
-def _out(request: Request, job: Job) -> JobOut:
+def _out(request: Request, job: Job, names: dict[int, str] | None = None) -> JobOut:
     sched = request.app.state.scheduler
-    return to_out(job, sched.pending_reasons, tenant_names(request.app.state.store), sched.pending_info)
+    out = to_out(job, sched.pending_reasons, names if names is not None else tenant_names(request.app.state.store),
+                 sched.pending_info)
+    if out.web_url:  # on the job-UI origin when it has one (CORRAL_JOB_UI_PORT)
+        out.web_url = job_ui_base(request) + out.web_url
+    return out
 
 
 @router.post("", status_code=201, response_model=JobOut)
@@ -50,8 +55,7 @@ def list_jobs(request: Request, response: Response, caller: User, all: bool = Fa
                            before_id=before_id, node=node)
     response.headers["X-Total-Count"] = str(store.count_jobs(states=states, tenant_id=scope))
     names = tenant_names(store)
-    sched = request.app.state.scheduler
-    return [to_out(j, sched.pending_reasons, names, sched.pending_info) for j in jobs]
+    return [_out(request, j, names) for j in jobs]
 
 
 @router.get("/{job_id}", response_model=JobOut)

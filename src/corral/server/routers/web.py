@@ -18,7 +18,7 @@ STATIC_NAME = re.compile(r"^(pages/)?[a-z0-9_-]+\.(js|css|svg)$")
 CONTENT_TYPES = {"js": "text/javascript; charset=utf-8", "css": "text/css; charset=utf-8", "svg": "image/svg+xml"}
 # The page paths the client-side router knows; each answers with the same shell.
 PAGES = ("/", "/login", "/nodes", "/nodes/{name}", "/gpus/{node}/{index}", "/jobs", "/submit", "/alerts",
-         "/admin", "/reports")
+         "/admin", "/reports", "/schedules")
 
 
 # Only Corral's own files run: no inline scripts, no other origins, no framing (inline style attributes draw bars).

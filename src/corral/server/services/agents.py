@@ -66,7 +66,9 @@ def apply_reports(store: StateStore, node: str, body: AgentSync) -> tuple[list[R
             freed |= _apply_exit(store, job, node, ex.exit_code, ex.reason, now)
         acked.append(ex.run)  # stale, unknown or already final: nothing to keep, the agent may forget it
     seen = {r for r in body.running} | {ex.run for ex in body.exits}
-    store.mark_delivered([r.job_id for r in body.running if _current(mine.get(r.job_id), node, r)], node)
+    # Only runs not yet noted as delivered to this node: usually none, and then no write at all.
+    store.mark_delivered([r.job_id for r in body.running
+                          if _current(mine.get(r.job_id), node, r) and node not in mine[r.job_id].delivered_to], node)
     for job in mine.values():
         if node in job.delivered_to and node not in job.part_exits and _run_of(job, node) not in seen:
             freed |= store.finish_job(job.id, JobState.FAILED, None, f"lost: the agent on {node} no longer runs it", now)

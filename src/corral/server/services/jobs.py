@@ -52,8 +52,10 @@ def check_tenant_quota_covers(store: StateStore, tenant_id: int, request: Resour
                                            f"{', '.join(covered) or 'nothing'} (ask for one of those)")
 
 
-def submit_job(store: StateStore, body: JobSubmit, caller: Principal) -> Job:
-    tenant_id = caller.tenant_id
+def job_spec_for(store: StateStore, body: JobSubmit, tenant_id: int | None, user_id: int | None,
+                 schedule_id: int | None = None) -> JobSpec:
+    """Check a submission against the tenant's queues and quotas and the pool; the spec to store, or
+    ValidationError naming the field."""
     if tenant_id is None:
         raise ValidationError("tenant", "the caller belongs to no tenant")
     if body.queue not in {q.name for q in store.list_queues(tenant_id)}:
@@ -65,12 +67,16 @@ def submit_job(store: StateStore, body: JobSubmit, caller: Principal) -> Job:
                               memory_mib=body.memory_mib)
     check_fits_some_node(request, store.list_nodes(), body.nodes)
     check_tenant_quota_covers(store, tenant_id, request)
-    spec = JobSpec(command=tuple(body.command), name=body.name or body.command[0].rsplit("/", 1)[-1],
+    return JobSpec(command=tuple(body.command), name=body.name or body.command[0].rsplit("/", 1)[-1],
                    env=dict(body.env), workdir=body.workdir, gpus=body.gpus, gpu_milli=body.gpu_milli,
                    gpu_models=body.gpu_models, min_gpu_memory_mib=body.min_gpu_memory_mib,
                    cpu_milli=body.cpu_milli, memory_mib=body.memory_mib, priority=body.priority,
-                   user_id=caller.user.id if caller.user else None, tenant_id=tenant_id, queue=body.queue,
-                   time_limit_s=body.time_limit_s, port=body.port, nodes=body.nodes)
+                   user_id=user_id, tenant_id=tenant_id, queue=body.queue,
+                   time_limit_s=body.time_limit_s, port=body.port, nodes=body.nodes, schedule_id=schedule_id)
+
+
+def submit_job(store: StateStore, body: JobSubmit, caller: Principal) -> Job:
+    spec = job_spec_for(store, body, caller.tenant_id, caller.user.id if caller.user else None)
     return store.create_job(spec, datetime.now(UTC))
 
 
@@ -102,4 +108,5 @@ def to_out(job: Job, pending_reasons: dict[int, str], tenants: dict[int, str] | 
         queue_position=position, eta=eta, preemptions=job.preemptions,
         eta_s=None if eta is None else max((eta - datetime.now(UTC)).total_seconds(), 0.0), port=s.port,
         web_url=f"/proxy/jobs/{job.id}/" if s.port and job.state is JobState.RUNNING else None,
+        schedule_id=s.schedule_id,
     )

@@ -80,14 +80,17 @@ def compute_usage_rows(jobs: Sequence[JobRun], group_by: str, start: datetime, e
         run0, run1 = max(job.started_at, start), min(job.finished_at or now, end)
         if run1 <= run0:
             continue
-        gpus = job.gpus * job.gpu_milli / 1000 * max(job.nodes, 1)
+        gpus = job.gpus * job.gpu_milli / 1000 * job.nodes
         if group_by == "day":
-            parts = [(k, a, b) for k, a, b in _days(run0, run1)]
+            parts = _days(run0, run1)
         else:
-            key = {"tenant": lambda: tenants.get(job.tenant_id or 0, "(none)"),
-                   "user": lambda: users.get(job.user_id or 0, "(none)"),
-                   "gpu_model": lambda: next((gpu_models[(n, i)] for n, idxs in job.parts for i in idxs
-                                              if (n, i) in gpu_models), "(unknown)")}[group_by]()
+            if group_by == "tenant":
+                key = tenants.get(job.tenant_id or 0, "(none)")
+            elif group_by == "user":
+                key = users.get(job.user_id or 0, "(none)")
+            else:
+                key = next((gpu_models[(n, i)] for n, idxs in job.parts for i in idxs if (n, i) in gpu_models),
+                           "(unknown)")
             parts = [(key, run0, run1)]
         util = job.utilization_pct
         for key, a, b in parts:

@@ -2,22 +2,28 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from corral.core.resources import NodeInfo, NodeState
 from corral.store.records import Job, Node, compute_placed_parts
 
 
-def compute_usage(jobs: Sequence[Job]) -> dict[tuple[str, int], tuple[int, int]]:
-    """(node, gpu index) -> (used milli, job id of the last job seen on it) for RUNNING jobs."""
+def _usage(placed: Iterable[tuple[int, Sequence[tuple[str, Sequence[int]]], int]]
+           ) -> dict[tuple[str, int], tuple[int, int]]:
+    """(node, gpu index) -> (used milli, id of the last job seen on it), from (job id, parts, milli) each."""
     usage: dict[tuple[str, int], tuple[int, int]] = {}
-    for job in jobs:
-        for node, gpus in job.placed_parts:
+    for job_id, parts, milli in placed:
+        for node, gpus in parts:
             for idx in gpus:
                 used, _ = usage.get((node, idx), (0, 0))
-                usage[(node, idx)] = (used + job.spec.gpu_milli, job.id)
+                usage[(node, idx)] = (used + milli, job_id)
     return usage
+
+
+def compute_usage(jobs: Sequence[Job]) -> dict[tuple[str, int], tuple[int, int]]:
+    """(node, gpu index) -> (used milli, job id of the last job seen on it) for RUNNING jobs."""
+    return _usage((job.id, job.placed_parts, job.spec.gpu_milli) for job in jobs)
 
 
 def compute_snapshot(nodes: Sequence[Node], running: Sequence[Job]) -> list[NodeState]:
@@ -41,10 +47,4 @@ def compute_snapshot(nodes: Sequence[Node], running: Sequence[Job]) -> list[Node
 def compute_usage_from_holders(holders: Sequence[tuple[int, str | None, list[int], list[Any], int]]
                                ) -> dict[tuple[str, int], tuple[int, int]]:
     """compute_usage over the columns of SqlStore.list_gpu_holders (no full job records)."""
-    usage: dict[tuple[str, int], tuple[int, int]] = {}
-    for job_id, node, gpus, parts, milli in holders:
-        for n, idxs in compute_placed_parts(node, gpus, parts):
-            for idx in idxs:
-                used, _ = usage.get((n, idx), (0, 0))
-                usage[(n, idx)] = (used + milli, job_id)
-    return usage
+    return _usage((job_id, compute_placed_parts(node, gpus, parts), milli) for job_id, node, gpus, parts, milli in holders)

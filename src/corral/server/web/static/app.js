@@ -11,6 +11,7 @@ const ROUTES = [
   [/^\/jobs$/, "jobs", "renderQueue", "jobs"],
   [/^\/jobs\/(\d+)$/, "job", "render", "jobs"],
   [/^\/submit$/, "submit", "render", "submit"],
+  [/^\/schedules$/, "schedules", "render", "schedules"],
   [/^\/alerts$/, "alerts", "render", "alerts"],
   [/^\/admin$/, "admin", "render", "admin"],
   [/^\/reports$/, "reports", "render", "reports"],

@@ -58,7 +58,8 @@ export async function render(page) {
     const cancel = $("#cancel");
     if (cancel) cancel.disabled = TERMINAL.has(job.state) || job.cancel_requested;
     // The job's own web UI (the port it declared), through Corral's authenticated proxy, while it runs.
-    $("#webui").innerHTML = job.web_url ? `<a id="open-webui" href="${esc(job.web_url)}" target="_blank" rel="noopener">Open the job's web UI (port ${job.port})</a>` : "";
+    $("#webui").innerHTML = (job.web_url ? `<a id="open-webui" href="${esc(job.web_url)}" target="_blank" rel="noopener">Open the job's web UI (port ${job.port})</a>` : "")
+      + (job.schedule_id ? ` <span class="muted">started by <a href="/schedules#schedule-${job.schedule_id}">schedule ${job.schedule_id}</a></span>` : "");
     const ran = job.started_at ? ((job.finished_at ? new Date(job.finished_at) : new Date()) - new Date(job.started_at)) / 1000 : null;
     $("#info").innerHTML = table(["Command", "Tenant", "Queue", "Priority", "GPUs", "Node", "Exit", "Ran for", "Reason", "In line", "Preempted"], [[
       `<code>${esc(shellJoin(job.command))}</code>`, esc(job.tenant ?? ""), esc(job.queue), job.priority, gpusOf(job),

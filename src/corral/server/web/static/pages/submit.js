@@ -38,7 +38,31 @@ const FIELDS = [
   ["time_limit_s", "Time limit (seconds)", "number", "", "none"],
   ["port", "Web UI port (opened through Corral)", "number", "", "none"],
   ["env", "Environment (KEY=VALUE, one a line)", "textarea", "wide", "NCCL_DEBUG=INFO"],
+  ["repeat", "Repeat schedule (empty: run once; a cron line, @daily or @every 15m)", "text", "", "once"],
+  ["timezone", "Time zone of the schedule", "text", "", "UTC"],
+  ["concurrency", "If the previous run is still active", "select", "", ""],
 ];
+const CONCURRENCY = [["forbid", "skip this run (forbid)"], ["allow", "start another (allow)"], ["replace", "cancel it, start anew (replace)"]];
+
+// A schedule's fields, checked as the API checks them where the browser can (the cron grammar is the server's).
+export function buildSchedule(values, job) {
+  const errors = [], repeat = (values.repeat || "").trim();
+  if (!repeat) return { schedule: null, errors };
+  const timezone = (values.timezone || "").trim() || "UTC";
+  try { new Intl.DateTimeFormat("en", { timeZone: timezone }); }
+  catch (_) { errors.push(["timezone", `unknown time zone '${timezone}' (use an IANA name like UTC or Europe/Paris)`]); }
+  if (/^@every\s*$/i.test(repeat)) errors.push(["repeat", "@every needs a duration, e.g. @every 15m"]);
+  const schedule = { schedule: repeat, timezone, concurrency: values.concurrency || "forbid", job };
+  if (job.name) schedule.name = job.name;
+  return { schedule, errors };
+}
+
+// The API names a schedule's fields `schedule` and a job's `job.FIELD`: the form's inputs are `repeat` and FIELD.
+export function formField(apiField) {
+  if (!apiField) return apiField;
+  if (apiField === "schedule") return "repeat";
+  return apiField.startsWith("job.") ? apiField.slice(4) : apiField;
+}
 const INT_RANGES = { gpus: [0, 1024], gpu_milli: [1, 1000], min_gpu_memory_mib: [0, null], cpu_milli: [0, null],
   memory_mib: [0, null], priority: [-1000, 1000], time_limit_s: [1, 366 * 86400], port: [1, 65535] };
 
@@ -78,14 +102,20 @@ export function buildBody(values) {
   return { body, errors };
 }
 
+// IANA zones the browser knows, for the time-zone field's suggestions.
+function zones() {
+  try { return ["UTC", ...Intl.supportedValuesOf("timeZone").filter((z) => z !== "UTC")]; } catch (_) { return ["UTC"]; }
+}
+
 export async function render(page) {
   document.title = "Submit · Corral";
   page.root.innerHTML = `<h1>Submit a job</h1><form class="grid" id="submit-form" novalidate>` + FIELDS.map(([k, label, type, cls, ph]) =>
     `<label class="${cls}">${esc(label)}${type === "textarea"
       ? `<textarea name="${k}" data-field="${k}" rows="3" placeholder="${esc(ph)}"></textarea>`
-      : `<input name="${k}" data-field="${k}" type="${type === "number" ? "text" : type}" inputmode="${type === "number" ? "numeric" : "text"}" placeholder="${esc(ph)}"${k === "queue" ? ' list="queues"' : ""}>`}
+      : type === "select" ? `<select name="${k}" data-field="${k}">${CONCURRENCY.map(([v, t]) => `<option value="${v}">${esc(t)}</option>`).join("")}</select>`
+      : `<input name="${k}" data-field="${k}" type="${type === "number" ? "text" : type}" inputmode="${type === "number" ? "numeric" : "text"}" placeholder="${esc(ph)}"${k === "queue" ? ' list="queues"' : k === "timezone" ? ' list="zones"' : ""}>`}
       ${fieldError(k)}</label>`).join("") +
-    `<datalist id="queues"></datalist><div class="wide"><div class="form-error"></div><button type="submit">Submit</button>
+    `<datalist id="queues"></datalist><datalist id="zones">${zones().map((z) => `<option value="${esc(z)}">`).join("")}</datalist><div class="wide"><div class="form-error"></div><button type="submit">Submit</button>
      <button type="button" class="secondary" id="clear">Clear</button></div></form>`;
   const form = $("#submit-form");
   const values = () => Object.fromEntries(new FormData(form).entries());
@@ -103,16 +133,24 @@ export async function render(page) {
     clearErrors(form);
     sessionStorage.setItem(DRAFT, JSON.stringify(values()));
     const { body, errors } = buildBody(values());
+    const { schedule, errors: scheduleErrors } = buildSchedule(values(), body);
+    errors.push(...scheduleErrors);
     if (errors.length) { errors.forEach(([f, m]) => showError(form, f, m)); return; }
     const btn = $("button[type=submit]", form);
     btn.disabled = true;
     try {
-      const job = await send("POST", "/api/v1/jobs", body);
-      sessionStorage.removeItem(DRAFT);
-      navigate(`/jobs/${job.id}`);
+      if (schedule) {
+        const created = await send("POST", "/api/v1/schedules", schedule);
+        sessionStorage.removeItem(DRAFT);
+        navigate(`/schedules#schedule-${created.id}`);
+      } else {
+        const job = await send("POST", "/api/v1/jobs", body);
+        sessionStorage.removeItem(DRAFT);
+        navigate(`/jobs/${job.id}`);
+      }
     } catch (err) {
       if (err instanceof ApiError && err.status === 401) return; // on the way to the login page; the draft is kept
-      showError(form, err.field, err.message);
+      showError(form, formField(err.field), err.message);
     } finally { btn.disabled = false; }
   });
   $$("input, textarea", form)[0].focus();

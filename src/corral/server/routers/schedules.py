@@ -1,0 +1,90 @@
+"""/api/v1/schedules: repeating jobs (cron lines, nicknames, @every), paused, resumed, run now, deleted."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Request, Response
+
+from corral.core.tenancy import Action
+from corral.server.auth import Principal, require_user
+from corral.server.routers.jobs import _out as job_out
+from corral.server.schemas import JobOut, ScheduleIn, ScheduleOut, SchedulePatch
+from corral.server.services.schedules import create_schedule, load_schedule, run_now, schedule_out, update_schedule
+from corral.server.services.tenancy import tenant_names
+from corral.store.records import Schedule
+
+router = APIRouter(prefix="/api/v1/schedules", tags=["schedules"])
+User = Annotated[Principal, Depends(require_user)]
+
+
+def _one(request: Request, s: Schedule) -> ScheduleOut:
+    store = request.app.state.store
+    active = store.active_schedule_jobs(schedule_id=s.id).get(s.id, [])
+    return schedule_out(s, tenant_names(store), active, datetime.now(UTC))
+
+
+@router.post("", status_code=201, response_model=ScheduleOut)
+def create(body: ScheduleIn, request: Request, caller: User) -> ScheduleOut:
+    """A repeating job. Its `job` is checked like POST /api/v1/jobs (errors name `job.FIELD`)."""
+    caller.require(Action.SUBMIT)
+    s = create_schedule(request.app.state.store, body, caller, datetime.now(UTC))
+    request.app.state.schedules.wake()
+    return _one(request, s)
+
+
+@router.get("", response_model=list[ScheduleOut])
+def list_schedules(request: Request, caller: User) -> list[ScheduleOut]:
+    """The caller's tenant's schedules (admins: every tenant's)."""
+    store = request.app.state.store
+    scope = caller.tenant_scope()
+    active = store.active_schedule_jobs(scope)
+    names, now = tenant_names(store), datetime.now(UTC)
+    return [schedule_out(s, names, active.get(s.id, []), now) for s in store.list_schedules(scope)]
+
+
+@router.get("/{schedule_id}", response_model=ScheduleOut)
+def get_schedule(schedule_id: int, request: Request, caller: User) -> ScheduleOut:
+    return _one(request, load_schedule(request.app.state.store, schedule_id, caller))
+
+
+@router.patch("/{schedule_id}", response_model=ScheduleOut)
+def patch_schedule(schedule_id: int, body: SchedulePatch, request: Request, caller: User) -> ScheduleOut:
+    """Change when or what it runs; `paused: true|false` pauses or resumes (no catch-up of the paused time)."""
+    store = request.app.state.store
+    s = load_schedule(store, schedule_id, caller)
+    caller.require(Action.SUBMIT)
+    updated = update_schedule(store, s, body, datetime.now(UTC))
+    request.app.state.schedules.wake()
+    return _one(request, updated)
+
+
+@router.delete("/{schedule_id}", status_code=204)
+def delete_schedule(schedule_id: int, request: Request, caller: User) -> Response:
+    """No more firings; jobs it already started run on (cancel them separately)."""
+    store = request.app.state.store
+    load_schedule(store, schedule_id, caller)
+    caller.require(Action.SUBMIT)
+    store.delete_schedule(schedule_id)
+    return Response(status_code=204)
+
+
+@router.post("/{schedule_id}/run", status_code=201, response_model=JobOut)
+def run_schedule_now(schedule_id: int, request: Request, caller: User) -> JobOut:
+    """Start its job once now, outside the timetable (the timetable is unchanged)."""
+    store = request.app.state.store
+    s = load_schedule(store, schedule_id, caller)
+    caller.require(Action.SUBMIT)
+    job = run_now(store, s, datetime.now(UTC))
+    request.app.state.scheduler.trigger.fire()
+    return job_out(request, job)
+
+
+@router.get("/{schedule_id}/jobs", response_model=list[JobOut])
+def schedule_jobs(schedule_id: int, request: Request, caller: User, limit: int = 50) -> list[JobOut]:
+    """Its jobs, newest first."""
+    store = request.app.state.store
+    load_schedule(store, schedule_id, caller)
+    jobs = store.list_jobs(schedule_id=schedule_id, newest_first=True, limit=max(1, min(limit, 1000)))
+    return [job_out(request, j) for j in jobs]
