@@ -61,9 +61,11 @@ def test_relay_passes_frames_and_the_clients_close_code(echo: tuple[Server, Clos
         ws.send_bytes(b"\x00bytes")
         assert ws.receive_bytes() == b"\x00bytes"
         ws.close(4005, "done here")
-    deadline = datetime.now(UTC) + timedelta(seconds=10)
-    while not closes and datetime.now(UTC) < deadline:
-        threading.Event().wait(0.05)
+        # Wait inside the block: leaving it cancels the app (the test client's doing, not uvicorn's), which
+        # could cut the relay off before it passed the close on.
+        deadline = datetime.now(UTC) + timedelta(seconds=10)
+        while not closes and datetime.now(UTC) < deadline:
+            threading.Event().wait(0.05)
     assert closes == [(4005, "done here")]
 
 
