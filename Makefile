@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: up test test-fast test-e2e bench clean browser-deps
+.PHONY: up test test-fast test-e2e typecheck bench clean browser-deps
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,14 +26,19 @@ browser-deps:
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y --no-install-recommends chromium; } \
 	  || echo "WARNING: chromium could not be installed; the browser tests will be skipped"
 
-test: $(VENV)/.dev-installed browser-deps
+# mypy --strict over core and scheduler (files and flags in pyproject's [tool.mypy]); a second or two.
+typecheck: $(VENV)/.dev-installed
+	$(BIN)/python -m mypy
+
+# As prerequisites, the type check finishes before pytest starts (with -j as well).
+test: $(VENV)/.dev-installed browser-deps typecheck
 	$(BIN)/python -m pytest -q -ra
 
-test-fast: $(VENV)/.dev-installed
+test-fast: $(VENV)/.dev-installed typecheck
 	$(BIN)/python -m pytest -q -ra -m "not e2e and not slow"
 
 test-e2e: $(VENV)/.dev-installed
 	$(BIN)/python -m pytest -q -ra -m e2e
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .hypothesis .mypy_cache

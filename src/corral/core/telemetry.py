@@ -173,9 +173,10 @@ def batch_from_dict(data: Mapping[str, Any], *, max_gpus: int = 64, max_events: 
 def _host_from_dict(data: Any) -> HostSample:
     if not isinstance(data, Mapping):
         raise ValidationError("host", "expected an object")
-    values = {f.name: _num(data, f.name) for f in fields(HostSample)}
+    # Built from the dataclass's fields, so the value types are known only at run time: Any.
+    values: dict[str, Any] = {f.name: _num(data, f.name) for f in fields(HostSample)}
     ints = {k: int(v) for k, v in values.items() if k not in {"ts", "cpu_percent", "load_1m", "load_5m", "load_15m"}}
-    return HostSample(**{**values, **ints})  # type: ignore[arg-type]
+    return HostSample(**{**values, **ints})
 
 
 _GPU_INT_FIELDS = {
@@ -198,7 +199,10 @@ def _gpu_from_dict(data: Any) -> GpuSample:
             value = _num(data, name)
             optional[name] = int(value) if name in _GPU_INT_FIELDS else value
     processes = tuple(
-        GpuProcess(pid=int(_num(p, "pid")), used_memory_mib=p.get("used_memory_mib"))
+        GpuProcess(
+            pid=int(_num(p, "pid")),
+            used_memory_mib=None if p.get("used_memory_mib") is None else int(_num(p, "used_memory_mib")),
+        )
         for p in _list(data, "processes", 1024)
     )
     return GpuSample(

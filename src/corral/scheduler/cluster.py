@@ -30,7 +30,6 @@ from corral.scheduler.plugins import DEFAULT_POLICY, get_policy
 from corral.scheduler.topology import has_topology
 from corral.scheduler.workload import compute_gpu_supply
 
-_MISS = object()
 _TIE = 1e-9
 
 
@@ -196,9 +195,7 @@ class Cluster:
         best: list[tuple[_Class, tuple[int, ...]]] = []
         rid = self._request_id(request)
         for cls in self._candidates(request):
-            v = cls.verdicts.get(rid, _MISS)
-            if v is _MISS:
-                v = self._verdict(cls, request, rid)
+            v = cls.verdicts[rid] if rid in cls.verdicts else self._verdict(cls, request, rid)
             if v is None:
                 continue
             score = v[0]

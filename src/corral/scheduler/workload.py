@@ -59,10 +59,11 @@ def shape_of(request: ResourceRequest) -> Shape:
 def compute_workload_profile(requests: Iterable[ResourceRequest], weight_by_gpu: bool = False) -> WorkloadProfile:
     """Frequencies of the GPU shapes in `requests`. With `weight_by_gpu`, each shape counts by the
     GPU capacity it asks for (the chance that the next unit of demand comes from it)."""
-    counts: Counter[Shape] = Counter()
+    counts: dict[Shape, float] = {}  # not a Counter: the weights are fractional
     for r in requests:
         if r.gpus:
-            counts[shape_of(r)] += r.gpus * r.gpu_milli / 1000 if weight_by_gpu else 1
+            shape = shape_of(r)
+            counts[shape] = counts.get(shape, 0) + (r.gpus * r.gpu_milli / 1000 if weight_by_gpu else 1)
     return profile_from_counts(counts)
 
 

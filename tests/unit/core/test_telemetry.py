@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
-from corral.agent.gpu.simulated import SimFault, SimulatedGpuBackend
+from corral.agent.gpu.simulated import SimulatedGpuBackend
 from corral.core.errors import ValidationError
+from corral.core.simfault import SimFault
 from corral.core.telemetry import (
     GpuEvent,
     GpuEventKind,
@@ -76,6 +77,8 @@ def _wire(**changes: Any) -> dict[str, Any]:
         ("gpus not a list", _wire(gpus={}), "gpus"),
         ("unknown event kind", _wire(**{"events.0.kind": "meltdown"}), "events"),
         ("host field missing", _wire(host={"ts": 1}), "cpu_percent"),
+        ("process memory a string", _wire(**{"gpus.0.processes.0.used_memory_mib": "lots"}), "used_memory_mib"),
+        ("process memory an object", _wire(**{"gpus.0.processes.0.used_memory_mib": {"a": [1]}}), "used_memory_mib"),
     ],
 )
 def test_bad_input_names_the_field(name: str, wire: Any, field: str) -> None:

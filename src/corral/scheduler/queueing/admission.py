@@ -203,9 +203,10 @@ def _try_job(cyc: _Cycle, job: QueuedJob, behind: bool) -> tuple[str, str, bool]
     got = _try_preempt(cyc, job)
     if got:
         return reasons.PREEMPTING, got, True
-    blocked = [check_quota(cyc.state.quotas, cyc.held, job, m) for m in cyc.ledger.models() if job.matches(m)]
-    if blocked and all(b and b[0] == reasons.QUOTA for b in blocked):  # no room, and its maximum says no anyway
-        return blocked[0][0], blocked[0][1], True  # type: ignore[index]
+    checks = [check_quota(cyc.state.quotas, cyc.held, job, m) for m in cyc.ledger.models() if job.matches(m)]
+    blocked = [b for b in checks if b is not None and b[0] == reasons.QUOTA]
+    if checks and len(blocked) == len(checks):  # no room, and its maximum says no anyway
+        return blocked[0][0], blocked[0][1], True
     return reason, detail, True
 
 
