@@ -4,6 +4,7 @@ their jobs, job usage summaries, rollups and retention, alert rules, bad batches
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -195,3 +196,22 @@ def test_fleet_aggregate_is_one_series(cluster: Cluster) -> None:
     assert top["series"][0]["points"] == [[t0, 40.0]]
     bad = cluster.get("/api/v1/metrics/series", params={"metric": "gpu_utilization_percent", "agg": "median"})
     assert bad.status_code == 422 and bad.json()["error"]["field"] == "agg"
+
+
+def test_a_time_without_a_zone_means_utc_whatever_the_servers_zone(cluster: Cluster,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    t0 = time.time() - 30
+    assert cluster.send("n1", t0, {0: 10.0, 1: 50.0}).status_code == 200
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    try:
+        naive = datetime.fromtimestamp(t0 - 1, UTC).replace(tzinfo=None).isoformat()
+        r = cluster.get("/api/v1/metrics/series", params={"metric": "gpu_util_pct", "node": "n1", "start": naive})
+        assert [[v for _, v in s["points"]] for s in r.json()["series"]] == [[10.0], [50.0]]
+        until = datetime.fromtimestamp(t0 + 3600, UTC).replace(tzinfo=None).isoformat()
+        silence = cluster.post("/api/v1/silences", json={"matchers": {"alertname": "busy"}, "until": until})
+        assert silence.status_code == 201, silence.text
+        assert abs(silence.json()["ends_at"] - (t0 + 3600)) < 1  # Unix seconds
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request, Response
@@ -17,6 +16,7 @@ from corral.core.rollup import select_resolution
 from corral.core.states import JobState
 from corral.core.tenancy import Action
 from corral.core.telemetry import GPU_SERIES, HOST_SERIES, compute_gpu_series, compute_host_series
+from corral.core.timestamps import parse_iso_time
 from corral.server.auth import Principal, require_user
 from corral.server.prometheus import CONTENT_TYPE, ClusterStats, GpuMetrics, compute_latency_histogram, render_metrics
 from corral.server.schemas import SimFaultCommand
@@ -45,8 +45,8 @@ def _ts(value: str | None, field: str, default: float) -> float:
     except ValueError:
         pass
     try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-    except ValueError as e:
+        return parse_iso_time(value, field).timestamp()
+    except ValidationError as e:
         raise ValidationError(field, f"expected an ISO time or Unix seconds, got {value!r}") from e
 
 

@@ -25,6 +25,7 @@ from corral.core.errors import ConflictError, ForbiddenError, NotFoundError, Val
 from corral.core.rollup import RetentionPolicy, compute_closed_before, compute_retention_cutoffs
 from corral.core.states import JobState
 from corral.core.tenancy import Action
+from corral.core.timestamps import parse_iso_time
 from corral.server.auth import Principal
 from corral.server.services.audit import record_audit
 from corral.server.services.telemetry import TelemetryService
@@ -69,10 +70,7 @@ def normalize_silence_input(data: dict[str, Any]) -> dict[str, Any]:
     if "until" in out and "ends_at" not in out:
         until = out.pop("until")
         if isinstance(until, str):
-            try:
-                until = datetime.fromisoformat(until.replace("Z", "+00:00")).timestamp()
-            except ValueError as e:
-                raise ValidationError("until", f"not an ISO time: {until!r}") from e
+            until = parse_iso_time(until, "until").timestamp()
         out["ends_at"] = until
     return out
 

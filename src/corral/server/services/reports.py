@@ -11,10 +11,11 @@ import csv
 import io
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from corral.core.errors import ValidationError
+from corral.core.timestamps import parse_iso_time
 from corral.store.records import compute_placed_parts
 
 GROUPS = ("tenant", "user", "gpu_model", "day")
@@ -114,10 +115,4 @@ def render_csv(rows: Sequence[Mapping[str, Any]], group_by: str) -> str:
 
 
 def parse_time(value: str | None, field: str, default: datetime) -> datetime:
-    if not value:
-        return default
-    try:
-        dt = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError as e:
-        raise ValidationError(field, f"expected an ISO date or time, got {value!r}") from e
-    return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
+    return parse_iso_time(value, field) if value else default
