@@ -8,7 +8,7 @@ import pytest
 
 from corral.agent.gpu import GpuBackend, NoGpuBackend, NvmlGpuBackend, SimulatedGpuBackend
 from corral.agent.gpu.fake_nvml import FakeNvml
-from corral.agent.gpu.simulated import SimFault
+from corral.core.simfault import SimFault
 from corral.core.telemetry import GpuEventKind
 
 BACKENDS: dict[str, Callable[[], GpuBackend]] = {

@@ -12,9 +12,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from corral.agent.gpu import load_gpu_backend
 from corral.agent.runner import Agent
+from corral.api.paths import default_data_dir
 from corral.executors.process import ProcessExecutor
 from corral.sdk.client import AgentClient
-from corral.server.settings import default_data_dir
 
 log = logging.getLogger("corral.agent")
 

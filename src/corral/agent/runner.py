@@ -17,16 +17,17 @@ import psutil
 
 from corral import __version__
 from corral.agent.gpu.base import GpuBackend
-from corral.agent.gpu.simulated import SimulatedGpuBackend, parse_sim_fault
+from corral.agent.gpu.simulated import SimulatedGpuBackend
 from corral.agent.logship import LogShipper
 from corral.agent.metrics import Collector
+from corral.api.schemas import (
+    AgentRegister, AgentSync, Assignment, ExitReport, GpuReport, RunRef, SimFaultCommand,
+)
 from corral.core.errors import CorralError
+from corral.core.simfault import parse_sim_fault
 from corral.core.telemetry import TelemetryBatch, batch_to_dict
 from corral.executors.base import Executor, ExitRecord, LaunchSpec
 from corral.sdk.client import AgentClient, CorralAPIError, CorralSDKError
-from corral.server.schemas import (
-    AgentRegister, AgentSync, Assignment, ExitReport, GpuReport, RunRef, SimFaultCommand,
-)
 
 log = logging.getLogger("corral.agent")
 TELEMETRY_QUEUE = 120  # batches kept while the server is unreachable (10 min at 5 s); older ones drop

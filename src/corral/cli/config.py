@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import os
 
+from corral.api.paths import cli_config_path
 from corral.sdk.client import CorralClient
-from corral.sdk.config import cli_config_path
 
 DEFAULT_PORT = 8600  # the server's default (corral.server.settings), kept here so the CLI starts fast
 

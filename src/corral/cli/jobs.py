@@ -8,10 +8,10 @@ from typing import Annotated
 
 import typer
 
+from corral.api.schemas import JobOut, JobSubmit, ScheduleIn
 from corral.cli.config import make_client
 from corral.cli.output import console, print_fields, print_json, print_table, short_time
 from corral.core.errors import ValidationError
-from corral.server.schemas import JobOut, JobSubmit, ScheduleIn
 
 JSON = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 

@@ -8,9 +8,9 @@ from typing import Annotated
 
 import typer
 
+from corral.api.schemas import SchedulePatch, ScheduleOut
 from corral.cli.config import make_client
 from corral.cli.output import print_fields, print_json, print_table, short_time
-from corral.server.schemas import SchedulePatch, ScheduleOut
 
 JSON = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 ID = Annotated[int, typer.Argument(help="Schedule id.")]

@@ -9,11 +9,11 @@ from typing import Annotated
 
 import typer
 
+from corral.api.paths import cli_config_path
+from corral.api.schemas import QueueIn, QuotaIn, TenantIn, TokenIn, UserIn, UserPatch
 from corral.cli.config import make_client, resolve_target
 from corral.cli.output import print_json, print_table, short_time
 from corral.sdk.client import CorralClient
-from corral.sdk.config import cli_config_path
-from corral.server.schemas import QueueIn, QuotaIn, TenantIn, TokenIn, UserIn, UserPatch
 
 JSON = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 

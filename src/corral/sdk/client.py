@@ -6,7 +6,7 @@ from typing import Any
 
 import httpx
 
-from corral.server.schemas import (
+from corral.api.schemas import (
     AgentRegister, AgentSync, AgentSyncReply, GpuOut, JobOut, JobSubmit, NodeOut, QueueIn, QueueOut, QuotaIn, QuotaOut, ScheduleIn,
     ScheduleOut, SchedulePatch, TenantIn, TenantOut, TokenIn, TokenOut, UserIn, UserOut, UserPatch, WhoAmI,
 )

@@ -10,9 +10,9 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from corral import __version__
+from corral.core.health import HealthPolicy
 from corral.server.errors import install_error_handlers
 from corral.server.routers import agents, alerts, health, jobs, metrics, nodes, proxy, reports, schedules, session, tenants, users, web
-from corral.agent.health import HealthPolicy
 from corral.server.services.alerting import AlertService
 from corral.server.services.logs import LogStore
 from corral.server.services.telemetry import TelemetryService

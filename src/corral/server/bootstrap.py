@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from corral.api.paths import cli_config_path
 from corral.core.tenancy import DEFAULT_TENANT
-from corral.sdk.config import cli_config_path
 from corral.server.auth import hash_token, new_token
 from corral.store.base import StateStore
 

@@ -9,11 +9,9 @@ from typing import Any
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from corral.api.paths import default_data_dir
+
 DEFAULT_PORT = 8600
-
-
-def default_data_dir() -> Path:
-    return Path.home() / ".local" / "share" / "corral"
 
 
 class Settings(BaseSettings):

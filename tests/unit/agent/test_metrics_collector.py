@@ -9,8 +9,8 @@ import pytest
 
 from corral.agent.gpu import NoGpuBackend, NvmlGpuBackend, SimulatedGpuBackend
 from corral.agent.gpu.fake_nvml import FakeNvml
-from corral.agent.gpu.simulated import SimFault
 from corral.agent.metrics import Collector, collect_host_sample
+from corral.core.simfault import SimFault
 from corral.core.telemetry import GpuEvent, GpuEventKind, HostSample, TelemetryBatch
 
 

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from corral.agent.gpu.simulated import SimFault, SimulatedGpuBackend
-from corral.agent.health import HealthChecker, HealthPolicy
+from corral.agent.gpu.simulated import SimulatedGpuBackend
 from corral.agent.metrics import Collector
 from corral.alerts.defaults import DEFAULT_RULES
 from corral.alerts.evaluator import Alert, AlertState, evaluate_rules
@@ -15,6 +14,8 @@ from corral.alerts.series import (
     compute_node_lost_series,
     compute_queue_series,
 )
+from corral.core.health import HealthChecker, HealthPolicy
+from corral.core.simfault import SimFault
 from corral.core.telemetry import HostSample, TelemetryBatch
 
 HOST = HostSample(1.0, 10, 8, 0, 0, 0, 1, 4, 1, 4, 0, 0, 0, 0)

@@ -14,7 +14,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "core/rollup.py": ("corral.core",),
     "alerts": ("corral.core", "corral.alerts"),
     "server/prometheus.py": ("corral.core",),
-    "agent/health.py": ("corral.core",),
+    "core/health.py": ("corral.core",),
     "agent/metrics.py": ("corral.core", "corral.agent.gpu"),
     "agent/gpu": ("corral.core", "corral.agent.gpu"),
 }

@@ -6,7 +6,7 @@ import threading
 
 from corral.agent.gpu.base import GpuBackend, GpuBackendError
 from corral.agent.gpu.nvml import NvmlGpuBackend, nvml_available
-from corral.agent.gpu.simulated import SimFault, SimulatedGpuBackend, parse_sim_fault
+from corral.agent.gpu.simulated import SimulatedGpuBackend
 from corral.core.errors import ValidationError
 from corral.core.resources import GpuInfo
 from corral.core.telemetry import GpuEvent, GpuReadout
@@ -17,11 +17,9 @@ __all__ = [
     "GpuBackendError",
     "NoGpuBackend",
     "NvmlGpuBackend",
-    "SimFault",
     "SimulatedGpuBackend",
     "load_gpu_backend",
     "nvml_available",
-    "parse_sim_fault",
 ]
 
 # What "auto" falls back to on a machine without NVIDIA GPUs (laptops, CI, demos).

@@ -7,13 +7,13 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.concurrency import run_in_threadpool
 
+from corral.api.schemas import AgentRegister, AgentSync, AgentSyncReply, NodeOut
 from corral.core.errors import NotFoundError, ValidationError
 from corral.server.auth import Principal, require_agent
 from fastapi.responses import JSONResponse
 
 from corral.server.errors import error_body
 from corral.server.services.logs import LogOffsetError
-from corral.server.schemas import AgentRegister, AgentSync, AgentSyncReply, NodeOut
 from corral.server.services.agents import apply_reports, compute_assignments, register_node
 
 router = APIRouter(prefix="/api/v1/agents", tags=["agents"])

@@ -7,10 +7,10 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 
+from corral.api.schemas import JobOut, JobSubmit
 from corral.core.states import JobState
 from corral.server.auth import Principal, require_user
 from corral.server.routers.proxy import job_ui_base
-from corral.server.schemas import JobOut, JobSubmit
 from corral.core.tenancy import Action
 from corral.server.services.jobs import load_job, submit_job, to_out
 from corral.server.services.tenancy import tenant_names

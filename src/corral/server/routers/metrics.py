@@ -11,15 +11,16 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 
 from corral.alerts.evaluator import AlertState
+from corral.api.schemas import SimFaultCommand
 from corral.core.errors import NotFoundError, ValidationError
 from corral.core.rollup import select_resolution
+from corral.core.simfault import parse_sim_fault
 from corral.core.states import JobState
 from corral.core.tenancy import Action
 from corral.core.telemetry import GPU_SERIES, HOST_SERIES, compute_gpu_series, compute_host_series
 from corral.core.timestamps import parse_iso_time
 from corral.server.auth import Principal, require_user
 from corral.server.prometheus import CONTENT_TYPE, ClusterStats, GpuMetrics, compute_latency_histogram, render_metrics
-from corral.server.schemas import SimFaultCommand
 from corral.server.services.audit import record_audit
 from corral.server.services.jobs import load_job
 from corral.store.telemetry import HOST_GPU
@@ -137,8 +138,6 @@ def inject_fault(node: str, index: int, body: dict[str, Any], request: Request, 
     """Inject a fault into a simulated GPU: {"xid": 79} | {"ecc": true} | {"off_bus": true} |
     {"temperature_c": 95} | {"clear": true}. Refused for nodes with real GPUs (admins)."""
     caller.require(Action.MANAGE_CLUSTER)
-    from corral.agent.gpu.simulated import parse_sim_fault
-
     parse_sim_fault(body)  # validates, naming the field
     cmd = SimFaultCommand.model_validate({**body, "gpu_index": index})
     request.app.state.telemetry.request_fault(node, cmd)

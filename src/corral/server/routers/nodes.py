@@ -6,10 +6,10 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request
 
+from corral.api.schemas import AuditOut, EventOut, GpuOut, NodeOut
 from corral.core.states import JobState
 from corral.core.tenancy import Action
 from corral.server.auth import Principal, require_user
-from corral.server.schemas import AuditOut, EventOut, GpuOut, NodeOut
 from corral.server.services import operations
 from corral.server.services.snapshot import compute_usage, compute_usage_from_holders
 from corral.store.records import Node

@@ -7,10 +7,10 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request, Response
 
+from corral.api.schemas import JobOut, ScheduleIn, ScheduleOut, SchedulePatch
 from corral.core.tenancy import Action
 from corral.server.auth import Principal, require_user
 from corral.server.routers.jobs import _out as job_out
-from corral.server.schemas import JobOut, ScheduleIn, ScheduleOut, SchedulePatch
 from corral.server.services.schedules import create_schedule, load_schedule, run_now, schedule_out, update_schedule
 from corral.server.services.tenancy import tenant_names
 from corral.store.records import Schedule

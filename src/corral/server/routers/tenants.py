@@ -6,8 +6,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 
+from corral.api.schemas import QueueIn, QueueOut, QuotaIn, QuotaOut, TenantIn, TenantOut
 from corral.server.auth import Principal, require_user
-from corral.server.schemas import QueueIn, QueueOut, QuotaIn, QuotaOut, TenantIn, TenantOut
 from corral.server.services import tenancy
 
 router = APIRouter(prefix="/api/v1", tags=["tenants"])

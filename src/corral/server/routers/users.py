@@ -6,8 +6,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request, Response
 
+from corral.api.schemas import LoginIn, TokenIn, TokenOut, UserIn, UserOut, UserPatch, WhoAmI
 from corral.server.auth import Principal, require_user
-from corral.server.schemas import LoginIn, TokenIn, TokenOut, UserIn, UserOut, UserPatch, WhoAmI
 from corral.server.services import tenancy
 
 router = APIRouter(prefix="/api/v1", tags=["users"])

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from corral.api.schemas import AgentRegister, AgentSync, Assignment, RunRef
 from corral.core.resources import GpuInfo
 from corral.core.states import JobState, state_for_exit
-from corral.server.schemas import AgentRegister, AgentSync, Assignment, RunRef
 from corral.store.base import StateStore
 from corral.store.records import Job, Node
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from corral.api.schemas import JobOut, JobSubmit
 from corral.core.errors import NotFoundError, ValidationError
 from corral.core.requests import ResourceRequest, model_matches
 from corral.core.states import JobState
 from corral.server.auth import Principal
-from corral.server.schemas import JobOut, JobSubmit
 from corral.store.base import StateStore
 from corral.store.records import Job, JobSpec, Node
 

@@ -13,10 +13,10 @@ import threading
 from datetime import UTC, datetime
 from typing import Any
 
+from corral.api.schemas import JobSubmit, ScheduleIn, ScheduleOut, SchedulePatch
 from corral.core.errors import CorralError, NotFoundError, ValidationError
 from corral.core.schedules import ConcurrencyPolicy, ScheduleExpr, plan_firing
 from corral.server.auth import Principal
-from corral.server.schemas import JobSubmit, ScheduleIn, ScheduleOut, SchedulePatch
 from corral.server.services.jobs import job_spec_for
 from corral.server.services.notify import NodeNotifier, Trigger
 from corral.store.records import Job, Schedule

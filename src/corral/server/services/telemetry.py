@@ -14,13 +14,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from corral.agent.health import GpuHealth, GpuHealthState, HealthPolicy, NodeHealthState, apply_admin_enable, compute_health
+from corral.api.schemas import SimFaultCommand
 from corral.core.errors import NotFoundError, ValidationError
+from corral.core.health import GpuHealth, GpuHealthState, HealthPolicy, NodeHealthState, apply_admin_enable, compute_health
 from corral.core.telemetry import (
     HostSample, IngestBudget, JobGpuSummary, TelemetryBatch, batch_from_dict, compute_batch_size, compute_gpu_series,
     compute_host_series, compute_ingest, merge_job_gpu_summary,
 )
-from corral.server.schemas import SimFaultCommand
 from corral.server.services.recovery import requeue_after_failure
 from corral.store.records import Job, Node
 from corral.store.sql import SqlStore

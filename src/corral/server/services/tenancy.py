@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from corral.api.schemas import (
+    QueueIn, QueueOut, QuotaIn, QuotaOut, TenantIn, TenantOut, TokenIn, TokenOut, UserIn, UserOut, UserPatch,
+)
 from corral.core.errors import AuthError, ForbiddenError, NotFoundError, ValidationError
 from corral.core.requests import model_matches
 from corral.core.tenancy import Action, Role, check_name, check_quota, parse_role
 from corral.server.auth import Principal, hash_token, new_token
 from corral.server.passwords import hash_password, verify_password
 from corral.server.services.audit import record_audit
-from corral.server.schemas import (
-    QueueIn, QueueOut, QuotaIn, QuotaOut, TenantIn, TenantOut, TokenIn, TokenOut, UserIn, UserOut, UserPatch,
-)
 from corral.store.records import Quota, Tenant, TokenRecord, User
 from corral.store.sql import SqlStore
 

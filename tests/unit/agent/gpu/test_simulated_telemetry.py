@@ -6,15 +6,9 @@ import threading
 
 import pytest
 
-from corral.agent.gpu.simulated import (
-    SimFault,
-    SimulatedGpuBackend,
-    compute_sim_gpus,
-    compute_sim_sample,
-    parse_sim_fault,
-)
-from corral.core.errors import ValidationError
+from corral.agent.gpu.simulated import SimulatedGpuBackend, compute_sim_gpus, compute_sim_sample
 from corral.core.gpuspec import parse_sim_spec
+from corral.core.simfault import SimFault
 from corral.core.telemetry import GpuEvent, GpuEventKind
 
 
@@ -143,23 +137,3 @@ def test_wait_events_wakes_up_when_a_fault_is_injected() -> None:
     sim.inject_fault(3, SimFault(xid=94))
     watcher.join(30)
     assert [(e.gpu_index, e.xid) for e in got] == [(3, 94)]
-
-
-@pytest.mark.parametrize(("data", "fault"), [
-    ({"xid": 79}, SimFault(xid=79)),
-    ({"ecc": True, "temperature_c": 95}, SimFault(ecc=True, temperature_c=95.0)),
-    ({"off_bus": True}, SimFault(off_bus=True)),
-    ({"clear": True}, None),
-])
-def test_parse_sim_fault(data: dict[str, object], fault: SimFault | None) -> None:
-    assert parse_sim_fault(data) == fault
-
-
-@pytest.mark.parametrize(("data", "field"), [
-    ({}, "fault"), ({"xid": "79"}, "xid"), ({"xid": 0}, "xid"), ({"xid": True}, "xid"),
-    ({"temperature_c": 500}, "temperature_c"), ({"clear": True, "xid": 79}, "clear"),
-])
-def test_parse_sim_fault_refuses_bad_input(data: dict[str, object], field: str) -> None:
-    with pytest.raises(ValidationError) as caught:
-        parse_sim_fault(data)
-    assert caught.value.field == field

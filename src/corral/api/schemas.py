@@ -1,4 +1,4 @@
-"""Pydantic models at the API edge: request validation and response shapes."""
+"""Pydantic models at the API edge, shared by the server, the SDK and the agent: requests and responses."""
 
 from __future__ import annotations
 

@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from corral.agent.gpu.simulated import SimFault, SimulatedGpuBackend
-from corral.agent.health import (
+from corral.agent.gpu.simulated import SimulatedGpuBackend
+from corral.core.errors import ValidationError
+from corral.core.health import (
     DEFAULT_FATAL_XIDS,
     GpuHealth,
     HealthChecker,
@@ -18,7 +19,7 @@ from corral.agent.health import (
     NodeHealthState,
     compute_health,
 )
-from corral.core.errors import ValidationError
+from corral.core.simfault import SimFault
 from corral.core.telemetry import GpuEvent, GpuEventKind, GpuSample, TelemetryBatch
 
 H, U = GpuHealth.HEALTHY, GpuHealth.UNHEALTHY
