@@ -175,3 +175,52 @@ def test_websocket_to_a_job_app_that_fails(corral_factory: Any) -> None:
 
     closed = wait_for(refused_upgrade, 30, "the plain HTTP app fails the upgrade")
     assert "handshake failed" in closed.reason  # http.server answers HTTP/1.0
+
+
+def _closed_within(ws: ClientConnection, timeout_s: float = 20.0) -> Close:
+    """The close frame the proxy sends on a socket the client keeps open (TimeoutError: none came)."""
+    with pytest.raises(ConnectionClosed) as e:
+        ws.recv(timeout=timeout_s)
+    assert e.value.rcvd is not None, e.value
+    return e.value.rcvd
+
+
+def test_a_revoked_token_or_a_logout_closes_open_websockets(corral_factory: Any) -> None:
+    c: Corral = corral_factory()
+    c.start()
+    job = c.submit("--port", str(free_port()), "--name", "ws-echo", "--", sys.executable, str(ECHO_APP))
+    wait_for(lambda: c.job(job)["state"] == "RUNNING", 30, "running")
+    token = c.cli_json("tokens", "create", "--name", "notebook")
+    bearer = {"Authorization": f"Bearer {token['token']}"}
+
+    def echoes() -> bool:
+        try:
+            with _ws(c, job, additional_headers=bearer) as ws:
+                ws.send("up?")
+                return ws.recv(timeout=10) == "up?"
+        except ConnectionClosed:  # 1013 until the app listens
+            return False
+
+    wait_for(echoes, 30, "the job's WebSocket app answers through the proxy")
+    r = httpx.post(f"{c.url}/web/login", json={"token": _admin(c)})
+    assert r.status_code == 200, r.text
+    session, csrf = r.cookies["corral_session"], r.json()["csrf"]
+    with _ws(c, job, additional_headers=bearer) as by_token, \
+            _ws(c, job, additional_headers={"Cookie": f"corral_session={session}"}, origin=c.ui_url) as by_cookie:
+        for ws in (by_token, by_cookie):
+            ws.send("hello")
+            assert ws.recv(timeout=10) == "hello"
+
+        r2 = c.cli("tokens", "revoke", str(token["id"]))
+        assert r2.returncode == 0, r2.stderr
+        closed = _closed_within(by_token)
+        assert (closed.code, closed.reason) == (1008, "your Corral session ended")
+        by_cookie.send("the session's socket is still open")
+        assert by_cookie.recv(timeout=10) == "the session's socket is still open"
+
+        r = httpx.post(f"{c.url}/web/logout", cookies={"corral_session": session}, headers={"X-CSRF-Token": csrf})
+        assert r.status_code == 204, r.text
+        closed = _closed_within(by_cookie)
+        assert (closed.code, closed.reason) == (1008, "your Corral session ended")
+    wait_for(lambda: c.cli("logs", str(job)).stdout.count("client closed 1001 the Corral session ended") == 2, 15,
+             "the job's app saw both sockets closed by the proxy")

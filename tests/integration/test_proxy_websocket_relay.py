@@ -4,19 +4,29 @@ server on the other (the whole route, with real server, agent and job, is in tes
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from starlette.applications import Starlette
 from starlette.routing import WebSocketRoute
-from starlette.testclient import TestClient
+from starlette.testclient import TestClient, WebSocketTestSession
 from starlette.websockets import WebSocket, WebSocketDisconnect
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.server import Server, ServerConnection, serve
 
-from corral.server.routers.proxy import _relay, _same_origin, _wire_code
+from corral.core.tenancy import DEFAULT_TENANT
+from corral.server.app import create_app
+from corral.server.bootstrap import ensure_credentials
+from corral.server.routers import proxy
+from corral.server.routers.proxy import Recheck, _relay, _same_origin, _wire_code
+from corral.server.settings import Settings
+from corral.store.records import JobSpec
+from corral.store.sql import open_store
 
 
 Closes = list[tuple[int | None, str | None]]
@@ -43,12 +53,12 @@ def echo() -> Iterator[tuple[Server, Closes]]:
         thread.join(5)
 
 
-def _app(port: int, expires_in_s: float | None) -> Starlette:
+def _app(port: int, expires_in_s: float | None, recheck: Recheck | None = None) -> Starlette:
     async def endpoint(websocket: WebSocket) -> None:
         upstream = await connect(f"ws://127.0.0.1:{port}/", proxy=None)
         await websocket.accept()
         expires = None if expires_in_s is None else datetime.now(UTC) + timedelta(seconds=expires_in_s)
-        await _relay(websocket, upstream, expires)
+        await _relay(websocket, upstream, expires, recheck)
 
     return Starlette(routes=[WebSocketRoute("/ws", endpoint)])
 
@@ -78,6 +88,128 @@ def test_relay_closes_when_the_credential_expires(echo: tuple[Server, Closes]) -
             ws.receive_text()  # nothing more comes: the session ends after a second
         assert (e.value.code, e.value.reason) == (1008, "your Corral session expired")
     assert closes == [(1001, "the Corral session expired")]
+
+
+def _wait_closed(ws: WebSocketTestSession, timeout_s: float = 15.0) -> tuple[int, str]:
+    """Echo frames through the socket until the proxy closes it: its close code and reason."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        ws.send_text("still open?")
+        message = ws.receive()
+        if message["type"] == "websocket.close":
+            return int(message.get("code", 1000)), str(message.get("reason", ""))
+        assert message["text"] == "still open?"
+        time.sleep(0.05)
+    raise AssertionError(f"the socket is still open after {timeout_s} s")
+
+
+def _wait_for(closes: Closes, timeout_s: float = 10.0) -> Closes:
+    deadline = time.monotonic() + timeout_s
+    while not closes and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return closes
+
+
+def test_relay_rechecks_and_rides_out_a_recheck_that_fails(echo: tuple[Server, Closes],
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """A store that does not answer for a while does not end the socket; the next answer that withdraws the
+    caller's access does."""
+    server, closes = echo
+    monkeypatch.setattr(proxy, "WS_RECHECK_S", 0.05)
+    calls: list[int] = []
+
+    async def recheck() -> str | None:
+        calls.append(1)
+        if len(calls) <= 3:
+            raise RuntimeError("database is locked")
+        return "access withdrawn" if len(calls) > 5 else None
+
+    with TestClient(_app(server.socket.getsockname()[1], None, recheck)) as client, \
+            client.websocket_connect("/ws") as ws:
+        assert _wait_closed(ws) == (1008, "access withdrawn")
+        assert _wait_for(closes) == [(1001, "the Corral session ended")]
+    assert len(calls) == 6
+
+
+@dataclass(frozen=True)
+class Proxied:
+    """An app over a real SQLite store, its job-UI origin, and a RUNNING job whose web UI is the echo server."""
+
+    api: TestClient
+    ui: TestClient
+    job: int
+    admin: dict[str, str]
+    closes: Closes
+
+
+@pytest.fixture
+def proxied(tmp_path: Path, echo: tuple[Server, Closes], monkeypatch: pytest.MonkeyPatch) -> Iterator[Proxied]:
+    monkeypatch.setattr(proxy, "WS_RECHECK_S", 0.1)
+    server, closes = echo
+    url = f"sqlite:///{tmp_path / 'c.db'}"
+    store = open_store(url)
+    creds = ensure_credentials(store, tmp_path)
+    app = create_app(Settings(data_dir=tmp_path, database_url=url), store)
+    now = datetime.now(UTC)
+    store.upsert_node("node-a", "node-a", "simulated", 0, 0, {}, [], now, address="127.0.0.1")
+    tenant = store.find_tenant(DEFAULT_TENANT)
+    assert tenant is not None
+    job = store.create_job(JobSpec(command=("serve",), port=server.socket.getsockname()[1], tenant_id=tenant.id),
+                           now)
+    assert store.assign_job(job.id, "node-a", [], now)
+    # No lifespan (no `with`): the scheduler and the node watch stay off, the job stays RUNNING.
+    yield Proxied(TestClient(app), TestClient(app.state.job_ui_app), job.id,
+                  {"Authorization": f"Bearer {creds.admin_token}"}, closes)
+    store.close()
+
+
+def _token(p: Proxied, **body: str) -> tuple[int, str]:
+    r = p.api.post("/api/v1/tokens", json=body, headers=p.admin)
+    assert r.status_code == 201, r.text
+    return r.json()["id"], r.json()["token"]
+
+
+def test_a_revoked_token_closes_the_sockets_it_opened(proxied: Proxied) -> None:
+    p = proxied
+    token_id, secret = _token(p, name="notebook")
+    path = f"/proxy/jobs/{p.job}/ws"
+    with p.ui.websocket_connect(path, headers={"Authorization": f"Bearer {secret}"}) as ws, \
+            p.ui.websocket_connect(path, headers=p.admin) as other:
+        ws.send_text("hello")
+        assert ws.receive_text() == "hello"
+        assert p.api.delete(f"/api/v1/tokens/{token_id}", headers=p.admin).status_code == 204
+        assert _wait_closed(ws) == (1008, "your Corral session ended")
+        assert _wait_for(p.closes) == [(1001, "the Corral session ended")]
+        other.send_text("another token's socket stays open")
+        assert other.receive_text() == "another token's socket stays open"
+
+
+def test_a_logout_closes_the_sessions_sockets(proxied: Proxied) -> None:
+    p = proxied
+    r = p.api.post("/web/login", json={"token": p.admin["Authorization"].removeprefix("Bearer ")})
+    assert r.status_code == 200, r.text
+    cookie = {"Cookie": f"corral_session={p.api.cookies['corral_session']}", "Origin": "http://testserver"}
+    with p.ui.websocket_connect(f"/proxy/jobs/{p.job}/ws", headers=cookie) as ws:
+        ws.send_text("hello")
+        assert ws.receive_text() == "hello"
+        assert p.api.post("/web/logout", headers={"X-CSRF-Token": r.json()["csrf"]}).status_code == 204
+        assert _wait_closed(ws) == (1008, "your Corral session ended")
+    assert _wait_for(p.closes) == [(1001, "the Corral session ended")]
+
+
+def test_a_caller_who_may_no_longer_see_the_job_is_closed_out(proxied: Proxied) -> None:
+    p = proxied
+    assert p.api.post("/api/v1/tenants", json={"name": "vision"}, headers=p.admin).status_code == 201
+    r = p.api.post("/api/v1/users", json={"name": "bob", "role": "admin", "tenant": "vision"}, headers=p.admin)
+    assert r.status_code == 201, r.text
+    _, secret = _token(p, user="bob")
+    with p.ui.websocket_connect(f"/proxy/jobs/{p.job}/ws", headers={"Authorization": f"Bearer {secret}"}) as ws:
+        ws.send_text("an admin sees every tenant's jobs")
+        assert ws.receive_text() == "an admin sees every tenant's jobs"
+        r = p.api.patch("/api/v1/users/bob", json={"role": "member"}, headers=p.admin)
+        assert r.status_code == 200, r.text
+        assert _wait_closed(ws) == (1008, f"access to job {p.job} was withdrawn")
+    assert _wait_for(p.closes) == [(1001, "the Corral session ended")]
 
 
 @pytest.mark.parametrize(("origin", "host", "same"), [

@@ -5,18 +5,23 @@ node at the port and the response streams back. A WebSocket on the same path is 
 authenticated like the HTTP route (bearer header, or the session cookie plus an Origin of this server's own
 host, against cross-site WebSocket hijacking), the server opens ws://node:port/path?query offering the
 caller's subprotocols, and text and binary frames are pumped both ways until either side closes; the close
-code and reason go across. Refusals happen before the handshake completes, as the same HTTP statuses and
-error bodies as the HTTP route (401, 403, 404, 409); a job's app that does not answer closes the accepted
-socket with 1013 (try again later), one that refuses the upgrade or fails with 1011.
+code and reason go across. An open socket lasts no longer than the caller's access: its credential is checked
+again every WS_RECHECK_S seconds, and when it has expired or been withdrawn (a logout, a revoked token, a role
+or tenant that no longer sees the job) the client gets 1008 with the reason and the job's app 1001. Refusals
+happen before the handshake completes, as the same HTTP statuses and error bodies as the HTTP route (401, 403,
+404, 409); a job's app that does not answer closes the accepted socket with 1013 (try again later), one that
+refuses the upgrade or fails with 1011.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
+import math
 from contextvars import ContextVar
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Annotated
 from urllib.parse import quote, urlsplit
@@ -30,7 +35,7 @@ from starlette.websockets import WebSocketDisconnect
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 
-from corral.core.errors import ConflictError, CorralError, ForbiddenError, NotFoundError
+from corral.core.errors import AuthError, ConflictError, CorralError, ForbiddenError, NotFoundError
 from corral.core.states import JobState
 from corral.server.auth import Principal, require_job_ui_user, require_user
 from corral.server.errors import STATUS_BY_ERROR, error_body
@@ -52,10 +57,14 @@ WS_NOT_FORWARDED = HOP_BY_HOP | {"sec-websocket-key", "sec-websocket-version", "
                                  "sec-websocket-protocol", "origin", "user-agent"}
 WS_OPEN_TIMEOUT_S = 10.0
 WS_CLOSE_TIMEOUT_S = 5.0
+# How often an open socket's credential is checked again (a logout or a revoked token closes it within this).
+WS_RECHECK_S = 5.0
 WS_MAX_MESSAGE = 64 * 1024 * 1024  # from the job's app; uvicorn limits the client's side to 16 MiB
 # Close codes an endpoint may put on the wire (RFC 6455 7.4: 1004-1006 and 1015 are reserved).
 _SENDABLE = {1000, 1001, 1002, 1003, *range(1007, 1015), *range(3000, 5000)}
 PATH_SAFE = "/:@!$&'()*+,;=~"  # RFC 3986 path characters that stay as they are
+Recheck = Callable[[], Awaitable[str | None]]  # why an open socket's caller may no longer use it, or None
+log = logging.getLogger(__name__)
 
 
 def _prefix(job_id: int) -> str:
@@ -231,15 +240,38 @@ async def _pump_job(websocket: WebSocket, upstream: ClientConnection) -> None:
                 await websocket.send_bytes(data)
 
 
-async def _relay(websocket: WebSocket, upstream: ClientConnection, expires_at: datetime | None) -> None:
+async def _guard(expires_at: datetime | None, recheck: Recheck | None) -> tuple[str, str]:
+    """Wait until the credential the socket was opened with no longer holds: it expires, or `recheck` (every
+    WS_RECHECK_S) gives a reason. The close reasons for the job's side and for the client's."""
+    while True:
+        left = math.inf if expires_at is None else (expires_at - datetime.now(UTC)).total_seconds()
+        if left <= 0:
+            return "the Corral session expired", "your Corral session expired"
+        if recheck is None and left == math.inf:
+            await asyncio.Event().wait()  # nothing to watch: until the relay ends and cancels this
+        await asyncio.sleep(left if recheck is None else min(left, WS_RECHECK_S))
+        if recheck is None or (expires_at is not None and expires_at <= datetime.now(UTC)):
+            continue  # (expired meanwhile: say so rather than ask the store)
+        try:
+            why = await recheck()
+        except Exception:  # a store that does not answer now: the session is not over for that; ask again later
+            log.warning("could not recheck a proxied WebSocket's credential", exc_info=True)
+            continue
+        if why is not None:
+            return "the Corral session ended", why
+
+
+async def _relay(websocket: WebSocket, upstream: ClientConnection, expires_at: datetime | None,
+                 recheck: Recheck | None = None) -> None:
     client = asyncio.create_task(_pump_client(websocket, upstream))
     job = asyncio.create_task(_pump_job(websocket, upstream))
+    guard = asyncio.create_task(_guard(expires_at, recheck))
     try:
-        timeout = None if expires_at is None else max(0.0, (expires_at - datetime.now(UTC)).total_seconds())
-        done, _ = await asyncio.wait({client, job}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-        if not done:  # the credential the socket was opened with has expired
-            await upstream.close(1001, "the Corral session expired")
-            await _close_quietly(websocket, 1008, "your Corral session expired")
+        done, _ = await asyncio.wait({client, job, guard}, return_when=asyncio.FIRST_COMPLETED)
+        if guard in done:  # the credential the socket was opened with expired or was withdrawn
+            to_job, to_client = guard.result()
+            await upstream.close(1001, to_job)
+            await _close_quietly(websocket, 1008, _reason(to_client))
         elif client in done and not client.cancelled() and client.exception() is None and client.result():
             code, reason = client.result()  # type: ignore[misc]
             await upstream.close(*_wire_code(code, reason, 1001, "the client went away"))
@@ -248,10 +280,23 @@ async def _relay(websocket: WebSocket, upstream: ClientConnection, expires_at: d
             await _close_quietly(websocket, *_wire_code(upstream.close_code, upstream.close_reason or "", 1011,
                                                         "the job's web UI dropped the connection"))
     finally:
-        for task in (client, job):
+        for task in (client, job, guard):
             task.cancel()
-        await asyncio.gather(client, job, return_exceptions=True)
+        await asyncio.gather(client, job, guard, return_exceptions=True)
         await upstream.close()
+
+
+def _access_lost(websocket: WebSocket, job_id: int) -> str | None:
+    """Why the caller may no longer use an open socket to the job (None: they still may), checked with the
+    handshake's own rules against the store as it is now: a logout or a revoked token, a role or tenant that
+    no longer sees the job. Blocks on the store: run it in a thread."""
+    try:
+        load_job(websocket.app.state.store, job_id, _authenticate_ws(websocket))
+    except AuthError:
+        return "your Corral session ended"
+    except CorralError:
+        return f"access to job {job_id} was withdrawn"
+    return None
 
 
 @router.websocket("/proxy/jobs/{job_id}/{path:path}")
@@ -294,4 +339,5 @@ async def proxy_websocket(websocket: WebSocket, job_id: int, path: str) -> None:
     except BaseException:
         await upstream.close()
         raise
-    await _relay(websocket, upstream, caller.token.expires_at)
+    await _relay(websocket, upstream, caller.token.expires_at,
+                 functools.partial(run_in_threadpool, _access_lost, websocket, job_id))
