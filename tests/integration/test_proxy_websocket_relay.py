@@ -115,7 +115,7 @@ def test_relay_rechecks_and_rides_out_a_recheck_that_fails(echo: tuple[Server, C
     """A store that does not answer for a while does not end the socket; the next answer that withdraws the
     caller's access does."""
     server, closes = echo
-    monkeypatch.setattr(proxy, "WS_RECHECK_S", 0.05)
+    monkeypatch.setattr(proxy, "ACCESS_RECHECK_S", 0.05)
     calls: list[int] = []
 
     async def recheck() -> str | None:
@@ -144,7 +144,7 @@ class Proxied:
 
 @pytest.fixture
 def proxied(tmp_path: Path, echo: tuple[Server, Closes], monkeypatch: pytest.MonkeyPatch) -> Iterator[Proxied]:
-    monkeypatch.setattr(proxy, "WS_RECHECK_S", 0.1)
+    monkeypatch.setattr(proxy, "ACCESS_RECHECK_S", 0.1)
     server, closes = echo
     url = f"sqlite:///{tmp_path / 'c.db'}"
     store = open_store(url)

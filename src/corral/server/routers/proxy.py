@@ -1,12 +1,13 @@
 """/proxy/jobs/{id}/...: a running job's own web UI (the port it declared), through Corral's authentication.
 
 Only callers who may see the job get through (another tenant's job is 404). An HTTP request goes to the job's
-node at the port and the response streams back. A WebSocket on the same path is proxied too: the caller is
+node at the port and the response streams back, ending early if the caller's access ends (checked again
+before a chunk, at most every ACCESS_RECHECK_S). A WebSocket on the same path is proxied too: the caller is
 authenticated like the HTTP route (bearer header, or the session cookie plus an Origin of this server's own
 host, against cross-site WebSocket hijacking), the server opens ws://node:port/path?query offering the
 caller's subprotocols, and text and binary frames are pumped both ways until either side closes; the close
 code and reason go across. An open socket lasts no longer than the caller's access: its credential is checked
-again every WS_RECHECK_S seconds, and when it has expired or been withdrawn (a logout, a revoked token, a role
+again every ACCESS_RECHECK_S seconds, and when it has expired or been withdrawn (a logout, a revoked token, a role
 or tenant that no longer sees the job) the client gets 1008 with the reason and the job's app 1001. Refusals
 happen before the handshake completes, as the same HTTP statuses and error bodies as the HTTP route (401, 403,
 404, 409); a job's app that does not answer closes the accepted socket with 1013 (try again later), one that
@@ -20,6 +21,7 @@ import contextlib
 import functools
 import logging
 import math
+import time
 from contextvars import ContextVar
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
@@ -57,8 +59,9 @@ WS_NOT_FORWARDED = HOP_BY_HOP | {"sec-websocket-key", "sec-websocket-version", "
                                  "sec-websocket-protocol", "origin", "user-agent"}
 WS_OPEN_TIMEOUT_S = 10.0
 WS_CLOSE_TIMEOUT_S = 5.0
-# How often an open socket's credential is checked again (a logout or a revoked token closes it within this).
-WS_RECHECK_S = 5.0
+# How often an open socket's or a streaming response's credential is checked again (a logout or a revoked token
+# ends it within this).
+ACCESS_RECHECK_S = 5.0
 WS_MAX_MESSAGE = 64 * 1024 * 1024  # from the job's app; uvicorn limits the client's side to 16 MiB
 # Close codes an endpoint may put on the wire (RFC 6455 7.4: 1004-1006 and 1015 are reserved).
 _SENDABLE = {1000, 1001, 1002, 1003, *range(1007, 1015), *range(3000, 5000)}
@@ -97,11 +100,31 @@ async def proxy(job_id: int, path: str, request: Request, caller: User) -> Strea
     out_headers = {k: v for k, v in response.headers.items() if k.lower() not in HOP_BY_HOP | {"content-encoding"}}
 
     async def body() -> AsyncIterator[bytes]:
+        # A long response (a log tail, server-sent events) lasts no longer than the caller's access: before a
+        # chunk goes out, at most every ACCESS_RECHECK_S, the credential is checked again; the body ends there.
+        checked = time.monotonic()
         async for chunk in response.aiter_raw():
+            if time.monotonic() - checked >= ACCESS_RECHECK_S:
+                checked = time.monotonic()
+                why = await _recheck_http(request, job_id)
+                if why is not None:
+                    log.info("proxied response from job %s cut short: %s", job_id, why)
+                    return
             yield chunk
 
     return StreamingResponse(body(), status_code=response.status_code, headers=out_headers,
                              background=BackgroundTask(response.aclose))
+
+
+async def _recheck_http(request: Request, job_id: int) -> str | None:
+    """Why the caller of a streaming response may no longer read it (None: they still may, or the store did not
+    answer now, which is not a reason to cut it)."""
+    try:
+        return await run_in_threadpool(_access_lost, request.app.state.store, job_id,
+                                       functools.partial(require_job_ui_user, request))
+    except Exception:
+        log.warning("could not recheck a proxied response's credential", exc_info=True)
+        return None
 
 
 def job_ui_base(request: Request | WebSocket) -> str:
@@ -242,14 +265,14 @@ async def _pump_job(websocket: WebSocket, upstream: ClientConnection) -> None:
 
 async def _guard(expires_at: datetime | None, recheck: Recheck | None) -> tuple[str, str]:
     """Wait until the credential the socket was opened with no longer holds: it expires, or `recheck` (every
-    WS_RECHECK_S) gives a reason. The close reasons for the job's side and for the client's."""
+    ACCESS_RECHECK_S) gives a reason. The close reasons for the job's side and for the client's."""
     while True:
         left = math.inf if expires_at is None else (expires_at - datetime.now(UTC)).total_seconds()
         if left <= 0:
             return "the Corral session expired", "your Corral session expired"
         if recheck is None and left == math.inf:
             await asyncio.Event().wait()  # nothing to watch: until the relay ends and cancels this
-        await asyncio.sleep(left if recheck is None else min(left, WS_RECHECK_S))
+        await asyncio.sleep(left if recheck is None else min(left, ACCESS_RECHECK_S))
         if recheck is None or (expires_at is not None and expires_at <= datetime.now(UTC)):
             continue  # (expired meanwhile: say so rather than ask the store)
         try:
@@ -286,12 +309,12 @@ async def _relay(websocket: WebSocket, upstream: ClientConnection, expires_at: d
         await upstream.close()
 
 
-def _access_lost(websocket: WebSocket, job_id: int) -> str | None:
-    """Why the caller may no longer use an open socket to the job (None: they still may), checked with the
-    handshake's own rules against the store as it is now: a logout or a revoked token, a role or tenant that
-    no longer sees the job. Blocks on the store: run it in a thread."""
+def _access_lost(store: StateStore, job_id: int, authenticate: Callable[[], Principal]) -> str | None:
+    """Why the caller may no longer use an open socket or response from the job (None: they still may), checked
+    with the request's own rules (`authenticate`) against the store as it is now: a logout or a revoked token, a
+    role or tenant that no longer sees the job. Blocks on the store: run it in a thread."""
     try:
-        load_job(websocket.app.state.store, job_id, _authenticate_ws(websocket))
+        load_job(store, job_id, authenticate())
     except AuthError:
         return "your Corral session ended"
     except CorralError:
@@ -340,4 +363,5 @@ async def proxy_websocket(websocket: WebSocket, job_id: int, path: str) -> None:
         await upstream.close()
         raise
     await _relay(websocket, upstream, caller.token.expires_at,
-                 functools.partial(run_in_threadpool, _access_lost, websocket, job_id))
+                 functools.partial(run_in_threadpool, _access_lost, websocket.app.state.store, job_id,
+                                   functools.partial(_authenticate_ws, websocket)))

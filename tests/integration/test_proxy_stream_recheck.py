@@ -1,0 +1,142 @@
+"""A long response streamed through the job proxy ends when the caller's access does (a revoked token, a
+logout), as an open WebSocket does: the app over a real SQLite store, the job's web UI a real HTTP server."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from starlette.testclient import TestClient
+
+from corral.core.tenancy import DEFAULT_TENANT
+from corral.server.app import create_app
+from corral.server.bootstrap import ensure_credentials
+from corral.server.routers import proxy
+from corral.server.settings import Settings
+from corral.store.records import JobSpec
+from corral.store.sql import open_store
+
+CHUNK_EVERY_S = 0.05
+STREAM_FOR_S = 30.0  # the whole stream; a test that waits for it to end on its own fails on the join below
+
+
+class _Ticker(BaseHTTPRequestHandler):
+    """A log tail: one line every CHUNK_EVERY_S for STREAM_FOR_S, chunked; counts what it got out."""
+
+    protocol_version = "HTTP/1.1"
+    sent: list[int]
+    stop: threading.Event
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        n = 0
+        try:
+            while n * CHUNK_EVERY_S < STREAM_FOR_S and not self.stop.is_set():
+                line = f"tick {n}\n".encode()
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
+                self.wfile.flush()
+                n += 1
+                time.sleep(CHUNK_EVERY_S)
+            self.wfile.write(b"0\r\n\r\n")
+        except OSError:  # the proxy hung up
+            pass
+        self.sent.append(n)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@dataclass
+class Streamed:
+    api: TestClient
+    ui: TestClient
+    job: int
+    admin: dict[str, str]
+    sent: list[int] = field(default_factory=list)
+    readers: list[threading.Thread] = field(default_factory=list)
+
+
+@pytest.fixture
+def streamed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Streamed]:
+    monkeypatch.setattr(proxy, "ACCESS_RECHECK_S", 0.1)
+    sent: list[int] = []
+    stop = threading.Event()
+    handler = type("Ticker", (_Ticker,), {"sent": sent, "stop": stop})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"sqlite:///{tmp_path / 'c.db'}"
+    store = open_store(url)
+    creds = ensure_credentials(store, tmp_path)
+    app = create_app(Settings(data_dir=tmp_path, database_url=url), store)
+    now = datetime.now(UTC)
+    store.upsert_node("node-a", "node-a", "simulated", 0, 0, {}, [], now, address="127.0.0.1")
+    tenant = store.find_tenant(DEFAULT_TENANT)
+    assert tenant is not None
+    job = store.create_job(JobSpec(command=("serve",), port=server.server_address[1], tenant_id=tenant.id), now)
+    assert store.assign_job(job.id, "node-a", [], now)
+    # No lifespan (no `with`): the scheduler and the node watch stay off, the job stays RUNNING.
+    streamed = Streamed(TestClient(app), TestClient(app.state.job_ui_app), job.id,
+                        {"Authorization": f"Bearer {creds.admin_token}"}, sent)
+    yield streamed
+    stop.set()  # streams still open end, and their readers with them, before the store closes
+    for reader in streamed.readers:
+        reader.join(10)
+    server.shutdown()
+    store.close()
+
+
+def _read_in_background(s: Streamed, headers: dict[str, str]) -> tuple[threading.Thread, list[str]]:
+    body: list[str] = []
+
+    def read() -> None:
+        r = s.ui.get(f"/proxy/jobs/{s.job}/log", headers=headers)  # the body comes once the app has finished
+        body.append(r.text)
+
+    thread = threading.Thread(target=read, daemon=True)
+    thread.start()
+    s.readers.append(thread)
+    return thread, body
+
+
+def _wait_for_ticks(sent: list[int], thread: threading.Thread) -> None:
+    time.sleep(0.5)  # some ticks have gone through
+    assert thread.is_alive() and not sent, "the stream ended before access was withdrawn"
+
+
+def test_a_revoked_token_ends_a_streaming_response(streamed: Streamed) -> None:
+    s = streamed
+    r = s.api.post("/api/v1/tokens", json={"name": "tail"}, headers=s.admin)
+    assert r.status_code == 201, r.text
+    thread, body = _read_in_background(s, {"Authorization": f"Bearer {r.json()['token']}"})
+    _wait_for_ticks(s.sent, thread)
+    assert s.api.delete(f"/api/v1/tokens/{r.json()['id']}", headers=s.admin).status_code == 204
+    thread.join(15)
+    assert not thread.is_alive(), "the response went on after the token was revoked"
+    assert body[0].startswith("tick 0\ntick 1\n")
+    deadline = time.monotonic() + 10
+    while not s.sent and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert s.sent and s.sent[0] * CHUNK_EVERY_S < STREAM_FOR_S / 2  # the job's side was hung up on too
+
+
+def test_a_logout_ends_a_streaming_response_and_others_go_on(streamed: Streamed) -> None:
+    s = streamed
+    r = s.api.post("/web/login", json={"token": s.admin["Authorization"].removeprefix("Bearer ")})
+    assert r.status_code == 200, r.text
+    cookie = {"Cookie": f"corral_session={s.api.cookies['corral_session']}"}
+    thread, _ = _read_in_background(s, cookie)
+    other, _ = _read_in_background(s, s.admin)
+    _wait_for_ticks(s.sent, thread)
+    assert s.api.post("/web/logout", headers={"X-CSRF-Token": r.json()["csrf"]}).status_code == 204
+    thread.join(15)
+    assert not thread.is_alive(), "the response went on after the logout"
+    assert other.is_alive(), "a response on another, valid token was cut too"
