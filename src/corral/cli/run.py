@@ -93,7 +93,8 @@ def agent(server_url: Annotated[str | None, typer.Option("--server", help="Serve
     from corral.agent.main import AgentSettings, AgentThread
 
     _logging()
-    flags = {"server_url": server_url, "join_token": token, "gpus": gpus, "node_name": node_name, "data_dir": data_dir}
+    flags: dict[str, Any] = {"server_url": server_url, "join_token": token, "gpus": gpus, "node_name": node_name,
+                             "data_dir": data_dir}
     settings = AgentSettings(**{k: v for k, v in flags.items() if v is not None})
     if not settings.join_token:
         raise typer.BadParameter("a join token is required (--token or CORRAL_JOIN_TOKEN)", param_hint="--token")

@@ -107,7 +107,7 @@ def openb(
         print(json.dumps(reports[0] if len(reports) == 1 else reports, indent=2))
         return
     out = Console()
-    for r in reports:
-        curve = "  ".join(f"{k}%:{v:.2f}" for k, v in r["alloc_pct"].items())  # type: ignore[union-attr]
+    for result, r in zip(results, reports, strict=True):
+        curve = "  ".join(f"{k}%:{v:.2f}" for k, v in result.alloc_pct.items())
         out.print(f"{r['policy']:>10}  unallocated at 100%: {r['unallocated_pct_at_100']:.2f}%   alloc {curve}",
                   markup=False, highlight=False)

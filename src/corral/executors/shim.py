@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 EXIT_FILE = "exit"
 SPEC_FILE = "spec.json"
@@ -36,15 +37,15 @@ def _ignore(signum: int, frame: FrameType | None) -> None:
     """
 
 
-def start_and_wait(spec: dict[str, object], log: int) -> tuple[int, str]:
+def start_and_wait(spec: dict[str, Any], log: int) -> tuple[int, str]:
     """Run the command to its end: (exit code shell-style, reason when it could not start)."""
-    command = [str(c) for c in spec["command"]]  # type: ignore[attr-defined]
+    command = [str(c) for c in spec["command"]]
     workdir = spec.get("workdir")
     if not command:
         return 127, "command not found: empty command"
     if workdir is not None and not os.path.isdir(str(workdir)):
         return 1, f"workdir not found: {workdir}"
-    env = {**os.environ, **{str(k): str(v) for k, v in spec["child_env"].items()}}  # type: ignore[attr-defined]
+    env = {**os.environ, **{str(k): str(v) for k, v in spec["child_env"].items()}}
     try:
         child = subprocess.Popen(
             command, stdin=subprocess.DEVNULL, stdout=log, stderr=log,

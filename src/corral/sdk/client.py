@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Self
 
 import httpx
 
@@ -35,7 +35,7 @@ class _Base:
     def close(self) -> None:
         self._http.close()
 
-    def __enter__(self) -> _Base:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *_: object) -> None:
@@ -65,6 +65,8 @@ def _api_error(r: httpx.Response) -> CorralAPIError:
     return CorralAPIError(r.status_code, code, message, field, body)
 
 
+# httpx types Response.json() as Any: each `type: ignore[no-any-return]` below marks that gap (the server's schema
+# is the contract for the shape).
 class CorralClient(_Base):
     """What users do: submit and follow jobs, look at nodes and GPUs."""
 

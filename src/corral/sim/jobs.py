@@ -122,7 +122,7 @@ def simulate_jobs(
     tenants = sorted({t.job.tenant for t in trace})
     quotas = cfg.quotas if cfg.quotas is not None else (
         equal_quotas(tenants, cluster.pool_milli) if cfg.policy.fair_share else QuotaBook())
-    weights = {t: (quotas.get(t).fair_weight() if quotas.get(t) else 1.0) for t in tenants}  # type: ignore[union-attr]
+    weights = {t: (q.fair_weight() if (q := quotas.get(t)) else 1.0) for t in tenants}
     sim = _Sim(cfg, cluster, quotas)
     sim.result = SimResult([], [], [], sum(cluster.pool_milli.values()), weights)
     jobs = {t.job.id: t for t in trace}

@@ -13,6 +13,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from corral.core.errors import ValidationError
 from corral.core.gpuspec import DEFAULT_MEMORY_GB
@@ -76,7 +77,7 @@ def _tiresias(row: dict[str, str], path: Path, line: int) -> TraceJob:
 
 
 def _common(row: dict[str, str], path: Path, line: int, tenant: str, gpus_col: str, submit_col: str,
-            duration_col: str, **extra: object) -> TraceJob:
+            duration_col: str, **extra: Any) -> TraceJob:  # extra: more QueuedJob fields, checked by it
     gpus = int(_num(row, gpus_col, path, line, int))
     submit = _num(row, submit_col, path, line)
     duration = _num(row, duration_col, path, line)
@@ -86,7 +87,7 @@ def _common(row: dict[str, str], path: Path, line: int, tenant: str, gpus_col: s
         raise _Skip("zero duration")
     job_id = (row.get("job_id") or "").strip() or f"line-{line}"
     try:
-        job = QueuedJob(id=job_id, tenant=tenant, gpus=gpus, submit_s=submit, known_duration_s=duration, **extra)  # type: ignore[arg-type]
+        job = QueuedJob(id=job_id, tenant=tenant, gpus=gpus, submit_s=submit, known_duration_s=duration, **extra)
     except ValidationError as e:
         raise TraceError(path, line, e.field, e.problem) from e
     return TraceJob(job, duration)

@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 
 from corral.store.records import AuditEntry, NodeEvent
 from corral.store.tables import AuditRow, GpuRow, NodeEventRow, NodeRow
-from corral.store.tenancy import utc
+from corral.store.tenancy import affected_rows, utc
 
 
 class NodeAdminMethods:
@@ -21,13 +21,14 @@ class NodeAdminMethods:
 
     def set_node_cordoned(self, name: str, cordoned: bool) -> bool:
         with self._tx() as s:
-            return bool(s.execute(update(NodeRow).where(NodeRow.name == name).values(cordoned=cordoned)).rowcount)
+            res = s.execute(update(NodeRow).where(NodeRow.name == name).values(cordoned=cordoned))
+            return bool(affected_rows(res))
 
     def set_gpu_disabled(self, node: str, index: int, disabled: bool) -> bool:
         with self._tx() as s:
             res = s.execute(update(GpuRow).where(GpuRow.node_name == node, GpuRow.index == index)
                             .values(disabled=disabled))
-            return bool(res.rowcount)
+            return bool(affected_rows(res))
 
     def set_gpu_health(self, node: str, index: int, healthy: bool, reason: str) -> bool:
         """Record a health transition; True only when the state changed."""
@@ -35,7 +36,7 @@ class NodeAdminMethods:
             res = s.execute(update(GpuRow).where(GpuRow.node_name == node, GpuRow.index == index,
                                                  GpuRow.healthy.is_(not healthy))
                             .values(healthy=healthy, health_reason="" if healthy else reason))
-            return bool(res.rowcount)
+            return bool(affected_rows(res))
 
     def add_node_event(self, node: str, gpu_index: int | None, kind: str, message: str, now: datetime) -> None:
         with self._tx() as s:

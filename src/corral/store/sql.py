@@ -7,7 +7,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import create_engine, event, func, select, update
 from sqlalchemy.engine import Engine
@@ -17,12 +17,13 @@ from sqlalchemy.orm import Session, sessionmaker
 from corral.core.errors import ConflictError
 from corral.core.resources import GpuInfo
 from corral.core.states import JobState
+from corral.store.base import StateStore
 from corral.store.operations import NodeAdminMethods
 from corral.store.schedules import ScheduleMethods
 from corral.store.telemetry import TelemetryMethods
 from corral.store.records import GpuStatus, Job, JobEvent, JobSpec, Node, TokenRecord, User, compute_placed_parts
 from corral.store.tables import GpuRow, JobEventRow, JobRow, NodeRow, TokenRow, UserRow
-from corral.store.tenancy import TenancyMethods, to_token, to_user
+from corral.store.tenancy import TenancyMethods, affected_rows, to_token, to_user
 from corral.store.tenancy import utc as _utc
 
 
@@ -173,7 +174,7 @@ class SqlStore(TenancyMethods, NodeAdminMethods, TelemetryMethods, ScheduleMetho
     def touch_node(self, name: str, now: datetime) -> bool:
         with self._tx() as s:
             res = s.execute(update(NodeRow).where(NodeRow.name == name).values(last_heartbeat_at=now, state="READY"))
-            return bool(res.rowcount)
+            return bool(affected_rows(res))
 
     def mark_nodes_lost(self, heartbeat_before: datetime) -> list[str]:
         with self._tx() as s:
@@ -273,10 +274,10 @@ class SqlStore(TenancyMethods, NodeAdminMethods, TelemetryMethods, ScheduleMetho
                         delivered_nodes="", part_exits={}, started_at=now, delivered=False, reason="",
                         attempt=JobRow.attempt + 1, not_before=None)
             )
-            if res.rowcount:
+            if affected_rows(res):
                 where = "; ".join(f"node {n}, GPUs {','.join(map(str, g)) or 'none'}" for n, g in parts)
                 s.add(JobEventRow(job_id=job_id, at=now, kind="assigned", message=where))
-            return bool(res.rowcount)
+            return bool(affected_rows(res))
 
     def mark_delivered(self, job_ids: Sequence[int], node: str | None = None) -> None:
         """Note that `node`'s agent holds its part of these RUNNING jobs."""
@@ -321,10 +322,10 @@ class SqlStore(TenancyMethods, NodeAdminMethods, TelemetryMethods, ScheduleMetho
                 .where(JobRow.id == job_id, JobRow.state.in_([JobState.RUNNING.value, JobState.PENDING.value]))
                 .values(state=state.value, exit_code=exit_code, reason=reason, finished_at=now)
             )
-            if res.rowcount:
+            if affected_rows(res):
                 msg = f"exit code {exit_code}" if exit_code is not None else reason
                 s.add(JobEventRow(job_id=job_id, at=now, kind=state.value.lower(), message=msg))
-            return bool(res.rowcount)
+            return bool(affected_rows(res))
 
     def requeue_job(self, job_id: int, reason: str, now: datetime, not_before: datetime | None = None,
                     failure: bool = False, preempted: bool = False) -> bool:
@@ -351,9 +352,9 @@ class SqlStore(TenancyMethods, NodeAdminMethods, TelemetryMethods, ScheduleMetho
             res = s.execute(update(JobRow).where(JobRow.id == job_id, JobRow.state == JobState.RUNNING.value,
                                                  JobRow.preempt_requested.is_(False), JobRow.cancel_requested.is_(False))
                             .values(preempt_requested=True, reason=reason))
-            if res.rowcount:
+            if affected_rows(res):
                 s.add(JobEventRow(job_id=job_id, at=now, kind="preempting", message=reason))
-            return bool(res.rowcount)
+            return bool(affected_rows(res))
 
     def add_event(self, job_id: int, kind: str, message: str, now: datetime) -> None:
         with self._tx() as s:
@@ -425,3 +426,7 @@ def _job(r: JobRow) -> Job:
         delivered_to=frozenset(x for x in (r.delivered_nodes or "").split(",") if x),
         part_exits={str(k): int(v) for k, v in (r.part_exits or {}).items()},
     )
+
+
+if TYPE_CHECKING:  # mypy checks here that SqlStore satisfies the protocol (tests/contract checks it at run time)
+    _SQL_STORE_IS_A_STATE_STORE: type[StateStore] = SqlStore

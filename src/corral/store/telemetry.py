@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any, NamedTuple
@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 
 from corral.core.rollup import RawPoint, Rollup, compute_keyed_rollups, merge_rollup
 from corral.store.tables import AlertHistoryRow, AlertRuleRow, JobRow, MetricPointRow, MetricRollupRow, SilenceRow
-from corral.store.tenancy import utc
+from corral.store.tenancy import affected_rows, utc
 
 HOST_GPU = -1  # the `gpu` of host series
 
@@ -85,7 +85,9 @@ class TelemetryMethods:
                         node: str | None = None, rollups: bool = False) -> list[tuple[float, float]]:
         """One series: `agg` (avg, max, min, sum) over every (node, GPU) per `step_s` bucket, computed in the
         database (a fleet chart over 800 GPUs must not drag every point into Python)."""
-        fn = {"avg": func.avg, "max": func.max, "min": func.min, "sum": func.sum}[agg]
+        aggregates: dict[str, Callable[[Any], Any]] = {"avg": func.avg, "max": func.max, "min": func.min,
+                                                       "sum": func.sum}
+        fn = aggregates[agg]
         table = MetricRollupRow if rollups else MetricPointRow
         ts_col = MetricRollupRow.bucket if rollups else MetricPointRow.ts
         val = (MetricRollupRow.sum / MetricRollupRow.count) if rollups else MetricPointRow.value
@@ -139,8 +141,8 @@ class TelemetryMethods:
 
     def prune_telemetry(self, raw_before: float, rollup_before: float) -> tuple[int, int]:
         with self._tx() as s:
-            raw = s.execute(delete(MetricPointRow).where(MetricPointRow.ts < raw_before)).rowcount
-            rolled = s.execute(delete(MetricRollupRow).where(MetricRollupRow.bucket < rollup_before)).rowcount
+            raw = affected_rows(s.execute(delete(MetricPointRow).where(MetricPointRow.ts < raw_before)))
+            rolled = affected_rows(s.execute(delete(MetricRollupRow).where(MetricRollupRow.bucket < rollup_before)))
             return int(raw or 0), int(rolled or 0)
 
     def set_job_gpu_summary(self, job_id: int, summary: dict[str, Any]) -> None:
@@ -165,7 +167,7 @@ class TelemetryMethods:
 
     def delete_alert_rule(self, rule_id: int) -> bool:
         with self._tx() as s:
-            return bool(s.execute(delete(AlertRuleRow).where(AlertRuleRow.id == rule_id)).rowcount)
+            return bool(affected_rows(s.execute(delete(AlertRuleRow).where(AlertRuleRow.id == rule_id))))
 
     def add_alert_history(self, entries: Sequence[AlertHistoryRecord]) -> None:
         if not entries:
@@ -190,7 +192,7 @@ class TelemetryMethods:
 
     def delete_silence(self, silence_id: str) -> bool:
         with self._tx() as s:
-            return bool(s.execute(delete(SilenceRow).where(SilenceRow.id == silence_id)).rowcount)
+            return bool(affected_rows(s.execute(delete(SilenceRow).where(SilenceRow.id == silence_id))))
 
 
 def _rule(r: AlertRuleRow) -> AlertRuleRecord:

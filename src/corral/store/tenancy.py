@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from datetime import UTC, datetime
+from typing import Any, cast
 
 from sqlalchemy import delete, select, update
+from sqlalchemy.engine import CursorResult, Result
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -20,6 +22,11 @@ def utc(dt: datetime | None) -> datetime | None:
     if dt is None:
         return None
     return dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt.astimezone(UTC)
+
+
+def affected_rows(result: Result[Any]) -> int:
+    """Rows matched by an UPDATE or DELETE: Session.execute is typed `Result`, but DML returns a CursorResult."""
+    return cast(CursorResult[Any], result).rowcount
 
 
 def to_user(r: UserRow) -> User:
@@ -95,7 +102,8 @@ class TenancyMethods:
 
     def set_tenant_weight(self, tenant_id: int, weight: float) -> bool:
         with self._tx() as s:
-            return bool(s.execute(update(TenantRow).where(TenantRow.id == tenant_id).values(weight=weight)).rowcount)
+            res = s.execute(update(TenantRow).where(TenantRow.id == tenant_id).values(weight=weight))
+            return bool(affected_rows(res))
 
     # ---- quotas ---------------------------------------------------------------
     def set_quota(self, quota: Quota) -> Quota:
@@ -113,7 +121,7 @@ class TenancyMethods:
     def delete_quota(self, tenant_id: int, gpu_model: str) -> bool:
         with self._tx() as s:
             res = s.execute(delete(QuotaRow).where(QuotaRow.tenant_id == tenant_id, QuotaRow.gpu_model == gpu_model))
-            return bool(res.rowcount)
+            return bool(affected_rows(res))
 
     def list_quotas(self, tenant_id: int | None = None) -> list[Quota]:
         with self._tx() as s:
@@ -162,7 +170,7 @@ class TenancyMethods:
         if not values:
             return False
         with self._tx() as s:
-            return bool(s.execute(update(UserRow).where(UserRow.id == user_id).values(**values)).rowcount)
+            return bool(affected_rows(s.execute(update(UserRow).where(UserRow.id == user_id).values(**values))))
 
     # ---- tokens ---------------------------------------------------------------
     def list_tokens(self, user_ids: Sequence[int] | None = None) -> list[TokenRecord]:
@@ -182,6 +190,6 @@ class TenancyMethods:
         with self._tx() as s:
             res = s.execute(update(TokenRow).where(TokenRow.id == token_id, TokenRow.revoked.is_(False))
                             .values(revoked=True))
-            return bool(res.rowcount)
+            return bool(affected_rows(res))
 
 

@@ -9,7 +9,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
-import pynvml  # type: ignore[import-untyped]
+import pynvml  # type: ignore[import-untyped]  # nvidia-ml-py ships no type information
 
 from corral.agent.gpu.simulated import gpu_bus_id
 

@@ -10,7 +10,7 @@ from itertools import combinations
 from pathlib import Path
 from typing import Any, TypeVar
 
-import pynvml  # type: ignore[import-untyped]
+import pynvml  # type: ignore[import-untyped]  # nvidia-ml-py ships no type information
 
 from corral.agent.gpu.base import GpuBackendError
 from corral.agent.gpu.nvml_telemetry import GpuLostError, NvmlEventWatcher, compute_failure_event, read_gpu_sample

@@ -10,54 +10,60 @@ from corral.alerts.evaluator import AlertState
 from corral.core.errors import ValidationError
 from corral.core.tenancy import Action
 from corral.server.auth import Principal, require_user
+from corral.server.services.alerting import AlertService
 
 router = APIRouter(prefix="/api/v1", tags=["alerts"])
 User = Annotated[Principal, Depends(require_user)]
+
+
+def _alerting(request: Request) -> AlertService:
+    service: AlertService = request.app.state.alerting
+    return service
 
 
 @router.get("/alerts")
 def list_alerts(request: Request, caller: User, state: Annotated[list[str] | None, Query()] = None,
                 history: bool = False, limit: Annotated[int, Query(ge=1, le=5000)] = 200) -> list[dict[str, Any]]:
     """Current alerts (firing, pending, recently resolved), or with `history=true` every state change."""
-    alerting = request.app.state.alerting
+    alerting = _alerting(request)
     if history:
-        return alerting.history(caller, limit)  # type: ignore[no-any-return]
+        return alerting.history(caller, limit)
     try:
         states = [AlertState(s) for s in state] if state else None
     except ValueError as e:
         raise ValidationError("state", f"one of {', '.join(s.value for s in AlertState)}") from e
-    return alerting.list_alerts(caller, states)  # type: ignore[no-any-return]
+    return alerting.list_alerts(caller, states)
 
 
 @router.get("/alert-rules")
 def list_rules(request: Request, _: User) -> list[dict[str, Any]]:
-    return request.app.state.alerting.list_rules()  # type: ignore[no-any-return]
+    return _alerting(request).list_rules()
 
 
 @router.post("/alert-rules", status_code=201)
 def create_rule(request: Request, caller: User, body: Annotated[dict[str, Any], Body()]) -> dict[str, Any]:
-    return request.app.state.alerting.create_rule(caller, body)  # type: ignore[no-any-return]
+    return _alerting(request).create_rule(caller, body)
 
 
 @router.delete("/alert-rules/{rule_id}", status_code=204)
 def delete_rule(rule_id: int, request: Request, caller: User) -> Response:
-    request.app.state.alerting.delete_rule(caller, rule_id)
+    _alerting(request).delete_rule(caller, rule_id)
     return Response(status_code=204)
 
 
 @router.get("/silences")
 def list_silences(request: Request, _: User) -> list[dict[str, Any]]:
-    return request.app.state.alerting.list_silences()  # type: ignore[no-any-return]
+    return _alerting(request).list_silences()
 
 
 @router.post("/silences", status_code=201)
 def create_silence(request: Request, caller: User, body: Annotated[dict[str, Any], Body()]) -> dict[str, Any]:
-    return request.app.state.alerting.create_silence(caller, body)  # type: ignore[no-any-return]
+    return _alerting(request).create_silence(caller, body)
 
 
 @router.delete("/silences/{silence_id}", status_code=204)
 def delete_silence(silence_id: str, request: Request, caller: User) -> Response:
-    request.app.state.alerting.delete_silence(caller, silence_id)
+    _alerting(request).delete_silence(caller, silence_id)
     return Response(status_code=204)
 
 
@@ -67,4 +73,4 @@ def notifiers(request: Request, caller: User) -> list[dict[str, Any]]:
     caller.require(Action.MANAGE_CLUSTER)
     from dataclasses import asdict
 
-    return [asdict(s) for s in request.app.state.alerting.dispatcher.status()]
+    return [asdict(s) for s in _alerting(request).dispatcher.status()]

@@ -23,6 +23,7 @@ from corral.server.auth import Principal, require_user
 from corral.server.prometheus import CONTENT_TYPE, ClusterStats, GpuMetrics, compute_latency_histogram, render_metrics
 from corral.server.services.audit import record_audit
 from corral.server.services.jobs import load_job
+from corral.store.sql import SqlStore
 from corral.store.telemetry import HOST_GPU
 
 router = APIRouter(tags=["metrics"])
@@ -90,9 +91,9 @@ def series(request: Request, caller: User, metric: str, node: str | None = None,
     resolution = select_resolution(t0, now, alerting.retention)
     if agg is not None and job is None and tenant_id is None and gpu is None:
         points = store.query_aggregate(name, t0, t1, step_s or 60.0, agg, node=node, rollups=resolution == "rollup")
-        labels: dict[str, Any] = {"agg": agg} | ({"node": node} if node else {})
+        agg_labels: dict[str, Any] = {"agg": agg} | ({"node": node} if node else {})
         return {"metric": name, "resolution": resolution, "start": t0, "end": t1,
-                "series": [{"labels": labels, "points": [[t, v] for t, v in points]}] if points else []}
+                "series": [{"labels": agg_labels, "points": [[t, v] for t, v in points]}] if points else []}
     if resolution == "raw" or job is not None or tenant_id is not None:
         found = store.query_points(name, t0, t1, node=node, gpu=gpu, job_id=job, tenant_id=tenant_id)
     else:
@@ -126,7 +127,7 @@ def latest(request: Request, _: User, node: str) -> dict[str, Any]:
 @router.get("/api/v1/jobs/{job_id}/usage")
 def job_usage(job_id: int, request: Request, caller: User) -> dict[str, Any]:
     """The job's GPU usage summary (mean/peak utilisation, idle fraction, peak memory, mean power)."""
-    store = request.app.state.store
+    store: SqlStore = request.app.state.store
     load_job(store, job_id, caller)
     summary = store.get_job_gpu_summary(job_id)
     summary.pop("_raw", None)

@@ -36,6 +36,7 @@ from starlette.background import BackgroundTask
 from starlette.websockets import WebSocketDisconnect
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
+from websockets.typing import Origin
 
 from corral.core.errors import AuthError, ConflictError, CorralError, ForbiddenError, NotFoundError
 from corral.core.states import JobState
@@ -295,8 +296,8 @@ async def _relay(websocket: WebSocket, upstream: ClientConnection, expires_at: d
             to_job, to_client = guard.result()
             await upstream.close(1001, to_job)
             await _close_quietly(websocket, 1008, _reason(to_client))
-        elif client in done and not client.cancelled() and client.exception() is None and client.result():
-            code, reason = client.result()  # type: ignore[misc]
+        elif client in done and not client.cancelled() and client.exception() is None and (ended := client.result()):
+            code, reason = ended
             await upstream.close(*_wire_code(code, reason, 1001, "the client went away"))
         else:  # the job's side closed: let the last frames out, then pass its close code on
             await asyncio.wait({job}, timeout=WS_CLOSE_TIMEOUT_S)
@@ -338,10 +339,10 @@ async def proxy_websocket(websocket: WebSocket, job_id: int, path: str) -> None:
     offered = list(websocket.scope.get("subprotocols") or [])
     # The job's app sees itself as the origin: Corral checked the caller's Origin already, and apps that check
     # Origin against their Host (Jupyter, code-server) would refuse the browser's origin, which is Corral's.
-    origin = f"http://{netloc}:{job.spec.port}" if "origin" in websocket.headers else None
+    origin = Origin(f"http://{netloc}:{job.spec.port}") if "origin" in websocket.headers else None
     try:
         upstream = await connect(
-            url, subprotocols=offered or None, additional_headers=headers, origin=origin,  # type: ignore[arg-type]
+            url, subprotocols=offered or None, additional_headers=headers, origin=origin,
             user_agent_header=websocket.headers.get("user-agent"), proxy=None, open_timeout=WS_OPEN_TIMEOUT_S,
             close_timeout=WS_CLOSE_TIMEOUT_S, max_size=WS_MAX_MESSAGE)
     except (OSError, TimeoutError, InvalidHandshake) as e:

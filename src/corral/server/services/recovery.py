@@ -7,17 +7,18 @@ from datetime import datetime, timedelta
 
 from corral.core.states import JobState
 from corral.store.records import Job
-from corral.store.sql import SqlStore
+from corral.store.base import StateStore
 
 MAX_BACKOFF_S = 300.0
 
 
 def compute_backoff_s(retries_used: int, base_s: float) -> float:
     """base, 2 x base, 4 x base, ... capped at MAX_BACKOFF_S."""
-    return min(base_s * (2 ** max(retries_used, 0)), MAX_BACKOFF_S)
+    factor: int = 2 ** max(retries_used, 0)  # typeshed types int ** int as Any (a negative exponent is a float)
+    return min(base_s * factor, MAX_BACKOFF_S)
 
 
-def requeue_after_failure(store: SqlStore, job: Job, reason: str, now: datetime, backoff_base_s: float) -> JobState:
+def requeue_after_failure(store: StateStore, job: Job, reason: str, now: datetime, backoff_base_s: float) -> JobState:
     """Requeue `job` (RUNNING) after a failure of its GPU or node, or end it. Returns its new state."""
     if job.cancel_requested:
         store.finish_job(job.id, JobState.CANCELLED, None, f"{reason} while cancelling", now)

@@ -147,9 +147,9 @@ class Scheduler:
                 self._nominated.setdefault(int(job_id), now.timestamp())
             pending_ids = {j.id for j in pending}
             self._nominated = {k: v for k, v in self._nominated.items() if k in pending_ids}
-            placed = [job_id for j in cpu_only if (job_id := self._place(j, snapshot, now, reasons))]
-            placed += [job_id for a in plan.admit
-                       if (job_id := self._place(by_id[a.job_id], snapshot, now, reasons, a.model))]
+            placed = [placed_id for j in cpu_only if (placed_id := self._place(j, snapshot, now, reasons))]
+            placed += [placed_id for a in plan.admit
+                       if (placed_id := self._place(by_id[a.job_id], snapshot, now, reasons, a.model))]
             for job_id, status in plan.pending.items():
                 jid = int(job_id)
                 reasons.setdefault(jid, f"{status.reason}: {status.detail}" if status.detail else status.reason)
