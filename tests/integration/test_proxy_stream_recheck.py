@@ -5,22 +5,14 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
+from typing import Any
 
 import pytest
 from starlette.testclient import TestClient
 
-from corral.core.tenancy import DEFAULT_TENANT
-from corral.server.app import create_app
-from corral.server.bootstrap import ensure_credentials
-from corral.server.routers import proxy
-from corral.server.settings import Settings
-from corral.store.records import JobSpec
-from corral.store.sql import open_store
 
 CHUNK_EVERY_S = 0.05
 STREAM_FOR_S = 30.0  # the whole stream; a test that waits for it to end on its own fails on the join below
@@ -66,32 +58,19 @@ class Streamed:
 
 
 @pytest.fixture
-def streamed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Streamed]:
-    monkeypatch.setattr(proxy, "ACCESS_RECHECK_S", 0.1)
+def streamed(proxy_app: Callable[[int], Any]) -> Iterator[Streamed]:
     sent: list[int] = []
     stop = threading.Event()
     handler = type("Ticker", (_Ticker,), {"sent": sent, "stop": stop})
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"sqlite:///{tmp_path / 'c.db'}"
-    store = open_store(url)
-    creds = ensure_credentials(store, tmp_path)
-    app = create_app(Settings(data_dir=tmp_path, database_url=url), store)
-    now = datetime.now(UTC)
-    store.upsert_node("node-a", "node-a", "simulated", 0, 0, {}, [], now, address="127.0.0.1")
-    tenant = store.find_tenant(DEFAULT_TENANT)
-    assert tenant is not None
-    job = store.create_job(JobSpec(command=("serve",), port=server.server_address[1], tenant_id=tenant.id), now)
-    assert store.assign_job(job.id, "node-a", [], now)
-    # No lifespan (no `with`): the scheduler and the node watch stay off, the job stays RUNNING.
-    streamed = Streamed(TestClient(app), TestClient(app.state.job_ui_app), job.id,
-                        {"Authorization": f"Bearer {creds.admin_token}"}, sent)
+    a = proxy_app(server.server_address[1])
+    streamed = Streamed(a.api, a.ui, a.job, a.admin, sent)
     yield streamed
     stop.set()  # streams still open end, and their readers with them, before the store closes
     for reader in streamed.readers:
         reader.join(10)
     server.shutdown()
-    store.close()
 
 
 def _read_in_background(s: Streamed, headers: dict[str, str]) -> tuple[threading.Thread, list[str]]:

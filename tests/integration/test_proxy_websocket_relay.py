@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
+from typing import Any
 
 import pytest
 from starlette.applications import Starlette
@@ -19,14 +19,8 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.server import Server, ServerConnection, serve
 
-from corral.core.tenancy import DEFAULT_TENANT
-from corral.server.app import create_app
-from corral.server.bootstrap import ensure_credentials
 from corral.server.routers import proxy
 from corral.server.routers.proxy import Recheck, _relay, _same_origin, _wire_code
-from corral.server.settings import Settings
-from corral.store.records import JobSpec
-from corral.store.sql import open_store
 
 
 Closes = list[tuple[int | None, str | None]]
@@ -143,24 +137,10 @@ class Proxied:
 
 
 @pytest.fixture
-def proxied(tmp_path: Path, echo: tuple[Server, Closes], monkeypatch: pytest.MonkeyPatch) -> Iterator[Proxied]:
-    monkeypatch.setattr(proxy, "ACCESS_RECHECK_S", 0.1)
+def proxied(proxy_app: Callable[[int], Any], echo: tuple[Server, Closes]) -> Proxied:
     server, closes = echo
-    url = f"sqlite:///{tmp_path / 'c.db'}"
-    store = open_store(url)
-    creds = ensure_credentials(store, tmp_path)
-    app = create_app(Settings(data_dir=tmp_path, database_url=url), store)
-    now = datetime.now(UTC)
-    store.upsert_node("node-a", "node-a", "simulated", 0, 0, {}, [], now, address="127.0.0.1")
-    tenant = store.find_tenant(DEFAULT_TENANT)
-    assert tenant is not None
-    job = store.create_job(JobSpec(command=("serve",), port=server.socket.getsockname()[1], tenant_id=tenant.id),
-                           now)
-    assert store.assign_job(job.id, "node-a", [], now)
-    # No lifespan (no `with`): the scheduler and the node watch stay off, the job stays RUNNING.
-    yield Proxied(TestClient(app), TestClient(app.state.job_ui_app), job.id,
-                  {"Authorization": f"Bearer {creds.admin_token}"}, closes)
-    store.close()
+    a = proxy_app(server.socket.getsockname()[1])
+    return Proxied(a.api, a.ui, a.job, a.admin, closes)
 
 
 def _token(p: Proxied, **body: str) -> tuple[int, str]:

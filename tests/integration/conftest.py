@@ -1,0 +1,57 @@
+"""Shared setup for the integration tests of the job proxy."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from starlette.testclient import TestClient
+
+from corral.core.tenancy import DEFAULT_TENANT
+from corral.server.app import create_app
+from corral.server.bootstrap import ensure_credentials
+from corral.server.routers import proxy
+from corral.server.settings import Settings
+from corral.store.records import JobSpec
+from corral.store.sql import SqlStore, open_store
+
+
+@dataclass(frozen=True)
+class ProxyApp:
+    """The app over a real SQLite store (API and job-UI origins) and a RUNNING job whose web UI is at a port."""
+
+    api: TestClient
+    ui: TestClient
+    job: int
+    admin: dict[str, str]
+    store: SqlStore
+
+
+@pytest.fixture
+def proxy_app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[int], ProxyApp]]:
+    """A factory: `proxy_app(port)` for a job serving its web UI at 127.0.0.1:port. Access is rechecked every
+    0.1 s. No lifespan (no `with`): the scheduler and the node watch stay off, so the job stays RUNNING."""
+    monkeypatch.setattr(proxy, "ACCESS_RECHECK_S", 0.1)
+    stores: list[SqlStore] = []
+
+    def make(port: int) -> ProxyApp:
+        url = f"sqlite:///{tmp_path / 'c.db'}"
+        store = open_store(url)
+        stores.append(store)
+        creds = ensure_credentials(store, tmp_path)
+        app = create_app(Settings(data_dir=tmp_path, database_url=url), store)
+        now = datetime.now(UTC)
+        store.upsert_node("node-a", "node-a", "simulated", 0, 0, {}, [], now, address="127.0.0.1")
+        tenant = store.find_tenant(DEFAULT_TENANT)
+        assert tenant is not None
+        job = store.create_job(JobSpec(command=("serve",), port=port, tenant_id=tenant.id), now)
+        assert store.assign_job(job.id, "node-a", [], now)
+        return ProxyApp(TestClient(app), TestClient(app.state.job_ui_app), job.id,
+                        {"Authorization": f"Bearer {creds.admin_token}"}, store)
+
+    yield make
+    for store in stores:
+        store.close()
