@@ -142,8 +142,9 @@ class Scheduler:
                 reasons[job.id] = f"retry-backoff: until {job.not_before:%H:%M:%S} ({job.reason})"
             for p in plan.preempt:
                 self._preempt(p.job_id, p.for_job_id, p.kind, now)
-                self._nominated.setdefault(int(p.for_job_id), now.timestamp())
-            for job_id in plan.nominate:  # waiting on GPUs that preempted jobs release: it keeps its claim on them
+            # Waiting on GPUs that preempted jobs release (each preemption's beneficiary among them): it keeps its
+            # claim on them from the first cycle it was nominated.
+            for job_id in plan.nominate:
                 self._nominated.setdefault(int(job_id), now.timestamp())
             pending_ids = {j.id for j in pending}
             self._nominated = {k: v for k, v in self._nominated.items() if k in pending_ids}

@@ -79,6 +79,7 @@ def test_reclaim_takes_borrowed_work_lowest_priority_most_recent_first() -> None
     plan = admit([job("a1", "a", 3, submit=10)], gpus=8, run=run, quotas=b, policy=NO_RANK_PREEMPTION, now=10)
     assert sorted(p.job_id for p in plan.preempt) == ["b-new-low", "b-new-low2", "b-old-low"]
     assert all(p.kind == RECLAIM for p in plan.preempt) and plan.pending["a1"].reason == "preempting"
+    assert set(plan.nominate) == {"a1"}  # a preemption's beneficiary is nominated (the server relies on it)
 
 
 def test_reclaim_never_touches_a_tenant_within_its_guarantee() -> None:
