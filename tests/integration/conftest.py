@@ -29,6 +29,18 @@ class ProxyApp:
     admin: dict[str, str]
     store: SqlStore
 
+    def new_token(self, **body: str) -> tuple[int, str]:
+        """A token made through the API as the admin (`user=` for another user's): its id and secret."""
+        r = self.api.post("/api/v1/tokens", json=body, headers=self.admin)
+        assert r.status_code == 201, r.text
+        return r.json()["id"], r.json()["token"]
+
+    def login(self) -> tuple[dict[str, str], str]:
+        """Log the admin in on the web: the session-cookie header to send, and the CSRF token for logout."""
+        r = self.api.post("/web/login", json={"token": self.admin["Authorization"].removeprefix("Bearer ")})
+        assert r.status_code == 200, r.text
+        return {"Cookie": f"corral_session={self.api.cookies['corral_session']}"}, r.json()["csrf"]
+
 
 @pytest.fixture
 def proxy_app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[int], ProxyApp]]:

@@ -11,7 +11,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
-from starlette.testclient import TestClient
 
 
 CHUNK_EVERY_S = 0.05
@@ -48,32 +47,30 @@ class _Ticker(BaseHTTPRequestHandler):
 
 
 @dataclass
-class Streamed:
-    api: TestClient
-    ui: TestClient
-    job: int
-    admin: dict[str, str]
-    sent: list[int] = field(default_factory=list)
+class Ticks:
+    """The ticker's port, how many ticks each stream got out, and the test's reader threads."""
+
+    port: int
+    sent: list[int]
     readers: list[threading.Thread] = field(default_factory=list)
 
 
 @pytest.fixture
-def streamed(proxy_app: Callable[[int], Any]) -> Iterator[Streamed]:
-    sent: list[int] = []
+def streamed(proxy_app: Callable[[int], Any]) -> Iterator[tuple[Any, Ticks]]:
+    """The app (conftest's ProxyApp) with a RUNNING job whose web UI is the ticker."""
     stop = threading.Event()
-    handler = type("Ticker", (_Ticker,), {"sent": sent, "stop": stop})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    ticks = Ticks(0, [])
+    server = ThreadingHTTPServer(("127.0.0.1", 0), type("Ticker", (_Ticker,), {"sent": ticks.sent, "stop": stop}))
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    a = proxy_app(server.server_address[1])
-    streamed = Streamed(a.api, a.ui, a.job, a.admin, sent)
-    yield streamed
+    ticks.port = server.server_address[1]
+    yield proxy_app(ticks.port), ticks
     stop.set()  # streams still open end, and their readers with them, before the store closes
-    for reader in streamed.readers:
+    for reader in ticks.readers:
         reader.join(10)
     server.shutdown()
 
 
-def _read_in_background(s: Streamed, headers: dict[str, str]) -> tuple[threading.Thread, list[str]]:
+def _read_in_background(s: Any, ticks: Ticks, headers: dict[str, str]) -> tuple[threading.Thread, list[str]]:
     body: list[str] = []
 
     def read() -> None:
@@ -82,7 +79,7 @@ def _read_in_background(s: Streamed, headers: dict[str, str]) -> tuple[threading
 
     thread = threading.Thread(target=read, daemon=True)
     thread.start()
-    s.readers.append(thread)
+    ticks.readers.append(thread)
     return thread, body
 
 
@@ -91,31 +88,28 @@ def _wait_for_ticks(sent: list[int], thread: threading.Thread) -> None:
     assert thread.is_alive() and not sent, "the stream ended before access was withdrawn"
 
 
-def test_a_revoked_token_ends_a_streaming_response(streamed: Streamed) -> None:
-    s = streamed
-    r = s.api.post("/api/v1/tokens", json={"name": "tail"}, headers=s.admin)
-    assert r.status_code == 201, r.text
-    thread, body = _read_in_background(s, {"Authorization": f"Bearer {r.json()['token']}"})
-    _wait_for_ticks(s.sent, thread)
-    assert s.api.delete(f"/api/v1/tokens/{r.json()['id']}", headers=s.admin).status_code == 204
+def test_a_revoked_token_ends_a_streaming_response(streamed: tuple[Any, Ticks]) -> None:
+    s, ticks = streamed
+    token_id, secret = s.new_token(name="tail")
+    thread, body = _read_in_background(s, ticks, {"Authorization": f"Bearer {secret}"})
+    _wait_for_ticks(ticks.sent, thread)
+    assert s.api.delete(f"/api/v1/tokens/{token_id}", headers=s.admin).status_code == 204
     thread.join(15)
     assert not thread.is_alive(), "the response went on after the token was revoked"
     assert body[0].startswith("tick 0\ntick 1\n")
     deadline = time.monotonic() + 10
-    while not s.sent and time.monotonic() < deadline:
+    while not ticks.sent and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert s.sent and s.sent[0] * CHUNK_EVERY_S < STREAM_FOR_S / 2  # the job's side was hung up on too
+    assert ticks.sent and ticks.sent[0] * CHUNK_EVERY_S < STREAM_FOR_S / 2  # the job's side was hung up on too
 
 
-def test_a_logout_ends_a_streaming_response_and_others_go_on(streamed: Streamed) -> None:
-    s = streamed
-    r = s.api.post("/web/login", json={"token": s.admin["Authorization"].removeprefix("Bearer ")})
-    assert r.status_code == 200, r.text
-    cookie = {"Cookie": f"corral_session={s.api.cookies['corral_session']}"}
-    thread, _ = _read_in_background(s, cookie)
-    other, _ = _read_in_background(s, s.admin)
-    _wait_for_ticks(s.sent, thread)
-    assert s.api.post("/web/logout", headers={"X-CSRF-Token": r.json()["csrf"]}).status_code == 204
+def test_a_logout_ends_a_streaming_response_and_others_go_on(streamed: tuple[Any, Ticks]) -> None:
+    s, ticks = streamed
+    cookie, csrf = s.login()
+    thread, _ = _read_in_background(s, ticks, cookie)
+    other, _ = _read_in_background(s, ticks, s.admin)
+    _wait_for_ticks(ticks.sent, thread)
+    assert s.api.post("/web/logout", headers={"X-CSRF-Token": csrf}).status_code == 204
     thread.join(15)
     assert not thread.is_alive(), "the response went on after the logout"
     assert other.is_alive(), "a response on another, valid token was cut too"

@@ -6,7 +6,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -125,33 +124,15 @@ def test_relay_rechecks_and_rides_out_a_recheck_that_fails(echo: tuple[Server, C
     assert len(calls) == 6
 
 
-@dataclass(frozen=True)
-class Proxied:
-    """An app over a real SQLite store, its job-UI origin, and a RUNNING job whose web UI is the echo server."""
-
-    api: TestClient
-    ui: TestClient
-    job: int
-    admin: dict[str, str]
-    closes: Closes
-
-
 @pytest.fixture
-def proxied(proxy_app: Callable[[int], Any], echo: tuple[Server, Closes]) -> Proxied:
-    server, closes = echo
-    a = proxy_app(server.socket.getsockname()[1])
-    return Proxied(a.api, a.ui, a.job, a.admin, closes)
+def proxied(proxy_app: Callable[[int], Any], echo: tuple[Server, Closes]) -> Any:
+    """The app (conftest's ProxyApp) with a RUNNING job whose web UI is the echo server."""
+    return proxy_app(echo[0].socket.getsockname()[1])
 
 
-def _token(p: Proxied, **body: str) -> tuple[int, str]:
-    r = p.api.post("/api/v1/tokens", json=body, headers=p.admin)
-    assert r.status_code == 201, r.text
-    return r.json()["id"], r.json()["token"]
-
-
-def test_a_revoked_token_closes_the_sockets_it_opened(proxied: Proxied) -> None:
-    p = proxied
-    token_id, secret = _token(p, name="notebook")
+def test_a_revoked_token_closes_the_sockets_it_opened(proxied: Any, echo: tuple[Server, Closes]) -> None:
+    p, (_, closes) = proxied, echo
+    token_id, secret = p.new_token(name="notebook")
     path = f"/proxy/jobs/{p.job}/ws"
     with p.ui.websocket_connect(path, headers={"Authorization": f"Bearer {secret}"}) as ws, \
             p.ui.websocket_connect(path, headers=p.admin) as other:
@@ -159,37 +140,35 @@ def test_a_revoked_token_closes_the_sockets_it_opened(proxied: Proxied) -> None:
         assert ws.receive_text() == "hello"
         assert p.api.delete(f"/api/v1/tokens/{token_id}", headers=p.admin).status_code == 204
         assert _wait_closed(ws) == (1008, "your Corral session ended")
-        assert _wait_for(p.closes) == [(1001, "the Corral session ended")]
+        assert _wait_for(closes) == [(1001, "the Corral session ended")]
         other.send_text("another token's socket stays open")
         assert other.receive_text() == "another token's socket stays open"
 
 
-def test_a_logout_closes_the_sessions_sockets(proxied: Proxied) -> None:
-    p = proxied
-    r = p.api.post("/web/login", json={"token": p.admin["Authorization"].removeprefix("Bearer ")})
-    assert r.status_code == 200, r.text
-    cookie = {"Cookie": f"corral_session={p.api.cookies['corral_session']}", "Origin": "http://testserver"}
-    with p.ui.websocket_connect(f"/proxy/jobs/{p.job}/ws", headers=cookie) as ws:
+def test_a_logout_closes_the_sessions_sockets(proxied: Any, echo: tuple[Server, Closes]) -> None:
+    p, (_, closes) = proxied, echo
+    cookie, csrf = p.login()
+    with p.ui.websocket_connect(f"/proxy/jobs/{p.job}/ws", headers={**cookie, "Origin": "http://testserver"}) as ws:
         ws.send_text("hello")
         assert ws.receive_text() == "hello"
-        assert p.api.post("/web/logout", headers={"X-CSRF-Token": r.json()["csrf"]}).status_code == 204
+        assert p.api.post("/web/logout", headers={"X-CSRF-Token": csrf}).status_code == 204
         assert _wait_closed(ws) == (1008, "your Corral session ended")
-    assert _wait_for(p.closes) == [(1001, "the Corral session ended")]
+    assert _wait_for(closes) == [(1001, "the Corral session ended")]
 
 
-def test_a_caller_who_may_no_longer_see_the_job_is_closed_out(proxied: Proxied) -> None:
-    p = proxied
+def test_a_caller_who_may_no_longer_see_the_job_is_closed_out(proxied: Any, echo: tuple[Server, Closes]) -> None:
+    p, (_, closes) = proxied, echo
     assert p.api.post("/api/v1/tenants", json={"name": "vision"}, headers=p.admin).status_code == 201
     r = p.api.post("/api/v1/users", json={"name": "bob", "role": "admin", "tenant": "vision"}, headers=p.admin)
     assert r.status_code == 201, r.text
-    _, secret = _token(p, user="bob")
+    _, secret = p.new_token(user="bob")
     with p.ui.websocket_connect(f"/proxy/jobs/{p.job}/ws", headers={"Authorization": f"Bearer {secret}"}) as ws:
         ws.send_text("an admin sees every tenant's jobs")
         assert ws.receive_text() == "an admin sees every tenant's jobs"
         r = p.api.patch("/api/v1/users/bob", json={"role": "member"}, headers=p.admin)
         assert r.status_code == 200, r.text
         assert _wait_closed(ws) == (1008, f"access to job {p.job} was withdrawn")
-    assert _wait_for(p.closes) == [(1001, "the Corral session ended")]
+    assert _wait_for(closes) == [(1001, "the Corral session ended")]
 
 
 @pytest.mark.parametrize(("origin", "host", "same"), [
