@@ -43,6 +43,10 @@ def main() -> None:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="corral-bench-"))
+    root.chmod(0o711)  # jobs run as their own Unix users (root agent): they reach marks/ by name, nothing else
+    marks = root / "marks"
+    marks.mkdir()
+    marks.chmod(0o1777)
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")}
     env.update(CORRAL_PORT=str(port), CORRAL_DATA_DIR=str(root / "data"), CORRAL_GPUS="sim:8xH100-80GB",
@@ -68,13 +72,18 @@ def main() -> None:
                 time.sleep(0.1)
             to_process, to_running = [], []
             for i in range(args.jobs):
-                mark = root / f"start-{i}"
+                mark = marks / f"start-{i}"
                 t0 = time.time()
                 job = c.post("/api/v1/jobs", json={"command": ["sh", "-c", f"date +%s.%N > {mark}"], "gpus": 1}).json()
                 seen_running = None
                 while True:
-                    if seen_running is None and c.get(f"/api/v1/jobs/{job['id']}").json()["state"] != "PENDING":
-                        seen_running = time.time()
+                    if seen_running is None:
+                        state = c.get(f"/api/v1/jobs/{job['id']}").json()["state"]
+                        if state != "PENDING":
+                            seen_running = time.time()
+                    if time.time() - t0 > 60:
+                        state = c.get(f"/api/v1/jobs/{job['id']}").json()["state"]
+                        sys.exit(f"job {job['id']} wrote no start mark in 60 s (state {state}): see `corral show`")
                     if mark.exists() and mark.stat().st_size:
                         break
                     time.sleep(0.005)

@@ -6,10 +6,10 @@ import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import NoReturn
 
 import pytest
 from hypothesis import HealthCheck, settings
+from realparts import missing_real_part  # noqa: F401  (re-exported for fixtures here)
 
 # No per-example deadline: on a busy 2-core CI machine timings vary tenfold, and speed is measured in bench/.
 # Derandomized: CI explores the same examples every run (a red run is then a regression, not a new draw);
@@ -17,15 +17,6 @@ from hypothesis import HealthCheck, settings
 settings.register_profile("corral", deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
 settings.register_profile("explore", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "corral"))
-
-def missing_real_part(what: str, how: str) -> NoReturn:
-    """A real part a test needs is missing. Under CI=true that fails the run (a shipped feature is never quietly
-    untested); locally it is a loud skip that names the part and how to get it."""
-    message = f"MISSING REAL PART: {what}. {how}"
-    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-        pytest.fail(message, pytrace=False)
-    pytest.skip(message)
-
 
 PG_ADMIN_URL = os.environ.get("CORRAL_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 _pg_problem: str | None = None
@@ -49,8 +40,8 @@ def postgres_problem() -> str | None:
 def postgres_url() -> Iterator[str]:
     """A fresh, empty PostgreSQL database for one test, dropped afterwards."""
     problem = postgres_problem()
-    if problem:
-        pytest.skip(f"SKIPPING POSTGRES TEST: {problem}")
+    if problem:  # under CI=true this fails the run: a connection error never turns the PostgreSQL tests into skips
+        missing_real_part("PostgreSQL", f"{problem} (set CORRAL_TEST_POSTGRES_URL, or start it on 127.0.0.1:5432)")
     import psycopg
 
     name = f"corral_test_{uuid.uuid4().hex[:12]}"

@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
+from realparts import missing_real_part
 from e2e.conftest import Corral, wait_for
 
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
@@ -41,7 +42,7 @@ def _chromium_path() -> str | None:
 def browser() -> Iterator[Any]:
     problem = chromium_problem()
     if problem:
-        pytest.skip(f"SKIPPING BROWSER TESTS: {problem}")
+        missing_real_part("chromium for the browser tests", problem)
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
@@ -63,6 +64,11 @@ class Cluster(Corral):
 
     def has_api(self, path: str) -> bool:
         return path in httpx.get(f"{self.url}/openapi.json", timeout=10).json()["paths"]
+
+    def require_api(self, *paths: str) -> None:
+        """Every route a page drives is shipped: one missing from the OpenAPI fails the test (never a skip)."""
+        missing = [p for p in paths if not self.has_api(p)]
+        assert not missing, f"the server no longer serves {', '.join(missing)}: a shipped route was removed"
 
 
 @pytest.fixture(scope="module")

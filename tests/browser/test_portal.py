@@ -61,7 +61,7 @@ def test_fleet_shows_both_nodes_gpus_by_model(admin_tab: Tab) -> None:
 def test_submit_from_form_pending_running_succeeded_with_streaming_logs_and_cancel_another(
         admin_tab: Tab, cluster: Cluster) -> None:
     page = admin_tab.page
-    gate = cluster.root / f"go-{uuid.uuid4().hex[:8]}"
+    gate = cluster.shared / f"go-{uuid.uuid4().hex[:8]}"  # where the job (its own user) can see it
     # A blocker holds all 8 H100s, so the job from the form must wait: PENDING is observable, not a race.
     blocker = cluster.api("POST", "/jobs", json={"command": ["sleep", "300"], "gpus": 8, "gpu_model": "H100",
                                                  "name": "blocker"}).json()["id"]
@@ -177,8 +177,7 @@ def test_node_page_gpu_cards_topology_and_gpu_page(admin_tab: Tab) -> None:
 
 
 def test_node_and_gpu_graphs_have_data(admin_tab: Tab, cluster: Cluster) -> None:
-    if not cluster.has_api("/api/v1/metrics/series"):
-        pytest.skip("SKIPPING: this server has no /api/v1/metrics/series yet (graphs show 'not available')")
+    cluster.require_api("/api/v1/metrics/series")
     page = admin_tab.page
     admin_tab.goto("/nodes/node-a")
     for chart in ("cpu", "mem"):
@@ -204,8 +203,7 @@ def test_node_and_gpu_graphs_have_data(admin_tab: Tab, cluster: Cluster) -> None
 
 
 def test_admin_cordons_and_enables_a_node(admin_tab: Tab, cluster: Cluster) -> None:
-    if not cluster.has_api("/api/v1/nodes/{name}/cordon"):
-        pytest.skip("SKIPPING: this server has no cordon API yet")
+    cluster.require_api("/api/v1/nodes/{name}/cordon")
     page = admin_tab.page
     admin_tab.goto("/nodes/node-b")
     page.click("#actions button[data-action=cordon]")
@@ -236,9 +234,9 @@ def test_admin_creates_tenant_user_quota_and_the_user_sees_only_its_tenant(tabs:
     page.fill("#quota-form input[name=max_gpus]", "4")
     page.click("#quota-form button[type=submit]")
     expect(page.locator("#quotas")).to_contain_text("vision")
-    if cluster.has_api("/api/v1/audit"):  # the trail lists what the admin just did, live
-        for action in ("tenant.create", "user.create", "quota.set"):
-            expect(page.locator("#audit")).to_contain_text(action, timeout=15_000)
+    cluster.require_api("/api/v1/audit")  # the trail lists what the admin just did, live
+    for action in ("tenant.create", "user.create", "quota.set"):
+        expect(page.locator("#audit")).to_contain_text(action, timeout=15_000)
     admin.shot("admin")
     quotas = cluster.api("GET", "/quotas", params={"tenant": "vision"}).json()
     assert quotas == [{"tenant": "vision", "gpu_model": "H100", "guaranteed_gpus": 2, "max_gpus": 4}]
@@ -270,8 +268,7 @@ def test_admin_creates_tenant_user_quota_and_the_user_sees_only_its_tenant(tabs:
 
 
 def test_alert_rule_created_in_the_ui_fires_and_shows(admin_tab: Tab, cluster: Cluster) -> None:
-    if not (cluster.has_api("/api/v1/alert-rules") and cluster.has_api("/api/v1/alerts")):
-        pytest.skip("SKIPPING: this server has no /api/v1/alerts and /api/v1/alert-rules yet")
+    cluster.require_api("/api/v1/alert-rules", "/api/v1/alerts")
     page = admin_tab.page
     admin_tab.goto("/alerts")
     page.fill("#rule-form input[name=name]", "browser-test-hot")
@@ -298,8 +295,7 @@ def test_alert_rule_created_in_the_ui_fires_and_shows(admin_tab: Tab, cluster: C
 
 
 def test_reports_page(admin_tab: Tab, cluster: Cluster) -> None:
-    if not cluster.has_api("/api/v1/reports/usage"):
-        pytest.skip("SKIPPING: this server has no /api/v1/reports/usage yet")
+    cluster.require_api("/api/v1/reports/usage")
     page = admin_tab.page
     admin_tab.goto("/reports")
     page.select_option("#report-form select[name=group_by]", "tenant")

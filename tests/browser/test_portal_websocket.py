@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import http.server
 import re
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from e2e.conftest import free_port, wait_for
+from e2e.conftest import JOB_PYTHON, JOB_PYTHONPATH, free_port, wait_for
 
 from .conftest import Cluster, Tab
 
@@ -43,8 +42,8 @@ ROUND_TRIP = """async (url) => {
 
 @pytest.fixture
 def echo_job(cluster: Cluster) -> Iterator[int]:
-    r = cluster.api("POST", "/jobs", json={"command": [sys.executable, str(ECHO_APP)], "port": free_port(),
-                                           "name": "ws-echo"})
+    r = cluster.api("POST", "/jobs", json={"command": [JOB_PYTHON, str(ECHO_APP)], "port": free_port(),
+                                           "env": {"PYTHONPATH": JOB_PYTHONPATH}, "name": "ws-echo"})
     assert r.status_code == 201, r.text
     job = int(r.json()["id"])
     wait_for(lambda: cluster.api("GET", f"/jobs/{job}").json()["state"] == "RUNNING", 30, "echo job running")

@@ -20,6 +20,12 @@ BACKENDS: dict[str, Callable[[], GpuBackend]] = {
     "simulated-l4": lambda: SimulatedGpuBackend("sim:3xL4", "node-1"),
     "none": NoGpuBackend,
 }
+# (GPUs, NVLink peer links) each backend must discover: the loops below never pass by running over nothing
+# (the `none` backend, which has no GPUs, is held to that explicitly in test_no_gpu_backend_is_empty_everywhere).
+SHAPE: dict[str, tuple[int, int]] = {
+    "nvml-dgx-nvswitch": (8, 56), "nvml-dgx-direct": (4, 12), "nvml-pcie": (4, 0), "simulated-h100": (8, 56),
+    "simulated-v100": (8, 32), "simulated-l4": (3, 0), "none": (0, 0),
+}
 
 
 @pytest.fixture(params=sorted(BACKENDS))
@@ -29,8 +35,30 @@ def backend(request: pytest.FixtureRequest) -> GpuBackend:
     return made
 
 
+@pytest.fixture
+def shape(request: pytest.FixtureRequest) -> tuple[int, int]:
+    return SHAPE[request.node.callspec.params["backend"]]
+
+
 def test_name(backend: GpuBackend) -> None:
     assert backend.name in {"nvml", "simulated", "none"}
+
+
+def test_every_backend_has_a_declared_shape() -> None:
+    assert set(SHAPE) == set(BACKENDS)
+
+
+def test_discovers_the_declared_gpus_and_links(backend: GpuBackend, shape: tuple[int, int]) -> None:
+    gpus = backend.discover()
+    assert (len(gpus), sum(len(g.nvlink_peers) for g in gpus)) == shape
+
+
+def test_no_gpu_backend_is_empty_everywhere() -> None:
+    backend = NoGpuBackend()
+    assert backend.name == "none" and backend.discover() == []
+    readout = backend.sample(1000.0)
+    assert readout.samples == () and readout.events == () and backend.wait_events(0) == []
+    backend.close()
 
 
 def test_indices_and_uuids_unique_and_sorted(backend: GpuBackend) -> None:
@@ -40,13 +68,16 @@ def test_indices_and_uuids_unique_and_sorted(backend: GpuBackend) -> None:
     assert all(g.uuid for g in gpus)
 
 
-def test_memory_and_model(backend: GpuBackend) -> None:
-    for g in backend.discover():
+def test_memory_and_model(backend: GpuBackend, shape: tuple[int, int]) -> None:
+    gpus = backend.discover()
+    assert len(gpus) == shape[0]
+    for g in gpus:
         assert g.memory_mib > 0 and g.model
 
 
-def test_nvlink_peers_symmetric_and_existing(backend: GpuBackend) -> None:
+def test_nvlink_peers_symmetric_and_existing(backend: GpuBackend, shape: tuple[int, int]) -> None:
     gpus = {g.index: g for g in backend.discover()}
+    assert (len(gpus), sum(len(g.nvlink_peers) for g in gpus.values())) == shape
     for g in gpus.values():
         assert g.index not in g.nvlink_peers
         assert list(g.nvlink_peers) == sorted(set(g.nvlink_peers))
@@ -64,10 +95,10 @@ def test_discover_is_repeatable_and_close_idempotent(backend: GpuBackend) -> Non
 
 # ----- sampling and fault events -----
 
-def test_sample_covers_discovered_gpus(backend: GpuBackend) -> None:
+def test_sample_covers_discovered_gpus(backend: GpuBackend, shape: tuple[int, int]) -> None:
     gpus = {g.index: g.uuid for g in backend.discover()}
     readout = backend.sample(1000.0)
-    assert readout.events == ()
+    assert readout.events == () and len(readout.samples) == shape[0]
     assert [s.index for s in readout.samples] == sorted(gpus)
     for s in readout.samples:
         assert s.ts == 1000.0 and s.uuid == gpus[s.index]

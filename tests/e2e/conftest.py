@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import sysconfig
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,6 +21,10 @@ import psutil
 import pytest
 
 CORRAL = str(Path(sys.executable).with_name("corral"))
+# Jobs run as unprivileged users (the agent runs as root here), who cannot execute the venv's interpreter (it
+# lives under /root, 0700): a job that needs Python uses the system's, with the venv's packages on PYTHONPATH.
+JOB_PYTHON = "/usr/bin/python3"
+JOB_PYTHONPATH = sysconfig.get_paths()["purelib"]
 
 
 def free_port() -> int:
@@ -50,11 +57,21 @@ class Corral:
         self.url = f"http://127.0.0.1:{self.port}"
         self.ui_port = free_port()  # jobs' web UIs, on an origin of their own
         self.ui_url = f"http://127.0.0.1:{self.ui_port}"
+        self.agent_port = free_port()  # agents: mutual TLS with certificates from the cluster CA
+        self.agent_url = f"https://127.0.0.1:{self.agent_port}"
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")}
         self.env.update(HOME=str(self.home), XDG_CONFIG_HOME=str(self.home / ".config"), CORRAL_PORT=str(self.port),
-                        CORRAL_JOB_UI_PORT=str(self.ui_port),
+                        CORRAL_JOB_UI_PORT=str(self.ui_port), CORRAL_AGENT_PORT=str(self.agent_port),
                         CORRAL_DATA_DIR=str(self.data_dir), CORRAL_GPUS=gpus, CORRAL_NODE_NAME=node,
                         PYTHONUNBUFFERED="1")
+        # Jobs run as their users' Unix identities (the tests run as root): their own dirs must lie where those
+        # users can reach them, which tmp_path (under a 0700 dir) is not. `shared` is a dir any job may write.
+        self.jobs_dir = Path(tempfile.mkdtemp(prefix="corral-e2e-jobs-"))
+        os.chmod(self.jobs_dir, 0o711)
+        self.shared = self.jobs_dir / "shared"
+        self.shared.mkdir()
+        os.chmod(self.shared, 0o1777)
+        self.env["CORRAL_JOBS_DIR"] = str(self.jobs_dir)
         if database_url:
             self.env["CORRAL_DATABASE_URL"] = database_url
         self.procs: list[subprocess.Popen[bytes]] = []
@@ -74,7 +91,8 @@ class Corral:
 
     def healthy(self) -> bool:
         try:
-            return httpx.get(f"{self.url}/healthz", timeout=2).status_code == 200
+            # a liveness probe only (an https:// server is verified by the CLI, against the cluster CA)
+            return httpx.get(f"{self.url}/healthz", timeout=2, verify=False).status_code == 200
         except httpx.HTTPError:
             return False
 
@@ -88,12 +106,31 @@ class Corral:
         self.up_proc.send_signal(signal.SIGINT)
         return self.up_proc.wait(30)
 
-    def start_agent(self, node: str, gpus: str) -> subprocess.Popen[bytes]:
-        token = (self.data_dir / "join-token").read_text().strip()
-        env = dict(self.env, CORRAL_DATA_DIR=str(self.root / f"agent-{node}"))
-        return self.spawn([CORRAL, "agent", "--server", self.url, "--token", token, "--gpus", gpus,
-                           "--node-name", node], env=env, log_name=f"agent-{node}")
+    def join_token(self, ttl: str = "10m", uses: int = 1) -> Path:
+        """A new join token (made by the admin through the CLI), in a 0600 file; returns the file."""
+        r = self.cli("tokens", "join", "create", "--ttl", ttl, "--uses", str(uses))
+        assert r.returncode == 0, r.stderr
+        path = self.root / f"join-token-{len(list(self.root.glob('join-token-*')))}"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(r.stdout.strip() + "\n")
+        return path
 
+    def agent_env(self, node: str) -> dict[str, str]:
+        return dict(self.env, CORRAL_DATA_DIR=str(self.root / f"agent-{node}"))
+
+    def start_agent(self, node: str, gpus: str, token_file: Path | None = None) -> subprocess.Popen[bytes]:
+        """A real `corral agent` that joins with a fresh one-use token (read from a file, never argv), then
+        speaks mutual TLS. Pass `token_file=Path()` to start without a token (a restart reuses its certificate)."""
+        args = [CORRAL, "agent", "--join", self.agent_url, "--gpus", gpus, "--node-name", node]
+        if token_file is None:
+            token_file = self.join_token()
+        if token_file != Path():
+            args += ["--token-file", str(token_file)]
+        return self.spawn(args, env=self.agent_env(node), log_name=f"agent-{node}")
+
+    def agent_tls_dir(self, node: str) -> Path:
+        return self.root / f"agent-{node}" / "agent" / node / "tls"
     def close(self) -> None:
         for p in self.procs:
             if p.poll() is None:
@@ -112,6 +149,7 @@ class Corral:
                     proc.kill()
             except psutil.Error:
                 pass
+        shutil.rmtree(self.jobs_dir, ignore_errors=True)
 
     # ---- the CLI ----------------------------------------------------------------
     def cli(self, *args: str, env: dict[str, str] | None = None, timeout_s: float = 60) -> subprocess.CompletedProcess[str]:

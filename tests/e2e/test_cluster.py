@@ -35,6 +35,7 @@ def test_remote_agent_joins_and_takes_model_constrained_work(corral_factory: Any
 def test_killed_agent_node_is_lost_and_its_job_runs_elsewhere(corral_factory: Any) -> None:
     c: Corral = corral_factory(gpus="none", node="head")
     c.env["CORRAL_NODE_LOST_AFTER_S"] = "3"
+    c.env["CORRAL_LONG_POLL_S"] = "1"  # heartbeats every second at most (a shorter lost timeout is refused)
     c.start()
     first = c.start_agent("w1", "sim:1xL4-24GB")
     wait_for(lambda: any(n["name"] == "w1" for n in c.cli_json("nodes")), 30, "w1 registered")

@@ -69,8 +69,13 @@ def test_xid_fault_requeues_job_on_healthy_gpus_and_alerts(corral_factory: Any) 
     alerts = c.cli_json("alerts")
     assert any(a["rule"] == "gpu_unhealthy" and a["state"] == "firing" for a in alerts)
 
-    # /metrics parses and carries the DCGM-named series for every GPU
-    body = httpx.get(f"{c.url}/metrics").text
+    # /metrics needs a token; with a metrics token (as Prometheus scrapes) it parses and carries the DCGM-named
+    # series for every GPU
+    assert httpx.get(f"{c.url}/metrics").status_code == 401
+    made = c.cli("tokens", "create", "--metrics", "--name", "prometheus")
+    assert made.returncode == 0, made.stderr
+    scrape = {"Authorization": f"Bearer {made.stdout.strip()}"}
+    body = httpx.get(f"{c.url}/metrics", headers=scrape).text
     families = {f.name: f for f in text_string_to_metric_families(body)}
     util = families["DCGM_FI_DEV_GPU_UTIL"]
     assert {s.labels["Hostname"] for s in util.samples} == {"node-a", "node-b"}

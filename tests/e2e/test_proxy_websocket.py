@@ -1,11 +1,10 @@
-"""WebSockets through the job proxy: a job serving a WebSocket echo app (ws_echo_app.py) on its declared port,
-reached at ws://server/proxy/jobs/ID/... with real server, agent and job processes."""
+"""WebSockets through the job proxy: a job serving a WebSocket echo app (ws_echo_app.py) on the port Corral
+assigned it ($CORRAL_JOB_PORT), reached at ws://server/proxy/jobs/ID/... with real server, agent and job processes."""
 
 from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +14,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.frames import Close
 from websockets.sync.client import ClientConnection, connect
 
-from .conftest import Corral, free_port, wait_for
+from .conftest import JOB_PYTHON, JOB_PYTHONPATH, Corral, free_port, wait_for
 
 pytestmark = pytest.mark.e2e
 ECHO_APP = Path(__file__).with_name("ws_echo_app.py")
@@ -55,7 +54,8 @@ def test_websocket_echo_through_the_proxy(corral_factory: Any) -> None:
     c: Corral = corral_factory()
     c.start()
     bearer = {"Authorization": f"Bearer {_admin(c)}"}
-    job = c.submit("--port", str(free_port()), "--name", "ws-echo", "--", sys.executable, str(ECHO_APP))
+    job = c.submit("--web-ui", "--name", "ws-echo", "--env", f"PYTHONPATH={JOB_PYTHONPATH}", "--", JOB_PYTHON,
+                   str(ECHO_APP))
     wait_for(lambda: c.job(job)["state"] == "RUNNING", 30, "running")
 
     def hello() -> dict[str, Any] | None:
@@ -154,17 +154,16 @@ def test_websocket_to_a_job_app_that_fails(corral_factory: Any) -> None:
     c: Corral = corral_factory()
     c.start()
     bearer = {"Authorization": f"Bearer {_admin(c)}"}
-    silent = c.submit("--port", str(free_port()), "--", "sleep", "600")  # declares a port, listens on none
-    plain = c.submit("--port", str(free_port()), "--", "sh", "-c",  # answers HTTP, not WebSocket
-                     f"exec {sys.executable} -m http.server $CORRAL_PORT --bind 127.0.0.1 --directory {c.root}")
+    silent = c.submit("--web-ui", "--", "sleep", "600")  # has a web UI, listens on nothing
+    plain = c.submit("--web-ui", "--", "sh", "-c",  # answers HTTP, not WebSocket
+                     f"exec {JOB_PYTHON} -m http.server $CORRAL_JOB_PORT --bind 127.0.0.1 --directory {c.shared}")
     no_port = c.submit("--", "sleep", "600")
     for job in (silent, plain, no_port):
         wait_for(lambda: c.job(job)["state"] == "RUNNING", 30, f"job {job} running")
 
-    closed, subprotocol = _closed_by_proxy(c, silent, additional_headers=bearer, subprotocols=["corral-test"])
-    assert closed.code == 1013
-    assert f"job {silent}'s web UI" in closed.reason and "does not answer" in closed.reason
-    assert subprotocol == "corral-test"  # named so that a browser reads the close frame at all
+    # Nothing of the job listens on its port: refused before the handshake, never connected to the node's port.
+    status, body = _refused(c, silent, additional_headers=bearer, subprotocols=["corral-test"])
+    assert status == 409 and "not listening" in body["error"]["message"], body
 
     status, _ = _refused(c, no_port, additional_headers=bearer)
     assert status == 404
@@ -188,7 +187,8 @@ def _closed_within(ws: ClientConnection, timeout_s: float = 20.0) -> Close:
 def test_a_revoked_token_or_a_logout_closes_open_websockets(corral_factory: Any) -> None:
     c: Corral = corral_factory()
     c.start()
-    job = c.submit("--port", str(free_port()), "--name", "ws-echo", "--", sys.executable, str(ECHO_APP))
+    job = c.submit("--web-ui", "--name", "ws-echo", "--env", f"PYTHONPATH={JOB_PYTHONPATH}", "--", JOB_PYTHON,
+                   str(ECHO_APP))
     wait_for(lambda: c.job(job)["state"] == "RUNNING", 30, "running")
     token = c.cli_json("tokens", "create", "--name", "notebook")
     bearer = {"Authorization": f"Bearer {token['token']}"}

@@ -4,7 +4,7 @@ a kill -9 of the server in the middle (no firing lost for good, none started twi
 from __future__ import annotations
 
 import re
-import time
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -43,7 +43,9 @@ def test_repeating_job_survives_a_server_kill_and_is_paused_run_and_deleted(corr
 
     before = c.cli_json("schedules", "show", str(sid))
     c.kill9()
-    time.sleep(5)  # at least two firings fall due while nobody is there
+    # at least two firings fall due while nobody is there (the clock is all there is to watch while it is down)
+    due = datetime.fromisoformat(before["next_run_at"]) + timedelta(seconds=2)
+    wait_for(lambda: datetime.now(UTC) > due, 30, "two firings fell due")
     c.start()
     wait_for(lambda: c.cli_json("schedules", "show", str(sid))["runs"] >= before["runs"] + 2, 60, "firing again")
     after = c.cli_json("schedules", "show", str(sid))
@@ -55,10 +57,18 @@ def test_repeating_job_survives_a_server_kill_and_is_paused_run_and_deleted(corr
     assert len(running) <= 1  # concurrency forbid: never two at once
 
     assert c.cli("schedules", "pause", str(sid)).returncode == 0
-    time.sleep(1)  # a firing already in flight when the pause landed may still finish
+    # A witness schedule proves the runner goes on firing: once it has fired, any pass that began before the
+    # pause has ended; two firings of it later, the paused schedule (due every 2 s) would have fired too.
+    r = c.cli("submit", "--repeat", "@every 1s", "--name", "witness", "--", "true")
+    assert r.returncode == 0, r.stderr
+    m = re.match(r"schedule (\d+) ", r.stdout)
+    assert m, r.stdout
+    witness = int(m.group(1))
+    witness_runs = wait_for(lambda: c.cli_json("schedules", "show", str(witness))["runs"], 60, "the witness fired")
     paused_runs = c.cli_json("schedules", "show", str(sid))["runs"]
-    time.sleep(4)
+    wait_for(lambda: c.cli_json("schedules", "show", str(witness))["runs"] >= witness_runs + 3, 60, "three more firings")
     assert c.cli_json("schedules", "show", str(sid))["runs"] == paused_runs
+    assert c.cli("schedules", "delete", str(witness)).returncode == 0
     listed = c.cli("schedules")
     assert "tick" in listed.stdout and "paused" in listed.stdout
 

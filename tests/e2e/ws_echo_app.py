@@ -1,4 +1,4 @@
-"""A tiny WebSocket app that test_proxy_websocket.py runs as a job on $CORRAL_PORT (with `websockets`).
+"""A tiny WebSocket app that test_proxy_websocket.py runs as a job on $CORRAL_JOB_PORT (with `websockets`).
 
 A handshake on the path /forbidden is refused with HTTP 403; a plain GET of /page answers 200 (a page). Every message comes back as it was (text as
 text, bytes as bytes), except two commands: "hello?" answers with
@@ -49,7 +49,7 @@ async def handler(ws: ServerConnection) -> None:
 
 
 async def main() -> None:
-    port = int(os.environ["CORRAL_PORT"])
+    port = int(os.environ["CORRAL_JOB_PORT"])
     async with serve(handler, "127.0.0.1", port, process_request=process_request,
                      select_subprotocol=select_subprotocol, max_size=None) as server:
         print(f"listening on {port}", flush=True)

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from starlette.testclient import TestClient
 
+from corral.api.schemas import WebPortReport
 from corral.core.tenancy import DEFAULT_TENANT
 from corral.server.app import create_app
 from corral.server.bootstrap import ensure_credentials
@@ -21,7 +22,8 @@ from corral.store.sql import SqlStore, open_store
 
 @dataclass(frozen=True)
 class ProxyApp:
-    """The app over a real SQLite store (API and job-UI origins) and a RUNNING job whose web UI is at a port."""
+    """The app over a real SQLite store (API and job-UI origins) and a RUNNING job whose web UI is at a port (its
+    node's agent vouching that the job's own processes listen there)."""
 
     api: TestClient
     ui: TestClient
@@ -61,6 +63,8 @@ def proxy_app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Calla
         assert tenant is not None
         job = store.create_job(JobSpec(command=("serve",), port=port, tenant_id=tenant.id), now)
         assert store.assign_job(job.id, "node-a", [], now)
+        # as node-a's agent reports it: only the job's own processes listen on its port (agent/webports.py)
+        app.state.web_ports.record("node-a", [WebPortReport(job_id=job.id, attempt=1, port=port, listening=True)])
         return ProxyApp(TestClient(app), TestClient(app.state.job_ui_app), job.id,
                         {"Authorization": f"Bearer {creds.admin_token}"}, store)
 

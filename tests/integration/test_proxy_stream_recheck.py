@@ -22,6 +22,7 @@ class _Ticker(BaseHTTPRequestHandler):
 
     protocol_version = "HTTP/1.1"
     sent: list[int]
+    written: list[int]  # one entry (the stream's id) per tick written so far
     stop: threading.Event
 
     def do_GET(self) -> None:  # noqa: N802 (http.server's name)
@@ -35,6 +36,7 @@ class _Ticker(BaseHTTPRequestHandler):
                 line = f"tick {n}\n".encode()
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
                 self.wfile.flush()
+                self.written.append(id(self))
                 n += 1
                 time.sleep(CHUNK_EVERY_S)
             self.wfile.write(b"0\r\n\r\n")
@@ -53,6 +55,7 @@ class Ticks:
     port: int
     sent: list[int]
     readers: list[threading.Thread] = field(default_factory=list)
+    written: list[int] = field(default_factory=list)
 
 
 @pytest.fixture
@@ -60,7 +63,8 @@ def streamed(proxy_app: Callable[[int], Any]) -> Iterator[tuple[Any, Ticks]]:
     """The app (conftest's ProxyApp) with a RUNNING job whose web UI is the ticker."""
     stop = threading.Event()
     ticks = Ticks(0, [])
-    server = ThreadingHTTPServer(("127.0.0.1", 0), type("Ticker", (_Ticker,), {"sent": ticks.sent, "stop": stop}))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), type("Ticker", (_Ticker,), {"sent": ticks.sent, "stop": stop,
+                                                                                 "written": ticks.written}))
     threading.Thread(target=server.serve_forever, daemon=True).start()
     ticks.port = server.server_address[1]
     yield proxy_app(ticks.port), ticks
@@ -83,16 +87,20 @@ def _read_in_background(s: Any, ticks: Ticks, headers: dict[str, str]) -> tuple[
     return thread, body
 
 
-def _wait_for_ticks(sent: list[int], thread: threading.Thread) -> None:
-    time.sleep(0.5)  # some ticks have gone through
-    assert thread.is_alive() and not sent, "the stream ended before access was withdrawn"
+def _wait_for_ticks(ticks: Ticks, thread: threading.Thread) -> None:
+    """Poll until every reader's stream has had at least two ticks written (a deadline, no fixed sleep)."""
+    deadline = time.monotonic() + 10
+    while sum(ticks.written.count(s) >= 2 for s in set(ticks.written)) < len(ticks.readers):
+        assert time.monotonic() < deadline, f"the streams never got going: {len(ticks.written)} ticks"
+        time.sleep(0.02)
+    assert thread.is_alive() and not ticks.sent, "the stream ended before access was withdrawn"
 
 
 def test_a_revoked_token_ends_a_streaming_response(streamed: tuple[Any, Ticks]) -> None:
     s, ticks = streamed
     token_id, secret = s.new_token(name="tail")
     thread, body = _read_in_background(s, ticks, {"Authorization": f"Bearer {secret}"})
-    _wait_for_ticks(ticks.sent, thread)
+    _wait_for_ticks(ticks, thread)
     assert s.api.delete(f"/api/v1/tokens/{token_id}", headers=s.admin).status_code == 204
     thread.join(15)
     assert not thread.is_alive(), "the response went on after the token was revoked"
@@ -108,8 +116,22 @@ def test_a_logout_ends_a_streaming_response_and_others_go_on(streamed: tuple[Any
     cookie, csrf = s.login()
     thread, _ = _read_in_background(s, ticks, cookie)
     other, _ = _read_in_background(s, ticks, s.admin)
-    _wait_for_ticks(ticks.sent, thread)
+    _wait_for_ticks(ticks, thread)
     assert s.api.post("/web/logout", headers={"X-CSRF-Token": csrf}).status_code == 204
     thread.join(15)
     assert not thread.is_alive(), "the response went on after the logout"
     assert other.is_alive(), "a response on another, valid token was cut too"
+
+
+def test_a_session_opened_with_a_token_ends_its_stream_when_that_token_is_revoked(
+        streamed: tuple[Any, Ticks]) -> None:
+    """The stream recheck follows the session rule: revoking the API token a web session was opened with ends
+    the session, and the session's streams with it (the old code let the session live on)."""
+    s, ticks = streamed
+    token_id, secret = s.new_token(name="laptop")
+    assert s.api.post("/web/login", json={"token": secret}).status_code == 200
+    thread, _ = _read_in_background(s, ticks, {"Cookie": f"corral_session={s.api.cookies['corral_session']}"})
+    _wait_for_ticks(ticks, thread)
+    assert s.api.delete(f"/api/v1/tokens/{token_id}", headers=s.admin).status_code == 204
+    thread.join(15)
+    assert not thread.is_alive(), "the session's stream went on after the token it came from was revoked"

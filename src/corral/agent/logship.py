@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
-from corral.sdk.client import AgentClient
+from corral.sdk.client import AgentClient, CorralAPIError
+
+log = logging.getLogger("corral.agent")
 
 CHUNK_BYTES = 1 << 20
+REFUSED = -1  # the server refuses this run's log from this node
 
 
 class LogShipper:
@@ -18,8 +22,22 @@ class LogShipper:
     def ship(self, job_id: int, attempt: int, path: Path, rank: int = 0) -> None:
         """Send whatever the server does not have yet. Raises CorralSDKError on transport errors."""
         key = (job_id, attempt, rank)
+        try:
+            self._ship(key, path)
+        except CorralAPIError as e:
+            if e.status != 403:
+                raise
+            # The job is no longer placed here (requeued elsewhere, revoked): the server refuses this node's
+            # writes to its log. Stop shipping this run rather than block its exit report forever.
+            log.warning("log of job %s attempt %s refused: %s", job_id, attempt, e)
+            self._sent[key] = REFUSED
+
+    def _ship(self, key: tuple[int, int, int], path: Path) -> None:
+        job_id, attempt, rank = key
         if key not in self._sent:  # learn what the server holds (after an agent restart, say)
             self._sent[key] = self.client.upload_logs(self.node, job_id, 0, b"", attempt, rank)
+        if self._sent[key] == REFUSED:
+            return
         try:
             f = open(path, "rb")
         except FileNotFoundError:

@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
+import getpass
 import logging
+import os
 import socket
+import ssl
 import threading
+import time
 from pathlib import Path
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from corral.agent.gpu import load_gpu_backend
+from corral.agent.identity import CertRenewer, NodeTlsFiles, join, mtls_context, usable_identity
 from corral.agent.runner import Agent
-from corral.api.paths import default_data_dir
+from corral.api.paths import default_data_dir, secure_data_dir
+from corral.executors.jobhome import CHECKPOINTS
 from corral.executors.process import ProcessExecutor
-from corral.sdk.client import AgentClient
+from corral.sdk.client import AgentClient, CorralConnectionError
 
 log = logging.getLogger("corral.agent")
 
@@ -24,8 +30,10 @@ class AgentSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="CORRAL_", extra="ignore")
 
-    server_url: str = Field("http://127.0.0.1:8600", description="URL of the Corral server the agent joins.")
-    join_token: str = Field("", description="Agent join token (the server's data dir holds it in `join-token`).")
+    server_url: str = Field("https://127.0.0.1:8602", description="The server's agent port (mutual TLS), as "
+                                                                 "`corral up` prints it; `corral agent --join URL`.")
+    join_token_file: str = Field("", description="File holding a join token (`-`: stdin), needed only until the node "
+                                                 "has its certificate (`corral tokens join create`).")
     gpus: str = Field("auto", description="GPU backend: auto, nvml, none, or a simulated spec like sim:8xH100-80GB.")
     node_name: str = Field(default_factory=socket.gethostname, description="Name this node registers under.")
     data_dir: Path = Field(default_factory=default_data_dir, description="Agent state: job dirs and logs (under agent/).")
@@ -33,6 +41,10 @@ class AgentSettings(BaseSettings):
     metrics_interval_s: float = Field(5.0, ge=0, description="Seconds between telemetry batches (0: no telemetry).")
     advertise_address: str = Field("", description="Host or IP the server reaches this node at (jobs' web UIs); "
                                                    "default: 127.0.0.1 for a server on loopback, else the hostname.")
+    jobs_dir: Path | None = Field(None, description="Where jobs' own dirs (HOME, default workdir, checkpoints) live, "
+                                                    "under <jobs_dir>/<node>; outside the data dir, and reachable by "
+                                                    "the users jobs run as (default: /var/lib/corral-jobs as root, "
+                                                    "else jobs/ in the data dir).")
 
     @property
     def effective_address(self) -> str:
@@ -52,15 +64,61 @@ class AgentSettings(BaseSettings):
     def agent_dir(self) -> Path:
         return self.data_dir / "agent" / self.node_name
 
+    @property
+    def work_root(self) -> Path:
+        """This node's jobs' dirs: beside the 0700 data dir when jobs run as other users, never inside it."""
+        if self.jobs_dir is not None:
+            base = Path(self.jobs_dir).expanduser().resolve()
+        else:
+            base = Path("/var/lib/corral-jobs") if os.geteuid() == 0 else self.data_dir / "jobs"
+        return base / self.node_name
+
+    @property
+    def tls_files(self) -> NodeTlsFiles:
+        return NodeTlsFiles(self.agent_dir / "tls")
+
+
+def ensure_identity(settings: AgentSettings, token: str | None, retry_for_s: float = 30.0) -> NodeTlsFiles:
+    """The node's certificate: the one kept in the agent dir while valid (a restart needs no token), else a
+    join with `token`. Raises JoinNeeded when there is neither, CorralSDKError when the join fails."""
+    files = settings.tls_files
+    why = usable_identity(files, settings.node_name)
+    if why is None:
+        return files
+    if not token:
+        raise JoinNeeded(f"node {settings.node_name}: {why}; join with a token: corral agent --join URL "
+                         "--token-file FILE (or CORRAL_JOIN_TOKEN_FILE)")
+    deadline = time.monotonic() + retry_for_s
+    while True:
+        try:
+            join(files, settings.server_url, token, settings.node_name)
+            return files
+        except CorralConnectionError as e:
+            if time.monotonic() > deadline:
+                raise
+            log.warning("join: %s; retrying", e)
+            time.sleep(1.0)
+
+
+class JoinNeeded(Exception):
+    """No usable certificate and no join token: str() says what to run."""
+
 
 def build_agent(settings: AgentSettings) -> tuple[Agent, AgentClient, ProcessExecutor]:
-    """Wire an Agent for this node. Raises ValidationError/GpuBackendError for a bad `gpus` setting."""
+    """Wire an Agent for this node (its certificate must be in place: `ensure_identity`). Raises
+    ValidationError/GpuBackendError for a bad `gpus` setting."""
     backend = load_gpu_backend(settings.gpus, settings.node_name)
-    executor = ProcessExecutor(settings.agent_dir / "jobs")
-    client = AgentClient(settings.server_url, settings.join_token)
+    secure_data_dir(settings.data_dir, skip=(settings.work_root,))
+    executor = ProcessExecutor(settings.agent_dir / "jobs", work_root=settings.work_root)
+    if executor.isolation != "users":
+        log.warning("SINGLE-USER MODE: the agent is not root, so every job runs as %s and can read everything that "
+                    "user can (the agent's data dir and its credentials too); run the agent as root to run each job "
+                    "as its user's own Unix identity", getpass.getuser())
+    ctx = mtls_context(settings.tls_files)
+    client = AgentClient(settings.server_url, "", verify=ctx)
     agent = Agent(client, settings.node_name, backend, executor, settings.agent_dir / "logs",
                   poll_wait_s=settings.poll_wait_s, metrics_interval_s=settings.metrics_interval_s,
-                  checkpoint_dir=settings.agent_dir / "checkpoints", address=settings.effective_address)
+                  checkpoint_dir=executor.work_root / CHECKPOINTS, address=settings.effective_address)
     return agent, client, executor
 
 
@@ -69,6 +127,9 @@ class AgentThread:
 
     def __init__(self, settings: AgentSettings) -> None:
         self.agent, self._client, self._executor = build_agent(settings)
+        verify = self._client.verify
+        assert isinstance(verify, ssl.SSLContext)
+        self.renewer = CertRenewer(settings.tls_files, self._client, verify, settings.node_name)
         self._thread = threading.Thread(target=self._run, name="corral-agent", daemon=True)
         self.error: BaseException | None = None
 
@@ -80,10 +141,12 @@ class AgentThread:
             log.exception("agent stopped with an error")
 
     def start(self) -> None:
+        self.renewer.start()
         self._thread.start()
 
     def stop(self, timeout_s: float = 5.0) -> None:
         self.agent.stop()
+        self.renewer.stop()
         self._thread.join(timeout=timeout_s)
         self._executor.close()
         self._client.close()

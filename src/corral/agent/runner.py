@@ -20,11 +20,13 @@ from corral.agent.gpu.base import GpuBackend
 from corral.agent.gpu.simulated import SimulatedGpuBackend
 from corral.agent.logship import LogShipper
 from corral.agent.metrics import Collector
+from corral.agent.webports import WebPortWatch
 from corral.api.schemas import (
     AgentRegister, AgentSync, Assignment, ExitReport, GpuReport, RunRef, SimFaultCommand,
 )
 from corral.core.errors import CorralError
 from corral.core.simfault import parse_sim_fault
+from corral.core.unix_identity import JobIdentity
 from corral.core.telemetry import TelemetryBatch, batch_to_dict
 from corral.executors.base import Executor, ExitRecord, LaunchSpec
 from corral.sdk.client import AgentClient, CorralAPIError, CorralSDKError
@@ -57,7 +59,8 @@ class Agent:
         self._stop = threading.Event()
         self._batches: queue.Queue[TelemetryBatch] = queue.Queue(TELEMETRY_QUEUE)
         self.collector: Collector | None = None
-        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.web_ports = WebPortWatch(executor.leader_pid)  # who listens on its jobs' web-UI ports (job proxy)
+        self.log_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
 
     # ---- registration -------------------------------------------------------
     def registration(self) -> AgentRegister:
@@ -67,7 +70,8 @@ class Agent:
         return AgentRegister(name=self.node, hostname=socket.gethostname(), address=self.address, backend=self.backend.name,
                              cpu_milli=(os.cpu_count() or 1) * 1000,
                              memory_mib=psutil.virtual_memory().total // (1 << 20),
-                             labels=self.labels, gpus=gpus, agent_version=__version__)
+                             labels=self.labels, gpus=gpus, agent_version=__version__,
+                             isolation=self.executor.isolation)
 
     def register(self, retry_s: float = 1.0) -> None:
         """Register, retrying while the server is unreachable; auth and validation errors are fatal."""
@@ -126,7 +130,8 @@ class Agent:
             try:
                 for run in self._running_runs():
                     self.shipper.ship(run.job_id, run.attempt, self.log_path(run), run.rank)
-                if self.executor.collect_exits():
+                exited = bool(self.executor.collect_exits())
+                if self.web_ports.refresh() or exited:  # a UI that starts or stops listening is reported at once
                     self.sync_once(0.0)
             except CorralSDKError as e:
                 log.warning("report failed: %s", e)
@@ -174,7 +179,9 @@ class Agent:
         for ex in exits:  # the whole log reaches the server before the exit does
             run = RunRef.from_key(ex.job_id)
             self.shipper.ship(run.job_id, run.attempt, self.log_path(run), run.rank)
-        reply = self.client.sync(self.node, AgentSync(running=running, exits=[_report(e) for e in exits], wait_s=wait_s))
+        reply = self.client.sync(self.node, AgentSync(running=running, exits=[_report(e) for e in exits], wait_s=wait_s,
+                                                      web_ports=self.web_ports.reports()))
+        self.web_ports.set_checks(reply.web_ports)
         for run in reply.acked_exits:
             self.executor.ack(run.key)
             self.shipper.forget(run.job_id, run.attempt, run.rank)
@@ -193,12 +200,12 @@ class Agent:
 
     def launch(self, a: Assignment) -> None:
         run = a.run
-        checkpoints = self.checkpoint_dir / str(a.job_id)
-        checkpoints.mkdir(parents=True, exist_ok=True)
-        env = {"CORRAL_CHECKPOINT_DIR": str(checkpoints), **a.env}
-        spec = LaunchSpec(job_id=run.key, command=tuple(a.command), env=env, workdir=a.workdir,
+        # The server resolved whom the job runs as; the executor creates its dirs owned by that identity.
+        identity = JobIdentity(a.uid, a.gid if a.gid is not None else a.uid, a.unix_user) if a.uid is not None else None
+        spec = LaunchSpec(job_id=run.key, command=tuple(a.command), env=dict(a.env), workdir=a.workdir,
                           gpu_indices=tuple(a.gpu_indices), gpu_uuids=tuple(a.gpu_uuids),
-                          log_path=self.log_path(run))
+                          log_path=self.log_path(run), identity=identity,
+                          checkpoint_dir=self.checkpoint_dir / str(a.job_id), secret_env=dict(a.secret_env))
         with self._lock:
             if run in self._run_gpus:  # two syncs in flight can both carry a new assignment: launch once
                 return

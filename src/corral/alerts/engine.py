@@ -6,6 +6,7 @@ notifications to a dispatcher (which never blocks) and action requests to a call
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable, Iterable, Sequence
 
@@ -63,7 +64,7 @@ class AlertEngine:
                 if s.id == silence_id:
                     if s.ends_at > now:
                         ends = max(now, s.starts_at + 1e-6)
-                        self._silences[i] = Silence(s.id, s.matchers, s.starts_at, ends, s.created_by, s.comment)
+                        self._silences[i] = dataclasses.replace(s, ends_at=ends)
                     return
         raise NotFoundError("silence", silence_id)
 

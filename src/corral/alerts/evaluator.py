@@ -47,6 +47,7 @@ class Alert:
     fired_at: float | None = None
     resolved_at: float | None = None
     silenced_by: str | None = None
+    tenant: str = ""  # the tenant the alert belongs to ("": a cluster alert); only its silences may mute it
 
     @property
     def label_map(self) -> dict[str, str]:
@@ -78,6 +79,20 @@ class Evaluation:
     alerts: dict[str, Alert]  # fingerprint -> alert: what to keep for the next evaluation
     changes: list[AlertChange]
     actions: list[ActionRequest]
+
+
+# Series about a tenant's own work (its jobs, its queue), as opposed to hardware that a job happens to use.
+TENANT_SERIES = frozenset({"job_gpu_utilization_percent", "queue_length"})
+
+
+def compute_alert_tenant(rule: AlertRule, labels: Labels) -> str:
+    """The tenant an alert belongs to: a tenant-scoped rule's tenant, or the `tenant` label of a series about a
+    tenant's own work. A GPU or node alert is the cluster's ("") even when a tenant's job holds that GPU."""
+    if rule.tenant:
+        return rule.tenant
+    if rule.metric in TENANT_SERIES:
+        return dict(labels).get("tenant", "")
+    return ""
 
 
 def compute_fingerprint(rule: str, labels: Labels) -> str:
@@ -157,7 +172,7 @@ def _advance(rule: AlertRule, point: SeriesPoint, fingerprint: str, old: Alert |
     alert = Alert(
         rule=rule.name, fingerprint=fingerprint, labels=point.labels, state=state, severity=rule.severity,
         value=point.value, summary=compute_summary(rule, point.labels, point.value), active_since=since,
-        updated_at=now, fired_at=fired_at,
+        updated_at=now, fired_at=fired_at, tenant=compute_alert_tenant(rule, point.labels),
     )
     return dataclasses.replace(alert, silenced_by=_muting(alert, now, silences))
 
@@ -168,7 +183,7 @@ def _resolved_recently(alert: Alert, now: float, keep_s: float) -> bool:
 
 def _muting(alert: Alert, now: float, silences: Sequence[Silence]) -> str | None:
     labels = {**alert.label_map, "alertname": alert.rule, "severity": alert.severity.value}
-    silence = select_silence(silences, labels, now)
+    silence = select_silence(silences, labels, now, alert.tenant)
     return silence.id if silence is not None else None
 
 

@@ -94,7 +94,8 @@ class WebhookNotifier:
         try:
             response = self._client.post(self.url, json=render_webhook_body(changes))
         except httpx.HTTPError as e:
-            raise NotifierError(f"webhook {self.name}: {type(e).__name__}: {e}") from e
+            detail = str(e).replace(self.url, "<url>")  # the URL may carry a token: never in status or logs
+            raise NotifierError(f"webhook {self.name}: {type(e).__name__}: {detail}") from e
         if not response.is_success:
             raise NotifierError(f"webhook {self.name}: HTTP {response.status_code} {response.text[:200]}")
 

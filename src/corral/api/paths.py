@@ -7,6 +7,7 @@ and token that `corral up` writes and the CLI reads.
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 
@@ -17,3 +18,24 @@ def default_data_dir() -> Path:
 def cli_config_path() -> Path:
     base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
     return Path(base) / "corral" / "config.json"
+
+
+def secure_data_dir(path: Path, skip: tuple[Path, ...] = ()) -> None:
+    """Make `path` a private data dir: the dir 0700 and nothing under it readable or writable by group or others
+    (fixes installs made before; `skip`: trees left as they are, e.g. jobs' own dirs). Symlinks are not followed."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(path, 0o700)
+    skipped = {p.resolve() for p in skip}
+    for root, dirs, files in os.walk(path):
+        dirs[:] = [d for d in dirs if (Path(root) / d).resolve() not in skipped]
+        for name in (*dirs, *files):
+            _strip_group_other(Path(root) / name)
+
+
+def _strip_group_other(p: Path) -> None:
+    try:
+        st = p.lstat()
+        if not stat.S_ISLNK(st.st_mode) and st.st_mode & 0o077:
+            os.chmod(p, stat.S_IMODE(st.st_mode) & ~0o077)
+    except FileNotFoundError:
+        pass  # removed meanwhile

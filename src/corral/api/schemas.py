@@ -4,55 +4,111 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
+from corral.api import bounds
+from corral.api.secrets import check_secret_env
 from corral.core.states import JobState
 
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
+def _check_exec_size(command: list[str], env: dict[str, str]) -> None:
+    """argv + envp must stay far from ARG_MAX, or the job could never start (E2BIG)."""
+    size = bounds.argv_env_bytes(command, env)
+    if size > bounds.MAX_ARGV_ENV_BYTES:
+        raise ValueError(f"command and env take {size} bytes; at most {bounds.MAX_ARGV_ENV_BYTES} together")
+
+
 class JobSubmit(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    command: list[str] = Field(min_length=1, description="argv of the job; the first item is the program")
-    name: str = Field("", max_length=255)
-    gpus: int = Field(0, ge=0, le=1024, description="whole GPUs on one node")
+    command: list[Annotated[str, Field(max_length=bounds.MAX_ARG_BYTES)]] = Field(
+        min_length=1, max_length=bounds.MAX_ARGS,
+        description=f"argv of the job; the first item is the program. At most {bounds.MAX_ARGS} items of "
+                    f"{bounds.MAX_ARG_BYTES} bytes, and with `env` at most {bounds.MAX_ARGV_ENV_BYTES} bytes in all")
+    name: str = Field("", max_length=bounds.MAX_JOB_NAME_CHARS, description="one line, no control characters")
+    gpus: int = Field(0, ge=0, le=bounds.MAX_GPUS_PER_NODE, description="whole GPUs on one node")
     gpu_milli: int = Field(1000, ge=1, le=1000, description="share of one GPU in milli (1000 = whole)")
-    gpu_model: str | None = Field(None, description="allowed GPU models, separated by |, e.g. A100|H100")
-    min_gpu_memory_mib: int = Field(0, ge=0)
-    cpu_milli: int = Field(0, ge=0)
-    memory_mib: int = Field(0, ge=0)
-    env: dict[str, str] = Field(default_factory=dict)
-    workdir: str | None = None
+    gpu_model: str | None = Field(None, max_length=255, description="allowed GPU models, separated by |, e.g. A100|H100")
+    min_gpu_memory_mib: int = Field(0, ge=0, le=bounds.MAX_MEMORY_MIB)
+    cpu_milli: int = Field(0, ge=0, le=bounds.MAX_CPU_MILLI)
+    memory_mib: int = Field(0, ge=0, le=bounds.MAX_MEMORY_MIB)
+    env: dict[Annotated[str, Field(max_length=bounds.MAX_ENV_KEY_CHARS)],
+              Annotated[str, Field(max_length=bounds.MAX_ENV_VALUE_BYTES)]] = Field(
+        default_factory=dict, max_length=bounds.MAX_ENV_VARS,
+        description=f"plain environment variables (not secret: see `secret_env`); at most {bounds.MAX_ENV_VARS}, "
+                    f"values of {bounds.MAX_ENV_VALUE_BYTES} bytes")
+    workdir: str | None = Field(None, max_length=bounds.MAX_PATH_CHARS, description="absolute path")
     priority: int = Field(0, ge=-1000, le=1000)
     queue: str = Field("default", min_length=1, max_length=64, description="one of the tenant's queues")
     time_limit_s: int | None = Field(None, ge=1, le=366 * 86400,
                                      description="the job is stopped after this long; lets small jobs backfill")
-    port: int | None = Field(None, ge=1, le=65535, description="a web UI the job serves; opened at /proxy/jobs/ID/")
+    web_ui: bool = Field(False, description="the job serves a web UI: Corral assigns it a port on its node "
+                                            "(CORRAL_JOB_PORT and PORT) and opens it at /proxy/jobs/ID/")
+    port: int | None = Field(None, ge=1, le=65535,
+                             description="older spelling of web_ui=true: the number is not used, Corral assigns the port")
     nodes: int = Field(1, ge=1, le=256, description="a gang: `gpus` GPUs on each of this many nodes, started together")
+    secret_env: dict[str, str] = Field(
+        default_factory=dict, max_length=64,
+        description="VAR -> name of a tenant secret: the job gets VAR set to the secret's value, resolved only when "
+                    "it starts; listings show the names, never values (plain `env` values are not secret)")
 
     @field_validator("command")
     @classmethod
     def _command(cls, v: list[str]) -> list[str]:
         if not v[0].strip():
             raise ValueError("the program (first item) must not be empty")
+        if problem := bounds.problem_in_command(v):
+            raise ValueError(problem)
+        _check_exec_size(v, {})
+        return v
+
+    @field_validator("secret_env")
+    @classmethod
+    def _secrets_fit_exec(cls, v: dict[str, str], info: ValidationInfo) -> dict[str, str]:
+        """Secret values are only read when the job starts: count each at its largest, so it still can."""
+        from corral.api.secrets import MAX_SECRET_BYTES
+
+        worst = bounds.argv_env_bytes(info.data.get("command") or [], info.data.get("env") or {}) + \
+            sum(bounds.exec_string_bytes(f"{var}=") + MAX_SECRET_BYTES for var in v)
+        if worst > bounds.MAX_EXEC_BYTES:
+            raise ValueError(f"with {len(v)} secret(s) of up to {MAX_SECRET_BYTES} bytes the job's command and "
+                             f"environment could take {worst} bytes; at most {bounds.MAX_EXEC_BYTES}")
+        return v
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if problem := bounds.problem_in_text(v, single_line=True):
+            raise ValueError(problem)
         return v
 
     @field_validator("env")
     @classmethod
-    def _env(cls, v: dict[str, str]) -> dict[str, str]:
+    def _env(cls, v: dict[str, str], info: ValidationInfo) -> dict[str, str]:
         for key in v:
             if not _ENV_KEY.match(key):
                 raise ValueError(f"invalid environment variable name {key!r}")
+        if problem := bounds.problem_in_env(v):
+            raise ValueError(problem)
+        _check_exec_size(info.data.get("command") or [], v)
         return v
+
+    @field_validator("secret_env")
+    @classmethod
+    def _secret_env(cls, v: dict[str, str]) -> dict[str, str]:
+        return check_secret_env(v)
 
     @field_validator("workdir")
     @classmethod
     def _workdir(cls, v: str | None) -> str | None:
         if v is not None and not v.startswith("/"):
             raise ValueError("must be an absolute path")
+        if v is not None and (problem := bounds.problem_in_text(v, single_line=True)):
+            raise ValueError(problem)
         return v
 
     @property
@@ -89,12 +145,14 @@ class JobOut(BaseModel):
     queue_position: int | None = Field(None, description="0-based rank among pending jobs (pending only)")
     eta: datetime | None = Field(None, description="estimated start from running jobs' time limits (pending only)")
     eta_s: float | None = Field(None, description="seconds from now until `eta`")
-    port: int | None = None
+    port: int | None = Field(None, description="the port Corral assigned to the job's web UI on its node, once handed out")
+    web_ui: bool = Field(False, description="the job serves a web UI (submitted with web_ui)")
     nodes: int = 1
     parts: list[dict[str, Any]] = Field(default_factory=list, description="[{node, gpus}] per rank of a placed job")
     web_url: str | None = Field(None, description="the job's own web UI through Corral's proxy, while it runs")
     preemptions: int = 0
     schedule_id: int | None = Field(None, description="the repeating-job schedule that started this job")
+    secret_env: dict[str, str] = Field(default_factory=dict, description="VAR -> secret name (never the value)")
 
 
 class ScheduleIn(BaseModel):
@@ -189,6 +247,8 @@ class NodeOut(BaseModel):
     last_heartbeat_at: datetime
     cordoned: bool = False
     gpus_unhealthy: int = 0
+    isolation: str = Field("", description="users: jobs run as their users' Unix identities; single-user: every "
+                                           "job runs as the agent's user (the agent is not root); empty: unknown")
 
 
 class EventOut(BaseModel):
@@ -196,6 +256,32 @@ class EventOut(BaseModel):
     kind: str
     message: str
     gpu: int | None = None
+
+
+class SilenceIn(BaseModel):
+    """A silence: alerts whose labels match `matchers` notify nobody from `starts_at` (default now) for
+    `duration_s` (default 1 h) or until `ends_at`/`until`. At most 90 days; a tenant-admin's, 30 days."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    matchers: str | dict[str, str] = Field(
+        description='selector text (alertname="gpu_temperature", node=~"n1|n2") or {label: value}; not empty')
+    duration_s: float | None = Field(None, gt=0, le=90 * 86400, allow_inf_nan=False)
+    starts_at: float | None = Field(None, ge=0, le=1e11, allow_inf_nan=False, description="Unix seconds")
+    ends_at: float | None = Field(None, ge=0, le=1e11, allow_inf_nan=False, description="Unix seconds")
+    until: str | None = Field(None, max_length=64, description="ISO time the silence ends (instead of ends_at)")
+    comment: str = Field("", max_length=1000)
+    tenant: str | None = Field(None, min_length=1, max_length=64,
+                               description="mute only this tenant's alerts (a tenant-admin's silence always does)")
+
+    @field_validator("matchers")
+    @classmethod
+    def _matchers(cls, v: str | dict[str, str]) -> str | dict[str, str]:
+        if isinstance(v, str) and len(v) > 4096:
+            raise ValueError("at most 4096 characters")
+        if isinstance(v, dict) and (len(v) > 32 or any(len(k) > 128 or len(x) > 1024 for k, x in v.items())):
+            raise ValueError("at most 32 labels, names of 128 and values of 1024 characters")
+        return v
 
 
 class AuditOut(BaseModel):
@@ -208,14 +294,15 @@ class AuditOut(BaseModel):
 
 class GpuReport(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    index: int = Field(ge=0)
-    uuid: str = Field(min_length=1)
-    model: str = Field(min_length=1)
-    memory_mib: int = Field(ge=0)
-    pci_bus_id: str = ""
-    numa_node: int | None = None
-    nvlink_peers: list[int] = Field(default_factory=list)
-    pcie_switch: str | None = None
+    index: int = Field(ge=0, le=bounds.MAX_GPUS_PER_NODE)
+    uuid: str = Field(min_length=1, max_length=128)
+    model: str = Field(min_length=1, max_length=128)
+    memory_mib: int = Field(ge=0, le=bounds.MAX_MEMORY_MIB)
+    pci_bus_id: str = Field("", max_length=64)
+    numa_node: int | None = Field(None, ge=-1, le=4096)
+    nvlink_peers: list[Annotated[int, Field(ge=0, le=bounds.MAX_GPUS_PER_NODE)]] = Field(
+        default_factory=list, max_length=bounds.MAX_GPUS_PER_NODE)
+    pcie_switch: str | None = Field(None, max_length=64)
     ecc_enabled: bool = False
     healthy: bool = True
 
@@ -223,23 +310,27 @@ class GpuReport(BaseModel):
 class AgentRegister(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = Field(min_length=1, max_length=255, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-    hostname: str = ""
+    hostname: str = Field("", max_length=255)
     address: str = Field("", max_length=255, description="host or IP the server reaches this node at")
-    backend: str = Field(min_length=1)
-    cpu_milli: int = Field(0, ge=0)
-    memory_mib: int = Field(0, ge=0)
-    labels: dict[str, str] = Field(default_factory=dict)
-    gpus: list[GpuReport] = Field(default_factory=list)
-    agent_version: str = ""
+    backend: str = Field(min_length=1, max_length=64)
+    cpu_milli: int = Field(0, ge=0, le=bounds.MAX_CPU_MILLI)
+    memory_mib: int = Field(0, ge=0, le=bounds.MAX_MEMORY_MIB)
+    labels: dict[Annotated[str, Field(max_length=bounds.MAX_LABEL_KEY_CHARS)],
+                 Annotated[str, Field(max_length=bounds.MAX_LABEL_VALUE_CHARS)]] = Field(
+        default_factory=dict, max_length=bounds.MAX_LABELS)
+    gpus: list[GpuReport] = Field(default_factory=list, max_length=bounds.MAX_GPUS_PER_NODE)
+    agent_version: str = Field("", max_length=64)
+    isolation: str = Field("", pattern="^(users|single-user)?$",
+                           description="users: jobs run as their users' Unix identities; single-user: as the agent's")
 
 
 class RunRef(BaseModel):
     """One attempt of a job: a requeued job runs again as a new attempt, which the agent keeps apart."""
 
     model_config = ConfigDict(frozen=True)
-    job_id: int = Field(ge=1)
-    attempt: int = Field(ge=1)
-    rank: int = Field(0, ge=0, description="which part of a multi-node job (0 for single-node jobs)")
+    job_id: int = Field(ge=1, le=bounds.MAX_ID)
+    attempt: int = Field(ge=1, le=bounds.MAX_ID)
+    rank: int = Field(0, ge=0, le=1024, description="which part of a multi-node job (0 for single-node jobs)")
 
     @property
     def key(self) -> str:
@@ -254,10 +345,10 @@ class RunRef(BaseModel):
 
 
 class ExitReport(BaseModel):
-    job_id: int
-    attempt: int = Field(1, ge=1)
-    rank: int = Field(0, ge=0)
-    exit_code: int
+    job_id: int = Field(ge=1, le=bounds.MAX_ID)
+    attempt: int = Field(1, ge=1, le=bounds.MAX_ID)
+    rank: int = Field(0, ge=0, le=1024)
+    exit_code: int = Field(ge=-(2**31), le=bounds.INT32_MAX, description="the exit status, or minus the signal")
     reason: str = ""
 
     @property
@@ -268,18 +359,37 @@ class ExitReport(BaseModel):
 class SimFaultCommand(BaseModel):
     """A fault to inject into a simulated GPU (`corral sim fault`), or clear."""
 
-    gpu_index: int = Field(ge=0)
-    xid: int | None = Field(None, ge=1)
+    gpu_index: int = Field(ge=0, le=bounds.MAX_GPUS_PER_NODE)
+    xid: int | None = Field(None, ge=1, le=bounds.INT32_MAX)
     ecc: bool = False
     off_bus: bool = False
     temperature_c: float | None = Field(None, gt=0, lt=200)
     clear: bool = False
 
 
+class WebPortCheck(BaseModel):
+    """A run of this node whose web UI Corral assigned `port`: the agent checks who listens there."""
+
+    job_id: int = Field(ge=1, le=bounds.MAX_ID)
+    attempt: int = Field(1, ge=1, le=bounds.MAX_ID)
+    rank: int = Field(0, ge=0, le=1024)
+    port: int = Field(ge=1, le=65535)
+
+
+class WebPortReport(WebPortCheck):
+    """`listening`: the run's own processes, and only they, listen on `port` now; else `detail` says why not."""
+
+    model_config = ConfigDict(extra="forbid")
+    listening: bool
+    detail: str = Field("", max_length=500)
+
+
 class AgentSync(BaseModel):
     model_config = ConfigDict(extra="forbid")
     running: list[RunRef] = Field(default_factory=list, description="runs alive on the node")
     exits: list[ExitReport] = Field(default_factory=list, description="finished runs not yet acknowledged")
+    web_ports: list[WebPortReport] = Field(default_factory=list, max_length=4096,
+                                           description="what the agent found listening on its jobs' web-UI ports")
     wait_s: float = Field(0.0, ge=0, le=60, description="long-poll: hold the reply up to this long for new work")
 
 
@@ -292,6 +402,11 @@ class Assignment(BaseModel):
     workdir: str | None
     gpu_indices: list[int]
     gpu_uuids: list[str]
+    uid: int | None = Field(None, description="Unix uid the job runs as (resolved by the server for every node)")
+    gid: int | None = Field(None, description="Unix gid the job runs as")
+    unix_user: str = Field("", description="USER/LOGNAME of the job when the node has no account for its uid")
+    secret_env: dict[str, str] = Field(default_factory=dict, repr=False,
+                                       description="VAR -> secret value: kept out of files and logs on the node")
 
     @property
     def run(self) -> RunRef:
@@ -304,13 +419,14 @@ class AgentSyncReply(BaseModel):
     acked_exits: list[RunRef]
     cancel_grace_s: float
     faults: list[SimFaultCommand] = Field(default_factory=list)
+    web_ports: list[WebPortCheck] = Field(default_factory=list, description="runs whose web-UI port to check")
 
 
 class TenantIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = Field(min_length=1, max_length=64)
-    parent: str | None = Field(None, description="parent tenant (department) name")
-    weight: float = Field(1.0, gt=0, le=1000, description="fair-share weight")
+    parent: str | None = Field(None, max_length=64, description="parent tenant (department) name")
+    weight: float = Field(1.0, ge=0.001, le=1000, allow_inf_nan=False, description="fair-share weight")
 
 
 class TenantOut(BaseModel):
@@ -352,15 +468,20 @@ class QueueOut(BaseModel):
 class UserIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = Field(min_length=1, max_length=64)
-    role: str = Field("member", description="admin, tenant-admin, member or viewer")
-    tenant: str | None = Field(None, description="defaults to the caller's tenant")
+    role: str = Field("member", max_length=32, description="admin, tenant-admin, member or viewer")
+    tenant: str | None = Field(None, max_length=64, description="defaults to the caller's tenant")
     password: str | None = Field(None, min_length=8, max_length=1024)
 
 
 class UserPatch(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    role: str | None = None
-    password: str | None = Field(None, min_length=8, max_length=1024)
+    role: str | None = Field(None, max_length=32)
+    password: str | None = Field(None, min_length=8, max_length=1024,
+                                 description="a new password ends every other login session of the user")
+    disabled: bool | None = Field(None, description="a disabled user cannot log in and its tokens and sessions "
+                                                    "stop working (the last admin cannot be disabled)")
+    current_password: str | None = Field(None, max_length=1024,
+                                         description="needed to change one's own password (not another user's)")
 
 
 class UserOut(BaseModel):
@@ -370,13 +491,34 @@ class UserOut(BaseModel):
     tenant: str | None
     has_password: bool
     created_at: datetime
+    directory: str = Field("", description="\"\" for a local user; ldap or oidc for one a directory manages")
+    disabled: bool = False
+    unix_uid: int | None = Field(None, description="the Unix account an admin mapped the user to (null: a UID "
+                                                   "from CORRAL_JOB_UIDS); see /users/{name}/unix")
+    unix_gid: int | None = None
+
+
+class UnixIdentityIn(BaseModel):
+    """Map a user to an existing Unix account (admins): its jobs run as uid:gid on every node."""
+
+    model_config = ConfigDict(extra="forbid")
+    uid: int = Field(ge=1000, le=2**32 - 2, description="never 0 or a system account, nor one of CORRAL_JOB_UIDS")
+    gid: int | None = Field(None, ge=1000, le=2**32 - 2, description="defaults to the uid")
+
+
+class UnixIdentityOut(BaseModel):
+    user: str
+    uid: int
+    gid: int
+    source: str = Field(description="mapped (an admin's mapping) or range (CORRAL_JOB_UIDS start + user id)")
 
 
 class TokenIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = Field("", max_length=128)
-    user: str | None = Field(None, description="whose token (admins and tenant admins); defaults to the caller")
+    user: str | None = Field(None, max_length=64, description="whose token (admins and tenant admins); defaults to the caller")
     expires_in_s: int | None = Field(None, ge=60, le=10 * 366 * 86400)
+    metrics: bool = Field(False, description="a token that can only scrape /metrics (admins; it belongs to no user)")
 
 
 class TokenOut(BaseModel):
@@ -387,15 +529,90 @@ class TokenOut(BaseModel):
     expires_at: datetime | None
     revoked: bool
     token: str | None = Field(None, description="the secret, shown once when the token is created")
+    kind: str = Field("user", description="user (an API token), session (a login: ends with a password change) or "
+                                          "metrics (can only scrape /metrics)")
 
 
 class LoginIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    username: str = Field(min_length=1)
-    password: str = Field(min_length=1)
+    username: str = Field(min_length=1, max_length=255)
+    password: str = Field(min_length=1, max_length=1024)
 
 
 class WhoAmI(BaseModel):
     user: str | None
     role: str
     tenant: str | None
+
+
+class GroupMappingIn(BaseModel):
+    """Members of a directory group (LDAP group name or DN, or an OpenID Connect groups-claim value) belong to a
+    tenant with a role."""
+
+    model_config = ConfigDict(extra="forbid")
+    group: str = Field(min_length=1, max_length=255, pattern=r"^[^\x00]*$")
+    tenant: str = Field(min_length=1, max_length=64)
+    role: str = Field("member", max_length=32, description="admin, tenant-admin, member or viewer")
+
+
+class GroupMappingOut(BaseModel):
+    id: int
+    group: str
+    tenant: str
+    role: str
+
+
+class JoinTokenIn(BaseModel):
+    """A join token for new nodes (admins): it expires after `ttl_s` and is spent after `uses` joins."""
+
+    model_config = ConfigDict(extra="forbid")
+    ttl_s: int = Field(3600, ge=60, le=30 * 86400, description="seconds until it expires")
+    uses: int = Field(1, ge=1, le=10_000, description="how many nodes may join with it")
+    description: str = Field("", max_length=255, pattern=r"^[^\x00]*$")
+
+
+class JoinTokenOut(BaseModel):
+    id: int
+    description: str
+    created_by: str
+    created_at: datetime
+    expires_at: datetime
+    max_uses: int
+    uses: int
+    revoked_at: datetime | None
+    state: str = Field(description="usable, expired, used up or revoked")
+    token: str | None = Field(None, description="the token itself: shown once, when it is created")
+
+
+class JoinCaOut(BaseModel):
+    ca: str = Field(description="the cluster CA's certificate (PEM)")
+    fingerprint: str = Field(description="sha256:<hex> of the CA certificate (DER)")
+
+
+class JoinIn(BaseModel):
+    """A joining agent: a join token, the node name and a certificate signing request (PEM) over its own key."""
+
+    model_config = ConfigDict(extra="forbid")
+    token: str = Field(min_length=1, max_length=512)
+    node: str = Field(min_length=1, max_length=63, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    csr: str = Field(min_length=1, max_length=16_384)
+
+
+class RenewIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    csr: str = Field(min_length=1, max_length=16_384)
+
+
+class NodeCertOut(BaseModel):
+    """A node's certificate (PEM) signed by the cluster CA, and the CA itself."""
+
+    node: str
+    cert: str
+    ca: str
+    serial: str
+    not_after: datetime
+
+
+class NodeRevokeOut(BaseModel):
+    node: str
+    revoked_serials: list[str]

@@ -1,9 +1,12 @@
-"""Where the CLI finds its server and token: flag > CORRAL_URL/CORRAL_TOKEN > ~/.config/corral/config.json."""
+"""Where the CLI finds its server and token: flag > CORRAL_URL/CORRAL_TOKEN > ~/.config/corral/config.json; and
+which CA verifies an https:// server: CORRAL_CA_FILE > the config's `ca` (written by `corral up`/`corral login`)
+> the system's CAs."""
 
 from __future__ import annotations
 
 import json
 import os
+import ssl
 
 from corral.api.paths import cli_config_path
 from corral.sdk.client import CorralClient
@@ -30,6 +33,37 @@ def resolve_target(url: str | None = None, token: str | None = None) -> tuple[st
     return url, token
 
 
+def load_config() -> dict[str, str]:
+    path = cli_config_path()
+    if not path.exists():
+        return {}
+    try:
+        saved: dict[str, str] = json.loads(path.read_text())
+    except ValueError as e:
+        raise ConfigError(f"{path} is not valid JSON: {e}") from e
+    return saved
+
+
+def resolve_verify(url: str) -> ssl.SSLContext | bool:
+    """The CA an https:// `url` is verified against (never no verification)."""
+    if not url.startswith("https://"):
+        return True
+    ca_file = os.environ.get("CORRAL_CA_FILE")
+    if ca_file:
+        try:
+            pem = open(ca_file).read()
+        except OSError as e:
+            raise ConfigError(f"CORRAL_CA_FILE: cannot read {ca_file}: {e.strerror}") from e
+    else:
+        pem = load_config().get("ca", "")
+    if not pem:
+        return True
+    try:
+        return ssl.create_default_context(cadata=pem)
+    except (ssl.SSLError, ValueError) as e:
+        raise ConfigError(f"the saved CA certificate is not valid PEM: {e}") from e
+
+
 def make_client(url: str | None = None, token: str | None = None) -> CorralClient:
     u, t = resolve_target(url, token)
-    return CorralClient(u, t)
+    return CorralClient(u, t, verify=resolve_verify(u))

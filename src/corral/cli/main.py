@@ -14,6 +14,9 @@ from typer._click import exceptions as click_exc  # typer vendors click; its err
 
 from corral import __version__
 from corral.cli import alerts, jobs, nodes, run, schedules, tenancy
+from corral.cli import directory
+from corral.cli import identity as identity_cli
+from corral.cli import secrets as secrets_cli
 from corral.cli.config import ConfigError
 from corral.cli.simulate import simulate_app
 from corral.core.errors import CorralError
@@ -41,6 +44,10 @@ app.command("whoami")(tenancy.whoami)
 app.add_typer(tenancy.tenants_app, name="tenants")
 app.add_typer(tenancy.users_app, name="users")
 app.add_typer(tenancy.tokens_app, name="tokens")
+tenancy.tokens_app.add_typer(identity_cli.join_tokens_app, name="join")
+nodes.nodes_app.command("revoke")(identity_cli.revoke_node)
+app.add_typer(directory.directory_app, name="directory")
+app.add_typer(secrets_cli.secrets_app, name="secrets")
 app.add_typer(simulate_app, name="simulate")
 
 

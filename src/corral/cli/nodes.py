@@ -27,8 +27,10 @@ def nodes(ctx: typer.Context, as_json: JSON = False) -> None:
     if as_json:
         return print_json(items)
     rows = [(n.name, n.state + (" (cordoned)" if n.cordoned else ""), n.backend, f"{n.gpus_free}/{n.gpus_total}",
-             n.gpus_unhealthy or "", ", ".join(n.gpu_models), short_time(n.last_heartbeat_at)) for n in items]
-    print_table(None, ["NODE", "STATE", "BACKEND", "GPUS FREE", "UNHEALTHY", "MODELS", "HEARTBEAT"], rows)
+             n.gpus_unhealthy or "", ", ".join(n.gpu_models), n.isolation or "?", short_time(n.last_heartbeat_at))
+            for n in items]
+    print_table(None, ["NODE", "STATE", "BACKEND", "GPUS FREE", "UNHEALTHY", "MODELS", "JOBS RUN AS", "HEARTBEAT"],
+                rows)
 
 
 def _node_action(action: str, node: str) -> None:

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 
@@ -22,6 +23,9 @@ Policy = Annotated[str | None, typer.Option(help="Placement policy [env CORRAL_P
 
 
 def _logging() -> None:
+    """Logging of the long-running commands; and every file they create private (umask 077: the data dir's
+    database, tokens and logs are 0600; what jobs must reach is given its mode explicitly)."""
+    os.umask(0o077)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for noisy in ("httpx", "alembic"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
@@ -42,6 +46,7 @@ def _wait_for_signal(stop: threading.Event, alive: Any = None) -> None:
 def up(host: Host = None, port: Port = None, data_dir: DataDir = None, database_url: DbUrl = None,
        gpus: Gpus = None, node_name: NodeName = None, policy: Policy = None) -> None:
     """Start the server and one local agent in the foreground; Ctrl-C stops both."""
+    from corral.agent.identity import usable_identity
     from corral.agent.main import AgentSettings, AgentThread
     from corral.server.bootstrap import ADMIN_TOKEN_FILE, JOIN_TOKEN_FILE, write_cli_config
     from corral.server.runtime import ServerThread
@@ -51,18 +56,25 @@ def up(host: Host = None, port: Port = None, data_dir: DataDir = None, database_
     settings = build_settings(host=host, port=port, data_dir=data_dir, database_url=database_url, gpus=gpus,
                               node_name=node_name, policy=policy)
     server = ServerThread(settings)
-    agent = AgentThread(AgentSettings(server_url=settings.url, join_token=server.credentials.join_token,
-                                      gpus=settings.gpus, node_name=settings.node_name, data_dir=settings.data_dir,
-                                      poll_wait_s=5.0, metrics_interval_s=settings.metrics_interval_s))
+    agent_settings = AgentSettings(server_url=settings.agent_url, gpus=settings.gpus, node_name=settings.node_name,
+                                   data_dir=settings.data_dir, poll_wait_s=5.0,
+                                   metrics_interval_s=settings.metrics_interval_s)
+    # The local agent speaks mutual TLS too; its certificate comes straight from the CA (kept while valid).
+    if usable_identity(agent_settings.tls_files, settings.node_name) is not None:
+        server.provision_local_agent(settings.node_name, agent_settings.tls_files.directory)
+    agent = AgentThread(agent_settings)
     server.start()
-    config = write_cli_config(settings.url, server.credentials.admin_token)
+    # The CLI verifies an https:// server with the cluster CA, unless the operator's own certificate is served
+    # (then with the system's CAs, or CORRAL_CA_FILE).
+    config = write_cli_config(settings.url, server.credentials.admin_token,
+                              "" if settings.tls_cert else server.ca.cert_pem)
     agent.start()
     print(f"Corral is up at {settings.url}  (node {settings.node_name}, GPUs: {agent.agent.backend.name})", flush=True)
     print(f"  admin token: {settings.data_dir / ADMIN_TOKEN_FILE}; CLI configured in {config}", flush=True)
     if settings.effective_job_ui_port:
         print(f"  jobs' own web UIs: port {settings.effective_job_ui_port} (CORRAL_JOB_UI_PORT)", flush=True)
-    print(f"  more nodes: corral agent --server {settings.url} --token $(cat {settings.data_dir / JOIN_TOKEN_FILE})",
-          flush=True)
+    _print_join_hint(settings.agent_url, server.ca.fingerprint, settings.data_dir / JOIN_TOKEN_FILE,
+                     bool(server.credentials.join_token))
     stop = threading.Event()
     _wait_for_signal(stop, lambda: server.alive)
     print("stopping...", flush=True)
@@ -70,9 +82,18 @@ def up(host: Host = None, port: Port = None, data_dir: DataDir = None, database_
     server.stop()
 
 
+def _print_join_hint(agent_url: str, fingerprint: str, token_file: Path, fresh: bool) -> None:
+    print(f"  agents join at {agent_url} (mutual TLS; CA {fingerprint})", flush=True)
+    if fresh:
+        print(f"  a first join token (1 day, 10 nodes) is in {token_file}", flush=True)
+    print("  more nodes: corral tokens join create --ttl 1h --uses 10 > join-token   (then, on each node)",
+          flush=True)
+    print(f"              corral agent --join {agent_url} --token-file join-token", flush=True)
+
+
 def server(host: Host = None, port: Port = None, data_dir: DataDir = None, database_url: DbUrl = None,
            policy: Policy = None) -> None:
-    """Start only the server in the foreground (agents join with `corral agent`)."""
+    """Start only the server in the foreground (agents join with `corral agent --join`)."""
     from corral.server.bootstrap import JOIN_TOKEN_FILE
     from corral.server.runtime import ServerThread
     from corral.server.settings import build_settings
@@ -81,26 +102,68 @@ def server(host: Host = None, port: Port = None, data_dir: DataDir = None, datab
     settings = build_settings(host=host, port=port, data_dir=data_dir, database_url=database_url, policy=policy)
     srv = ServerThread(settings)
     srv.start()
-    print(f"Corral server at {settings.url}; join token in {settings.data_dir / JOIN_TOKEN_FILE}", flush=True)
+    print(f"Corral server at {settings.url}", flush=True)
+    _print_join_hint(settings.agent_url, srv.ca.fingerprint, settings.data_dir / JOIN_TOKEN_FILE,
+                     bool(srv.credentials.join_token))
     _wait_for_signal(threading.Event(), lambda: srv.alive)
     srv.stop()
 
 
-def agent(server_url: Annotated[str | None, typer.Option("--server", help="Server URL [env CORRAL_SERVER_URL].")] = None,
-          token: Annotated[str | None, typer.Option("--token", help="Join token [env CORRAL_JOIN_TOKEN].")] = None,
-          gpus: Gpus = None, node_name: NodeName = None, data_dir: DataDir = None) -> None:
-    """Run an agent for this machine in the foreground: register, take work, run it, report."""
-    from corral.agent.main import AgentSettings, AgentThread
+def read_token_file(path: str) -> str:
+    """A join token from a file, or from stdin for `-`. Raises ValueError with a one-line reason."""
+    import sys
 
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).expanduser().read_text()
+    except OSError as e:
+        raise ValueError(f"cannot read {path}: {e.strerror}") from e
+    token = text.strip()
+    if not token:
+        raise ValueError(f"{'stdin' if path == '-' else path} holds no join token")
+    return token
+
+
+def agent(join_url: Annotated[str | None, typer.Option("--join", help="The server's agent port URL, as `corral up` "
+                                                                        "prints it [env CORRAL_SERVER_URL].")] = None,
+          token_file: Annotated[str | None, typer.Option("--token-file", help="File with a join token, `-` for stdin "
+                                                         "[env CORRAL_JOIN_TOKEN_FILE]; only the first start needs "
+                                                         "it.")] = None,
+          token: Annotated[str | None, typer.Option("--token", hidden=True)] = None,
+          server_url: Annotated[str | None, typer.Option("--server", hidden=True)] = None,
+          gpus: Gpus = None, node_name: NodeName = None, data_dir: DataDir = None) -> None:
+    """Run an agent for this machine in the foreground: join (once), register, take work, run it, report."""
+    import os
+
+    from corral.agent.main import AgentSettings, AgentThread, JoinNeeded, ensure_identity
+    from corral.sdk.client import CorralSDKError
+
+    if token is not None or os.environ.get("CORRAL_JOIN_TOKEN"):
+        _fail("a join token on the command line or in CORRAL_JOIN_TOKEN is visible to every user (ps, "
+              "/proc); put it in a file and pass --token-file FILE (or - for stdin, or CORRAL_JOIN_TOKEN_FILE)")
     _logging()
-    flags: dict[str, Any] = {"server_url": server_url, "join_token": token, "gpus": gpus, "node_name": node_name,
-                             "data_dir": data_dir}
+    flags: dict[str, Any] = {"server_url": join_url or server_url, "join_token_file": token_file, "gpus": gpus,
+                             "node_name": node_name, "data_dir": data_dir}
     settings = AgentSettings(**{k: v for k, v in flags.items() if v is not None})
-    if not settings.join_token:
-        raise typer.BadParameter("a join token is required (--token or CORRAL_JOIN_TOKEN)", param_hint="--token")
+    secret: str | None = None
+    if settings.join_token_file:
+        try:
+            secret = read_token_file(settings.join_token_file)
+        except ValueError as e:
+            _fail(f"--token-file: {e}")
+    try:
+        ensure_identity(settings, secret)
+    except (JoinNeeded, CorralSDKError) as e:
+        _fail(str(e))
     thread = AgentThread(settings)
     thread.start()
     _wait_for_signal(threading.Event(), lambda: thread._thread.is_alive())
     thread.stop()
     if thread.error is not None:
         raise thread.error
+
+
+def _fail(message: str) -> NoReturn:
+    import sys
+
+    print(f"error: {message}", file=sys.stderr, flush=True)
+    raise typer.Exit(2)

@@ -5,15 +5,16 @@ from __future__ import annotations
 import getpass
 import json
 import os
+import sys
 from typing import Annotated
 
 import typer
 
 from corral.api.paths import cli_config_path
-from corral.api.schemas import QueueIn, QuotaIn, TenantIn, TokenIn, UserIn, UserPatch
+from corral.api.schemas import QueueIn, QuotaIn, TenantIn, TokenIn, UnixIdentityIn, UserIn, UserPatch
 from corral.cli.config import make_client, resolve_target
 from corral.cli.output import print_json, print_table, short_time
-from corral.sdk.client import CorralClient
+from corral.sdk.client import CorralAPIError, CorralClient
 
 JSON = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
@@ -94,8 +95,38 @@ def users_list(as_json: JSON = False) -> None:
         items = c.users()
     if as_json:
         return print_json(items)
-    print_table(None, ["USER", "ROLE", "TENANT", "PASSWORD", "CREATED"],
-                [(u.name, u.role, u.tenant, "set" if u.has_password else "", short_time(u.created_at)) for u in items])
+    print_table(None, ["USER", "ROLE", "TENANT", "PASSWORD", "UNIX", "CREATED"],
+                [(u.name, u.role + (" (disabled)" if u.disabled else ""), u.tenant, "set" if u.has_password else "", _unix_column(u.unix_uid, u.unix_gid),
+                  short_time(u.created_at)) for u in items])
+
+
+def _unix_column(uid: int | None, gid: int | None) -> str:
+    return "range" if uid is None else f"{uid}:{gid if gid is not None else uid}"
+
+
+@users_app.command("unix")
+def users_unix(name: str,
+               uid: Annotated[int | None, typer.Option("--uid", help="Map the user to this existing account's uid "
+                                                                    "(admins; >= 1000, outside CORRAL_JOB_UIDS).")] = None,
+               gid: Annotated[int | None, typer.Option("--gid", help="Its gid (default: the uid).")] = None,
+               clear: Annotated[bool, typer.Option("--clear", help="Remove the mapping: a UID from the range "
+                                                                   "again.")] = False,
+               as_json: JSON = False) -> None:
+    """Show or set the Unix identity a user's jobs run as on every node."""
+    if clear and (uid is not None or gid is not None):
+        raise typer.BadParameter("--clear takes no --uid or --gid", param_hint="--clear")
+    if gid is not None and uid is None:
+        raise typer.BadParameter("--gid needs --uid", param_hint="--gid")
+    with make_client() as c:
+        if clear:
+            out = c.clear_unix_identity(name)
+        elif uid is not None:
+            out = c.set_unix_identity(name, UnixIdentityIn(uid=uid, gid=gid))
+        else:
+            out = c.unix_identity(name)
+    if as_json:
+        return print_json(out)
+    print(f"user {out.user}: jobs run as uid {out.uid}, gid {out.gid} ({out.source})")
 
 
 def _password(prompt: bool) -> str | None:
@@ -118,11 +149,24 @@ def users_create(name: str, role: Annotated[str, typer.Option(help="admin, tenan
 
 @users_app.command("set")
 def users_set(name: str, role: Annotated[str | None, typer.Option(help="New role.")] = None,
-              password: Annotated[bool, typer.Option("--password", help="Set a new password.")] = False) -> None:
-    """Change a user's role or password."""
+              password: Annotated[bool, typer.Option("--password", help="Set a new password (ends the user's other "
+                                                     "login sessions).")] = False,
+              disabled: Annotated[bool | None, typer.Option("--disable/--enable", help="Disable the user (no login, "
+                                                            "its tokens stop working) or enable it again.")] = None,
+              ) -> None:
+    """Change a user's role or password, or disable it. The last admin keeps the role. Your own new password
+    takes your current one (asked, or from CORRAL_CURRENT_PASSWORD)."""
+    patch = UserPatch(role=role, password=_password(password), disabled=disabled)
     with make_client() as c:
-        u = c.update_user(name, UserPatch(role=role, password=_password(password)))
-    print(f"user {u.name}: {u.role}")
+        try:
+            u = c.update_user(name, patch)
+        except CorralAPIError as e:
+            current = os.environ.get("CORRAL_CURRENT_PASSWORD")
+            if e.field != "current_password" or not (current or sys.stdin.isatty()):
+                raise  # the server's one line: what is missing or wrong
+            current = current or getpass.getpass("current password: ")
+            u = c.update_user(name, patch.model_copy(update={"current_password": current}))
+    print(f"user {u.name}: {u.role}" + (" (disabled)" if u.disabled else ""))
 
 
 @tokens_app.command("list")
@@ -132,8 +176,9 @@ def tokens_list(as_json: JSON = False) -> None:
         items = c.tokens()
     if as_json:
         return print_json(items)
-    print_table(None, ["ID", "NAME", "USER", "CREATED", "EXPIRES", "REVOKED"],
-                [(t.id, t.name, t.user, short_time(t.created_at), short_time(t.expires_at), "yes" if t.revoked else "")
+    print_table(None, ["ID", "NAME", "KIND", "USER", "CREATED", "EXPIRES", "REVOKED"],
+                [(t.id, t.name, t.kind, t.user, short_time(t.created_at), short_time(t.expires_at),
+                  "yes" if t.revoked else "")
                  for t in items])
 
 
@@ -141,10 +186,12 @@ def tokens_list(as_json: JSON = False) -> None:
 def tokens_create(name: Annotated[str, typer.Option(help="What the token is for.")] = "api",
                   user: Annotated[str | None, typer.Option(help="Whose token (default: yours).")] = None,
                   expires_in: Annotated[int | None, typer.Option(help="Seconds until it expires.")] = None,
+                  metrics: Annotated[bool, typer.Option("--metrics", help="A token that can only scrape /metrics "
+                                                        "(for Prometheus; admins).")] = False,
                   as_json: JSON = False) -> None:
     """Create an API token; prints the secret once."""
     with make_client() as c:
-        t = c.create_token(TokenIn(name=name, user=user, expires_in_s=expires_in))
+        t = c.create_token(TokenIn(name=name, user=user, expires_in_s=expires_in, metrics=metrics))
     print_json(t) if as_json else print(t.token)
 
 
@@ -156,21 +203,27 @@ def tokens_revoke(token_id: int) -> None:
     print(f"token {token_id} revoked")
 
 
-def login(username: str, url: Annotated[str | None, typer.Option(help="Server URL [env CORRAL_URL].")] = None) -> None:
-    """Log in with a password; saves the session token in the CLI's config."""
+def login(username: str, url: Annotated[str | None, typer.Option(help="Server URL [env CORRAL_URL].")] = None,
+          ca_fingerprint: Annotated[str | None, typer.Option(
+              "--ca-fingerprint", help="SHA-256 of the cluster CA (sha256:..., printed by `corral up`): trust an "
+                                       "https:// server whose CA the CLI does not know yet.")] = None) -> None:
+    """Log in with a password; saves the session token (and the server's CA) in the CLI's config."""
+    from corral.cli.identity import login_ca
+
     target = url or os.environ.get("CORRAL_URL")
     if target is None:
         try:
             target, _ = resolve_target(token="unused")
         except Exception:  # no config yet: the default URL
             target = "http://127.0.0.1:8600"
-    with CorralClient(target, "") as c:
+    ca_pem, verify = login_ca(target, ca_fingerprint)
+    with CorralClient(target, "", verify=verify) as c:
         t = c.login(username, _password(True) or "")
     path = cli_config_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
-        json.dump({"url": target, "token": t.token}, f, indent=2)
+        json.dump({"url": target, "token": t.token} | ({"ca": ca_pem} if ca_pem else {}), f, indent=2)
     print(f"logged in as {username}; token saved in {path} (expires {short_time(t.expires_at)})")
 
 

@@ -47,7 +47,10 @@ def parse_duration(text: str) -> timedelta:
     if not text.strip() or not m or not any(m.groups()):
         raise ValueError(f"{text!r} is not a duration like 30s, 15m, 1h30m or 1d")
     d, h, mi, s = (int(g or 0) for g in m.groups())
-    return timedelta(days=d, hours=h, minutes=mi, seconds=s)
+    total_s = ((d * 24 + h) * 60 + mi) * 60 + s
+    if total_s > 100 * 366 * 86400:  # timedelta overflows near 10^9 days; no schedule needs a century
+        raise ValueError(f"{text!r} is longer than a century")
+    return timedelta(seconds=total_s)
 
 
 def zone(name: str) -> ZoneInfo:

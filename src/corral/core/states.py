@@ -45,6 +45,12 @@ def can_transition(src: JobState, dst: JobState) -> bool:
     return dst in TRANSITIONS[src]
 
 
+def compute_sources(dst: JobState) -> tuple[JobState, ...]:
+    """The states from which a job may move to `dst` (declaration order): what the store's compare-and-set
+    guard for that move matches on, so a terminal job never changes again."""
+    return tuple(src for src in JobState if dst in TRANSITIONS[src])
+
+
 def state_for_exit(exit_code: int, cancel_requested: bool) -> JobState:
     """The final state of a job whose process exited with `exit_code`."""
     if cancel_requested:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
+
+from corral.core.unix_identity import JobIdentity
 
 # Exit codes an executor reports for jobs that did not run to their own end, shell style.
 EXIT_CANNOT_EXECUTE = 126
@@ -22,6 +24,10 @@ class LaunchSpec:
     gpu_indices: tuple[int, ...]
     gpu_uuids: tuple[str, ...]
     log_path: Path  # stdout+stderr both appended here
+    identity: JobIdentity | None = None  # whom the job runs as; required when the executor switches users
+    checkpoint_dir: Path | None = None  # kept across attempts; created owned by the job's identity
+    # VAR -> value of the job's tenant secrets: written only to a 0600 file the shim reads and deletes at once
+    secret_env: Mapping[str, str] = field(default_factory=dict, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,20 +41,32 @@ class Executor(Protocol):
     """Runs jobs on this node. Failures of jobs are events (ExitRecords), never exceptions.
 
     Implementations: ProcessExecutor (plain processes). All methods are thread-safe and non-blocking.
+    `isolation` is "users" when every job runs under its own identity, "single-user" when jobs run as the
+    executor's own user (it cannot switch users).
     """
+
+    @property
+    def isolation(self) -> str: ...
 
     def launch(self, spec: LaunchSpec) -> None:
         """Start the job and return without waiting for it.
 
         Idempotent per job_id: a second call for a known id (running or finished, not yet acked) is a
         no-op. A command that cannot start is not an exception: it becomes an ExitRecord (127 command
-        not found, 126 not executable, 1 workdir missing, with a reason). Raises ValidationError only
-        for a malformed spec (e.g. a job_id that is not a safe file name).
+        not found, 126 not executable or refused, 1 workdir missing, with a reason). In "users" isolation a
+        spec without an identity, or with uid/gid 0, is refused (126). The job gets a clean environment
+        (its env, Corral's per-job variables, PATH/HOME/USER/LOGNAME/LANG), never the executor's. Raises
+        ValidationError only for a malformed spec (e.g. a job_id that is not a safe file name).
         """
         ...
 
     def running(self) -> list[str]:
         """Ids of jobs alive now, including those recovered from a previous agent process."""
+        ...
+
+    def leader_pid(self, job_id: str) -> int | None:
+        """The pid of the process that leads a running job's session and process group (its shim), or None when
+        the job is not running here. The job proxy's ownership check starts from it. Does not block."""
         ...
 
     def collect_exits(self) -> list[ExitRecord]:

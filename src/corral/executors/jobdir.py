@@ -7,6 +7,7 @@ tell it from a later process with the same pid), cancel (deadline of a pending S
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ import psutil
 
 from corral.core.errors import ValidationError
 from corral.executors.base import ExitRecord, LaunchSpec
-from corral.executors.shim import EXIT_FILE, SPEC_FILE, write_json_atomic
+from corral.executors.shim import EXIT_FILE, SECRET_ENV_FILE, SPEC_FILE, write_json_atomic
 
 SHIM_FILE = "shim.json"
 CANCEL_FILE = "cancel"
@@ -28,17 +29,6 @@ def check_job_id(job_id: str) -> None:
     """Job ids become directory names: refuse anything that could escape state_dir."""
     if not _SAFE_ID.match(job_id):
         raise ValidationError("job_id", f"{job_id!r} is not usable as a file name (letters, digits, . _ -)")
-
-
-def compute_child_env(spec: LaunchSpec) -> dict[str, str]:
-    """What the executor adds to the agent's environment for the job: user env, then GPU visibility."""
-    return {
-        **dict(spec.env),
-        # An empty list hides every GPU: a job without GPUs must not see the node's GPUs.
-        "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in spec.gpu_indices),
-        "NVIDIA_VISIBLE_DEVICES": ",".join(spec.gpu_uuids) if spec.gpu_uuids else "void",
-        "CORRAL_JOB_ID": spec.job_id,
-    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,17 +47,23 @@ class JobDir:
     def job_id(self) -> str:
         return self.path.name
 
-    def write_spec(self, spec: LaunchSpec) -> None:
+    def write_spec(self, spec: LaunchSpec, *, workdir: str, child_env: dict[str, str],
+                   run_as: tuple[int, int] | None) -> None:
+        """What the shim runs: `run_as` (uid, gid) when it must switch users, None to run as itself."""
         self.path.mkdir(mode=0o700, parents=True, exist_ok=True)  # spec.json may hold secrets from env
+        os.chmod(self.path, 0o700)
         write_json_atomic(self.path / SPEC_FILE, {
             "job_id": spec.job_id,
             "command": list(spec.command),
-            "workdir": spec.workdir,
+            "workdir": workdir,
             "gpu_indices": list(spec.gpu_indices),
             "gpu_uuids": list(spec.gpu_uuids),
             "log_path": str(spec.log_path),
-            "child_env": compute_child_env(spec),
+            "child_env": child_env,
+            "run_as": list(run_as) if run_as is not None else None,
         })
+        if spec.secret_env:  # apart from spec.json: the shim deletes it as soon as it has read it
+            write_json_atomic(self.path / SECRET_ENV_FILE, dict(spec.secret_env))
 
     def has_spec(self) -> bool:
         return (self.path / SPEC_FILE).exists()

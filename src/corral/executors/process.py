@@ -2,6 +2,8 @@
 
 The agent may be killed -9 and restarted: a new ProcessExecutor over the same state_dir finds running
 jobs (live shims), finished ones (exit files) and lost ones (dead shim, no exit file) in jobdir files.
+Run as root, it runs every job under the job's own Unix identity ("users" isolation); otherwise every job
+runs as the agent's user ("single-user", declared at start). See corral.executors.jobhome for the files.
 """
 
 from __future__ import annotations
@@ -17,7 +19,16 @@ from pathlib import Path
 
 from corral.core.errors import ValidationError
 from corral.executors import shim as shim_module
-from corral.executors.base import EXIT_LOST, ExitRecord, LaunchSpec
+from corral.executors.base import EXIT_CANNOT_EXECUTE, EXIT_LOST, ExitRecord, LaunchSpec
+from corral.executors.jobhome import (
+    CHECKPOINTS,
+    compute_child_env,
+    compute_home_and_user,
+    prepare_log,
+    prepare_owned_dir,
+    prepare_work_root,
+    remove_tree,
+)
 from corral.executors.jobdir import (
     JobDir,
     ShimIdentity,
@@ -49,16 +60,39 @@ class ProcessExecutor:
     """Executor for plain processes. Thread-safe; no method blocks on a job.
 
     `python` runs the shim (default: this interpreter; it is started with -I so the job's environment
-    cannot break it).
+    cannot break it). `work_root` holds the jobs' own dirs (default: beside state_dir, which only suits
+    single-user mode). `switch_users` defaults to whether this process is root. Raises ValidationError when
+    jobs' users could not reach `work_root`.
     """
 
-    def __init__(self, state_dir: Path, *, python: str = sys.executable) -> None:
+    def __init__(self, state_dir: Path, *, work_root: Path | None = None, python: str = sys.executable,
+                 switch_users: bool | None = None) -> None:
         self._state_dir = state_dir
+        self._work_root = work_root or state_dir.parent / "work"
         self._python = python
+        self._switch_users = os.geteuid() == 0 if switch_users is None else switch_users
         self._lock = threading.RLock()
         self._jobs: dict[str, _Job] = {}
         state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(state_dir, 0o700)
+        prepare_work_root(self._work_root, shared=self._switch_users)
         self._recover()
+
+    @property
+    def isolation(self) -> str:
+        return "users" if self._switch_users else "single-user"
+
+    @property
+    def work_root(self) -> Path:
+        return self._work_root
+
+    def run_dir(self, job_id: str) -> Path:
+        """The job's own dir: HOME (unless its account has one) and default workdir."""
+        return self._work_root / job_id
+
+    def checkpoint_dir(self, job_id: str) -> Path:
+        """Where `job_id` (the job, not the run) keeps checkpoints across attempts on this node."""
+        return self._work_root / CHECKPOINTS / job_id
 
     # ----- Executor -----
     def launch(self, spec: LaunchSpec) -> None:
@@ -68,8 +102,12 @@ class ProcessExecutor:
                 return
             job = _Job(dir=JobDir(self._state_dir / spec.job_id))
             self._jobs[spec.job_id] = job
-            job.dir.write_spec(spec)  # before the shim starts: it reads the command from there
+            refusal = self._refusal(spec)
+            if refusal:
+                self._finish(job, ExitRecord(spec.job_id, EXIT_CANNOT_EXECUTE, refusal))
+                return
             try:
+                self._prepare(job.dir, spec)  # before the shim starts: it reads the command from there
                 job.popen = self._start_shim(job.dir, spec.log_path)
             except OSError as e:
                 self._finish(job, ExitRecord(spec.job_id, 1, f"cannot start: {e}"))
@@ -81,6 +119,13 @@ class ProcessExecutor:
         with self._lock:
             self._refresh()
             return [job_id for job_id, job in self._jobs.items() if job.exit is None]
+
+    def leader_pid(self, job_id: str) -> int | None:
+        with self._lock:
+            job = self._jobs.get(job_id)
+            if job is None or job.exit is not None or job.shim is None:
+                return None
+            return job.shim.pid
 
     def collect_exits(self) -> list[ExitRecord]:
         with self._lock:
@@ -94,6 +139,7 @@ class ProcessExecutor:
                 return
             del self._jobs[job_id]
             job.dir.remove()
+            remove_tree(self.run_dir(job_id))  # scratch: what the job must keep goes to its checkpoint dir
 
     def cancel(self, job_id: str, grace_s: float) -> None:
         with self._lock:
@@ -122,12 +168,36 @@ class ProcessExecutor:
                     job.timer = None
 
     # ----- internals -----
+    def _refusal(self, spec: LaunchSpec) -> str:
+        """Why a job may not start here ("" when it may): a root executor never runs a job as root."""
+        if not self._switch_users:
+            return ""
+        if spec.identity is None:
+            return "refused: the job has no Unix identity and the agent runs as root"
+        if spec.identity.uid == 0 or spec.identity.gid == 0:
+            return "refused: a job never runs as uid or gid 0"
+        return ""
+
+    def _prepare(self, job_dir: JobDir, spec: LaunchSpec) -> None:
+        """The job's run dir, checkpoint dir and log, owned by whom it runs as; then spec.json for the shim."""
+        identity = spec.identity if self._switch_users else None
+        run_dir = self.run_dir(spec.job_id)
+        prepare_owned_dir(run_dir, identity, fresh=True)
+        if spec.checkpoint_dir is not None:
+            prepare_owned_dir(spec.checkpoint_dir, identity, fresh=False)
+        prepare_log(spec.log_path, identity)
+        uid = identity.uid if identity is not None else os.getuid()
+        home, user = compute_home_and_user(uid, spec.identity.user if spec.identity else "", run_dir)
+        job_dir.write_spec(spec, workdir=spec.workdir or str(run_dir), child_env=compute_child_env(spec, home, user),
+                           run_as=(identity.uid, identity.gid) if identity is not None else None)
+
     def _start_shim(self, job_dir: JobDir, log_path: Path) -> subprocess.Popen[bytes]:
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(log_path, "ab") as log:  # the shim's own errors (a traceback) land in the job log
+        fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
+        with open(fd, "ab") as log:  # the shim's own errors (a traceback) land in the job log
             return subprocess.Popen(
                 [self._python, "-I", _SHIM_PATH, str(job_dir.path)],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
+                env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"},  # none of the agent's secrets
                 start_new_session=True,  # the shim leads a new process group; the agent's death spares it
             )
 

@@ -3,6 +3,8 @@
 Started by ProcessExecutor as `python -I shim.py <job_dir>` with start_new_session=True, so the shim is
 the process-group leader and survives the agent. Standard library only: it must start whatever the
 job's environment looks like. Reads <job_dir>/spec.json, writes <job_dir>/exit (JSON, atomically).
+When spec.json names `run_as` (uid, gid), the shim stays root (to write the exit record where only the
+agent can) and the job's process drops to that identity: no supplementary groups, then gid, then uid.
 """
 
 from __future__ import annotations
@@ -18,16 +20,30 @@ from typing import Any
 
 EXIT_FILE = "exit"
 SPEC_FILE = "spec.json"
+SECRET_ENV_FILE = "secret-env.json"  # the job's secrets (0600, root's); deleted once read
 
 
 def write_json_atomic(path: Path, data: object) -> None:
     """Write tmp, fsync, rename: a reader sees the old file or the whole new one, never a part."""
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with open(fd, "w", encoding="utf-8") as f:
         json.dump(data, f)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def take_secret_env(job_dir: Path) -> dict[str, str]:
+    """Read the job's secret variables and delete their file at once: on the node they then live only in the
+    job's environment (a shim that dies before this line loses its job anyway)."""
+    path = job_dir / SECRET_ENV_FILE
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    path.unlink()
+    return {str(k): str(v) for k, v in data.items()}
 
 
 def _ignore(signum: int, frame: FrameType | None) -> None:
@@ -37,19 +53,63 @@ def _ignore(signum: int, frame: FrameType | None) -> None:
     """
 
 
+def _workdir_error(workdir: str, run_as: tuple[int, int] | None) -> str:
+    """Why the job's identity cannot enter `workdir` ("" when it can), checked in a child that has dropped to
+    that identity: the root shim must neither reveal nor grant what the job itself may not reach."""
+    if run_as is None:
+        return "" if os.path.isdir(workdir) else f"workdir not found: {workdir}"
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the shim is single-threaded: a plain fork is safe
+        code = 1
+        try:
+            os.close(read_end)
+            _drop_to(run_as)
+            os.chdir(workdir)
+            code = 0
+        except OSError as e:
+            os.write(write_end, f"{e.errno}:{e.strerror or e}".encode())
+        finally:
+            os._exit(code)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as r:
+        message = r.read().decode(errors="replace")
+    _, status = os.waitpid(pid, 0)
+    if status == 0:
+        return ""
+    errno_text, _, text = message.partition(":")
+    if errno_text in ("2", "20"):  # ENOENT, ENOTDIR
+        return f"workdir not found: {workdir}"
+    return f"workdir not usable by uid {run_as[0]}: {workdir}: {text}"
+
+
+def _drop_to(run_as: tuple[int, int]) -> None:
+    os.setgroups([])
+    os.setgid(run_as[1])
+    os.setuid(run_as[0])
+
+
 def start_and_wait(spec: dict[str, Any], log: int) -> tuple[int, str]:
     """Run the command to its end: (exit code shell-style, reason when it could not start)."""
     command = [str(c) for c in spec["command"]]
-    workdir = spec.get("workdir")
+    workdir = str(spec["workdir"])
+    raw = spec.get("run_as")
+    run_as = (int(raw[0]), int(raw[1])) if raw else None
     if not command:
         return 127, "command not found: empty command"
-    if workdir is not None and not os.path.isdir(str(workdir)):
-        return 1, f"workdir not found: {workdir}"
-    env = {**os.environ, **{str(k): str(v) for k, v in spec["child_env"].items()}}
+    if run_as is not None and 0 in run_as:
+        return 126, "refused: a job never runs as uid or gid 0"
+    error = _workdir_error(workdir, run_as)
+    if error:
+        return 1, error
+    env = {str(k): str(v) for k, v in spec["child_env"].items()}  # the job's whole env: nothing of the agent's
+    drop: dict[str, Any] = {}
+    if run_as is not None:  # Popen drops in the child: setgroups([]), setregid, setreuid, then chdir as the job
+        drop = {"user": run_as[0], "group": run_as[1], "extra_groups": [], "preexec_fn": lambda: os.chdir(workdir)}
     try:
         child = subprocess.Popen(
-            command, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-            cwd=None if workdir is None else str(workdir), env=env,
+            command, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env, umask=0o077,
+            cwd=None if run_as is not None else workdir, **drop,
         )
     except FileNotFoundError:
         return 127, f"command not found: {command[0]}"
@@ -57,6 +117,8 @@ def start_and_wait(spec: dict[str, Any], log: int) -> tuple[int, str]:
         return 126, f"permission denied: {command[0]}"
     except OSError as e:
         return 126, f"cannot execute {command[0]}: {e.strerror or e}"
+    except subprocess.SubprocessError:  # the chdir as the job's user failed: the workdir changed under us
+        return 1, f"workdir not usable by uid {run_as[0] if run_as else os.getuid()}: {workdir}"
     code = child.wait()  # PEP 475: the SIGTERM handler does not interrupt the wait
     return (128 - code if code < 0 else code), ""
 
@@ -74,7 +136,9 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, _ignore)
     job_dir = Path(argv[0])
     spec = json.loads((job_dir / SPEC_FILE).read_text(encoding="utf-8"))
-    log = os.open(str(spec["log_path"]), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    spec["child_env"] = {**take_secret_env(job_dir), **spec["child_env"]}  # Corral's own variables win
+    # The executor created the log (0600, owned by the job's identity); the job writes it through this fd.
+    log = os.open(str(spec["log_path"]), os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
     code, reason = start_and_wait(spec, log)
     if reason:
         os.write(log, f"corral: {reason}\n".encode())

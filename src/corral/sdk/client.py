@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import ssl
+import threading
+import uuid
 from typing import Any, Self
+from urllib.parse import quote
 
 import httpx
 
+from corral.api.secrets import KeyRotationOut, SecretIn, SecretOut, SecretUpdate
 from corral.api.schemas import (
     AgentRegister, AgentSync, AgentSyncReply, GpuOut, JobOut, JobSubmit, NodeOut, QueueIn, QueueOut, QuotaIn, QuotaOut, ScheduleIn,
     ScheduleOut, SchedulePatch, TenantIn, TenantOut, TokenIn, TokenOut, UserIn, UserOut, UserPatch, WhoAmI,
 )
+from corral.api.schemas import GroupMappingIn, GroupMappingOut
+from corral.api.schemas import JoinTokenIn, JoinTokenOut, NodeCertOut, NodeRevokeOut
+from corral.api.schemas import UnixIdentityIn, UnixIdentityOut
 
 
 class CorralSDKError(Exception):
@@ -27,10 +35,15 @@ class CorralAPIError(CorralSDKError):
 
 
 class _Base:
-    def __init__(self, url: str, token: str, timeout_s: float = 30.0, transport: httpx.BaseTransport | None = None) -> None:
+    def __init__(self, url: str, token: str, timeout_s: float = 30.0, transport: httpx.BaseTransport | None = None,
+                 verify: ssl.SSLContext | bool = True) -> None:
+        """`verify`: an SSLContext that trusts the cluster CA (and, for agents, holds the node's certificate);
+        True: the system's CAs."""
         self.url = url.rstrip("/")
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout_s, transport=transport)
+        self.verify = verify
+        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout_s, transport=transport,
+                                  verify=verify)
 
     def close(self) -> None:
         self._http.close()
@@ -47,6 +60,10 @@ class _Base:
         except httpx.TimeoutException as e:
             raise CorralConnectionError(f"server at {self.url} did not answer in time ({type(e).__name__})") from e
         except httpx.TransportError as e:
+            if "CERTIFICATE_VERIFY_FAILED" in str(e):
+                raise CorralConnectionError(
+                    f"the certificate of {self.url} is not trusted here ({e}); get the cluster CA's fingerprint from "
+                    "the operator and run `corral login USER --ca-fingerprint sha256:...`, or set CORRAL_CA_FILE") from e
             raise CorralConnectionError(f"cannot reach the Corral server at {self.url}: {e}") from e
         if r.status_code >= 400:
             raise _api_error(r)
@@ -65,16 +82,39 @@ def _api_error(r: httpx.Response) -> CorralAPIError:
     return CorralAPIError(r.status_code, code, message, field, body)
 
 
+class IdentityClientMixin(_Base):
+    """Node identity (admins): join tokens and node revocation."""
+
+    def create_join_token(self, body: JoinTokenIn) -> JoinTokenOut:
+        return JoinTokenOut.model_validate(self._request("POST", "/api/v1/join-tokens", json=body.model_dump()).json())
+
+    def join_tokens(self) -> list[JoinTokenOut]:
+        return [JoinTokenOut.model_validate(t) for t in self._request("GET", "/api/v1/join-tokens").json()]
+
+    def revoke_join_token(self, token_id: int) -> JoinTokenOut:
+        return JoinTokenOut.model_validate(self._request("DELETE", f"/api/v1/join-tokens/{token_id}").json())
+
+    def revoke_node(self, node: str) -> NodeRevokeOut:
+        return NodeRevokeOut.model_validate(self._request("POST", f"/api/v1/nodes/{node}/revoke").json())
+
+
 # httpx types Response.json() as Any: each `type: ignore[no-any-return]` below marks that gap (the server's schema
 # is the contract for the shape).
-class CorralClient(_Base):
+class CorralClient(IdentityClientMixin):
     """What users do: submit and follow jobs, look at nodes and GPUs."""
 
     def health(self) -> dict[str, str]:
         return self._request("GET", "/healthz").json()  # type: ignore[no-any-return]
 
-    def submit(self, job: JobSubmit) -> JobOut:
-        r = self._request("POST", "/api/v1/jobs", json=job.model_dump(exclude_none=True))
+    def submit(self, job: JobSubmit, idempotency_key: str | None = None, retry_for_s: float = 30.0) -> JobOut:
+        """Submit once, whatever happens on the way: the call carries an Idempotency-Key (a fresh one unless
+        given) and is retried with it on connection errors and 5xx for up to `retry_for_s` (0: no retry), so a
+        retry after a lost reply or a server crash returns the job the first attempt made, never a second job."""
+        from corral.sdk.retry import call_with_retries
+
+        headers = {"Idempotency-Key": idempotency_key or str(uuid.uuid4())}
+        body = job.model_dump(exclude_none=True)
+        r = call_with_retries(lambda: self._request("POST", "/api/v1/jobs", json=body, headers=headers), retry_for_s)
         return JobOut.model_validate(r.json())
 
     def jobs(self, all: bool = False) -> list[JobOut]:
@@ -203,6 +243,16 @@ class CorralClient(_Base):
         r = self._request("PATCH", f"/api/v1/users/{name}", json=body.model_dump(exclude_none=True))
         return UserOut.model_validate(r.json())
 
+    def unix_identity(self, name: str) -> UnixIdentityOut:
+        return UnixIdentityOut.model_validate(self._request("GET", f"/api/v1/users/{name}/unix").json())
+
+    def set_unix_identity(self, name: str, body: UnixIdentityIn) -> UnixIdentityOut:
+        r = self._request("PUT", f"/api/v1/users/{name}/unix", json=body.model_dump(exclude_none=True))
+        return UnixIdentityOut.model_validate(r.json())
+
+    def clear_unix_identity(self, name: str) -> UnixIdentityOut:
+        return UnixIdentityOut.model_validate(self._request("DELETE", f"/api/v1/users/{name}/unix").json())
+
     def tokens(self) -> list[TokenOut]:
         return [TokenOut.model_validate(t) for t in self._request("GET", "/api/v1/tokens").json()]
 
@@ -217,9 +267,60 @@ class CorralClient(_Base):
         r = self._request("POST", "/api/v1/login", json={"username": username, "password": password})
         return TokenOut.model_validate(r.json())
 
+    # ---- tenant secrets: values go in, never come out ----
+    def secrets(self, tenant: str | None = None) -> list[SecretOut]:
+        r = self._request("GET", "/api/v1/secrets", params=_tenant(tenant))
+        return [SecretOut.model_validate(x) for x in r.json()]
+
+    def create_secret(self, body: SecretIn, tenant: str | None = None) -> SecretOut:
+        r = self._request("POST", "/api/v1/secrets", params=_tenant(tenant), json=body.model_dump(exclude_none=True))
+        return SecretOut.model_validate(r.json())
+
+    def update_secret(self, name: str, body: SecretUpdate, tenant: str | None = None) -> SecretOut:
+        r = self._request("PUT", f"/api/v1/secrets/{quote(name, safe='')}", params=_tenant(tenant),
+                          json=body.model_dump(exclude_none=True))
+        return SecretOut.model_validate(r.json())
+
+    def delete_secret(self, name: str, tenant: str | None = None) -> None:
+        self._request("DELETE", f"/api/v1/secrets/{quote(name, safe='')}", params=_tenant(tenant))
+
+    def rotate_secrets_key(self) -> KeyRotationOut:
+        return KeyRotationOut.model_validate(self._request("POST", "/api/v1/secrets/rotate-key").json())
+
+    def group_mappings(self) -> list[GroupMappingOut]:
+        """Directory group -> tenant and role mappings (admins)."""
+        return [GroupMappingOut.model_validate(m) for m in self._request("GET", "/api/v1/directory/groups").json()]
+
+    def create_group_mapping(self, body: GroupMappingIn) -> GroupMappingOut:
+        r = self._request("POST", "/api/v1/directory/groups", json=body.model_dump())
+        return GroupMappingOut.model_validate(r.json())
+
+    def delete_group_mapping(self, mapping_id: int) -> None:
+        self._request("DELETE", f"/api/v1/directory/groups/{mapping_id}")
+
+
+def _tenant(tenant: str | None) -> dict[str, str]:
+    return {"tenant": tenant} if tenant else {}
+
 
 class AgentClient(_Base):
-    """What agents do, with a join token."""
+    """What agents do, over mutual TLS: `verify` is an SSLContext with the node's certificate (see
+    corral.sdk.join for the join that obtains it)."""
+
+    def renew(self, node: str, csr_pem: str) -> NodeCertOut:
+        """A new certificate for this node, requested with the current one."""
+        return NodeCertOut.model_validate(self._request("POST", f"/api/v1/agents/{node}/renew",
+                                                        json={"csr": csr_pem}).json())
+
+    def recycle_connections(self, grace_s: float = 90.0) -> None:
+        """New connections from now on (after the SSLContext's certificate was replaced); requests in
+        flight on the old ones (a long poll) finish first, the old pool is closed after `grace_s`."""
+        old = self._http
+        self._http = httpx.Client(base_url=old.base_url, headers=old.headers, timeout=old.timeout,
+                                  verify=self.verify)
+        timer = threading.Timer(grace_s, old.close)
+        timer.daemon = True
+        timer.start()
 
     def send_telemetry(self, node: str, batch: dict[str, Any]) -> dict[str, int]:
         return self._request("POST", f"/api/v1/agents/{node}/telemetry", json=batch).json()  # type: ignore[no-any-return]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -12,13 +13,29 @@ from fastapi import FastAPI
 from corral import __version__
 from corral.core.health import HealthPolicy
 from corral.server.errors import install_error_handlers
+from corral.server.inputs import InputGuard
+from corral.server.openapi import document_error_responses
 from corral.server.routers import agents, alerts, health, jobs, metrics, nodes, proxy, reports, schedules, session, tenants, users, web
+from corral.server.routers import directory as directory_router
+from corral.server.routers import oidc as oidc_router
+from corral.server.directory.oidc import build_oidc_client
+from corral.server.routers import secrets as secrets_router
+from corral.server.routers import join as join_router
+from corral.server.routers import unix_identity as unix_identity_router
+from corral.server.ca import CertificateAuthority
+from corral.server.services.identity import NodeIdentities
+from corral.server.keyring import load_keyring
+from corral.server.directory.ldap import build_ldap_directory
 from corral.server.services.alerting import AlertService
+from corral.core.login_backoff import BackoffPolicy
+from corral.server.passwords import PasswordPool
+from corral.server.services.login import LoginGuard
 from corral.server.services.logs import LogStore
 from corral.server.services.telemetry import TelemetryService
 from corral.server.services.notify import NodeNotifier
 from corral.server.services.scheduling import Scheduler
 from corral.server.services.schedules import ScheduleRunner
+from corral.server.services.webports import WebPortRegistry
 from corral.server.settings import Settings
 from corral.store.sql import SqlStore, open_store
 
@@ -28,6 +45,8 @@ log = logging.getLogger("corral.server")
 def create_app(settings: Settings, store: SqlStore | None = None) -> FastAPI:
     """Build the app; the store is opened (and migrated) here unless one is passed in."""
     store = store or open_store(settings.effective_database_url)
+    # Refuses to start (one line why) when the key file is missing, too open or not this database's.
+    keyring = load_keyring(settings.effective_secrets_key_file, store.secret_key_ids())
     notifier = NodeNotifier()
     scheduler = Scheduler(store, notifier, settings.policy, settings.schedule_interval_s, settings.node_lost_after_s,
                           retry_backoff_s=settings.retry_backoff_s, queueing=settings.queueing,
@@ -44,18 +63,21 @@ def create_app(settings: Settings, store: SqlStore | None = None) -> FastAPI:
         scheduler.start()
         alerting.start()
         schedules_runner.start()
+        app.state.logins.purge(older_than_s=86400)  # failed-login counters nobody has added to for a day
         try:
             yield
         finally:
             schedules_runner.stop()
             alerting.stop()
             scheduler.stop()
+            app.state.passwords.close()
             store.close()
 
     app = FastAPI(title="Corral", version=__version__, lifespan=lifespan,
                   description="Self-hosted GPU cluster manager. Authenticate with `Authorization: Bearer <token>`.")
     app.state.settings = settings
     app.state.store = store
+    app.state.keyring = keyring  # seals tenant secrets and stored credentials (docs/secrets.md)
     app.state.notifier = notifier
     app.state.scheduler = scheduler
     app.state.telemetry = telemetry
@@ -63,9 +85,28 @@ def create_app(settings: Settings, store: SqlStore | None = None) -> FastAPI:
     app.state.alerting = alerting
     app.state.schedules = schedules_runner
     app.state.logs = LogStore(settings.data_dir / "logs")
+    app.state.web_ports = WebPortRegistry()  # who listens on jobs' web-UI ports, as agents report it (proxy)
+    # Node identity (docs/settings.md, "More machines" in the README): the cluster CA in the data dir, the
+    # certificates it issued (agents' mutual TLS) and how long a node certificate lives.
+    app.state.ca = CertificateAuthority.load_or_create(settings.data_dir)
+    app.state.identities = NodeIdentities(store)
+    app.state.node_cert_lifetime = timedelta(seconds=settings.node_cert_ttl_s)
+    app.state.directory = build_ldap_directory(settings)  # None without CORRAL_LDAP_URL (docs/directory-login.md)
+    app.state.oidc = build_oidc_client(settings)  # None without CORRAL_OIDC_ISSUER
+    # Password hashing on a small pool of its own, and the failed-login back-off (server/services/login.py).
+    app.state.passwords = PasswordPool(settings.password_hash_workers, settings.password_hash_queue)
+    app.state.logins = LoginGuard(store, app.state.passwords, BackoffPolicy(
+        free_failures=settings.login_failures_allowed, max_s=settings.login_lockout_max_s), app.state.directory)
     install_error_handlers(app)
+    app.add_middleware(InputGuard)  # body size and NUL bytes, before any route (server/inputs.py)
+    document_error_responses(app)  # the OpenAPI lists every error status the routes answer
     for module in (health, jobs, schedules, nodes, agents, tenants, users, metrics, alerts, reports, session, web):
         app.include_router(module.router)
+    app.include_router(directory_router.router)
+    app.include_router(oidc_router.router)
+    app.include_router(secrets_router.router)
+    app.include_router(join_router.router)
+    app.include_router(unix_identity_router.router)
     if settings.effective_job_ui_port:
         app.include_router(proxy.redirect_router)
         app.state.job_ui_app = create_job_ui_app(app)
@@ -84,3 +125,16 @@ def create_job_ui_app(app: FastAPI) -> FastAPI:
     install_error_handlers(ui)
     ui.include_router(proxy.router)
     return ui
+
+
+def create_agent_app(app: FastAPI) -> FastAPI:
+    """The agents' port (mutual TLS, CORRAL_AGENT_PORT): only the join exchange and the agent routes, which
+    check the client certificate's node. It shares the main app's state."""
+    agent_app = FastAPI(title="Corral agents", openapi_url=None, docs_url=None, redoc_url=None)
+    agent_app.state = app.state
+    install_error_handlers(agent_app)
+    agent_app.add_middleware(InputGuard)  # body size and NUL bytes, as on the API port
+    agent_app.include_router(health.router)
+    agent_app.include_router(agents.router)
+    agent_app.include_router(join_router.join_only_router)
+    return agent_app

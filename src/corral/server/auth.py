@@ -14,7 +14,7 @@ from corral.core.errors import AuthError, ForbiddenError, NotFoundError
 from corral.core.tenancy import Action, Role, can
 from corral.store.records import TokenRecord, User
 
-TOKEN_PREFIX = {"user": "crl_", "join": "crj_"}
+TOKEN_PREFIX = {"user": "crl_", "join": "crj_", "metrics": "crm_"}  # metrics: can only scrape /metrics
 SESSION_COOKIE = "corral_session"  # HttpOnly: the secret of a login token, set by POST /web/login
 CSRF_COOKIE = "corral_csrf"  # readable by the page, which echoes it in X-CSRF-Token on unsafe methods
 CSRF_HEADER = "x-csrf-token"
@@ -103,12 +103,16 @@ def authenticate(request: Request, csrf: bool = True) -> Principal:
     if token.expires_at is not None and token.expires_at <= datetime.now(UTC):
         raise AuthError("token expired")
     user = store.get_user(token.user_id) if token.user_id is not None else None
+    if user is not None and user.disabled:
+        raise AuthError("user disabled")
     return Principal(token=token, user=user)
 
 
 def _person(p: Principal) -> Principal:
     if p.is_agent:
         raise ForbiddenError("an agent join token cannot use the user API")
+    if p.token.kind != "user" or p.user is None:
+        raise ForbiddenError(f"a {p.token.kind} token cannot use the user API")
     return p
 
 
@@ -121,8 +125,13 @@ def require_job_ui_user(request: Request) -> Principal:
     return _person(authenticate(request, csrf=request.app is not getattr(request.app.state, "job_ui_app", None)))
 
 
-def require_agent(request: Request) -> Principal:
+def require_metrics_reader(request: Request) -> Principal:
+    """/metrics: a metrics token, or the token or session of an admin (cluster-wide figures are admins' to see)."""
     p = authenticate(request)
-    if not p.is_agent and not p.is_admin:
-        raise ForbiddenError("agent endpoints need a join token or an admin token")
-    return p
+    if p.token.kind == "metrics" or (p.token.kind == "user" and p.is_admin):
+        return p
+    raise ForbiddenError("/metrics needs a metrics token or an admin's token (corral tokens create --metrics)")
+
+
+# Agent routes authenticate nodes by their client certificate (corral.server.node_auth.require_node), never by
+# a bearer token: neither a join token nor an admin's token can act as a node.

@@ -1,4 +1,5 @@
-"""First start: an admin user, its API token and an agent join token, kept in the data dir (0600)."""
+"""First start: an admin user, its API token, the cluster CA and a first join token (listed, expiring), kept in
+the data dir (0600)."""
 
 from __future__ import annotations
 
@@ -11,16 +12,19 @@ from pathlib import Path
 from corral.api.paths import cli_config_path
 from corral.core.tenancy import DEFAULT_TENANT
 from corral.server.auth import hash_token, new_token
+from corral.server.ca import CertificateAuthority
 from corral.store.base import StateStore
 
 ADMIN_TOKEN_FILE = "admin-token"
 JOIN_TOKEN_FILE = "join-token"
+FIRST_JOIN_TOKEN_TTL_S = 86400.0  # the convenience token of the first start: a day, ten nodes
+FIRST_JOIN_TOKEN_USES = 10
 
 
 @dataclass(frozen=True, slots=True)
 class Credentials:
     admin_token: str
-    join_token: str
+    join_token: str  # the join token written at first start ("" afterwards: make one with `corral tokens join create`)
 
 
 def write_secret(path: Path, value: str) -> None:
@@ -47,18 +51,29 @@ def _ensure_token(store: StateStore, path: Path, kind: str, name: str, user_id: 
 
 def ensure_credentials(store: StateStore, data_dir: Path) -> Credentials:
     """Create the admin user and tokens on first start; reuse them afterwards. Idempotent."""
+    from corral.server.services.identity import JoinTokenStore, create_local_join_token
+
     now = datetime.now(UTC)
     tenant = store.find_tenant(DEFAULT_TENANT) or store.create_tenant(DEFAULT_TENANT, now)
     admin_id = 1
-    if store.count_users() == 0:
+    first_start = store.count_users() == 0
+    if first_start:
         admin_id = store.create_user("admin", "admin", now, tenant_id=tenant.id).id
     admin = _ensure_token(store, data_dir / ADMIN_TOKEN_FILE, "user", "admin (first start)", admin_id)
-    join = _ensure_token(store, data_dir / JOIN_TOKEN_FILE, "join", "local agents", None)
+    ca = CertificateAuthority.load_or_create(data_dir)
+    join = ""
+    if first_start:
+        if not isinstance(store, JoinTokenStore):
+            raise TypeError("the store keeps no join tokens")
+        join = create_local_join_token(store, ca, FIRST_JOIN_TOKEN_TTL_S, FIRST_JOIN_TOKEN_USES)
+        write_secret(data_dir / JOIN_TOKEN_FILE, join)
     return Credentials(admin_token=admin, join_token=join)
 
 
-def write_cli_config(url: str, token: str) -> Path:
-    """Point the `corral` CLI of this user at this server (mode 0600: it holds a token)."""
+def write_cli_config(url: str, token: str, ca_pem: str = "") -> Path:
+    """Point the `corral` CLI of this user at this server (mode 0600: it holds a token); `ca_pem`: the
+    cluster CA, which the CLI and SDK verify an https:// server against."""
     path = cli_config_path()
-    write_secret(path, json.dumps({"url": url, "token": token}, indent=2))
+    config = {"url": url, "token": token} | ({"ca": ca_pem} if ca_pem else {})
+    write_secret(path, json.dumps(config, indent=2))
     return path

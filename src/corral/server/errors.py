@@ -8,7 +8,10 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from corral.core.errors import AuthError, ConflictError, CorralError, ForbiddenError, NotFoundError, ValidationError
+from corral.core.errors import (
+    AuthError, ConflictError, CorralError, ForbiddenError, IdempotencyKeyReused, NotFoundError, TooManyRequestsError,
+    UnavailableError, ValidationError,
+)
 
 STATUS_BY_ERROR: dict[type[CorralError], int] = {
     ValidationError: 400,
@@ -16,6 +19,9 @@ STATUS_BY_ERROR: dict[type[CorralError], int] = {
     ConflictError: 409,
     AuthError: 401,
     ForbiddenError: 403,
+    TooManyRequestsError: 429,
+    UnavailableError: 503,
+    IdempotencyKeyReused: 422,
 }
 
 
@@ -29,12 +35,14 @@ def install_error_handlers(app: FastAPI) -> None:
         status = next((s for t, s in STATUS_BY_ERROR.items() if isinstance(exc, t)), 500)
         field = getattr(exc, "field", None)
         headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+        if isinstance(exc, TooManyRequestsError):
+            headers = {"Retry-After": str(exc.retry_after_s)}
         return JSONResponse(error_body(exc.code, exc.message, field), status_code=status, headers=headers)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
         first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
-        loc = [str(p) for p in first.get("loc", ()) if p not in ("body", "query", "path")]
+        loc = [str(p) for p in first.get("loc", ()) if p not in ("body", "query", "path", "header", "cookie")]
         field = ".".join(loc) or None
         msg = str(first.get("msg", "invalid"))
         message = f"{field}: {msg}" if field else msg

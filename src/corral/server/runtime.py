@@ -1,74 +1,140 @@
-"""Run the server (uvicorn) in this process, in the foreground or on a background thread."""
+"""Run the server (uvicorn) in this process, in the foreground or on background threads: the API and portal
+(HTTPS beyond loopback), the job-UI port, and the agents' mutual-TLS port."""
 
 from __future__ import annotations
 
+import ssl
 import threading
 import time
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
 
 import uvicorn
 
-from corral.server.app import create_app
+from corral.api.paths import secure_data_dir
+from corral.server.app import create_agent_app, create_app
 from corral.server.bootstrap import Credentials, ensure_credentials
+from corral.server.ca import CertificateAuthority, default_server_names, write_private
+from corral.server.services.identity import issue_local_node_cert
 from corral.server.settings import Settings
-from corral.store.sql import open_store
+from corral.server.tls import TlsH11Protocol, agent_ssl_context, https_ssl_context
+from corral.store.sql import SqlStore, open_store
+
+
+def _factory(make: Callable[[], ssl.SSLContext]) -> Callable[[uvicorn.Config, Callable[[], ssl.SSLContext]], ssl.SSLContext]:
+    return lambda _config, _default: make()
+
+
+def https_files(settings: Settings, ca: CertificateAuthority) -> tuple[Path, Path]:
+    """The certificate people's ports serve: the operator's (CORRAL_TLS_CERT/KEY) or one from the cluster CA."""
+    if settings.tls_cert:
+        if not settings.tls_key:
+            raise RuntimeError("CORRAL_TLS_CERT is set but CORRAL_TLS_KEY is not")
+        return Path(settings.tls_cert), Path(settings.tls_key)
+    return ca.ensure_server_cert(server_names(settings))
+
+
+def server_names(settings: Settings) -> list[str]:
+    extra = [n.strip() for n in settings.tls_names.split(",") if n.strip()]
+    return list(dict.fromkeys(default_server_names(settings.host) + extra))
+
+
+class _Listener:
+    def __init__(self, name: str, server: uvicorn.Server, failure: str) -> None:
+        self.server = server
+        self.failure = failure
+        self.thread = threading.Thread(target=server.run, name=name, daemon=True)
 
 
 class ServerThread:
-    """The API server on a thread, so one process can also host the local agent (`corral up`)."""
+    """The API server on threads, so one process can also host the local agent (`corral up`)."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        store = open_store(settings.effective_database_url)
-        self.credentials: Credentials = ensure_credentials(store, settings.data_dir)
-        app = create_app(settings, store)
-        # A short graceful shutdown: agents' long-polls would otherwise hold it for their whole wait.
-        config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning",
-                                timeout_graceful_shutdown=2, access_log=False)
-        self.server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self.server.run, name="corral-server", daemon=True)
+        # 0700 before anything is written there; again once the database, tokens and CA exist (older installs)
+        private = (settings.data_dir, (settings.data_dir / "jobs",))  # jobs/: a single-user agent's jobs' own dirs
+        secure_data_dir(*private)
+        self.store: SqlStore = open_store(settings.effective_database_url)
+        self.credentials: Credentials = ensure_credentials(self.store, settings.data_dir)
+        app = create_app(settings, self.store)
+        self.app = app
+        secure_data_dir(*private)
+        self.ca: CertificateAuthority = app.state.ca
+        people_tls: dict[str, Any] = {}
+        if settings.serves_https:
+            cert, key = https_files(settings, self.ca)
+            people_tls = {"ssl_context_factory": _factory(lambda: https_ssl_context(cert, key))}
+        common: dict[str, Any] = {"host": settings.host, "log_level": "warning", "access_log": False,
+                                  "timeout_graceful_shutdown": 2}  # agents' long polls would hold a longer one
+        self.listeners = [_Listener("corral-server", uvicorn.Server(uvicorn.Config(app, port=settings.port, **common,
+                                                                                   **people_tls)),
+                                    f"the server could not start on {settings.host}:{settings.port} (is the port taken?)")]
         # Jobs' web UIs on their own port (origin); it serves only /proxy/jobs/... and shares the app's state.
-        self.ui_server: uvicorn.Server | None = None
-        self._ui_thread: threading.Thread | None = None
         if app.state.job_ui_app is not None:
-            ui_config = uvicorn.Config(app.state.job_ui_app, host=settings.host, port=settings.effective_job_ui_port,
-                                       log_level="warning", timeout_graceful_shutdown=2, access_log=False,
-                                       lifespan="off")
-            self.ui_server = uvicorn.Server(ui_config)
-            self._ui_thread = threading.Thread(target=self.ui_server.run, name="corral-job-ui", daemon=True)
+            self.listeners.append(_Listener(
+                "corral-job-ui", uvicorn.Server(uvicorn.Config(app.state.job_ui_app, port=settings.effective_job_ui_port,
+                                                               lifespan="off", **common, **people_tls)),
+                f"the job-UI port {settings.host}:{settings.effective_job_ui_port} could not be opened (is it taken? "
+                "set CORRAL_JOB_UI_PORT to another port, or 0 to serve job UIs on the API port)"))
+        # Agents: mutual TLS with the cluster CA's server certificate, client certificates verified.
+        agent_cert, agent_key = self.ca.ensure_server_cert(server_names(settings))
+        agent_tls = _factory(lambda: agent_ssl_context(agent_cert, agent_key, self.ca.cert_path))
+        self.listeners.append(_Listener(
+            "corral-agents", uvicorn.Server(uvicorn.Config(create_agent_app(app), port=settings.effective_agent_port,
+                                                           lifespan="off", http=TlsH11Protocol,
+                                                           ssl_context_factory=agent_tls, **common)),
+            f"the agent port {settings.host}:{settings.effective_agent_port} could not be opened (is it taken? "
+            "set CORRAL_AGENT_PORT)"))
+
+    @property
+    def server(self) -> uvicorn.Server:
+        return self.listeners[0].server
+
+    def provision_local_agent(self, node: str, tls_dir: Path) -> None:
+        """Key, certificate and CA for the in-process agent of `corral up`, straight from the CA (no token).
+        The caller checks first whether the ones in `tls_dir` are still good (a restart reuses them)."""
+        provision_node_files(self.store, self.ca, node, tls_dir, self.app.state.node_cert_lifetime)
 
     def start(self, timeout_s: float = 30.0) -> None:
-        """Start and wait until the ports are bound. Raises RuntimeError if either never comes up."""
-        self._thread.start()
-        self._wait(self.server, self._thread, f"the server could not start on {self.settings.host}:"
-                   f"{self.settings.port} (is the port taken?)", timeout_s)
-        if self.ui_server is not None and self._ui_thread is not None:
-            self._ui_thread.start()
+        """Start and wait until every port is bound. Raises RuntimeError if one never comes up."""
+        for i, listener in enumerate(self.listeners):
+            listener.thread.start()
             try:
-                self._wait(self.ui_server, self._ui_thread, f"the job-UI port {self.settings.host}:"
-                           f"{self.settings.effective_job_ui_port} could not be opened (is it taken? set "
-                           "CORRAL_JOB_UI_PORT to another port, or 0 to serve job UIs on the API port)", timeout_s)
+                self._wait(listener, timeout_s)
             except RuntimeError:
-                self.stop()
+                if i:
+                    self.stop()
                 raise
 
     @staticmethod
-    def _wait(server: uvicorn.Server, thread: threading.Thread, failure: str, timeout_s: float) -> None:
+    def _wait(listener: _Listener, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
-        while not server.started:
-            if not thread.is_alive():
-                raise RuntimeError(failure)
+        while not listener.server.started:
+            if not listener.thread.is_alive():
+                raise RuntimeError(listener.failure)
             if time.monotonic() > deadline:
                 raise RuntimeError("the server did not start in time")
             time.sleep(0.05)
 
     @property
     def alive(self) -> bool:
-        return self._thread.is_alive() and (self._ui_thread is None or self._ui_thread.is_alive())
+        return all(listener.thread.is_alive() for listener in self.listeners)
 
     def stop(self, timeout_s: float = 10.0) -> None:
-        if self.ui_server is not None:
-            self.ui_server.should_exit = True
-        self.server.should_exit = True
-        self._thread.join(timeout=timeout_s)
-        if self._ui_thread is not None and self._ui_thread.is_alive():
-            self._ui_thread.join(timeout=timeout_s)
+        for listener in reversed(self.listeners):
+            listener.server.should_exit = True
+        for listener in reversed(self.listeners):
+            if listener.thread.is_alive():
+                listener.thread.join(timeout=timeout_s)
+
+
+def provision_node_files(store: SqlStore, ca: CertificateAuthority, node: str, tls_dir: Path,
+                         lifetime: timedelta) -> None:
+    """Write node.key, node.crt (0600) and ca.crt for `node` into `tls_dir`, issued by the CA directly: the
+    in-process agent of `corral up`, which the server trusts as itself."""
+    key_pem, cert = issue_local_node_cert(store, ca, node, lifetime)
+    write_private(tls_dir / "node.key", key_pem)
+    write_private(tls_dir / "ca.crt", ca.cert_pem.encode())
+    write_private(tls_dir / "node.crt", cert.pem.encode())

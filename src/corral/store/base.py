@@ -14,13 +14,13 @@ are typed against SqlStore directly: they have a single implementation and no ca
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from datetime import datetime
+from collections.abc import Iterable, Sequence
+from datetime import datetime, timedelta
 from typing import Protocol
 
 from corral.core.resources import GpuInfo
 from corral.core.states import JobState
-from corral.store.records import Job, JobEvent, JobSpec, Node, Queue, Quota, Tenant, TokenRecord, User
+from corral.store.records import Job, JobEvent, JobSpec, Node, Queue, Quota, SecretRecord, Tenant, TokenRecord, User
 
 
 class StateStore(Protocol):
@@ -73,10 +73,11 @@ class StateStore(Protocol):
     # nodes
     def upsert_node(
         self, name: str, hostname: str, backend: str, cpu_milli: int, memory_mib: int,
-        labels: dict[str, str], gpus: Sequence[GpuInfo], now: datetime, address: str = "",
+        labels: dict[str, str], gpus: Sequence[GpuInfo], now: datetime, address: str = "", isolation: str = "",
     ) -> Node:
         """Register or re-register a node, replacing its GPU inventory (GPU health and admin state follow the
-        GPU's UUID); marks it READY. `address` defaults to the hostname. Idempotent."""
+        GPU's UUID); marks it READY. `address` defaults to the hostname; `isolation` is what its agent reported
+        (users | single-user). Idempotent."""
 
     def get_node(self, name: str) -> Node | None:
         """The node with its GPUs, or None. Read-only."""
@@ -96,6 +97,13 @@ class StateStore(Protocol):
     # jobs
     def create_job(self, spec: JobSpec, now: datetime) -> Job:
         """Persist an accepted job as PENDING (durable when this returns). Not idempotent."""
+
+    def create_job_once(self, spec: JobSpec, now: datetime, owner: str, key: str, request_hash: str,
+                        keep: timedelta) -> tuple[Job, bool]:
+        """create_job made idempotent by (owner, key): (the job, True) when this call created it; (the job an earlier
+        call with the same owner, key and request_hash made within `keep`, False) otherwise, also when the two calls
+        race (exactly one creates). Raises IdempotencyKeyReused for the same key with another request_hash. The key
+        and the job are written in one transaction; keys older than `keep` are forgotten."""
 
     def get_job(self, job_id: int) -> Job | None:
         """The job, or None if unknown. Read-only."""
@@ -118,6 +126,9 @@ class StateStore(Protocol):
     def mark_delivered(self, job_ids: Sequence[int], node: str | None = None) -> None:
         """Note that `node`'s agent holds its part of these RUNNING jobs (others are skipped). Idempotent."""
 
+    def set_job_port(self, job_id: int, port: int) -> bool:
+        """Record the web-UI port assigned to a RUNNING job on its node (False: not RUNNING or unknown). Idempotent."""
+
     def record_part_exit(self, job_id: int, node: str, exit_code: int) -> dict[str, int]:
         """Keep a gang part's exit code; returns every part's exit code so far ({} for an unknown job).
         Idempotent per (job, node)."""
@@ -131,7 +142,9 @@ class StateStore(Protocol):
         Compare-and-set: False if not RUNNING or already being preempted or cancelled."""
 
     def finish_job(self, job_id: int, state: JobState, exit_code: int | None, reason: str, now: datetime) -> bool:
-        """RUNNING (or PENDING) -> a terminal state; False if already terminal. Compare-and-set."""
+        """RUNNING (or PENDING, for FAILED and CANCELLED) -> `state`, as core.states.TRANSITIONS allows; False when
+        the job is not in a state that may move there (a terminal job never moves). Compare-and-set. Raises
+        ValueError when `state` is not terminal."""
 
     def requeue_job(self, job_id: int, reason: str, now: datetime, not_before: datetime | None = None,
                     failure: bool = False, preempted: bool = False) -> bool:
@@ -143,3 +156,7 @@ class StateStore(Protocol):
 
     def list_events(self, job_id: int) -> list[JobEvent]:
         """The job's events, oldest first ([] for an unknown job). Read-only."""
+
+    # secrets (values stay sealed: the store never sees a plain one)
+    def find_secrets(self, tenant_id: int, names: Iterable[str]) -> dict[str, SecretRecord]:
+        """The tenant's secrets among `names`, by name; absent ones are missing from the result. Read-only."""

@@ -47,6 +47,10 @@ class User:
     created_at: datetime
     tenant_id: int | None = None
     password_hash: str = field(default="", repr=False)
+    directory: str = ""  # "" local; "ldap" or "oidc": a directory manages it (see corral.core.directory)
+    disabled: bool = False  # no login, and every token of the user fails
+    unix_uid: int | None = None  # the account an admin mapped the user to; None: a UID from CORRAL_JOB_UIDS
+    unix_gid: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +62,8 @@ class TokenRecord:
     created_at: datetime
     revoked: bool
     expires_at: datetime | None = None
+    is_session: bool = False  # a login session: ends when its user's password changes
+    parent_id: int | None = None  # the token a session was opened with: its revocation ends the session
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +109,7 @@ class Node:
     cordoned: bool = False  # no new work is placed here
     address: str = ""  # host or IP the server uses to reach jobs on this node (their web UIs)
     gpu_status: tuple[GpuStatus, ...] = ()
+    isolation: str = ""  # users | single-user: whether its agent runs jobs as their users (reported at register)
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,9 +132,12 @@ class JobSpec:
     queue: str = "default"
     time_limit_s: int | None = None
     max_retries: int = 3  # requeues after a GPU or node failure before the job FAILS
-    port: int | None = None  # a web UI the job serves on its node, opened through Corral's proxy
+    # A web UI opened through Corral's proxy. None: none; 0: asked for, no port yet; else the port Corral
+    # assigned on the job's node (CORRAL_JOB_PORT), recorded when it is handed to the agent
+    port: int | None = None
     nodes: int = 1  # a gang: `gpus` GPUs on each of `nodes` nodes, all started at once
     schedule_id: int | None = None  # the repeating-job schedule that started it
+    secret_env: dict[str, str] = field(default_factory=dict)  # VAR -> tenant secret name (never a value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,3 +218,19 @@ class Schedule:
     skipped: int = 0  # firings that started nothing (concurrency forbid, or the job was no longer valid)
     missed: int = 0  # firing times that passed while the server was down, folded into later firings
     last_error: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class SecretRecord:
+    """A stored secret. `sealed` (with `key_id`) is the encrypted value: only the server's keyring opens it."""
+
+    id: int
+    tenant_id: int
+    name: str
+    kind: str
+    meta: dict[str, Any]
+    created_by: str
+    created_at: datetime
+    updated_at: datetime
+    key_id: str = field(repr=False, default="")
+    sealed: str = field(repr=False, default="")

@@ -16,10 +16,15 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from corral.core.errors import ConflictError
 from corral.core.resources import GpuInfo
-from corral.core.states import JobState
+from corral.core.states import JobState, can_transition, compute_sources
 from corral.store.base import StateStore
+from corral.store.directory import DirectoryMethods
+from corral.store.idempotency import IdempotencyMethods
+from corral.store.identity import NodeIdentityMethods
+from corral.store.logins import LoginFailureMethods
 from corral.store.operations import NodeAdminMethods
 from corral.store.schedules import ScheduleMethods
+from corral.store.secrets import SecretMethods
 from corral.store.telemetry import TelemetryMethods
 from corral.store.records import GpuStatus, Job, JobEvent, JobSpec, Node, TokenRecord, User, compute_placed_parts
 from corral.store.tables import GpuRow, JobEventRow, JobRow, NodeRow, TokenRow, UserRow
@@ -46,7 +51,8 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur.close()
 
 
-class SqlStore(TenancyMethods, NodeAdminMethods, TelemetryMethods, ScheduleMethods):
+class SqlStore(TenancyMethods, NodeAdminMethods, NodeIdentityMethods, TelemetryMethods, ScheduleMethods, DirectoryMethods, SecretMethods,
+               LoginFailureMethods, IdempotencyMethods):
     """One implementation for both databases; dialect differences stay inside this class."""
 
     def __init__(self, url: str) -> None:
@@ -114,10 +120,12 @@ class SqlStore(TenancyMethods, NodeAdminMethods, TelemetryMethods, ScheduleMetho
             return int(s.scalar(select(func.count()).select_from(UserRow)) or 0)
 
     def create_token(self, token_hash: str, kind: str, name: str, user_id: int | None, now: datetime,
-                     expires_at: datetime | None = None) -> TokenRecord:
+                     expires_at: datetime | None = None, *, is_session: bool = False,
+                     parent_id: int | None = None) -> TokenRecord:
+        """`is_session`: a login session (ends with a password change); `parent_id`: the token it was opened with."""
         with self._tx() as s:
             row = TokenRow(token_hash=token_hash, kind=kind, name=name, user_id=user_id, created_at=now, revoked=False,
-                           expires_at=expires_at)
+                           expires_at=expires_at, is_session=is_session, parent_id=parent_id)
             s.add(row)
             s.flush()
             return to_token(row)
@@ -130,14 +138,14 @@ class SqlStore(TenancyMethods, NodeAdminMethods, TelemetryMethods, ScheduleMetho
     # ---- nodes ------------------------------------------------------------
     def upsert_node(
         self, name: str, hostname: str, backend: str, cpu_milli: int, memory_mib: int,
-        labels: dict[str, str], gpus: Sequence[GpuInfo], now: datetime, address: str = "",
+        labels: dict[str, str], gpus: Sequence[GpuInfo], now: datetime, address: str = "", isolation: str = "",
     ) -> Node:
         with self._tx() as s:
             row = s.get(NodeRow, name)
             if row is None:
                 row = NodeRow(name=name, registered_at=now)
                 s.add(row)
-            row.hostname, row.backend = hostname, backend
+            row.hostname, row.backend, row.isolation = hostname, backend, isolation
             row.cpu_milli, row.memory_mib, row.labels = cpu_milli, memory_mib, dict(labels)
             row.address = address or hostname
             row.state, row.last_heartbeat_at = "READY", now
@@ -268,7 +276,7 @@ class SqlStore(TenancyMethods, NodeAdminMethods, TelemetryMethods, ScheduleMetho
         with self._tx() as s:
             res = s.execute(
                 update(JobRow)
-                .where(JobRow.id == job_id, JobRow.state == JobState.PENDING.value)
+                .where(JobRow.id == job_id, JobRow.state.in_(_sources(JobState.RUNNING)))
                 .values(state=JobState.RUNNING.value, node=node, gpu_indices=list(gpus0),
                         parts=[[n, list(g)] for n, g in parts], node_list="," + ",".join(n for n, _ in parts) + ",",
                         delivered_nodes="", part_exits={}, started_at=now, delivered=False, reason="",
@@ -290,6 +298,13 @@ class SqlStore(TenancyMethods, NodeAdminMethods, TelemetryMethods, ScheduleMetho
                 if node and f",{node}," not in (row.delivered_nodes or ","):
                     row.delivered_nodes = (row.delivered_nodes or ",") + f"{node},"
 
+    def set_job_port(self, job_id: int, port: int) -> bool:
+        """Record the web-UI port Corral assigned to a RUNNING job on its node."""
+        with self._tx() as s:
+            res = s.execute(update(JobRow).where(JobRow.id == job_id, JobRow.state == JobState.RUNNING.value)
+                            .values(port=port))
+            return bool(affected_rows(res))
+
     def record_part_exit(self, job_id: int, node: str, exit_code: int) -> dict[str, int]:
         """Keep the exit code of a gang's part; returns every part's exit code so far."""
         with self._rmw() as s:
@@ -306,6 +321,8 @@ class SqlStore(TenancyMethods, NodeAdminMethods, TelemetryMethods, ScheduleMetho
             row = s.get(JobRow, job_id, with_for_update=not self.is_sqlite)
             if row is None:
                 return None
+            if not can_transition(JobState(row.state), JobState.CANCELLED):  # terminal: returned unchanged
+                return _job(row)
             if row.state == JobState.PENDING.value:
                 row.state, row.finished_at, row.reason = JobState.CANCELLED.value, now, "cancelled before start"
                 s.add(JobEventRow(job_id=job_id, at=now, kind="cancelled", message="cancelled while pending"))
@@ -316,10 +333,12 @@ class SqlStore(TenancyMethods, NodeAdminMethods, TelemetryMethods, ScheduleMetho
             return _job(row)
 
     def finish_job(self, job_id: int, state: JobState, exit_code: int | None, reason: str, now: datetime) -> bool:
+        if not state.terminal:
+            raise ValueError(f"finish_job needs a terminal state, not {state}")
         with self._tx() as s:
             res = s.execute(
                 update(JobRow)
-                .where(JobRow.id == job_id, JobRow.state.in_([JobState.RUNNING.value, JobState.PENDING.value]))
+                .where(JobRow.id == job_id, JobRow.state.in_(_sources(state)))
                 .values(state=state.value, exit_code=exit_code, reason=reason, finished_at=now)
             )
             if affected_rows(res):
@@ -333,7 +352,7 @@ class SqlStore(TenancyMethods, NodeAdminMethods, TelemetryMethods, ScheduleMetho
         it ran are added to attained_gpu_s; `failure` / `preempted` count the cause."""
         with self._rmw() as s:
             row = s.get(JobRow, job_id, with_for_update=not self.is_sqlite)
-            if row is None or row.state != JobState.RUNNING.value:
+            if row is None or row.state not in _sources(JobState.PENDING):
                 return False
             ran_s = (now - (_utc(row.started_at) or now)).total_seconds() if row.started_at else 0.0
             row.attained_gpu_s = (row.attained_gpu_s or 0.0) + max(ran_s, 0.0) * row.gpus * row.gpu_milli / 1000
@@ -366,6 +385,11 @@ class SqlStore(TenancyMethods, NodeAdminMethods, TelemetryMethods, ScheduleMetho
             return [JobEvent(job_id=r.job_id, at=_utc(r.at) or r.at, kind=r.kind, message=r.message) for r in rows]
 
 
+def _sources(dst: JobState) -> list[str]:
+    """Stored states a job may move to `dst` from (core/states.py's table): every job-state guard below uses it."""
+    return [src.value for src in compute_sources(dst)]
+
+
 def open_store(url: str) -> SqlStore:
     """Open (and migrate) the store at `url`; a bare path or sqlite URL makes its folder."""
     if url.startswith("sqlite:///"):
@@ -386,7 +410,8 @@ def _node(r: NodeRow, gpus: Sequence[GpuRow]) -> Node:
                 state=r.state, registered_at=_utc(r.registered_at) or r.registered_at,
                 last_heartbeat_at=_utc(r.last_heartbeat_at) or r.last_heartbeat_at, gpus=tuple(_gpu(g) for g in gpus),
                 labels=dict(r.labels or {}), cordoned=bool(r.cordoned), address=r.address or r.hostname,
-                gpu_status=tuple(GpuStatus(g.index, g.healthy, g.health_reason or "", g.disabled) for g in gpus))
+                gpu_status=tuple(GpuStatus(g.index, g.healthy, g.health_reason or "", g.disabled) for g in gpus),
+                isolation=r.isolation or "")
 
 
 def insert_job(s: Session, spec: JobSpec, now: datetime) -> JobRow:
@@ -399,6 +424,7 @@ def insert_job(s: Session, spec: JobSpec, now: datetime) -> JobRow:
         reason="", cancel_requested=False, delivered=False, attempt=0,
         tenant_id=spec.tenant_id, queue=spec.queue, time_limit_s=spec.time_limit_s,
         max_retries=spec.max_retries, gpu_summary={}, port=spec.port, nodes=spec.nodes, schedule_id=spec.schedule_id,
+        secret_env=dict(spec.secret_env),
     )
     s.add(row)
     s.flush()
@@ -414,6 +440,7 @@ def _job(r: JobRow) -> Job:
         cpu_milli=r.cpu_milli, memory_mib=r.memory_mib, priority=r.priority, user_id=r.user_id,
         tenant_id=r.tenant_id, queue=r.queue or "default", time_limit_s=r.time_limit_s, max_retries=r.max_retries,
         port=r.port, nodes=r.nodes or 1, schedule_id=r.schedule_id,
+        secret_env=dict(r.secret_env or {}),
     )
     return Job(
         id=r.id, spec=spec, state=JobState(r.state), created_at=_utc(r.created_at) or r.created_at, node=r.node,

@@ -64,6 +64,13 @@ class UserRow(Base):
     created_at: Mapped[datetime] = mapped_column(UTC_DT)
     tenant_id: Mapped[int | None] = mapped_column(ForeignKey("tenants.id"), nullable=True)
     password_hash: Mapped[str] = mapped_column(String(255), default="")
+    # The Unix account an admin mapped the user to (jobs run as it); NULL: a UID from CORRAL_JOB_UIDS. Migration 0010.
+    unix_uid: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    unix_gid: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    disabled: Mapped[bool] = mapped_column(Boolean, default=False)  # a disabled user's tokens and sessions fail
+    # "" for a local user; "ldap" or "oidc" for one a directory manages (no local password; tenant and role
+    # follow its groups at each login). Migration 0015.
+    directory: Mapped[str] = mapped_column(String(16), default="", server_default="")
 
 
 class TokenRow(Base):
@@ -76,6 +83,20 @@ class TokenRow(Base):
     created_at: Mapped[datetime] = mapped_column(UTC_DT)
     revoked: Mapped[bool] = mapped_column(Boolean, default=False)
     expires_at: Mapped[datetime | None] = mapped_column(UTC_DT, nullable=True)
+    # A login session (web or `corral login`): ends when its user's password changes. `parent_id`: the token a
+    # session was opened with; revoking that token revokes the session too.
+    is_session: Mapped[bool] = mapped_column(Boolean, default=False)
+    parent_id: Mapped[int | None] = mapped_column(Integer, nullable=True, index=True)
+
+
+class LoginFailureRow(Base):
+    """Consecutive failed logins of one user name or client address (`key`), and until when it is locked."""
+
+    __tablename__ = "login_failures"
+    key: Mapped[str] = mapped_column(String(80), primary_key=True)
+    failures: Mapped[int] = mapped_column(Integer, default=0)
+    last_failure_at: Mapped[datetime] = mapped_column(UTC_DT)
+    locked_until: Mapped[datetime | None] = mapped_column(UTC_DT, nullable=True)
 
 
 class NodeRow(Base):
@@ -91,6 +112,7 @@ class NodeRow(Base):
     last_heartbeat_at: Mapped[datetime] = mapped_column(UTC_DT)
     cordoned: Mapped[bool] = mapped_column(Boolean, default=False)
     address: Mapped[str] = mapped_column(String(255), default="")  # where the server reaches jobs' web UIs
+    isolation: Mapped[str] = mapped_column(String(16), default="", server_default="")  # users | single-user (0010)
 
 
 class GpuRow(Base):
@@ -153,6 +175,8 @@ class JobRow(Base):
     delivered_nodes: Mapped[str] = mapped_column(Text, default="")  # ",n1,": agents that hold their part
     part_exits: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)  # node -> exit code of its part
     schedule_id: Mapped[int | None] = mapped_column(Integer, nullable=True)  # the schedule that started it
+    # VAR -> secret name: resolved only when the job is handed to its agent, never a value. Migration 0012.
+    secret_env: Mapped[dict[str, str]] = mapped_column(JSON, default=dict)
 
     __table_args__ = (Index("ix_jobs_state", "state"), Index("ix_jobs_node", "node"), Index("ix_jobs_tenant", "tenant_id"),
                       Index("ix_jobs_schedule", "schedule_id"))
@@ -274,3 +298,73 @@ class SilenceRow(Base):
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
     spec: Mapped[dict[str, Any]] = mapped_column(JSON)
     created_at: Mapped[datetime] = mapped_column(UTC_DT)
+
+
+class SecretRow(Base):
+    """A tenant's secret, sealed (AES-GCM) with a key from the key file, never in plain text. Migration 0012."""
+
+    __tablename__ = "secrets"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(String(64))
+    kind: Mapped[str] = mapped_column(String(16))  # generic | registry (host, username in `meta`)
+    meta: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)  # public attributes of the kind
+    key_id: Mapped[str] = mapped_column(String(32), index=True)  # which key of the key file sealed it
+    sealed: Mapped[str] = mapped_column(Text)  # base64(nonce + ciphertext + tag)
+    created_by: Mapped[str] = mapped_column(String(128), default="")
+    created_at: Mapped[datetime] = mapped_column(UTC_DT)
+    updated_at: Mapped[datetime] = mapped_column(UTC_DT)
+
+    __table_args__ = (UniqueConstraint("tenant_id", "name", name="uq_secrets_tenant_name"),)
+
+
+class DirectoryGroupRow(Base):
+    """Members of a directory group (LDAP or OpenID Connect) belong to this tenant with this role. Migration 0015."""
+
+    __tablename__ = "directory_group_mappings"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    group_name: Mapped[str] = mapped_column(String(255), unique=True)
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"))
+    role: Mapped[str] = mapped_column(String(32))
+    created_at: Mapped[datetime] = mapped_column(UTC_DT)
+
+
+class JoinTokenRow(Base):
+    """A join token (its secret stored hashed): short-lived, limited uses, revocable. Migration 0011."""
+
+    __tablename__ = "join_tokens"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    secret_hash: Mapped[str] = mapped_column(String(128), unique=True)
+    description: Mapped[str] = mapped_column(String(255), default="")
+    created_by: Mapped[str] = mapped_column(String(128), default="")
+    created_at: Mapped[datetime] = mapped_column(UTC_DT)
+    expires_at: Mapped[datetime] = mapped_column(UTC_DT)
+    max_uses: Mapped[int] = mapped_column(Integer)
+    uses: Mapped[int] = mapped_column(Integer, default=0)
+    revoked_at: Mapped[datetime | None] = mapped_column(UTC_DT, nullable=True)
+
+
+class NodeCertRow(Base):
+    """A certificate the cluster CA issued to a node; an agent request is accepted only with a live one."""
+
+    __tablename__ = "node_certs"
+    serial: Mapped[str] = mapped_column(String(64), primary_key=True)
+    fingerprint: Mapped[str] = mapped_column(String(80), unique=True)  # sha256:<hex> of the DER
+    node: Mapped[str] = mapped_column(String(255), index=True)
+    issued_at: Mapped[datetime] = mapped_column(UTC_DT)
+    not_after: Mapped[datetime] = mapped_column(UTC_DT)
+    join_token_id: Mapped[int | None] = mapped_column(Integer, nullable=True)  # None: renewal or the local agent
+    revoked_at: Mapped[datetime | None] = mapped_column(UTC_DT, nullable=True)
+
+
+class IdempotencyKeyRow(Base):
+    """A job submission's Idempotency-Key: the same key from the same caller returns this job. Migration 0013."""
+
+    __tablename__ = "idempotency_keys"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    owner: Mapped[str] = mapped_column(String(64))  # user:<id>, or token:<id> for a token without a user
+    key: Mapped[str] = mapped_column(String(255))
+    request_hash: Mapped[str] = mapped_column(String(64))  # sha256 of the canonical request
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    created_at: Mapped[datetime] = mapped_column(UTC_DT, index=True)
+    __table_args__ = (UniqueConstraint("owner", "key", name="uq_idempotency_keys_owner_key"),)

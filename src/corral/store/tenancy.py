@@ -31,12 +31,14 @@ def affected_rows(result: Result[Any]) -> int:
 
 def to_user(r: UserRow) -> User:
     return User(id=r.id, name=r.name, role=r.role, created_at=utc(r.created_at) or r.created_at,
-                tenant_id=r.tenant_id, password_hash=r.password_hash or "")
+                tenant_id=r.tenant_id, password_hash=r.password_hash or "",
+                directory=r.directory or "", disabled=bool(r.disabled), unix_uid=r.unix_uid, unix_gid=r.unix_gid)
 
 
 def to_token(r: TokenRow) -> TokenRecord:
     return TokenRecord(id=r.id, user_id=r.user_id, kind=r.kind, name=r.name,
-                       created_at=utc(r.created_at) or r.created_at, revoked=r.revoked, expires_at=utc(r.expires_at))
+                       created_at=utc(r.created_at) or r.created_at, revoked=r.revoked, expires_at=utc(r.expires_at),
+                       is_session=bool(r.is_session), parent_id=r.parent_id)
 
 
 def to_tenant(r: TenantRow) -> Tenant:
@@ -56,6 +58,9 @@ class TenancyMethods:
     """Every method is one transaction (see corral.store.base for the contracts)."""
 
     def _tx(self) -> AbstractContextManager[Session]:  # provided by SqlStore
+        raise NotImplementedError
+
+    def _rmw(self) -> AbstractContextManager[Session]:  # provided by SqlStore
         raise NotImplementedError
 
     # ---- fair share's history ---------------------------------------------------
@@ -161,16 +166,33 @@ class TenancyMethods:
                 q = q.where(UserRow.tenant_id == tenant_id)
             return [to_user(r) for r in s.scalars(q).all()]
 
-    def update_user(self, user_id: int, *, role: str | None = None, password_hash: str | None = None) -> bool:
-        values: dict[str, str] = {}
+    def update_user(self, user_id: int, *, role: str | None = None, password_hash: str | None = None,
+                    disabled: bool | None = None) -> bool:
+        """Raises ConflictError (changing nothing) when the change would leave no enabled admin: the admins' rows
+        are locked first, so two admins demoting each other at once cannot both succeed."""
+        values: dict[str, str | bool] = {}
         if role is not None:
             values["role"] = role
         if password_hash is not None:
             values["password_hash"] = password_hash
+        if disabled is not None:
+            values["disabled"] = disabled
         if not values:
             return False
-        with self._tx() as s:
+        with self._rmw() as s:
+            if (role is not None and role != "admin") or disabled:
+                admins = s.scalars(select(UserRow.id).where(UserRow.role == "admin", UserRow.disabled.is_(False))
+                                   .order_by(UserRow.id).with_for_update()).all()
+                if list(admins) == [user_id]:
+                    raise ConflictError("the last admin cannot lose the role or be disabled: make another user "
+                                        "admin first", field="role" if role is not None else "disabled")
             return bool(affected_rows(s.execute(update(UserRow).where(UserRow.id == user_id).values(**values))))
+
+    def set_user_unix_identity(self, user_id: int, uid: int | None, gid: int | None) -> bool:
+        """Map the user to a Unix account (uid, gid), or clear the mapping with None. False: no such user."""
+        with self._tx() as s:
+            res = s.execute(update(UserRow).where(UserRow.id == user_id).values(unix_uid=uid, unix_gid=gid))
+            return bool(affected_rows(res))
 
     # ---- tokens ---------------------------------------------------------------
     def list_tokens(self, user_ids: Sequence[int] | None = None) -> list[TokenRecord]:
@@ -187,9 +209,26 @@ class TenancyMethods:
             return to_token(row) if row else None
 
     def revoke_token(self, token_id: int) -> bool:
+        """Revokes the token and every session opened with it (and those opened with them), in one transaction."""
         with self._tx() as s:
             res = s.execute(update(TokenRow).where(TokenRow.id == token_id, TokenRow.revoked.is_(False))
                             .values(revoked=True))
+            parents = [token_id]
+            while parents:  # sessions opened with a session: follow the chain down
+                children = list(s.scalars(select(TokenRow.id).where(TokenRow.parent_id.in_(parents),
+                                                                     TokenRow.revoked.is_(False))).all())
+                if children:
+                    s.execute(update(TokenRow).where(TokenRow.id.in_(children)).values(revoked=True))
+                parents = children
             return bool(affected_rows(res))
+
+    def revoke_sessions(self, user_id: int, keep_token_id: int | None = None) -> int:
+        """Revoke every login session of the user (its API tokens stay), but `keep_token_id`. Returns how many."""
+        with self._tx() as s:
+            q = update(TokenRow).where(TokenRow.user_id == user_id, TokenRow.is_session.is_(True),
+                                       TokenRow.revoked.is_(False))
+            if keep_token_id is not None:
+                q = q.where(TokenRow.id != keep_token_id)
+            return affected_rows(s.execute(q.values(revoked=True)))
 
 

@@ -9,9 +9,12 @@ from typing import TypeVar
 
 import pytest
 
+from corral.core.unix_identity import JobIdentity
 from corral.executors import ExitRecord, LaunchSpec, ProcessExecutor
 
 T = TypeVar("T")
+JOB_IDENTITY = JobIdentity(uid=200_001, gid=200_001, user="alice")  # what the server resolves for user 1
+OTHER_IDENTITY = JobIdentity(uid=200_002, gid=200_002, user="bob")
 
 
 def wait_for(probe: Callable[[], T], timeout_s: float = 10.0, what: str = "condition") -> T:
@@ -34,7 +37,7 @@ def wait_exit(executor: ProcessExecutor, job_id: str, timeout_s: float = 10.0) -
 
 
 def make_spec(tmp_path: Path, job_id: str, script: str, **overrides: object) -> LaunchSpec:
-    """A job running `sh -c script`, logging to tmp_path/logs/<job_id>.log."""
+    """A job of JOB_IDENTITY running `sh -c script`, logging to tmp_path/logs/<job_id>.log."""
     fields: dict[str, object] = {
         "job_id": job_id,
         "command": ("sh", "-c", script),
@@ -43,6 +46,7 @@ def make_spec(tmp_path: Path, job_id: str, script: str, **overrides: object) -> 
         "gpu_indices": (),
         "gpu_uuids": (),
         "log_path": tmp_path / "logs" / f"{job_id}.log",
+        "identity": JOB_IDENTITY,
     }
     fields.update(overrides)
     return LaunchSpec(**fields)  # type: ignore[arg-type]

@@ -37,8 +37,8 @@ def test_job_without_gpus_sees_none(executor: ProcessExecutor, tmp_path: Path, m
     assert spec.log_path.read_text() == "cvd=[] nvd=[void]\n"
 
 
-def test_stdout_and_stderr_are_appended_to_the_log(executor: ProcessExecutor, tmp_path: Path) -> None:
-    spec = make_spec(tmp_path, "j-log", "echo out; echo err >&2", workdir=str(tmp_path))
+def test_stdout_and_stderr_are_appended_to_the_log(executor: ProcessExecutor, tmp_path: Path, user_dir: Path) -> None:
+    spec = make_spec(tmp_path, "j-log", "echo out; echo err >&2", workdir=str(user_dir))
     spec.log_path.parent.mkdir(parents=True)
     spec.log_path.write_text("earlier\n")
     executor.launch(spec)
@@ -61,13 +61,14 @@ def test_exit_codes(executor: ProcessExecutor, tmp_path: Path, name: str, script
     assert (record.exit_code, record.reason) == (code, ""), name
 
 
-def test_commands_that_cannot_start_become_exit_records(executor: ProcessExecutor, tmp_path: Path) -> None:
-    not_executable = tmp_path / "script.sh"
+def test_commands_that_cannot_start_become_exit_records(executor: ProcessExecutor, tmp_path: Path,
+                                                        user_dir: Path) -> None:
+    not_executable = user_dir / "script.sh"
     not_executable.write_text("#!/bin/sh\necho hi\n")
     cases = {
         "missing": (make_spec(tmp_path, "missing", "", command=("no-such-command-xyz",)), 127, "command not found"),
         "noexec": (make_spec(tmp_path, "noexec", "", command=(str(not_executable),)), 126, "permission denied"),
-        "nowd": (make_spec(tmp_path, "nowd", "true", workdir=str(tmp_path / "gone")), 1, "workdir not found"),
+        "nowd": (make_spec(tmp_path, "nowd", "true", workdir=str(user_dir / "gone")), 1, "workdir not found"),
     }
     for spec, _, _ in cases.values():
         executor.launch(spec)
@@ -77,11 +78,11 @@ def test_commands_that_cannot_start_become_exit_records(executor: ProcessExecuto
         assert reason in spec.log_path.read_text()
 
 
-def test_workdir_is_used(executor: ProcessExecutor, tmp_path: Path) -> None:
-    spec = make_spec(tmp_path, "j-wd", "pwd", workdir=str(tmp_path))
+def test_workdir_is_used(executor: ProcessExecutor, tmp_path: Path, user_dir: Path) -> None:
+    spec = make_spec(tmp_path, "j-wd", "pwd", workdir=str(user_dir))
     executor.launch(spec)
     wait_exit(executor, "j-wd")
-    assert spec.log_path.read_text().strip() == str(tmp_path)
+    assert spec.log_path.read_text().strip() == str(user_dir)
 
 
 def test_launch_is_idempotent_and_ack_forgets(executor: ProcessExecutor, state_dir: Path, tmp_path: Path) -> None:
@@ -128,13 +129,17 @@ def test_cancel_and_ack_of_unknown_or_running_ids_are_noops(executor: ProcessExe
 
 def test_recovery_after_the_agent_dies(state_dir: Path, tmp_path: Path) -> None:
     first = ProcessExecutor(state_dir)
-    first.launch(make_spec(tmp_path, "j-long", "sleep 1; exit 7"))
+    # j-long runs until the test signals it (no race with a clock on a busy machine), then exits 7
+    long_spec = make_spec(tmp_path, "j-long", "trap 'exit 7' USR1; echo $$; while :; do sleep 0.05; done")
+    first.launch(long_spec)
     first.launch(make_spec(tmp_path, "j-done", "exit 4"))
     wait_exit(first, "j-done")
     del first  # the agent process "dies": nothing is stopped, nothing is written
     second = ProcessExecutor(state_dir)
     assert second.running() == ["j-long"]
     assert [r.exit_code for r in second.collect_exits()] == [4]
+    pid = int(wait_for(lambda: long_spec.log_path.exists() and long_spec.log_path.read_text().strip()))
+    os.kill(pid, signal.SIGUSR1)
     assert wait_exit(second, "j-long").exit_code == 7
     second.ack("j-long")
     second.ack("j-done")

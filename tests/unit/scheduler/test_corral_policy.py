@@ -71,3 +71,20 @@ def test_engines_fill_the_gpu_supply_when_the_caller_does_not() -> None:
 
     nodes = [make_node("a").gpus(2, "T4").info(), make_node("b").gpus(8, "G2").info()]
     assert Cluster(nodes).ctx.gpu_supply == {"G2": 8, "T4": 2}
+
+
+def test_corral_puts_a_share_where_it_breaks_no_whole_gpu() -> None:
+    """The fragmentation term's sign: for a whole-GPU workload, a half share goes on the GPU already half used
+    (fragmentation falls by 0.5 GPU) rather than breaking an idle one (it would rise by 0.5 GPU)."""
+    from corral.scheduler.plugins.corral import Corral
+
+    ctx = ScoreContext(workload=profile_from_counts({Shape(0, 1000, 1): 1}))
+    idle, broken = make_node("idle").gpus(2).build(), make_node("broken").gpus(2).used(500).build()
+    half = ResourceRequest(gpus=1, gpu_milli=500)
+    placement = compute_placement(half, [idle, broken], "corral", ctx=ctx)
+    assert isinstance(placement, Placement) and (placement.node, placement.gpu_indices) == ("broken", (0,))
+    # Without packing, the score is exactly minus the fragmentation delta: +0.5 GPU on the broken GPU, -0.5 on idle.
+    frag_only = Corral()
+    frag_only.packing_weight = 0.0
+    assert frag_only.score_node(broken, half, (0,), ctx) == pytest.approx(0.5)
+    assert frag_only.score_node(idle, half, (0,), ctx) == pytest.approx(-0.5)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from sched_builders import make_node
+from test_placement_properties import check_placement
 
 from corral.core.errors import ValidationError
 from corral.core.requests import ResourceRequest
@@ -28,9 +29,13 @@ def test_policy_docstring_cites_source(name: str) -> None:
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_policy_places_a_share_and_a_whole_gpu(name: str) -> None:
+    """Not only "something came back": each placement fits its request and node (the oracle of
+    test_placement_properties), and is applied before the next request is placed."""
     nodes = [make_node("a").gpus(4).used(500).build(), make_node("b").gpus(2).build()]
-    for request in (ResourceRequest(gpus=1, gpu_milli=250), ResourceRequest(gpus=2)):
-        assert isinstance(compute_placement(request, nodes, name), Placement)
+    for request in (ResourceRequest(gpus=1, gpu_milli=250), ResourceRequest(gpus=2), ResourceRequest(gpus=1, gpu_milli=750)):
+        placed = compute_placement(request, nodes, name)
+        assert isinstance(placed, Placement)
+        check_placement(nodes, request, placed)
 
 
 def test_unknown_policy_names_field() -> None:
@@ -73,3 +78,14 @@ def test_topology_prefers_an_intact_island() -> None:
     intact = make_node("b").gpus(8).nvlink_islands(4).build()
     placement = compute_placement(ResourceRequest(gpus=4), [broken, intact], "topology")
     assert isinstance(placement, Placement) and placement.node == "b"
+
+
+@pytest.mark.parametrize("gpus", [2, 3, 4])
+def test_topology_places_gpus_spread_over_islands(gpus: int) -> None:
+    """No NVLink: every GPU is its own island; 3 of them once divided by zero (found by the placement properties)."""
+    nodes = [make_node("a").gpus(4).build()]
+    request = ResourceRequest(gpus=gpus)
+    placed = compute_placement(request, nodes, "topology")
+    assert isinstance(placed, Placement) and len(placed.gpu_indices) == gpus
+    check_placement(nodes, request, placed)
+

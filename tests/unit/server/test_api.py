@@ -15,6 +15,7 @@ from corral.server.app import create_app
 from corral.server.bootstrap import ensure_credentials
 from corral.server.settings import Settings
 from corral.store.sql import open_store
+from node_certs import NodeAgents, NodeCertApp
 
 
 @pytest.fixture
@@ -22,13 +23,13 @@ def api(database_url: str, tmp_path: Path) -> Iterator[tuple[TestClient, dict[st
     settings = Settings(data_dir=tmp_path, database_url=database_url, schedule_interval_s=0.2)
     store = open_store(database_url)
     creds = ensure_credentials(store, tmp_path)
-    with TestClient(create_app(settings, store)) as client:
-        yield client, {"Authorization": f"Bearer {creds.admin_token}"}, {"Authorization": f"Bearer {creds.join_token}"}
+    with TestClient(NodeCertApp(create_app(settings, store))) as client:
+        yield client, {"Authorization": f"Bearer {creds.admin_token}"}, NodeAgents(client)
 
 
-def register(client: TestClient, agent: dict[str, str], name: str, n: int, model: str = "H100-80GB") -> None:
+def register(client: TestClient, agent: NodeAgents, name: str, n: int, model: str = "H100-80GB") -> None:
     gpus = [{"index": i, "uuid": f"GPU-{name}-{i}", "model": model, "memory_mib": 81920} for i in range(n)]
-    r = client.post("/api/v1/agents/register", json={"name": name, "backend": "simulated", "gpus": gpus}, headers=agent)
+    r = client.post("/api/v1/agents/register", json={"name": name, "backend": "simulated", "gpus": gpus}, headers=agent(name))
     assert r.status_code == 200, r.text
 
 
@@ -77,9 +78,11 @@ def test_bad_tokens_are_refused(api: Any, headers: dict[str, str], status: int) 
     assert r.status_code == status and r.json()["error"]["code"] == "unauthorized"
 
 
-def test_join_token_cannot_use_user_api(api: Any) -> None:
+def test_node_certificate_and_join_token_cannot_use_user_api(api: Any, tmp_path: Path) -> None:
     client, _, agent = api
-    assert client.get("/api/v1/jobs", headers=agent).status_code == 403
+    assert client.get("/api/v1/jobs", headers=agent("n1")).status_code == 401
+    join = (tmp_path / "join-token").read_text().strip()
+    assert client.get("/api/v1/jobs", headers={"Authorization": f"Bearer {join}"}).status_code == 401
 
 
 def test_unknown_job_is_404(api: Any) -> None:
@@ -99,17 +102,21 @@ def test_jobs_get_disjoint_gpus_and_the_rest_waits(api: Any) -> None:
     def states() -> list[dict[str, Any]]:
         return [client.get(f"/api/v1/jobs/{i}", headers=user).json() for i in ids]
 
-    jobs = wait_for(lambda: (s := states()) and sum(j["state"] == "RUNNING" for j in s) == 2 and s)
+    def considered(j: dict[str, Any]) -> bool:  # a pass has seen it (its reason, not the placeholder)
+        return j["state"] != "PENDING" or j["pending_reason"] != "waiting for the scheduler"
+
+    jobs = wait_for(lambda: (s := states()) and sum(j["state"] == "RUNNING" for j in s) == 2 and all(map(considered, s))
+                    and s)
     running = [j for j in jobs if j["state"] == "RUNNING"]
     assert set(running[0]["gpus"]).isdisjoint(running[1]["gpus"])
     waiting = next(j for j in jobs if j["state"] == "PENDING")
-    assert waiting["pending_reason"]
+    assert waiting["pending_reason"].startswith("capacity"), waiting["pending_reason"]
     # the agent hears about both assignments; the first one's exit frees GPUs for the third job
-    reply = client.post("/api/v1/agents/n1/sync", json={"running": [], "exits": []}, headers=agent).json()
+    reply = client.post("/api/v1/agents/n1/sync", json={"running": [], "exits": []}, headers=agent("n1")).json()
     assert sorted(a["job_id"] for a in reply["assignments"]) == sorted(j["id"] for j in running)
     first = running[0]["id"]
     reply = client.post("/api/v1/agents/n1/sync", json={"running": [{"job_id": running[1]["id"], "attempt": 1}],
-                        "exits": [{"job_id": first, "attempt": 1, "exit_code": 0}]}, headers=agent).json()
+                        "exits": [{"job_id": first, "attempt": 1, "exit_code": 0}]}, headers=agent("n1")).json()
     assert reply["acked_exits"] == [{"job_id": first, "attempt": 1, "rank": 0}]
     third = wait_for(lambda: (j := client.get(f"/api/v1/jobs/{waiting['id']}", headers=user).json())["state"] == "RUNNING" and j)
     assert sorted(third["gpus"]) == sorted(running[0]["gpus"])
@@ -120,7 +127,7 @@ def test_agent_is_told_to_stop_a_job_the_store_no_longer_runs(api: Any) -> None:
     client, user, agent = api
     register(client, agent, "n1", 1)
     reply = client.post("/api/v1/agents/n1/sync", json={"running": [{"job_id": 4242, "attempt": 1}]},
-                        headers=agent).json()
+                        headers=agent("n1")).json()
     assert reply["cancels"] == [{"job_id": 4242, "attempt": 1, "rank": 0}]
 
 
@@ -130,18 +137,18 @@ def test_an_old_attempt_never_ends_the_new_one(api: Any) -> None:
     register(client, agent, "n1", 2)
     job = client.post("/api/v1/jobs", json={"command": ["sleep", "9"], "gpus": 1}, headers=user).json()["id"]
     wait_for(lambda: client.get(f"/api/v1/jobs/{job}", headers=user).json()["state"] == "RUNNING")
-    client.post("/api/v1/agents/n1/sync", json={"running": [{"job_id": job, "attempt": 1}]}, headers=agent)
+    client.post("/api/v1/agents/n1/sync", json={"running": [{"job_id": job, "attempt": 1}]}, headers=agent("n1"))
     client.post("/api/v1/nodes/n1/drain", headers=user)
     client.post("/api/v1/nodes/n1/uncordon", headers=user)
     second = wait_for(lambda: (j := client.get(f"/api/v1/jobs/{job}", headers=user).json())["attempt"] == 2 and j)
     assert second["state"] == "RUNNING"
     reply = client.post("/api/v1/agents/n1/sync", json={"running": [{"job_id": job, "attempt": 1}]},
-                        headers=agent).json()
+                        headers=agent("n1")).json()
     assert reply["cancels"] == [{"job_id": job, "attempt": 1, "rank": 0}]
     assert [a["attempt"] for a in reply["assignments"]] == [2]
     assert reply["assignments"][0]["env"]["CORRAL_PREEMPTED"] == "1"
     reply = client.post("/api/v1/agents/n1/sync", json={"running": [{"job_id": job, "attempt": 2}],
-                        "exits": [{"job_id": job, "attempt": 1, "exit_code": 143}]}, headers=agent).json()
+                        "exits": [{"job_id": job, "attempt": 1, "exit_code": 143}]}, headers=agent("n1")).json()
     assert reply["acked_exits"] == [{"job_id": job, "attempt": 1, "rank": 0}]
     assert client.get(f"/api/v1/jobs/{job}", headers=user).json()["state"] == "RUNNING"
 
@@ -160,19 +167,18 @@ def test_a_gang_starts_all_parts_at_once_and_ends_when_all_parts_do(api: Any) ->
     hog = client.post("/api/v1/jobs", json={"command": ["sleep", "9"], "gpus": 2}, headers=user).json()["id"]
     wait_for(lambda: client.get(f"/api/v1/jobs/{hog}", headers=user).json()["state"] == "RUNNING")
     gang = client.post("/api/v1/jobs", json={"command": ["train"], "gpus": 2, "nodes": 3}, headers=user).json()["id"]
-    import time as _time
-
-    _time.sleep(0.6)  # several passes: only 2 of the 3 nodes are free, so none of the gang starts
-    got = client.get(f"/api/v1/jobs/{gang}", headers=user).json()
+    # A pass has considered the gang (it carries that pass's reason): only 2 of the 3 nodes are free, so no part starts.
+    got = wait_for(lambda: (j := client.get(f"/api/v1/jobs/{gang}", headers=user).json())["pending_reason"]
+                   != "waiting for the scheduler" and j)
     assert got["state"] == "PENDING" and got["parts"] == []
     hog_node = client.get(f"/api/v1/jobs/{hog}", headers=user).json()["node"]
     client.post(f"/api/v1/agents/{hog_node}/sync", json={"exits": [{"job_id": hog, "attempt": 1, "exit_code": 0}]},
-                headers=agent)
+                headers=agent(hog_node))
     placed = wait_for(lambda: (j := client.get(f"/api/v1/jobs/{gang}", headers=user).json())["state"] == "RUNNING" and j)
     assert sorted(p["node"] for p in placed["parts"]) == ["n1", "n2", "n3"]
     envs = {}
     for rank, part in enumerate(placed["parts"]):
-        reply = client.post(f"/api/v1/agents/{part['node']}/sync", json={}, headers=agent).json()
+        reply = client.post(f"/api/v1/agents/{part['node']}/sync", json={}, headers=agent(part['node'])).json()
         (a,) = reply["assignments"]
         assert (a["rank"], a["gpu_indices"]) == (rank, part["gpus"])
         envs[rank] = a["env"]
@@ -181,13 +187,13 @@ def test_a_gang_starts_all_parts_at_once_and_ends_when_all_parts_do(api: Any) ->
     assert len({e["CORRAL_MASTER_ADDR"] for e in envs.values()}) == 1
     for rank, part in enumerate(placed["parts"][:2]):  # two parts finish; the job still runs
         client.post(f"/api/v1/agents/{part['node']}/sync",
-                    json={"exits": [{"job_id": gang, "attempt": 1, "rank": rank, "exit_code": 0}]}, headers=agent)
+                    json={"exits": [{"job_id": gang, "attempt": 1, "rank": rank, "exit_code": 0}]}, headers=agent(part['node']))
         assert client.get(f"/api/v1/jobs/{gang}", headers=user).json()["state"] == "RUNNING"
     last = placed["parts"][2]["node"]
     client.post(f"/api/v1/agents/{last}/sync",
-                json={"running": [{"job_id": gang, "attempt": 1, "rank": 2}]}, headers=agent)
+                json={"running": [{"job_id": gang, "attempt": 1, "rank": 2}]}, headers=agent(last))
     client.post(f"/api/v1/agents/{last}/sync",
-                json={"exits": [{"job_id": gang, "attempt": 1, "rank": 2, "exit_code": 0}]}, headers=agent)
+                json={"exits": [{"job_id": gang, "attempt": 1, "rank": 2, "exit_code": 0}]}, headers=agent(last))
     assert client.get(f"/api/v1/jobs/{gang}", headers=user).json()["state"] == "SUCCEEDED"
 
 
@@ -199,11 +205,11 @@ def test_a_failing_part_fails_the_gang_and_stops_the_others(api: Any) -> None:
     placed = wait_for(lambda: (j := client.get(f"/api/v1/jobs/{gang}", headers=user).json())["state"] == "RUNNING" and j)
     (n0, n1) = (p["node"] for p in placed["parts"])
     client.post(f"/api/v1/agents/{n0}/sync", json={"exits": [{"job_id": gang, "attempt": 1, "rank": 0, "exit_code": 3}]},
-                headers=agent)
+                headers=agent(n0))
     job = client.get(f"/api/v1/jobs/{gang}", headers=user).json()
     assert job["state"] == "FAILED" and "rank 0" in job["reason"]
     reply = client.post(f"/api/v1/agents/{n1}/sync", json={"running": [{"job_id": gang, "attempt": 1, "rank": 1}]},
-                        headers=agent).json()
+                        headers=agent(n1)).json()
     assert reply["cancels"] == [{"job_id": gang, "attempt": 1, "rank": 1}]
 
 

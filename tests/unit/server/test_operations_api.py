@@ -11,6 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from corral.server.app import create_app
+from node_certs import NodeAgents, NodeCertApp
 from corral.server.bootstrap import ensure_credentials
 from corral.server.settings import Settings
 from corral.store.sql import open_store
@@ -21,9 +22,9 @@ def api(database_url: str, tmp_path: Path) -> Iterator[tuple[TestClient, dict[st
     store = open_store(database_url)
     creds = ensure_credentials(store, tmp_path)
     settings = Settings(data_dir=tmp_path, database_url=database_url, schedule_interval_s=0.1)
-    with TestClient(create_app(settings, store)) as client:
+    with TestClient(NodeCertApp(create_app(settings, store))) as client:
         admin = {"Authorization": f"Bearer {creds.admin_token}"}
-        agent = {"Authorization": f"Bearer {creds.join_token}"}
+        agent = NodeAgents(client)("n1")
         gpus = [{"index": i, "uuid": f"GPU-{i}", "model": "H100-80GB", "memory_mib": 81920} for i in range(2)]
         assert client.post("/api/v1/agents/register", json={"name": "n1", "backend": "simulated", "gpus": gpus},
                            headers=agent).status_code == 200
@@ -44,6 +45,19 @@ def settle(client: TestClient, admin: dict[str, str], job_id: int, want: str, ti
     raise AssertionError(f"job {job_id} never {want}: {state_of(client, admin, job_id)}")
 
 
+def held_back(client: TestClient, admin: dict[str, str], job_id: int, timeout_s: float = 10) -> dict[str, Any]:
+    """The job once a scheduling pass has considered it and left it PENDING (it then carries that pass's reason):
+    "still PENDING" is only asserted after the scheduler has had its chance."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        job = state_of(client, admin, job_id)
+        assert job["state"] == "PENDING", job
+        if job["pending_reason"] != "waiting for the scheduler":
+            return job
+        time.sleep(0.05)
+    raise AssertionError(f"no scheduling pass considered job {job_id}: {state_of(client, admin, job_id)}")
+
+
 def submit(client: TestClient, admin: dict[str, str], gpus: int = 1) -> int:
     return int(client.post("/api/v1/jobs", json={"command": ["true"], "gpus": gpus}, headers=admin).json()["id"])
 
@@ -52,8 +66,7 @@ def test_cordoned_node_takes_no_new_work_until_uncordoned(api: Any) -> None:
     client, admin, _ = api
     assert client.post("/api/v1/nodes/n1/cordon", headers=admin).json()["cordoned"] is True
     job = submit(client, admin)
-    time.sleep(0.5)  # several scheduling passes (interval 0.1 s) go by
-    assert state_of(client, admin, job)["state"] == "PENDING"
+    held_back(client, admin, job)
     client.post("/api/v1/nodes/n1/uncordon", headers=admin)
     settle(client, admin, job, "RUNNING")
     kinds = [e["kind"] for e in client.get("/api/v1/nodes/n1/events", headers=admin).json()]
@@ -75,8 +88,7 @@ def test_disabled_gpu_leaves_the_pool_until_enabled(api: Any) -> None:
     gpus = client.post("/api/v1/gpus/n1/0/disable", headers=admin).json()
     assert [(g["index"], g["health"], g["healthy"]) for g in gpus] == [(0, "DISABLED", False), (1, "HEALTHY", True)]
     job = submit(client, admin, gpus=2)
-    time.sleep(0.5)
-    assert state_of(client, admin, job)["state"] == "PENDING"
+    held_back(client, admin, job)
     client.post("/api/v1/gpus/n1/0/enable", headers=admin)
     settle(client, admin, job, "RUNNING")
     events = client.get("/api/v1/gpus/n1/0/events", headers=admin).json()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -12,16 +13,17 @@ import pytest
 from fastapi.testclient import TestClient
 
 from corral.server.app import create_app
+from node_certs import NodeAgents, NodeCertApp
 from corral.server.bootstrap import ensure_credentials
 from corral.server.settings import Settings
 from corral.store.sql import open_store
 
 
 class World:
-    def __init__(self, client: TestClient, admin: str, join: str) -> None:
+    def __init__(self, client: TestClient, admin: str, join: dict[str, str]) -> None:
         self.c = client
         self.admin = {"Authorization": f"Bearer {admin}"}
-        self.agent = {"Authorization": f"Bearer {join}"}
+        self.agent = join  # headers presenting node n1's certificate
         self.users: dict[str, dict[str, str]] = {}
 
     def tenant(self, name: str, guaranteed: int, maximum: int | None = None) -> dict[str, str]:
@@ -62,8 +64,8 @@ def world(database_url: str, tmp_path: Path) -> Iterator[World]:
     creds = ensure_credentials(store, tmp_path)
     settings = Settings(data_dir=tmp_path, database_url=database_url, schedule_interval_s=0.1, alert_interval_s=3600,
                         cancel_grace_s=1)
-    with TestClient(create_app(settings, store)) as client:
-        w = World(client, creds.admin_token, creds.join_token)
+    with TestClient(NodeCertApp(create_app(settings, store))) as client:
+        w = World(client, creds.admin_token, NodeAgents(client)("n1"))
         gpus = [{"index": i, "uuid": f"GPU-{i}", "model": "H100-80GB", "memory_mib": 81920} for i in range(4)]
         client.post("/api/v1/agents/register", json={"name": "n1", "backend": "simulated", "gpus": gpus},
                     headers=w.agent)
@@ -75,7 +77,9 @@ def test_borrowed_gpus_are_reclaimed_for_the_owner(world: World) -> None:
     b = world.tenant("team-b", guaranteed=2)
     b_jobs = [world.submit(b) for _ in range(2)]
     world.settle(lambda: all(world.job(j)["state"] == "RUNNING" for j in b_jobs), "team-b runs its guarantee")
-    time.sleep(0.05)  # the borrowed two start later: they are the most recent
+    # the borrowed two must start later (they are the most recent): wait for the clock to pass the first starts
+    first_started = max(datetime.fromisoformat(world.job(j)["started_at"]) for j in b_jobs)
+    world.settle(lambda: datetime.now(UTC) > first_started, "the clock moved past the first starts")
     b_jobs += [world.submit(b) for _ in range(2)]  # team-b borrows team-a's idle half
     world.settle(lambda: all(world.job(j)["state"] == "RUNNING" for j in b_jobs), "team-b runs 4")
     world.sync([(j, 1) for j in b_jobs])

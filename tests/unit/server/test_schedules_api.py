@@ -16,6 +16,7 @@ from fastapi.testclient import TestClient
 
 from corral.core.states import JobState
 from corral.server.app import create_app
+from node_certs import NodeAgents, NodeCertApp
 from corral.server.bootstrap import ensure_credentials
 from corral.server.services.notify import NodeNotifier, Trigger
 from corral.server.services.schedules import ScheduleRunner
@@ -47,11 +48,11 @@ class Api:
 def api(database_url: str, tmp_path: Path) -> Iterator[Api]:
     store = open_store(database_url)
     creds = ensure_credentials(store, tmp_path)
-    with TestClient(create_app(Settings(data_dir=tmp_path, database_url=database_url), store)) as client:
+    with TestClient(NodeCertApp(create_app(Settings(data_dir=tmp_path, database_url=database_url), store))) as client:
         a = Api(client, store, creds.admin_token)
         gpus = [{"index": i, "uuid": f"GPU-{i}", "model": "H100-80GB", "memory_mib": 81920} for i in range(8)]
         assert client.post("/api/v1/agents/register", json={"name": "n1", "backend": "simulated", "gpus": gpus},
-                           headers={"Authorization": f"Bearer {creds.join_token}"}).status_code == 200
+                           headers=NodeAgents(client)("n1")).status_code == 200
         for name in ("vision", "nlp"):
             assert a.call("POST", "/tenants", json={"name": name}).status_code == 201
         yield a
@@ -159,7 +160,9 @@ def test_forbid_skips_while_the_last_run_is_active_then_starts_again(api: Api, r
     assert runner.run_due(due + timedelta(hours=1)) == []  # the first is still pending: skipped
     s = api.store.get_schedule(sid)
     assert s is not None and s.skipped == 1 and "still active" in s.last_error
-    api.store.finish_job(started[0].id, JobState.SUCCEEDED, 0, "", due + timedelta(hours=1, minutes=1))
+    # The run starts and ends (a job only reaches SUCCEEDED from RUNNING: core/states.py's table).
+    assert api.store.assign_job(started[0].id, "n1", [0], due + timedelta(minutes=1))
+    assert api.store.finish_job(started[0].id, JobState.SUCCEEDED, 0, "", due + timedelta(hours=1, minutes=1))
     assert len(runner.run_due(due + timedelta(hours=2))) == 1
     assert api.store.get_schedule(sid).runs == 2  # type: ignore[union-attr]
 

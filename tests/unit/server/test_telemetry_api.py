@@ -14,16 +14,17 @@ from fastapi.testclient import TestClient
 
 from corral.core.telemetry import GpuEvent, GpuEventKind, GpuSample, HostSample, TelemetryBatch, batch_to_dict
 from corral.server.app import create_app
+from node_certs import NodeAgents, NodeCertApp
 from corral.server.bootstrap import ensure_credentials
 from corral.server.settings import Settings
 from corral.store.sql import open_store
 
 
 class Cluster:
-    def __init__(self, client: TestClient, admin: str, join: str) -> None:
+    def __init__(self, client: TestClient, admin: str, join: dict[str, str]) -> None:
         self.client = client
         self.admin = {"Authorization": f"Bearer {admin}"}
-        self.agent = {"Authorization": f"Bearer {join}"}
+        self.agent = join  # headers presenting node n1's certificate
 
     def get(self, path: str, **kw: Any) -> Any:
         return self.client.get(path, headers=self.admin, **kw)
@@ -48,8 +49,8 @@ def cluster(database_url: str, tmp_path: Path) -> Iterator[Cluster]:
     creds = ensure_credentials(store, tmp_path)
     settings = Settings(data_dir=tmp_path, database_url=database_url, schedule_interval_s=0.1, alert_interval_s=3600,
                         retry_backoff_s=0, health_recovery_checks=2)
-    with TestClient(create_app(settings, store)) as client:
-        c = Cluster(client, creds.admin_token, creds.join_token)
+    with TestClient(NodeCertApp(create_app(settings, store))) as client:
+        c = Cluster(client, creds.admin_token, NodeAgents(client)("n1"))
         gpus = [{"index": i, "uuid": f"GPU-n1-{i}", "model": "H100-80GB", "memory_mib": 81920} for i in range(2)]
         assert client.post("/api/v1/agents/register", json={"name": "n1", "backend": "simulated", "gpus": gpus},
                            headers=c.agent).status_code == 200
@@ -95,7 +96,7 @@ def test_unknown_metric_and_bad_batches_are_refused(cluster: Cluster) -> None:
     r = cluster.client.post("/api/v1/agents/n1/telemetry", json={"node": "n1", "ts": "soon"}, headers=cluster.agent)
     assert r.status_code == 400 and r.json()["error"]["field"]
     r = cluster.send("n2", time.time(), {0: 1.0})
-    assert r.status_code == 404
+    assert r.status_code == 403  # n1's certificate cannot speak for another node (known or not)
 
 
 def test_fatal_xid_takes_gpu_out_and_requeues_its_job(cluster: Cluster) -> None:
@@ -130,8 +131,8 @@ def test_retries_run_out(database_url: str, tmp_path: Path) -> None:
                         retry_backoff_s=0, health_recovery_checks=1)
     from corral.store.records import JobSpec
 
-    with TestClient(create_app(settings, store)) as client:
-        c = Cluster(client, creds.admin_token, creds.join_token)
+    with TestClient(NodeCertApp(create_app(settings, store))) as client:
+        c = Cluster(client, creds.admin_token, NodeAgents(client)("n1"))
         client.post("/api/v1/agents/register", json={"name": "n1", "backend": "simulated", "gpus": [
             {"index": 0, "uuid": "GPU-n1-0", "model": "H100-80GB", "memory_mib": 81920}]}, headers=c.agent)
         tenant = store.find_tenant("default")

@@ -10,6 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from corral.server.app import create_app
+from node_certs import NodeAgents, NodeCertApp
 from corral.server.bootstrap import ensure_credentials
 from corral.server.settings import Settings
 from corral.store.sql import open_store
@@ -37,11 +38,11 @@ class Api:
 def api(database_url: str, tmp_path: Path) -> Iterator[Api]:
     store = open_store(database_url)
     creds = ensure_credentials(store, tmp_path)
-    with TestClient(create_app(Settings(data_dir=tmp_path, database_url=database_url), store)) as client:
+    with TestClient(NodeCertApp(create_app(Settings(data_dir=tmp_path, database_url=database_url), store))) as client:
         a = Api(client, creds.admin_token)
         gpus = [{"index": i, "uuid": f"GPU-{i}", "model": "H100-80GB", "memory_mib": 81920} for i in range(16)]
         assert client.post("/api/v1/agents/register", json={"name": "n1", "backend": "simulated", "gpus": gpus},
-                           headers={"Authorization": f"Bearer {creds.join_token}"}).status_code == 200
+                           headers=NodeAgents(client)("n1")).status_code == 200
         for name in ("vision", "nlp"):
             assert a.call("POST", "/tenants", json={"name": name}).status_code == 201
         yield a

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from realparts import missing_real_part
 from typer.testing import CliRunner
 
 from corral.cli.simulate import simulate_app
@@ -117,8 +118,9 @@ def test_cli_bad_row_names_file_and_line(tiny: tuple[Path, Path]) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not TRACES.is_dir(), reason=f"openb traces not found at {TRACES}")
 def test_real_default_trace_corral_beats_fgd() -> None:
+    if not TRACES.is_dir():
+        missing_real_part(f"the openb traces at {TRACES}", "put the public traces in ../shared/traces (see its README.md)")
     nodes = load_nodes(TRACES / "openb_node_list_gpu_node.csv")
     pods, _ = load_pods(TRACES / "openb_pod_list_default.csv")
     policies = ("corral", "fgd", "bestfit", "packing", "random")

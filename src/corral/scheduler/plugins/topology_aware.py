@@ -35,7 +35,9 @@ class TopologyAware:
             tier = 1.0
         else:
             tier = 0.0
-        # Best fit inside the tier: the fewer free GPUs left in the chosen island, the better.
+        # Best fit inside the tier: the fewer free GPUs left in the chosen island, the better. Only the positions
+        # in that island are taken from it (GPUs spread over islands left it at -2 and divided by zero).
         island = islands[positions[0]]
-        left = sum(1 for p, u in enumerate(node.gpu_used_milli) if islands[p] == island and u == 0) - len(positions)
+        free_here = sum(1 for p, u in enumerate(node.gpu_used_milli) if islands[p] == island and u == 0)
+        left = free_here - sum(1 for p in positions if islands[p] == island)
         return 100.0 * (tier + 1.0 / (2.0 + left)) / 4.0

@@ -7,9 +7,11 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Depends, Query, Request, Response
 
 from corral.alerts.evaluator import AlertState
+from corral.api.schemas import SilenceIn
 from corral.core.errors import ValidationError
 from corral.core.tenancy import Action
 from corral.server.auth import Principal, require_user
+from corral.server.params import Id
 from corral.server.services.alerting import AlertService
 
 router = APIRouter(prefix="/api/v1", tags=["alerts"])
@@ -36,8 +38,8 @@ def list_alerts(request: Request, caller: User, state: Annotated[list[str] | Non
 
 
 @router.get("/alert-rules")
-def list_rules(request: Request, _: User) -> list[dict[str, Any]]:
-    return _alerting(request).list_rules()
+def list_rules(request: Request, caller: User) -> list[dict[str, Any]]:
+    return _alerting(request).list_rules(caller)
 
 
 @router.post("/alert-rules", status_code=201)
@@ -46,19 +48,23 @@ def create_rule(request: Request, caller: User, body: Annotated[dict[str, Any], 
 
 
 @router.delete("/alert-rules/{rule_id}", status_code=204)
-def delete_rule(rule_id: int, request: Request, caller: User) -> Response:
+def delete_rule(rule_id: Id, request: Request, caller: User) -> Response:
     _alerting(request).delete_rule(caller, rule_id)
     return Response(status_code=204)
 
 
 @router.get("/silences")
-def list_silences(request: Request, _: User) -> list[dict[str, Any]]:
-    return _alerting(request).list_silences()
+def list_silences(request: Request, caller: User) -> list[dict[str, Any]]:
+    """Active silences: every one for an admin, the caller's tenant's own for anyone else."""
+    return _alerting(request).list_silences(caller)
 
 
 @router.post("/silences", status_code=201)
-def create_silence(request: Request, caller: User, body: Annotated[dict[str, Any], Body()]) -> dict[str, Any]:
-    return _alerting(request).create_silence(caller, body)
+def create_silence(request: Request, caller: User, body: SilenceIn) -> dict[str, Any]:
+    """Mute alerts whose labels match. A tenant-admin's silence belongs to its tenant and mutes only that tenant's
+    own alerts (its jobs', its queue's, its rules'), never a node's, a GPU's or another tenant's, and lasts at most
+    30 days; an admin's lasts at most 90."""
+    return _alerting(request).create_silence(caller, body.model_dump(exclude_none=True))
 
 
 @router.delete("/silences/{silence_id}", status_code=204)

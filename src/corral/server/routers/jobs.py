@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi.responses import PlainTextResponse
 
+from corral.api.bounds import MAX_ID
 from corral.api.schemas import JobOut, JobSubmit
 from corral.core.states import JobState
 from corral.server.auth import Principal, require_user
+from corral.server.params import Id, IdempotencyKey, Offset
 from corral.server.routers.proxy import job_ui_base
 from corral.core.tenancy import Action
 from corral.server.services.jobs import load_job, submit_job, to_out
@@ -30,20 +33,28 @@ def _out(request: Request, job: Job, names: dict[int, str] | None = None) -> Job
 
 
 @router.post("", status_code=201, response_model=JobOut)
-def create_job(body: JobSubmit, request: Request, caller: User) -> JobOut:
+def create_job(body: JobSubmit, request: Request, response: Response, caller: User,
+               idempotency_key: IdempotencyKey = None) -> JobOut:
+    """Submit a job. With `Idempotency-Key`, a retry (same key, same body, same caller) returns the job the first
+    request made, marked `Idempotent-Replayed: true`; the same key with another body is refused (422)."""
     caller.require(Action.SUBMIT)
     app = request.app
-    job = submit_job(app.state.store, body, caller)
-    app.state.scheduler.trigger.fire()
+    keep = timedelta(seconds=app.state.settings.idempotency_key_ttl_s)
+    job, created = submit_job(app.state.store, body, caller, idempotency_key, keep)
+    if created:
+        app.state.scheduler.trigger.fire()
+    else:
+        response.headers["Idempotent-Replayed"] = "true"
     return _out(request, job)
 
 
 @router.get("", response_model=list[JobOut])
 def list_jobs(request: Request, response: Response, caller: User, all: bool = False,
               state: Annotated[list[JobState] | None, Query()] = None,
-              limit: Annotated[int | None, Query(ge=1, le=10_000)] = None,
-              before_id: Annotated[int | None, Query(ge=1, description="page: only jobs with a smaller id")] = None,
-              newest_first: bool = False, node: str | None = None) -> list[JobOut]:
+              limit: Annotated[int, Query(ge=1, le=10_000, description="at most this many jobs")] = 1000,
+              before_id: Annotated[int | None, Query(ge=1, le=MAX_ID, description="page: only jobs with a smaller id")] = None,
+              newest_first: bool = False,
+              node: Annotated[str | None, Query(max_length=255)] = None) -> list[JobOut]:
     """Pending and running jobs (`all=true`: every job), of the caller's tenant (admins: of all).
 
     Pages: `limit` with `newest_first=true` and `before_id` = the last id seen. `X-Total-Count` counts all matches.
@@ -59,19 +70,19 @@ def list_jobs(request: Request, response: Response, caller: User, all: bool = Fa
 
 
 @router.get("/{job_id}", response_model=JobOut)
-def get_job(job_id: int, request: Request, caller: User) -> JobOut:
+def get_job(job_id: Id, request: Request, caller: User) -> JobOut:
     return _out(request, load_job(request.app.state.store, job_id, caller))
 
 
 @router.get("/{job_id}/events")
-def job_events(job_id: int, request: Request, caller: User) -> list[dict[str, str]]:
+def job_events(job_id: Id, request: Request, caller: User) -> list[dict[str, str]]:
     store = request.app.state.store
     load_job(store, job_id, caller)
     return [{"at": e.at.isoformat(), "kind": e.kind, "message": e.message} for e in store.list_events(job_id)]
 
 
 @router.post("/{job_id}/cancel", response_model=JobOut)
-def cancel_job(job_id: int, request: Request, caller: User) -> JobOut:
+def cancel_job(job_id: Id, request: Request, caller: User) -> JobOut:
     app = request.app
     load_job(app.state.store, job_id, caller)
     caller.require(Action.SUBMIT)
@@ -82,8 +93,8 @@ def cancel_job(job_id: int, request: Request, caller: User) -> JobOut:
     return _out(request, job)
 
 
-@router.get("/{job_id}/logs")
-def job_logs(job_id: int, request: Request, caller: User, offset: Annotated[int, Query(ge=0)] = 0,
+@router.get("/{job_id}/logs", response_class=PlainTextResponse)
+def job_logs(job_id: Id, request: Request, caller: User, offset: Offset = 0,
              rank: Annotated[int, Query(ge=0, le=1024, description="part of a multi-node job")] = 0) -> Response:
     """Log bytes from `offset` (every attempt, in order). Headers: X-Log-Size (bytes held), X-Job-State."""
     job = load_job(request.app.state.store, job_id, caller)

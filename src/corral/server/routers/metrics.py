@@ -8,6 +8,8 @@ from collections import Counter
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request, Response
+
+from corral.api.bounds import MAX_GPUS_PER_NODE, MAX_ID
 from fastapi.concurrency import run_in_threadpool
 
 from corral.alerts.evaluator import AlertState
@@ -19,7 +21,8 @@ from corral.core.states import JobState
 from corral.core.tenancy import Action
 from corral.core.telemetry import GPU_SERIES, HOST_SERIES, compute_gpu_series, compute_host_series
 from corral.core.timestamps import parse_iso_time
-from corral.server.auth import Principal, require_user
+from corral.server.auth import Principal, require_metrics_reader, require_user
+from corral.server.params import GpuIndex, Id
 from corral.server.prometheus import CONTENT_TYPE, ClusterStats, GpuMetrics, compute_latency_histogram, render_metrics
 from corral.server.services.audit import record_audit
 from corral.server.services.jobs import load_job
@@ -43,9 +46,13 @@ def _ts(value: str | None, field: str, default: float) -> float:
     if value is None or value == "":
         return default
     try:
-        return float(value)
+        seconds = float(value)
     except ValueError:
         pass
+    else:
+        if not 0 <= seconds <= 1e11:  # NaN and infinities too: Unix seconds up to the year 5138
+            raise ValidationError(field, f"expected Unix seconds from 0 to 1e11, got {value!r}")
+        return seconds
     try:
         return parse_iso_time(value, field).timestamp()
     except ValidationError as e:
@@ -63,8 +70,10 @@ def _downsample(points: list[tuple[float, float]], step_s: float) -> list[list[f
 
 
 @router.get("/api/v1/metrics/series")
-def series(request: Request, caller: User, metric: str, node: str | None = None, gpu: int | None = None,
-           job: int | None = None, tenant: str | None = None, start: str | None = None, end: str | None = None,
+def series(request: Request, caller: User, metric: str, node: str | None = None,
+           gpu: Annotated[int | None, Query(ge=0, le=MAX_GPUS_PER_NODE)] = None,
+           job: Annotated[int | None, Query(ge=1, le=MAX_ID)] = None, tenant: str | None = None, start: str | None = None,
+           end: str | None = None,
            step_s: Annotated[float, Query(ge=0, le=86400)] = 0,
            agg: Annotated[str | None, Query(pattern="^(avg|max|min|sum)$")] = None) -> dict[str, Any]:
     """One metric over [start, end) (default: the last hour), a series per (node, gpu). Raw samples while the
@@ -125,7 +134,7 @@ def latest(request: Request, _: User, node: str) -> dict[str, Any]:
 
 
 @router.get("/api/v1/jobs/{job_id}/usage")
-def job_usage(job_id: int, request: Request, caller: User) -> dict[str, Any]:
+def job_usage(job_id: Id, request: Request, caller: User) -> dict[str, Any]:
     """The job's GPU usage summary (mean/peak utilisation, idle fraction, peak memory, mean power)."""
     store: SqlStore = request.app.state.store
     load_job(store, job_id, caller)
@@ -135,7 +144,7 @@ def job_usage(job_id: int, request: Request, caller: User) -> dict[str, Any]:
 
 
 @router.post("/api/v1/nodes/{node}/gpus/{index}/fault")
-def inject_fault(node: str, index: int, body: dict[str, Any], request: Request, caller: User) -> dict[str, Any]:
+def inject_fault(node: str, index: GpuIndex, body: dict[str, Any], request: Request, caller: User) -> dict[str, Any]:
     """Inject a fault into a simulated GPU: {"xid": 79} | {"ecc": true} | {"off_bus": true} |
     {"temperature_c": 95} | {"clear": true}. Refused for nodes with real GPUs (admins)."""
     caller.require(Action.MANAGE_CLUSTER)
@@ -184,5 +193,8 @@ def _render(request: Request) -> bytes:
 
 @router.get("/metrics", include_in_schema=False)
 async def prometheus(request: Request) -> Response:
-    """Prometheus exposition: dcgm-exporter's GPU series and Corral's own (queue, jobs, nodes, alerts)."""
+    """Prometheus exposition: dcgm-exporter's GPU series and Corral's own (queue, jobs, nodes, alerts). Needs a
+    metrics token or an admin's (Authorization: Bearer) unless CORRAL_METRICS_PUBLIC=true."""
+    if not request.app.state.settings.metrics_public:
+        await run_in_threadpool(require_metrics_reader, request)
     return Response(await run_in_threadpool(_render, request), media_type=CONTENT_TYPE)

@@ -10,6 +10,7 @@ from corral.api.schemas import AuditOut, EventOut, GpuOut, NodeOut
 from corral.core.states import JobState
 from corral.core.tenancy import Action
 from corral.server.auth import Principal, require_user
+from corral.server.params import GpuIndex
 from corral.server.services import operations
 from corral.server.services.snapshot import compute_usage, compute_usage_from_holders
 from corral.store.records import Node
@@ -31,7 +32,7 @@ def _node_out(n: Node, usage: Usage) -> NodeOut:
                    memory_mib=n.memory_mib, gpus_total=len(n.gpus), gpus_free=free,
                    gpu_models=sorted({g.model for g in n.gpus}), labels=n.labels, registered_at=n.registered_at,
                    last_heartbeat_at=n.last_heartbeat_at, cordoned=n.cordoned,
-                   gpus_unhealthy=sum(1 for g in n.gpus if not g.healthy))
+                   gpus_unhealthy=sum(1 for g in n.gpus if not g.healthy), isolation=n.isolation)
 
 
 def _gpus_out(n: Node, usage: Usage) -> list[GpuOut]:
@@ -94,7 +95,7 @@ def drain(name: str, request: Request, caller: User) -> NodeOut:
 
 
 @router.post("/gpus/{node}/{index}/enable", response_model=list[GpuOut])
-def enable_gpu(node: str, index: int, request: Request, caller: User) -> list[GpuOut]:
+def enable_gpu(node: str, index: GpuIndex, request: Request, caller: User) -> list[GpuOut]:
     n = operations.set_gpu_enabled(request.app.state.store, caller, node, index, True)
     health = getattr(request.app.state, "health", None)
     if health is not None:
@@ -104,7 +105,7 @@ def enable_gpu(node: str, index: int, request: Request, caller: User) -> list[Gp
 
 
 @router.post("/gpus/{node}/{index}/disable", response_model=list[GpuOut])
-def disable_gpu(node: str, index: int, request: Request, caller: User) -> list[GpuOut]:
+def disable_gpu(node: str, index: GpuIndex, request: Request, caller: User) -> list[GpuOut]:
     n = operations.set_gpu_enabled(request.app.state.store, caller, node, index, False)
     return _gpus_out(n, _usage(request))
 
@@ -119,7 +120,7 @@ def node_events(name: str, request: Request, _: User,
 
 
 @router.get("/gpus/{node}/{index}/events", response_model=list[EventOut])
-def gpu_events(node: str, index: int, request: Request, _: User,
+def gpu_events(node: str, index: GpuIndex, request: Request, _: User,
                limit: Annotated[int, Query(ge=1, le=5000)] = 200) -> list[EventOut]:
     store = request.app.state.store
     operations.load_node(store, node)

@@ -1,4 +1,7 @@
-"""/proxy/jobs/{id}/...: a running job's own web UI (the port it declared), through Corral's authentication.
+"""/proxy/jobs/{id}/...: a running job's own web UI (the port Corral assigned it), through Corral's authentication.
+
+The proxy connects only to the job's assigned port on its node, and only while the node's agent reports that the
+job's own processes (and nothing else) listen there; otherwise it answers 409 saying the job's UI is not listening.
 
 Only callers who may see the job get through (another tenant's job is 404). An HTTP request goes to the job's
 node at the port and the response streams back, ending early if the caller's access ends (checked again
@@ -25,7 +28,7 @@ import time
 from contextvars import ContextVar
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
-from typing import Annotated
+from typing import Annotated, Any
 from urllib.parse import quote, urlsplit
 
 import httpx
@@ -41,6 +44,7 @@ from websockets.typing import Origin
 from corral.core.errors import AuthError, ConflictError, CorralError, ForbiddenError, NotFoundError
 from corral.core.states import JobState
 from corral.server.auth import Principal, require_job_ui_user, require_user
+from corral.server.params import Id
 from corral.server.errors import STATUS_BY_ERROR, error_body
 from corral.server.services.jobs import load_job
 from corral.store.base import StateStore
@@ -75,21 +79,31 @@ def _prefix(job_id: int) -> str:
     return f"/proxy/jobs/{job_id}"
 
 
-async def _job_target(store: StateStore, job_id: int, caller: Principal) -> tuple[Job, str]:
-    """The job (visible to the caller, declaring a port, running) and the host its web UI listens on."""
+async def _job_target(state: Any, job_id: int, caller: Principal) -> tuple[Job, str, int]:
+    """The job (visible to the caller, with a web UI, running), the host and the port its web UI listens on.
+
+    Only the port Corral assigned to the job, and only while its node's agent reports that the job's own
+    processes, and nothing else, listen there (services/webports.py): never another job's port or any other
+    port of the node. Refused with 409 saying why otherwise."""
+    store: StateStore = state.store
     job = await run_in_threadpool(load_job, store, job_id, caller)
-    if not job.spec.port:
+    if job.spec.port is None:
         raise NotFoundError("web UI of job", str(job_id))
     if job.state is not JobState.RUNNING or not job.node:
         raise ConflictError(f"job {job_id} is {job.state.value}: its web UI is only open while it runs")
+    port = job.spec.port
+    why = "its node has not been handed the job yet" if not port else \
+        state.web_ports.why_not(job.node, job.id, job.attempt, port)
+    if why is not None:
+        raise ConflictError(f"job {job_id}'s web UI is not listening: {why}")
     node = await run_in_threadpool(store.get_node, job.node)
-    return job, node.address if node else job.node
+    return job, node.address if node else job.node, port
 
 
 @router.api_route("/proxy/jobs/{job_id}/{path:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"])
-async def proxy(job_id: int, path: str, request: Request, caller: User) -> StreamingResponse:
-    job, host = await _job_target(request.app.state.store, job_id, caller)
-    url = f"http://{host}:{job.spec.port}/{path}"
+async def proxy(job_id: Id, path: str, request: Request, caller: User) -> StreamingResponse:
+    _, host, port = await _job_target(request.app.state, job_id, caller)
+    url = f"http://{host}:{port}/{path}"
     headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
     headers["X-Forwarded-Prefix"] = _prefix(job_id)
     upstream = _client.build_request(request.method, url, params=request.query_params, headers=headers,
@@ -97,7 +111,7 @@ async def proxy(job_id: int, path: str, request: Request, caller: User) -> Strea
     try:
         response = await _client.send(upstream, stream=True)
     except httpx.HTTPError as e:
-        raise ConflictError(f"job {job_id}'s web UI at port {job.spec.port} does not answer: {e}") from e
+        raise ConflictError(f"job {job_id}'s web UI at port {port} does not answer: {e}") from e
     out_headers = {k: v for k, v in response.headers.items() if k.lower() not in HOP_BY_HOP | {"content-encoding"}}
 
     async def body() -> AsyncIterator[bytes]:
@@ -324,22 +338,22 @@ def _access_lost(store: StateStore, job_id: int, authenticate: Callable[[], Prin
 
 
 @router.websocket("/proxy/jobs/{job_id}/{path:path}")
-async def proxy_websocket(websocket: WebSocket, job_id: int, path: str) -> None:
+async def proxy_websocket(websocket: WebSocket, job_id: Id, path: str) -> None:
     try:
         caller = await run_in_threadpool(_authenticate_ws, websocket)
-        job, host = await _job_target(websocket.app.state.store, job_id, caller)
+        _, host, port = await _job_target(websocket.app.state, job_id, caller)
     except CorralError as e:
         await _refuse(websocket, e)
         return
     query = websocket.scope.get("query_string", b"").decode("latin-1")
     netloc = f"[{host}]" if ":" in host else host
-    url = f"ws://{netloc}:{job.spec.port}/{quote(path, safe=PATH_SAFE)}" + (f"?{query}" if query else "")
+    url = f"ws://{netloc}:{port}/{quote(path, safe=PATH_SAFE)}" + (f"?{query}" if query else "")
     headers = [(k, v) for k, v in websocket.headers.items() if k.lower() not in WS_NOT_FORWARDED]
     headers.append(("X-Forwarded-Prefix", _prefix(job_id)))
     offered = list(websocket.scope.get("subprotocols") or [])
     # The job's app sees itself as the origin: Corral checked the caller's Origin already, and apps that check
     # Origin against their Host (Jupyter, code-server) would refuse the browser's origin, which is Corral's.
-    origin = Origin(f"http://{netloc}:{job.spec.port}") if "origin" in websocket.headers else None
+    origin = Origin(f"http://{netloc}:{port}") if "origin" in websocket.headers else None
     try:
         upstream = await connect(
             url, subprotocols=offered or None, additional_headers=headers, origin=origin,
@@ -356,7 +370,7 @@ async def proxy_websocket(websocket: WebSocket, job_id: int, path: str) -> None:
             code, why = 1013, f"it does not answer ({type(e).__name__}); try again later"
         with contextlib.suppress(RuntimeError, OSError, WebSocketDisconnect):
             await websocket.accept(subprotocol=offered[0] if offered else None)
-            await websocket.close(code, _reason(f"job {job_id}'s web UI at port {job.spec.port}: {why}"))
+            await websocket.close(code, _reason(f"job {job_id}'s web UI at port {port}: {why}"))
         return
     try:
         await websocket.accept(subprotocol=upstream.subprotocol)

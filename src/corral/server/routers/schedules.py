@@ -5,11 +5,12 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Request, Response
+from fastapi import APIRouter, Depends, Query, Request, Response
 
 from corral.api.schemas import JobOut, ScheduleIn, ScheduleOut, SchedulePatch
 from corral.core.tenancy import Action
 from corral.server.auth import Principal, require_user
+from corral.server.params import Id
 from corral.server.routers.jobs import _out as job_out
 from corral.server.services.schedules import create_schedule, load_schedule, run_now, schedule_out, update_schedule
 from corral.server.services.tenancy import tenant_names
@@ -45,12 +46,12 @@ def list_schedules(request: Request, caller: User) -> list[ScheduleOut]:
 
 
 @router.get("/{schedule_id}", response_model=ScheduleOut)
-def get_schedule(schedule_id: int, request: Request, caller: User) -> ScheduleOut:
+def get_schedule(schedule_id: Id, request: Request, caller: User) -> ScheduleOut:
     return _one(request, load_schedule(request.app.state.store, schedule_id, caller))
 
 
 @router.patch("/{schedule_id}", response_model=ScheduleOut)
-def patch_schedule(schedule_id: int, body: SchedulePatch, request: Request, caller: User) -> ScheduleOut:
+def patch_schedule(schedule_id: Id, body: SchedulePatch, request: Request, caller: User) -> ScheduleOut:
     """Change when or what it runs; `paused: true|false` pauses or resumes (no catch-up of the paused time)."""
     store = request.app.state.store
     s = load_schedule(store, schedule_id, caller)
@@ -61,7 +62,7 @@ def patch_schedule(schedule_id: int, body: SchedulePatch, request: Request, call
 
 
 @router.delete("/{schedule_id}", status_code=204)
-def delete_schedule(schedule_id: int, request: Request, caller: User) -> Response:
+def delete_schedule(schedule_id: Id, request: Request, caller: User) -> Response:
     """No more firings; jobs it already started run on (cancel them separately)."""
     store = request.app.state.store
     load_schedule(store, schedule_id, caller)
@@ -71,7 +72,7 @@ def delete_schedule(schedule_id: int, request: Request, caller: User) -> Respons
 
 
 @router.post("/{schedule_id}/run", status_code=201, response_model=JobOut)
-def run_schedule_now(schedule_id: int, request: Request, caller: User) -> JobOut:
+def run_schedule_now(schedule_id: Id, request: Request, caller: User) -> JobOut:
     """Start its job once now, outside the timetable (the timetable is unchanged)."""
     store = request.app.state.store
     s = load_schedule(store, schedule_id, caller)
@@ -82,7 +83,7 @@ def run_schedule_now(schedule_id: int, request: Request, caller: User) -> JobOut
 
 
 @router.get("/{schedule_id}/jobs", response_model=list[JobOut])
-def schedule_jobs(schedule_id: int, request: Request, caller: User, limit: int = 50) -> list[JobOut]:
+def schedule_jobs(schedule_id: Id, request: Request, caller: User, limit: Annotated[int, Query(ge=1, le=1000)] = 50) -> list[JobOut]:
     """Its jobs, newest first."""
     store = request.app.state.store
     load_schedule(store, schedule_id, caller)

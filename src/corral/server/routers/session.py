@@ -12,7 +12,7 @@ from corral.core.errors import AuthError
 from corral.server.auth import (
     CSRF_COOKIE, SESSION_COOKIE, Principal, authenticate, csrf_for, hash_token, new_token,
 )
-from corral.server.passwords import verify_password
+from corral.server.services.login import LoginGuard
 from corral.store.records import User
 
 router = APIRouter(prefix="/web", tags=["web session"])
@@ -46,28 +46,24 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
-def _user_for_password(request: Request, username: str, password: str) -> tuple[User, datetime]:
-    user = request.app.state.store.find_user(username)
-    if user is None or not verify_password(user.password_hash, password):
-        raise AuthError("wrong user name or password")
-    return user, _now() + SESSION_TTL
+def client_address(request: Request) -> str:
+    return request.client.host if request.client else "unknown"
 
 
-def _user_for_token(request: Request, secret: str) -> tuple[User, datetime]:
-    """An API token opens a session of its user that never outlives the token itself."""
-    store = request.app.state.store
-    token = store.find_token(hash_token(secret.strip()))
-    if token is None or token.kind != "user" or token.user_id is None:
-        raise AuthError("invalid or revoked token")
+def _user_for_password(request: Request, username: str, password: str) -> tuple[User, datetime, int | None]:
+    guard: LoginGuard = request.app.state.logins
+    return guard.check_password(username, password, client_address(request)), _now() + SESSION_TTL, None
+
+
+def _user_for_token(request: Request, secret: str) -> tuple[User, datetime, int | None]:
+    """An API token opens a session of its user that never outlives the token itself: it expires with it, and
+    revoking the token (or any session it was opened from) revokes the session."""
+    guard: LoginGuard = request.app.state.logins
+    user, token = guard.check_token(hash_token(secret.strip()), client_address(request))
     expires = _now() + SESSION_TTL
     if token.expires_at is not None:
-        if token.expires_at <= _now():
-            raise AuthError("token expired")
         expires = min(expires, token.expires_at)
-    user = store.get_user(token.user_id)
-    if user is None:
-        raise AuthError("invalid or revoked token")
-    return user, expires
+    return user, expires, token.id
 
 
 def _session_out(request: Request, user: User, csrf: str, expires_at: datetime | None) -> SessionOut:
@@ -78,14 +74,21 @@ def _session_out(request: Request, user: User, csrf: str, expires_at: datetime |
 
 @router.post("/login", response_model=SessionOut)
 def web_login(body: WebLogin, request: Request, response: Response) -> SessionOut:
-    """Open a session: a fresh login token (12 h at most) held in an HttpOnly, SameSite=Strict cookie."""
+    """Open a session: a fresh login token (12 h at most) held in an HttpOnly, SameSite=Strict cookie. Failed
+    logins back off per user name and per address (429 with Retry-After)."""
     if body.token:
-        user, expires = _user_for_token(request, body.token)
+        user, expires, parent_id = _user_for_token(request, body.token)
     else:
-        user, expires = _user_for_password(request, body.username or "", body.password or "")
+        user, expires, parent_id = _user_for_password(request, body.username or "", body.password or "")
+    return open_session(request, response, user, expires, parent_id)
+
+
+def open_session(request: Request, response: Response, user: User, expires: datetime,
+                 parent_id: int | None = None) -> SessionOut:
+    """A session of `user` (a password, token or OpenID Connect login): its token and the two cookies."""
     secret = new_token("user")
     request.app.state.store.create_token(hash_token(secret), "user", SESSION_TOKEN_NAME, user.id, _now(),
-                                         expires_at=expires)
+                                         expires_at=expires, is_session=True, parent_id=parent_id)
     csrf = csrf_for(secret)
     secure = request.url.scheme == "https"
     max_age = max(1, int((expires - _now()).total_seconds()))

@@ -8,6 +8,7 @@ from fastapi import APIRouter, Depends, Request, Response
 
 from corral.api.schemas import LoginIn, TokenIn, TokenOut, UserIn, UserOut, UserPatch, WhoAmI
 from corral.server.auth import Principal, require_user
+from corral.server.params import Id
 from corral.server.services import tenancy
 
 router = APIRouter(prefix="/api/v1", tags=["users"])
@@ -28,12 +29,13 @@ def list_users(request: Request, caller: User) -> list[UserOut]:
 
 @router.post("/users", status_code=201, response_model=UserOut)
 def create_user(body: UserIn, request: Request, caller: User) -> UserOut:
-    return tenancy.create_user(request.app.state.store, caller, body)
+    return tenancy.create_user(request.app.state.store, caller, body, request.app.state.passwords)
 
 
 @router.patch("/users/{name}", response_model=UserOut)
 def update_user(name: str, body: UserPatch, request: Request, caller: User) -> UserOut:
-    return tenancy.update_user(request.app.state.store, caller, name, body)
+    address = request.client.host if request.client else "unknown"
+    return tenancy.update_user(request.app.state.store, caller, name, body, request.app.state.logins, address)
 
 
 @router.get("/tokens", response_model=list[TokenOut])
@@ -47,12 +49,14 @@ def create_token(body: TokenIn, request: Request, caller: User) -> TokenOut:
 
 
 @router.delete("/tokens/{token_id}", status_code=204)
-def revoke_token(token_id: int, request: Request, caller: User) -> Response:
+def revoke_token(token_id: Id, request: Request, caller: User) -> Response:
     tenancy.revoke_token(request.app.state.store, caller, token_id)
     return Response(status_code=204)
 
 
 @router.post("/login", response_model=TokenOut)
 def login(body: LoginIn, request: Request) -> TokenOut:
-    """Exchange a user name and password for an API token that expires in 12 hours."""
-    return tenancy.login(request.app.state.store, body.username, body.password)
+    """Exchange a user name and password for a session token that expires in 12 hours (and ends when the
+    password changes). Failed logins back off per user name and per address: 429 with Retry-After."""
+    address = request.client.host if request.client else "unknown"
+    return tenancy.login(request.app.state.logins, body.username, body.password, address)

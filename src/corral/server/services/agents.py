@@ -10,16 +10,26 @@ from datetime import UTC, datetime
 
 from corral.api.schemas import AgentRegister, AgentSync, Assignment, RunRef
 from corral.core.resources import GpuInfo
+from corral.core.errors import ValidationError
 from corral.core.states import JobState, state_for_exit
+from corral.core.unix_identity import DEFAULT_JOB_UIDS, JobIdentity, UidRange, compute_job_identity, parse_uid_range
+from corral.core.webports import DEFAULT_JOB_PORTS, parse_port_range
+from corral.server.keyring import Keyring
+from corral.server.services.webports import assign_web_port, is_head
+from corral.server.services.secrets import SecretUnavailable, resolve_secret_env
 from corral.store.base import StateStore
 from corral.store.records import Job, Node
+
+DEFAULT_UID_RANGE = parse_uid_range(DEFAULT_JOB_UIDS)
+DEFAULT_JOB_PORT_RANGE = parse_port_range(DEFAULT_JOB_PORTS)
+
 
 def register_node(store: StateStore, body: AgentRegister) -> Node:
     gpus = [GpuInfo(index=g.index, uuid=g.uuid, model=g.model, memory_mib=g.memory_mib, pci_bus_id=g.pci_bus_id,
                     numa_node=g.numa_node, nvlink_peers=tuple(g.nvlink_peers), pcie_switch=g.pcie_switch,
                     ecc_enabled=g.ecc_enabled, healthy=g.healthy) for g in body.gpus]
     return store.upsert_node(body.name, body.hostname or body.name, body.backend, body.cpu_milli, body.memory_mib,
-                             body.labels, gpus, datetime.now(UTC), address=body.address)
+                             body.labels, gpus, datetime.now(UTC), address=body.address, isolation=body.isolation)
 
 
 def _on(job: Job, node: str) -> bool:
@@ -75,17 +85,28 @@ def apply_reports(store: StateStore, node: str, body: AgentSync) -> tuple[list[R
     return acked, freed
 
 
-def compute_assignments(store: StateStore, node: Node, running: set[RunRef]) -> tuple[list[Assignment], list[RunRef]]:
+def compute_assignments(store: StateStore, node: Node, running: set[RunRef],
+                        keyring: Keyring | None = None,
+                        uids: UidRange = DEFAULT_UID_RANGE,
+                        job_ports: range = DEFAULT_JOB_PORT_RANGE,
+                        port_salt: int = 0) -> tuple[list[Assignment], list[RunRef]]:
     """Runs the agent must start (RUNNING here, not yet acknowledged) and runs it must stop.
 
     A run the agent still has that is not the current attempt RUNNING on this node (cancelled, requeued
     after a failure or a drain, or finished in the store) is stopped: the store is the source of truth.
+    A job's secrets are opened here, only for the agent that starts it (`keyring`); a job whose secret is
+    gone (or that has secrets and no keyring was given) fails, saying which secret, instead of starting.
+    Each run carries the Unix identity it runs as (the owner's mapping, else a UID from `uids`), resolved here
+    so that every node agrees; a job whose owner has none fails with the reason instead of starting.
+    A job with a web UI gets its port from `job_ports` here, never one another job of this node holds.
     """
     uuids = {g.index: g.uuid for g in node.gpus}
     assignments: list[Assignment] = []
     cancels: list[RunRef] = []
     current: set[RunRef] = set()
-    for job in store.list_node_jobs(node.name):
+    jobs = store.list_node_jobs(node.name)
+    ports_by_job = {j.id: j.spec.port for j in jobs if j.spec.port and is_head(j, node.name)}
+    for job in jobs:
         run = _run_of(job, node.name)
         current.add(run)
         if node.name in job.part_exits:  # this part is done; the gang's other parts still run
@@ -93,12 +114,37 @@ def compute_assignments(store: StateStore, node: Node, running: set[RunRef]) -> 
         if job.cancel_requested or job.preempt_requested:
             cancels.append(run)
         if run not in running and node.name not in job.delivered_to:
-            assignments.append(_assignment(job, node.name, uuids, store))
+            try:
+                secret_env = _open_secrets(store, keyring, job)
+                identity = load_job_identity(store, job, uids)
+            except (SecretUnavailable, ValidationError) as e:
+                store.finish_job(job.id, JobState.FAILED, None, f"cannot start: {e.message}", datetime.now(UTC))
+                continue
+            web_port = assign_web_port(store, job, node.name, ports_by_job, job_ports, port_salt)
+            assignments.append(_assignment(job, node.name, uuids, store, web_port).model_copy(update={
+                "secret_env": secret_env, "uid": identity.uid, "gid": identity.gid, "unix_user": identity.user}))
     cancels.extend(sorted(running - current, key=lambda r: (r.job_id, r.attempt)))
     return assignments, cancels
 
 
-def _assignment(job: Job, node: str, uuids: dict[int, str], store: StateStore) -> Assignment:
+def load_job_identity(store: StateStore, job: Job, uids: UidRange) -> JobIdentity:
+    """Whom the job runs as: its owner's (jobs of a schedule: the schedule's owner). Raises ValidationError."""
+    owner = store.get_user(job.spec.user_id) if job.spec.user_id is not None else None
+    if owner is None:
+        return compute_job_identity(None, "", None, uids)
+    mapped = None if owner.unix_uid is None else (owner.unix_uid, owner.unix_gid or owner.unix_uid)
+    return compute_job_identity(owner.id, owner.name, mapped, uids)
+
+
+def _open_secrets(store: StateStore, keyring: Keyring | None, job: Job) -> dict[str, str]:
+    if not job.spec.secret_env:
+        return {}
+    if keyring is None:
+        raise SecretUnavailable("the server handed the job out without its secrets keyring")
+    return resolve_secret_env(store, keyring, job.spec.tenant_id, job.spec.secret_env)
+
+
+def _assignment(job: Job, node: str, uuids: dict[int, str], store: StateStore, web_port: int | None) -> Assignment:
     s = job.spec
     env = dict(s.env)
     env["CORRAL_ATTEMPT"] = str(job.attempt)
@@ -110,8 +156,8 @@ def _assignment(job: Job, node: str, uuids: dict[int, str], store: StateStore) -
                    CORRAL_MASTER_ADDR=head.address if head else job.placed_parts[0][0],
                    CORRAL_MASTER_PORT=str(29500 + job.id % 20000),
                    CORRAL_NODES=",".join(n for n, _ in job.placed_parts))
-    if s.port:
-        env["CORRAL_PORT"] = str(s.port)
+    if web_port is not None:  # the job's web UI listens here; the proxy reaches nothing else of the node
+        env["CORRAL_JOB_PORT"] = env["PORT"] = str(web_port)
         env["CORRAL_PROXY_PREFIX"] = f"/proxy/jobs/{job.id}/"  # serve under this path (e.g. Jupyter base_url)
     if job.attempt > 1:  # an earlier attempt was stopped (GPU failure, node lost, preemption, drain)
         env["CORRAL_PREEMPTED"] = "1"

@@ -20,13 +20,14 @@ from corral.alerts.series import (
     JobPlacement, compute_batch_series, compute_health_series, compute_job_utilization_series,
     compute_node_lost_series, compute_queue_series,
 )
-from corral.alerts.silences import Silence, parse_silence, silence_to_dict
+from corral.alerts.silences import MAX_TENANT_SILENCE_S, Silence, parse_silence, silence_to_dict
 from corral.core.errors import ConflictError, ForbiddenError, NotFoundError, ValidationError
 from corral.core.rollup import RetentionPolicy, compute_closed_before, compute_retention_cutoffs
 from corral.core.states import JobState
 from corral.core.tenancy import Action
 from corral.core.timestamps import parse_iso_time
 from corral.server.auth import Principal
+from corral.server.services.alert_credentials import load_smtp_password, load_webhook_urls
 from corral.server.services.audit import record_audit
 from corral.server.services.telemetry import TelemetryService
 from corral.server.settings import Settings
@@ -39,12 +40,13 @@ STALE_AFTER_S = 120.0  # a node's last batch older than this no longer feeds sam
 
 def build_notifiers(settings: Settings) -> list[Notifier]:
     notifiers: list[Notifier] = []
-    for i, url in enumerate(u.strip() for u in settings.alert_webhooks.split(",") if u.strip()):
+    for i, url in enumerate(load_webhook_urls(settings)):  # URLs may carry tokens: from a file, never logged
         notifiers.append(WebhookNotifier(f"webhook-{i + 1}", url))
     if settings.smtp_host and settings.alert_email_to:
         recipients = [r.strip() for r in settings.alert_email_to.split(",") if r.strip()]
         notifiers.append(EmailNotifier("email", settings.smtp_host, settings.smtp_port, settings.alert_email_from,
-                                       recipients))
+                                       recipients, username=settings.smtp_username or None,
+                                       password=load_smtp_password(settings), tls=settings.smtp_tls))
     return notifiers
 
 
@@ -110,11 +112,29 @@ class AlertService:
         now = time.time()
         for sid, spec in self.store.list_silences():
             try:
-                s = parse_silence(spec, id=sid, now=now, created_by=str(spec.get("created_by", "")))
+                s = parse_silence(self._scoped(spec), id=sid, now=now, created_by=str(spec.get("created_by", "")))
                 if s.ends_at > now:
                     self.engine.add_silence(s)
             except (ValidationError, ConflictError):
                 continue
+
+    def _scoped(self, spec: dict[str, Any]) -> dict[str, Any]:
+        """A silence stored before silences had a tenant: a tenant-admin's becomes its tenant's (it was muting the
+        whole cluster's alerts), and lasts no longer than a tenant's silence may."""
+        if "tenant" in spec:
+            return spec
+        user = self.store.find_user(str(spec.get("created_by", "")))
+        if user is None or user.role == "admin" or user.tenant_id is None:
+            return spec
+        tenant = self.store.get_tenant(user.tenant_id)
+        if tenant is None:
+            return spec
+        log.warning("silence by %s now mutes only tenant %s's alerts", user.name, tenant.name)
+        scoped = spec | {"tenant": tenant.name}
+        ends_at, starts_at = spec.get("ends_at"), spec.get("starts_at")
+        if isinstance(ends_at, int | float) and isinstance(starts_at, int | float):
+            scoped["ends_at"] = min(ends_at, starts_at + MAX_TENANT_SILENCE_S)
+        return scoped
 
     def start(self) -> None:
         self.dispatcher.start()
@@ -188,6 +208,8 @@ class AlertService:
 
     def _act(self, request: ActionRequest) -> None:
         now = datetime.now(UTC)
+        if not self._action_in_reach(request):
+            return
         if request.action is RuleAction.CORDON_NODE and request.node:
             if self.store.set_node_cordoned(request.node, True):
                 self.store.add_node_event(request.node, None, "cordoned", f"by alert rule {request.rule}", now)
@@ -197,6 +219,21 @@ class AlertService:
             if job is not None:
                 self.store.add_event(job.id, "stopped_by_alert", f"rule {request.rule}", now)
                 self.store.add_audit(f"alert:{request.rule}", "job.stop", request.job, "", now)
+
+    def _action_in_reach(self, request: ActionRequest) -> bool:
+        """A tenant's rule acts on its own tenant's jobs only: it never cordons a node, nor stops another
+        tenant's job (checked again here, for rules stored before create_rule refused such actions)."""
+        rule = next((r for r in self.engine.rules() if r.name == request.rule), None)
+        if rule is None or not rule.tenant:
+            return True
+        tenant = self.store.find_tenant(rule.tenant)
+        job = self.store.get_job(int(request.job)) if request.job and request.job.isdigit() else None
+        if request.action is RuleAction.STOP_JOB and tenant is not None and job is not None \
+                and job.spec.tenant_id == tenant.id:
+            return True
+        log.warning("alert rule %s of tenant %s may not %s (%s)", rule.name, rule.tenant, request.action.value,
+                    request.node if request.action is RuleAction.CORDON_NODE else f"job {request.job}")
+        return False
 
     # ---- API operations ----------------------------------------------------------------
     def list_alerts(self, caller: Principal, states: Sequence[AlertState] | None) -> list[dict[str, Any]]:
@@ -211,9 +248,12 @@ class AlertService:
                 for h in self.store.list_alert_history(limit)
                 if tenant is None or h.labels.get("tenant") in (None, tenant)]
 
-    def list_rules(self) -> list[dict[str, Any]]:
+    def list_rules(self, caller: Principal) -> list[dict[str, Any]]:
+        """The cluster's rules and, for a non-admin, its own tenant's (another tenant's rules are private)."""
+        tenant = self._tenant_name(caller)
         ids = {r.name: r.id for r in self.store.list_alert_rules()}
-        return [rule_to_dict(r) | {"id": ids.get(r.name), "builtin": r.name not in ids} for r in self.engine.rules()]
+        return [rule_to_dict(r) | {"id": ids.get(r.name), "builtin": r.name not in ids} for r in self.engine.rules()
+                if tenant is None or r.tenant in (None, tenant)]
 
     def create_rule(self, caller: Principal, data: dict[str, Any]) -> dict[str, Any]:
         data = normalize_rule_input(data)
@@ -222,6 +262,9 @@ class AlertService:
                 raise ForbiddenError(f"role {caller.role.value} may not manage alert rules")
             data |= {"scope": "tenant", "tenant": self._tenant_name(caller)}
         rule: AlertRule = parse_rule(data)
+        if rule.tenant and RuleAction.CORDON_NODE in rule.actions:
+            # a node is shared by every tenant: only the cluster's rules may take one out
+            raise ValidationError("actions", "a tenant's rule may stop its own jobs (stop_job) but not cordon nodes")
         if any(r.name == rule.name for r in self.store.list_alert_rules()):
             raise ConflictError(f"alert rule {rule.name!r} exists")
         tenant_id = caller.tenant_id if rule.tenant else None
@@ -240,14 +283,28 @@ class AlertService:
         self.reload()
         record_audit(self.store, caller, "alert_rule.delete", rec.name)
 
-    def list_silences(self) -> list[dict[str, Any]]:
-        return [silence_to_dict(s) for s in self.engine.silences(time.time())]
+    def list_silences(self, caller: Principal) -> list[dict[str, Any]]:
+        """Active silences: all of them for an admin, a tenant's own for anyone else."""
+        tenant = self._tenant_name(caller)
+        return [silence_to_dict(s) for s in self.engine.silences(time.time())
+                if caller.is_admin or (tenant is not None and s.tenant == tenant)]
 
     def create_silence(self, caller: Principal, data: dict[str, Any]) -> dict[str, Any]:
+        """An admin's silence mutes any alert its matchers select (or, with `tenant`, that tenant's only); a
+        tenant-admin's is always its tenant's: it mutes that tenant's alerts and nothing else."""
         caller.require(Action.MANAGE_TENANT)
         who = caller.user.name if caller.user else caller.token.name
-        silence: Silence = parse_silence(normalize_silence_input(data), id=uuid.uuid4().hex[:12], now=time.time(),
-                                         created_by=who)
+        data = normalize_silence_input(data)
+        if not caller.is_admin:
+            own = self._tenant_name(caller)
+            if own is None:
+                raise ForbiddenError("a silence needs a tenant to belong to")
+            if data.get("tenant") not in (None, own):
+                raise ValidationError("tenant", f"a tenant-admin silences its own tenant's alerts only ({own})")
+            data["tenant"] = own
+        elif data.get("tenant") is not None and self.store.find_tenant(str(data["tenant"])) is None:
+            raise ValidationError("tenant", f"no tenant {data['tenant']!r}")
+        silence: Silence = parse_silence(data, id=uuid.uuid4().hex[:12], now=time.time(), created_by=who)
         spec = silence_to_dict(silence)
         self.store.save_silence(silence.id, spec, datetime.now(UTC))
         self.engine.add_silence(silence)
@@ -255,7 +312,12 @@ class AlertService:
         return spec
 
     def delete_silence(self, caller: Principal, silence_id: str) -> None:
+        """End a silence now. A tenant-admin reaches its own tenant's silences only: any other is 404."""
         caller.require(Action.MANAGE_TENANT)
+        silence = next((s for s in self.engine.silences() if s.id == silence_id), None)
+        if silence is None or (not caller.is_admin and (silence.tenant is None
+                                                         or silence.tenant != self._tenant_name(caller))):
+            raise NotFoundError("silence", silence_id)
         self.engine.expire_silence(silence_id, time.time())
         self.store.delete_silence(silence_id)
         record_audit(self.store, caller, "silence.delete", silence_id)

@@ -2,23 +2,29 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+import hashlib
+import json
+from datetime import UTC, datetime, timedelta
 
 from corral.api.schemas import JobOut, JobSubmit
 from corral.core.errors import NotFoundError, ValidationError
 from corral.core.requests import ResourceRequest, model_matches
 from corral.core.states import JobState
 from corral.server.auth import Principal
+from corral.server.services.secrets import check_secret_refs
 from corral.store.base import StateStore
 from corral.store.records import Job, JobSpec, Node
 
 
 def check_fits_some_node(request: ResourceRequest, nodes: list[Node], gang: int = 1) -> None:
-    """Reject a request that no registered node could ever hold (naming the field).
+    """Reject a request that no registered node could ever hold (naming the field): it would wait forever.
 
     With no nodes registered yet the job is accepted and waits: nodes may join later.
     """
-    if not nodes or request.gpus == 0:
+    if not nodes:
+        return
+    _check_host_fits(request, nodes)
+    if request.gpus == 0:
         return
     biggest = max(len(n.gpus) for n in nodes)
     if request.gpus > biggest:
@@ -29,10 +35,35 @@ def check_fits_some_node(request: ResourceRequest, nodes: list[Node], gang: int 
         if not matching:
             wanted = "|".join(request.gpu_models)
             raise ValidationError("gpu_model", f"no node has {request.gpus} GPU(s) of model {wanted}; models here: {', '.join(models) or 'none'}")
-    big_enough = [n for n in nodes if sum(model_matches(g.model, request.gpu_models) for g in n.gpus) >= request.gpus]
+    most_gpu_memory = max((g.memory_mib for n in nodes for g in n.gpus), default=0)
+    if request.min_gpu_memory_mib > most_gpu_memory:
+        raise ValidationError("min_gpu_memory_mib", f"GPUs of {request.min_gpu_memory_mib} MiB requested but the "
+                                                    f"largest GPU has {most_gpu_memory} MiB")
+    big_enough = [n for n in nodes if _can_ever_hold(n, request)]
+    if not big_enough:
+        raise ValidationError("gpus", f"no node has {request.gpus} such GPU(s) together with the CPUs and memory "
+                                      "requested")
     if gang > len(big_enough):
         raise ValidationError("nodes", f"{gang} nodes with {request.gpus} GPU(s) each requested but the pool has "
                                        f"{len(big_enough)} such node(s)")
+
+
+def _check_host_fits(request: ResourceRequest, nodes: list[Node]) -> None:
+    most_memory = max(n.memory_mib for n in nodes)
+    if request.memory_mib > most_memory:
+        raise ValidationError("memory_mib", f"{request.memory_mib} MiB requested but the largest node has "
+                                            f"{most_memory} MiB")
+    most_cpu = max(n.cpu_milli for n in nodes)
+    if request.cpu_milli > most_cpu:
+        raise ValidationError("cpu_milli", f"{request.cpu_milli} milli-CPUs requested but the largest node has "
+                                           f"{most_cpu}")
+
+
+def _can_ever_hold(node: Node, request: ResourceRequest) -> bool:
+    """Whether the empty node could hold the request (GPUs of the model and memory, CPUs, memory)."""
+    usable = sum(model_matches(g.model, request.gpu_models) and g.memory_mib >= request.min_gpu_memory_mib
+                 for g in node.gpus)
+    return usable >= request.gpus and node.cpu_milli >= request.cpu_milli and node.memory_mib >= request.memory_mib
 
 
 def check_tenant_quota_covers(store: StateStore, tenant_id: int, request: ResourceRequest) -> None:
@@ -67,17 +98,34 @@ def job_spec_for(store: StateStore, body: JobSubmit, tenant_id: int | None, user
                               memory_mib=body.memory_mib)
     check_fits_some_node(request, store.list_nodes(), body.nodes)
     check_tenant_quota_covers(store, tenant_id, request)
+    check_secret_refs(store, tenant_id, body.secret_env, body.env)  # names only: values are read at hand-over
     return JobSpec(command=tuple(body.command), name=body.name or body.command[0].rsplit("/", 1)[-1],
                    env=dict(body.env), workdir=body.workdir, gpus=body.gpus, gpu_milli=body.gpu_milli,
                    gpu_models=body.gpu_models, min_gpu_memory_mib=body.min_gpu_memory_mib,
                    cpu_milli=body.cpu_milli, memory_mib=body.memory_mib, priority=body.priority,
                    user_id=user_id, tenant_id=tenant_id, queue=body.queue,
-                   time_limit_s=body.time_limit_s, port=body.port, nodes=body.nodes, schedule_id=schedule_id)
+                   time_limit_s=body.time_limit_s, nodes=body.nodes, schedule_id=schedule_id,
+                   port=0 if body.web_ui or body.port else None,  # Corral assigns the port at hand-over
+                   secret_env=dict(body.secret_env))
 
 
-def submit_job(store: StateStore, body: JobSubmit, caller: Principal) -> Job:
+def submit_job(store: StateStore, body: JobSubmit, caller: Principal, idempotency_key: str | None = None,
+               keep_keys: timedelta = timedelta(hours=24)) -> tuple[Job, bool]:
+    """(the job, whether this call created it). With an Idempotency-Key, the same key from the same caller with
+    the same body returns the job the first request made (also after a crash, for `keep_keys`); the same key
+    with another body raises IdempotencyKeyReused."""
     spec = job_spec_for(store, body, caller.tenant_id, caller.user.id if caller.user else None)
-    return store.create_job(spec, datetime.now(UTC))
+    now = datetime.now(UTC)
+    if idempotency_key is None:
+        return store.create_job(spec, now), True
+    owner = f"user:{caller.user.id}" if caller.user else f"token:{caller.token.id}"
+    return store.create_job_once(spec, now, owner, idempotency_key, request_fingerprint(body), keep_keys)
+
+
+def request_fingerprint(body: JobSubmit) -> str:
+    """sha256 of the submission as the API understood it (defaults filled, keys sorted)."""
+    canonical = json.dumps(body.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
 
 
 def load_job(store: StateStore, job_id: int, caller: Principal | None = None) -> Job:
@@ -106,7 +154,8 @@ def to_out(job: Job, pending_reasons: dict[int, str], tenants: dict[int, str] | 
         finished_at=job.finished_at, cancel_requested=job.cancel_requested, attempt=job.attempt,
         tenant=(tenants or {}).get(s.tenant_id) if s.tenant_id else None, queue=s.queue, time_limit_s=s.time_limit_s,
         queue_position=position, eta=eta, preemptions=job.preemptions,
-        eta_s=None if eta is None else max((eta - datetime.now(UTC)).total_seconds(), 0.0), port=s.port,
+        eta_s=None if eta is None else max((eta - datetime.now(UTC)).total_seconds(), 0.0), port=s.port or None,
+        web_ui=s.port is not None,  # 0: asked for, no port yet (see JobSpec.port)
         web_url=f"/proxy/jobs/{job.id}/" if s.port and job.state is JobState.RUNNING else None,
-        schedule_id=s.schedule_id,
+        schedule_id=s.schedule_id, secret_env=dict(s.secret_env),
     )

@@ -22,7 +22,7 @@ class LogOffsetError(ConflictError):
 class LogStore:
     def __init__(self, root: Path) -> None:
         self.root = root
-        self.root.mkdir(parents=True, exist_ok=True)
+        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
         self._lock = threading.Lock()
 
     def path(self, job_id: int, attempt: int = 1, rank: int = 0) -> Path:
@@ -56,7 +56,8 @@ class LogStore:
                 raise LogOffsetError(size)
             fresh = data[size - offset:]
             if fresh:
-                with open(self.path(job_id, attempt, rank), "ab") as f:
+                fd = os.open(self.path(job_id, attempt, rank), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+                with open(fd, "ab") as f:  # jobs' logs are theirs alone: 0600 in a 0700 dir
                     f.write(fresh)
                     f.flush()
                     os.fsync(f.fileno())

@@ -11,7 +11,8 @@ from corral.core.errors import AuthError, ForbiddenError, NotFoundError, Validat
 from corral.core.requests import model_matches
 from corral.core.tenancy import Action, Role, check_name, check_quota, parse_role
 from corral.server.auth import Principal, hash_token, new_token
-from corral.server.passwords import hash_password, verify_password
+from corral.server.passwords import PasswordPool, hash_password
+from corral.server.services.login import LoginGuard
 from corral.server.services.audit import record_audit
 from corral.store.records import Quota, Tenant, TokenRecord, User
 from corral.store.sql import SqlStore
@@ -125,7 +126,8 @@ def set_queue(store: SqlStore, caller: Principal, tenant: str, body: QueueIn) ->
 # ---- users -------------------------------------------------------------------
 def user_out(u: User, names: dict[int, str]) -> UserOut:
     return UserOut(id=u.id, name=u.name, role=u.role, tenant=names.get(u.tenant_id) if u.tenant_id else None,
-                   has_password=bool(u.password_hash), created_at=u.created_at)
+                   has_password=bool(u.password_hash), created_at=u.created_at, directory=u.directory,
+                   disabled=u.disabled, unix_uid=u.unix_uid, unix_gid=u.unix_gid)
 
 
 def _check_may_grant(caller: Principal, role: Role) -> None:
@@ -140,7 +142,7 @@ def list_users(store: SqlStore, caller: Principal) -> list[UserOut]:
     return [user_out(u, names) for u in store.list_users(caller.tenant_scope())]
 
 
-def create_user(store: SqlStore, caller: Principal, body: UserIn) -> UserOut:
+def create_user(store: SqlStore, caller: Principal, body: UserIn, passwords: PasswordPool | None = None) -> UserOut:
     role = parse_role(body.role)
     _check_may_grant(caller, role)
     check_name("name", body.name)
@@ -151,7 +153,7 @@ def create_user(store: SqlStore, caller: Principal, body: UserIn) -> UserOut:
         if t is None or (not caller.is_admin and t.id != caller.tenant_id):
             raise ValidationError("tenant", f"no tenant named {body.tenant!r}")
         tenant_id = t.id
-    password_hash = hash_password(body.password) if body.password else ""
+    password_hash = _hash(passwords, body.password) if body.password else ""
     u = store.create_user(body.name, role.value, _now(), tenant_id=tenant_id, password_hash=password_hash)
     record_audit(store, caller, "user.create", u.name, f"role={u.role}")
     return user_out(u, tenant_names(store))
@@ -165,21 +167,50 @@ def load_user(store: SqlStore, caller: Principal, name: str) -> User:
     return u
 
 
-def update_user(store: SqlStore, caller: Principal, name: str, body: UserPatch) -> UserOut:
+def _hash(passwords: PasswordPool | None, password: str) -> str:
+    return passwords.hash(password) if passwords is not None else hash_password(password)
+
+
+def _check_current_password(logins: LoginGuard, user: User, current: str | None, address: str) -> None:
+    """Changing one's own password takes the current one, so a stolen session cannot lock the owner out. A wrong
+    one counts as a failed login of the user (the same back-off)."""
+    if not current:
+        raise ValidationError("current_password", "give your current password to set a new one")
+    try:
+        logins.check_password(user.name, current, address)
+    except AuthError as e:
+        raise ValidationError("current_password", "wrong password") from e
+
+
+def update_user(store: SqlStore, caller: Principal, name: str, body: UserPatch, logins: LoginGuard | None = None,
+                address: str = "unknown") -> UserOut:
+    """A role, a password or disabling. A new password ends every other login session of the user (the caller's
+    own stays when it changes its own password, which takes the current one); disabling ends them all (its tokens
+    fail from then on). The last enabled admin can neither lose the role nor be disabled (409, atomically)."""
     u = load_user(store, caller, name)
-    self_service = caller.user is not None and caller.user.id == u.id and body.role is None
+    own = caller.user is not None and caller.user.id == u.id
+    self_service = own and body.role is None and body.disabled is None
     if not self_service:
         _check_may_grant(caller, parse_role(body.role) if body.role else Role(u.role))
+    if own and body.password and u.password_hash and logins is not None:
+        _check_current_password(logins, u, body.current_password, address)
     role = parse_role(body.role).value if body.role else None
-    store.update_user(u.id, role=role, password_hash=hash_password(body.password) if body.password else None)
-    record_audit(store, caller, "user.update", u.name, ("role=" + role if role else "") + (" password" if body.password else ""))
+    password_hash = _hash(logins.passwords if logins else None, body.password) if body.password else None
+    store.update_user(u.id, role=role, password_hash=password_hash, disabled=body.disabled)
+    if password_hash is not None or body.disabled:
+        store.revoke_sessions(u.id, keep_token_id=caller.token.id if own and not body.disabled else None)
+    what = [f"role={role}"] if role else []
+    what += ["password"] if body.password else []
+    what += [f"disabled={body.disabled}".lower()] if body.disabled is not None else []
+    record_audit(store, caller, "user.update", u.name, " ".join(what))
     return user_out(store.get_user(u.id) or u, tenant_names(store))
 
 
 # ---- tokens ------------------------------------------------------------------
 def token_out(t: TokenRecord, users: dict[int, str], secret: str | None = None) -> TokenOut:
     return TokenOut(id=t.id, name=t.name, user=users.get(t.user_id) if t.user_id else None, created_at=t.created_at,
-                    expires_at=t.expires_at, revoked=t.revoked, token=secret)
+                    expires_at=t.expires_at, revoked=t.revoked, token=secret,
+                    kind="session" if t.is_session else t.kind)
 
 
 def _user_names(store: SqlStore, caller: Principal) -> dict[int, str]:
@@ -197,7 +228,21 @@ def list_tokens(store: SqlStore, caller: Principal) -> list[TokenOut]:
     return [token_out(t, users) for t in store.list_tokens(ids)]
 
 
+def create_metrics_token(store: SqlStore, caller: Principal, body: TokenIn) -> TokenOut:
+    """A token that can only scrape /metrics (for Prometheus): admins only, it belongs to no user."""
+    caller.require(Action.MANAGE_CLUSTER)
+    if body.user is not None:
+        raise ValidationError("user", "a metrics token belongs to no user")
+    expires = _now() + timedelta(seconds=body.expires_in_s) if body.expires_in_s else None
+    secret = new_token("metrics")
+    t = store.create_token(hash_token(secret), "metrics", body.name or "metrics", None, _now(), expires_at=expires)
+    record_audit(store, caller, "token.create", f"metrics/{t.id}", t.name)
+    return token_out(t, {}, secret)
+
+
 def create_token(store: SqlStore, caller: Principal, body: TokenIn) -> TokenOut:
+    if body.metrics:
+        return create_metrics_token(store, caller, body)
     owner = caller.user
     if body.user is not None and (owner is None or body.user != owner.name):
         caller.require(Action.MANAGE_TENANT)
@@ -224,11 +269,11 @@ def revoke_token(store: SqlStore, caller: Principal, token_id: int) -> None:
     record_audit(store, caller, "token.revoke", str(token_id))
 
 
-def login(store: SqlStore, username: str, password: str) -> TokenOut:
-    """Password login: a token that expires after LOGIN_TOKEN_TTL. One message for every failure."""
-    u = store.find_user(username)
-    if u is None or not verify_password(u.password_hash, password):
-        raise AuthError("wrong user name or password")
+def login(guard: LoginGuard, username: str, password: str, address: str) -> TokenOut:
+    """Password login: a session token that expires after LOGIN_TOKEN_TTL and ends with a password change. One
+    message for every failure; failures back off per user name and per address (see LoginGuard)."""
+    u = guard.check_password(username, password, address)
     secret = new_token("user")
-    t = store.create_token(hash_token(secret), "user", "login session", u.id, _now(), expires_at=_now() + LOGIN_TOKEN_TTL)
+    t = guard.store.create_token(hash_token(secret), "user", "login session", u.id, _now(),
+                                 expires_at=_now() + LOGIN_TOKEN_TTL, is_session=True)
     return token_out(t, {u.id: u.name}, secret)

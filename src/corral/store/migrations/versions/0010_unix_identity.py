@@ -3,8 +3,8 @@
 Revision ID: 0010
 Revises: 0009
 """
-from alembic import op  # noqa: F401
-import sqlalchemy as sa  # noqa: F401
+from alembic import op
+import sqlalchemy as sa
 
 
 revision = '0010'
@@ -14,8 +14,16 @@ depends_on = None
 
 
 def upgrade() -> None:
-    pass  # filled in by the change that owns this revision
+    with op.batch_alter_table('users') as b:
+        b.add_column(sa.Column('unix_uid', sa.BigInteger(), nullable=True))
+        b.add_column(sa.Column('unix_gid', sa.BigInteger(), nullable=True))
+    with op.batch_alter_table('nodes') as b:
+        b.add_column(sa.Column('isolation', sa.String(length=16), nullable=False, server_default=''))
 
 
 def downgrade() -> None:
-    pass
+    with op.batch_alter_table('nodes') as b:
+        b.drop_column('isolation')
+    with op.batch_alter_table('users') as b:
+        b.drop_column('unix_gid')
+        b.drop_column('unix_uid')

@@ -3,8 +3,8 @@
 Revision ID: 0013
 Revises: 0012
 """
-from alembic import op  # noqa: F401
-import sqlalchemy as sa  # noqa: F401
+from alembic import op
+import sqlalchemy as sa
 
 
 revision = '0013'
@@ -14,8 +14,19 @@ depends_on = None
 
 
 def upgrade() -> None:
-    pass  # filled in by the change that owns this revision
+    op.create_table(
+        'idempotency_keys',
+        sa.Column('id', sa.Integer(), primary_key=True, autoincrement=True),
+        sa.Column('owner', sa.String(64), nullable=False),
+        sa.Column('key', sa.String(255), nullable=False),
+        sa.Column('request_hash', sa.String(64), nullable=False),
+        sa.Column('job_id', sa.Integer(), sa.ForeignKey('jobs.id', ondelete='CASCADE'), nullable=False),
+        sa.Column('created_at', sa.DateTime(timezone=True), nullable=False),
+        sa.UniqueConstraint('owner', 'key', name='uq_idempotency_keys_owner_key'),
+    )
+    op.create_index('ix_idempotency_keys_created_at', 'idempotency_keys', ['created_at'])
 
 
 def downgrade() -> None:
-    pass
+    op.drop_index('ix_idempotency_keys_created_at', table_name='idempotency_keys')
+    op.drop_table('idempotency_keys')

@@ -20,7 +20,7 @@ export function retrySpec(j) {
   if (j.gpu_model) spec.gpu_model = j.gpu_model;
   if (j.workdir) spec.workdir = j.workdir;
   if (j.time_limit_s) spec.time_limit_s = j.time_limit_s;
-  if (j.port) spec.port = j.port;
+  if (j.web_ui || j.port) spec.web_ui = true;  // Corral assigns the port again
   return spec;
 }
 
@@ -57,7 +57,7 @@ export async function render(page) {
     $("#state").innerHTML = stateTag(job.state);
     const cancel = $("#cancel");
     if (cancel) cancel.disabled = TERMINAL.has(job.state) || job.cancel_requested;
-    // The job's own web UI (the port it declared), through Corral's authenticated proxy, while it runs.
+    // The job's own web UI (the port Corral assigned it), through Corral's authenticated proxy, while it runs.
     $("#webui").innerHTML = (job.web_url ? `<a id="open-webui" href="${esc(job.web_url)}" target="_blank" rel="noopener">Open the job's web UI (port ${job.port})</a>` : "")
       + (job.schedule_id ? ` <span class="muted">started by <a href="/schedules#schedule-${job.schedule_id}">schedule ${job.schedule_id}</a></span>` : "");
     const ran = job.started_at ? ((job.finished_at ? new Date(job.finished_at) : new Date()) - new Date(job.started_at)) / 1000 : null;

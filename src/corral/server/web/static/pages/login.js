@@ -1,4 +1,5 @@
-// Login: a user name and password, or an API token; either opens a cookie session.
+// Login: a user name and password (local or LDAP), an API token, or single sign-on (OpenID Connect) when the
+// server has a provider; each opens a cookie session.
 import { ApiError, request } from "../api.js";
 import { $, clearErrors, fieldError, showError } from "../ui.js";
 
@@ -19,7 +20,8 @@ export async function render(page) {
       <label>API token <input name="token" data-field="token" type="password" autocomplete="off" required></label>${fieldError("token")}
       <div class="muted">The first admin token is in <code>admin-token</code> in the server's data dir.</div>
       <div class="form-error"></div><button type="submit">Log in with token</button>
-    </form></div>`;
+    </form><p id="sso-login" hidden><a href="/web/oidc/login">Log in with single sign-on</a></p></div>`;
+  request("GET", "/web/oidc").then((sso) => { if (sso.enabled) $("#sso-login").hidden = false; }, () => {});
   for (const form of [$("#password-login"), $("#token-login")]) {
     form.addEventListener("submit", async (e) => {
       e.preventDefault();

@@ -36,7 +36,7 @@ const FIELDS = [
   ["queue", "Queue", "text", "", "default"],
   ["priority", "Priority (-1000..1000)", "number", "", "0"],
   ["time_limit_s", "Time limit (seconds)", "number", "", "none"],
-  ["port", "Web UI port (opened through Corral)", "number", "", "none"],
+  ["port", "Web UI (any number: Corral assigns the port, $CORRAL_JOB_PORT)", "number", "", "none"],
   ["env", "Environment (KEY=VALUE, one a line)", "textarea", "wide", "NCCL_DEBUG=INFO"],
   ["repeat", "Repeat schedule (empty: run once; a cron line, @daily or @every 15m)", "text", "", "once"],
   ["timezone", "Time zone of the schedule", "text", "", "UTC"],

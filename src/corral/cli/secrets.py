@@ -1,0 +1,103 @@
+"""`corral secrets ...`: a tenant's secrets. Values are read from stdin or a file, never from the command line."""
+
+from __future__ import annotations
+
+import getpass
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from corral.api.secrets import SecretIn, SecretKind, SecretUpdate
+from corral.cli.config import make_client
+from corral.cli.output import print_json, print_table, short_time
+from corral.core.errors import ValidationError
+
+JSON = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+Tenant = Annotated[str | None, typer.Option(help="The tenant (admins; default: your own).")]
+FromFile = Annotated[Path | None, typer.Option("--from-file", help="Read the value from this file (kept exactly).")]
+
+secrets_app = typer.Typer(
+    help="Tenant secrets for jobs (`corral submit --secret-env VAR=NAME`). Values go in from stdin or a file "
+         "and never come back out: listings show names only.", invoke_without_command=True)
+
+
+def read_value(from_file: Path | None) -> str:
+    """The value: a file's exact content, else stdin (one trailing newline dropped; a terminal asks without
+    echo). Never argv: a command line is visible to every user of the machine in `ps`."""
+    if from_file is not None:
+        try:
+            return from_file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise ValidationError("--from-file", f"cannot read {from_file}: {e}") from e
+    if sys.stdin.isatty():
+        return getpass.getpass("secret value (not echoed): ")
+    value = sys.stdin.read()
+    return value[:-1] if value.endswith("\n") else value
+
+
+@secrets_app.callback()
+def secrets_default(ctx: typer.Context, as_json: JSON = False, tenant: Tenant = None) -> None:
+    """List your tenant's secrets when no subcommand is given."""
+    if ctx.invoked_subcommand is None:
+        secrets_list(as_json=as_json, tenant=tenant)
+
+
+@secrets_app.command("list")
+def secrets_list(as_json: JSON = False, tenant: Tenant = None) -> None:
+    """Names, kinds and who made them (never a value). Admins see every tenant's unless --tenant is given."""
+    with make_client() as c:
+        items = c.secrets(tenant)
+    if as_json:
+        return print_json(items)
+    print_table(None, ["NAME", "TENANT", "KIND", "CREATED BY", "CREATED", "UPDATED"],
+                [(s.name, s.tenant, s.kind.value + (f" {s.username}@{s.host}" if s.host else ""), s.created_by,
+                  short_time(s.created_at), short_time(s.updated_at)) for s in items])
+
+
+@secrets_app.command("create")
+def secrets_create(
+    name: Annotated[str, typer.Argument(help="Unique in the tenant: letters, digits, . _ -")],
+    from_file: FromFile = None, tenant: Tenant = None,
+    kind: Annotated[SecretKind, typer.Option(help="generic, or registry (a container registry login).")] = SecretKind.GENERIC,
+    host: Annotated[str | None, typer.Option(help="Registry host (--kind registry).")] = None,
+    username: Annotated[str | None, typer.Option(help="Registry user (--kind registry).")] = None,
+    as_json: JSON = False,
+) -> None:
+    """Create a secret; the value comes from stdin (`printf %s "$TOKEN" | corral secrets create NAME`) or --from-file."""
+    body = SecretIn(name=name, value=read_value(from_file), kind=kind, host=host, username=username)
+    with make_client() as c:
+        s = c.create_secret(body, tenant)
+    print_json(s) if as_json else print(f"secret {s.name} created in tenant {s.tenant}")
+
+
+@secrets_app.command("update")
+def secrets_update(name: str, from_file: FromFile = None, tenant: Tenant = None,
+                   host: Annotated[str | None, typer.Option(help="New registry host.")] = None,
+                   username: Annotated[str | None, typer.Option(help="New registry user.")] = None,
+                   as_json: JSON = False) -> None:
+    """Give a secret a new value (stdin or --from-file); jobs started from now on get it."""
+    body = SecretUpdate(value=read_value(from_file), host=host, username=username)
+    with make_client() as c:
+        s = c.update_secret(name, body, tenant)
+    print_json(s) if as_json else print(f"secret {s.name} updated")
+
+
+@secrets_app.command("delete")
+def secrets_delete(name: str, tenant: Tenant = None) -> None:
+    """Delete a secret; pending jobs that use it fail when they start, naming it."""
+    with make_client() as c:
+        c.delete_secret(name, tenant)
+    print(f"secret {name} deleted")
+
+
+@secrets_app.command("rotate-key")
+def secrets_rotate_key(as_json: JSON = False) -> None:
+    """Admins: a new key seals every stored secret again; old keys leave the key file once nothing needs them."""
+    with make_client() as c:
+        out = c.rotate_secrets_key()
+    if as_json:
+        return print_json(out)
+    print(f"new key {out.key_id}: {out.resealed} value(s) sealed again; retired key(s): "
+          f"{', '.join(out.retired_keys) or 'none'}")
