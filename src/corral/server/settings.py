@@ -6,7 +6,7 @@ import socket
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from corral.api.paths import default_data_dir
@@ -129,26 +129,17 @@ class Settings(BaseSettings):
             raise ValueError(problem)
         return self
 
-    @field_validator("job_ports")
+    @field_validator("job_ports", "job_uids")
     @classmethod
-    def _check_job_ports(cls, v: str) -> str:
-        from corral.core.errors import ValidationError
-        from corral.core.webports import parse_port_range
-
-        try:
-            parse_port_range(v)
-        except ValidationError as e:
-            raise ValueError(e.problem) from e
-        return v
-
-    @field_validator("job_uids")
-    @classmethod
-    def _check_job_uids(cls, v: str) -> str:
+    def _check_range(cls, v: str, info: ValidationInfo) -> str:
+        """A range setting parses with its core parser; its problem becomes the setting's error."""
         from corral.core.errors import ValidationError
         from corral.core.unix_identity import parse_uid_range
+        from corral.core.webports import parse_port_range
 
+        parse = parse_port_range if info.field_name == "job_ports" else parse_uid_range
         try:
-            parse_uid_range(v)
+            parse(v)
         except ValidationError as e:
             raise ValueError(e.problem) from e
         return v
