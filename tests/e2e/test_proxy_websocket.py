@@ -69,6 +69,9 @@ def test_websocket_echo_through_the_proxy(corral_factory: Any) -> None:
         except ConnectionClosed as e:  # 1013 until the app listens
             assert e.rcvd is not None and e.rcvd.code == 1013, e
             return None
+        except InvalidStatus as e:  # 409 until the agent has seen the job's own process listen on its port
+            assert e.response.status_code == 409, e
+            return None
 
     seen = wait_for(hello, 30, "the job's WebSocket app answers through the proxy")
     assert seen["path"] == "/ws?x=1&y=%20z"
@@ -199,6 +202,9 @@ def test_a_revoked_token_or_a_logout_closes_open_websockets(corral_factory: Any)
                 ws.send("up?")
                 return ws.recv(timeout=10) == "up?"
         except ConnectionClosed:  # 1013 until the app listens
+            return False
+        except InvalidStatus as e:  # 409 until the agent has seen the job's own process listen on its port
+            assert e.response.status_code == 409, e
             return False
 
     wait_for(echoes, 30, "the job's WebSocket app answers through the proxy")
