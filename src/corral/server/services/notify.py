@@ -8,22 +8,28 @@ from collections import defaultdict
 
 
 class NodeNotifier:
-    """Per-node asyncio events, set from any thread, awaited in the server's event loop."""
+    """Per-node wake-ups, set from any thread, awaited in any event loop. The agents' listener runs its own loop
+    (server/runtime.py), so each waiter's event belongs to the loop it waits in, and a notification is handed to
+    that loop with call_soon_threadsafe: setting an asyncio.Event from another loop's thread would not wake it."""
 
     def __init__(self) -> None:
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._events: dict[str, asyncio.Event] = defaultdict(asyncio.Event)
+        self._lock = threading.Lock()
+        self._events: dict[tuple[str, asyncio.AbstractEventLoop], asyncio.Event] = {}
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
+        """Kept for callers that announce their loop; waiters register their own."""
 
     def notify(self, node: str) -> None:
-        if self._loop is None or self._loop.is_closed():
-            return
-        self._loop.call_soon_threadsafe(self._events[node].set)
+        with self._lock:
+            targets = [(loop, event) for (n, loop), event in self._events.items() if n == node]
+        for loop, event in targets:
+            if not loop.is_closed():
+                loop.call_soon_threadsafe(event.set)
 
     async def wait(self, node: str, timeout_s: float) -> None:
-        event = self._events[node]
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            event = self._events.setdefault((node, loop), asyncio.Event())
         if timeout_s > 0:
             try:
                 await asyncio.wait_for(event.wait(), timeout_s)
