@@ -5,6 +5,7 @@ Every route checks that the node named in the path (or the body) is the node of 
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from functools import partial
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request
@@ -53,22 +54,19 @@ async def sync(node: str, body: AgentSync, request: Request, me: Agent) -> Agent
     running = set(body.running)
     record = await run_in_threadpool(store.get_node, node)
     telemetry = app.state.telemetry
-    assignments, cancels = await run_in_threadpool(compute_assignments, store, record, running,
-                                                     app.state.keyring, app.state.settings.job_uid_range,
-                                                     job_ports=app.state.settings.job_port_range,
-                                                     port_salt=app.state.settings.job_port_salt)
+    settings = app.state.settings
+    assign = partial(compute_assignments, store, record, running, app.state.keyring, settings.job_uid_range,
+                     job_ports=settings.job_port_range, port_salt=settings.job_port_salt)  # now and after the wait
+    assignments, cancels = await run_in_threadpool(assign)
     faults = telemetry.take_faults(node)
     if not assignments and not cancels and not faults and body.wait_s > 0:
         # never past CORRAL_LONG_POLL_S: the sync is the node's heartbeat, checked against CORRAL_NODE_LOST_AFTER_S
-        await app.state.notifier.wait(node, min(body.wait_s, app.state.settings.long_poll_s))
-        assignments, cancels = await run_in_threadpool(compute_assignments, store, record, running,
-                                                         app.state.keyring, app.state.settings.job_uid_range,
-                                                         job_ports=app.state.settings.job_port_range,
-                                                         port_salt=app.state.settings.job_port_salt)
+        await app.state.notifier.wait(node, min(body.wait_s, settings.long_poll_s))
+        assignments, cancels = await run_in_threadpool(assign)
         faults = telemetry.take_faults(node)
     checks = compute_web_port_checks(await run_in_threadpool(store.list_node_jobs, node), node)
     return AgentSyncReply(assignments=assignments, cancels=cancels, acked_exits=acked,
-                          cancel_grace_s=app.state.settings.cancel_grace_s, faults=faults, web_ports=checks)
+                          cancel_grace_s=settings.cancel_grace_s, faults=faults, web_ports=checks)
 
 
 @router.post("/{node}/telemetry")
