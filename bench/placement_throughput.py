@@ -92,18 +92,31 @@ def main() -> None:
         return
     results = {}
     for policy in [p.strip() for p in args.policy.split(",") if p.strip()]:
-        cmd = [sys.executable, __file__, "--one", "--policy", policy, "--nodes", str(args.nodes),
-               "--jobs", str(args.jobs), "--seed", str(args.seed)]
+        cmd = [
+            sys.executable,
+            __file__,
+            "--one",
+            "--policy",
+            policy,
+            "--nodes",
+            str(args.nodes),
+            "--jobs",
+            str(args.jobs),
+            "--seed",
+            str(args.seed),
+        ]
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode != 0:
             sys.exit(f"error: policy {policy!r} failed: {done.stderr.strip().splitlines()[-1:]}")
         results[policy] = json.loads(done.stdout)
         if not args.json:
             r = results[policy]
-            print(f"{policy:>12}: {r['placements_per_s']:>9,.0f} placements/s ({r['placements_per_cpu_s']:,.0f} per CPU s)  "
-                  f"peak RSS {r['peak_rss_mib']:,.0f} MiB  "
-                  f"({r['placed']:,} placed, {r['failed']:,} unplaceable, GPUs {r['gpu_allocated_pct']}% allocated, "
-                  f"{r['classes_at_end']:,} node classes, {args.nodes:,} nodes, {args.jobs:,} jobs)")
+            print(
+                f"{policy:>12}: {r['placements_per_s']:>9,.0f} placements/s ({r['placements_per_cpu_s']:,.0f} per CPU s)  "
+                f"peak RSS {r['peak_rss_mib']:,.0f} MiB  "
+                f"({r['placed']:,} placed, {r['failed']:,} unplaceable, GPUs {r['gpu_allocated_pct']}% allocated, "
+                f"{r['classes_at_end']:,} node classes, {args.nodes:,} nodes, {args.jobs:,} jobs)"
+            )
     if args.json:
         print(json.dumps(results, indent=2))
 

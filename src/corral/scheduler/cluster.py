@@ -1,5 +1,5 @@
-"""An indexed, mutable cluster for the simulator and the benchmark: the same filters and policies as
-`compute_placement`, but over classes of equivalent nodes instead of every node (pure, no I/O).
+"""The one placement engine (pure, no I/O): an indexed, mutable cluster that the server's cycle
+(`compute_plan`), `compute_placement`, gang placement, the simulators and the benchmarks all run on.
 
 Why it is fast:
 - Nodes with the same hardware (a computed node class, as in Nomad) and the same load are one class;
@@ -11,7 +11,7 @@ Ties between equally good nodes go to the node first in an order of all nodes sh
 caller's seeded `random.Random` (the FGD artifact's scheduler: lexicographically first node name, names
 prefixed with a seeded permutation), so equal choices keep landing on the same nodes; with
 `seeded_order=False` they are drawn uniformly each time (kube-scheduler's selectHost). Same seed, same
-decisions either way.
+decisions either way. Without `rng`, ties go to the node first in the order given.
 """
 
 from __future__ import annotations
@@ -19,49 +19,27 @@ from __future__ import annotations
 import heapq
 import random
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
+from corral.core.errors import ValidationError
 from corral.core.requests import ResourceRequest, model_matches
 from corral.core.resources import FULL_GPU_MILLI, NodeInfo, NodeState, Placement
-from corral.scheduler.cycle import Unschedulable, compute_gpu_choices, make_placement, score_choices
+from corral.scheduler.choices import Unschedulable, compute_gpu_choices, make_placement, score_choices
 from corral.scheduler.filters import available_positions, check_fit
-from corral.scheduler.framework import DEFAULT_CONTEXT, Explanation, PlacementPolicy, ScoreContext
+from corral.scheduler.framework import (
+    DEFAULT_CONTEXT,
+    REASON_UNSCHEDULABLE_NODE,
+    Explanation,
+    PlacementPolicy,
+    ScoreContext,
+)
+from corral.scheduler.node_class import NodeClass, NodeHardware, compute_hardware_key
 from corral.scheduler.plugins import DEFAULT_POLICY, get_policy
 from corral.scheduler.topology import has_topology
 from corral.scheduler.workload import compute_gpu_supply
 
 _TIE = 1e-9
-
-
-@dataclass(slots=True)
-class _Hardware:
-    """A computed node class: nodes that are interchangeable when equally loaded."""
-
-    hw_id: int
-    info: NodeInfo  # the first node's info stands for all
-    symmetric: bool  # GPUs interchangeable: load tuples are kept sorted
-    gpu_models: tuple[str, ...]
-
-
-@dataclass(slots=True, eq=False)
-class _Class:
-    key: tuple[object, ...]
-    hw: _Hardware
-    state: NodeState
-    bucket: tuple[int, int]  # (fully free GPUs, largest free share on a used GPU // 100)
-    members: dict[int, None] = field(default_factory=dict)
-    ranked: list[tuple[int, int]] = field(default_factory=list)  # heap of (rank, node); stale entries skipped
-    # Keyed by the request's interned number (hashing a request dataclass per class is the hot spot).
-    verdicts: dict[int, tuple[float, tuple[int, ...]] | None] = field(default_factory=dict)
-    rejections: dict[int, str] = field(default_factory=dict)
-
-
-def _hardware_key(info: NodeInfo) -> tuple[object, ...]:
-    gpus = tuple(
-        (g.model, g.memory_mib, g.healthy, g.numa_node, g.pcie_switch, g.nvlink_peers, g.ecc_enabled, g.mig_profile)
-        for g in info.gpus
-    )
-    return (gpus, info.cpu_milli, info.memory_mib, info.labels, info.taints)
+REASON_GANG_SHORT = "fewer nodes fit than the multi-node request needs"
 
 
 class Cluster:
@@ -74,89 +52,122 @@ class Cluster:
         ctx: ScoreContext = DEFAULT_CONTEXT,
         rng: random.Random | None = None,
         seeded_order: bool = True,
+        *,
+        states: Sequence[NodeState] | None = None,
     ) -> None:
         self.policy = get_policy(policy) if isinstance(policy, str) else policy
         self.rng = rng
         self._randomized = bool(getattr(self.policy, "randomized", False))
+        self._first_wins = bool(getattr(self.policy, "first_wins", False))
         self.infos = list(nodes)
-        self._ranks: list[int] | None = None
-        if rng is not None and seeded_order and not self._randomized:
-            self._ranks = list(range(len(self.infos)))
+        # Tie order: a seeded shuffle of all nodes, the given order without rng, None = uniform draws.
+        self._ranks: list[int] | None = list(range(len(self.infos)))
+        self._shuffled = rng is not None and seeded_order and not self._randomized
+        if self._shuffled:
+            assert rng is not None and self._ranks is not None
             rng.shuffle(self._ranks)
+        elif rng is not None:
+            self._ranks = None
         self.ctx = ctx if ctx.gpu_supply is not None else replace(ctx, gpu_supply=compute_gpu_supply(self.infos))
-        names = [n.name for n in self.infos]
-        if len(set(names)) != len(names):
+        self._index_of = {n.name: i for i, n in enumerate(self.infos)}
+        if len(self._index_of) != len(self.infos):
             raise ValueError("node names must be unique")
-        self._used = [[0] * len(n.gpus) for n in self.infos]
-        self._cpu_used = [0] * len(self.infos)
-        self._mem_used = [0] * len(self.infos)
-        hardware: dict[tuple[object, ...], _Hardware] = {}
-        self._hw_of: list[_Hardware] = []
-        for info in self.infos:
-            key = _hardware_key(info)
+        self._used = [list(s.gpu_used_milli) for s in states] if states else [[0] * len(n.gpus) for n in self.infos]
+        self._cpu_used = [s.cpu_used_milli for s in states] if states else [0] * len(self.infos)
+        self._mem_used = [s.memory_used_mib for s in states] if states else [0] * len(self.infos)
+        self._schedulable = [s.schedulable for s in states] if states else [True] * len(self.infos)
+        self._excluded: set[int] = set()  # nodes a gang being placed already holds (never chosen twice)
+        self._free: dict[str, int] = {}  # model -> free milli on healthy GPUs of schedulable nodes
+        hardware: dict[tuple[object, ...], NodeHardware] = {}
+        self._hw_of: list[NodeHardware] = []
+        per_node = bool(getattr(self.policy, "per_node", False))
+        for i, info in enumerate(self.infos):
+            key = (*compute_hardware_key(info), info.name) if per_node else compute_hardware_key(info)
             if key not in hardware:
                 models = tuple(sorted({g.model for g in info.gpus}))
-                hardware[key] = _Hardware(len(hardware), info, not has_topology(info), models)
+                hardware[key] = NodeHardware(len(hardware), info, not has_topology(info), models)
             self._hw_of.append(hardware[key])
+            for g, used in zip(info.gpus, self._used[i]):
+                if self._schedulable[i]:
+                    self._free[g.model] = self._free.get(g.model, 0) + (FULL_GPU_MILLI - used if g.healthy else 0)
         self.hardware = list(hardware.values())
-        self._classes: dict[tuple[object, ...], _Class] = {}
+        self._classes: dict[tuple[object, ...], NodeClass] = {}
         # index[hw_id][(fully free GPUs, largest free share on a used GPU // 100)] -> classes
-        self._index: list[dict[tuple[int, int], dict[_Class, None]]] = [{} for _ in self.hardware]
-        self._hw_for_models: dict[tuple[str, ...], list[_Hardware]] = {}
+        self._index: list[dict[tuple[int, int], dict[NodeClass, None]]] = [{} for _ in self.hardware]
+        self._hw_for_models: dict[tuple[str, ...], list[NodeHardware]] = {}
         self._request_ids: dict[ResourceRequest, int] = {}
-        self._node_class: list[_Class] = []
+        self._version = 0
+        self._explained: dict[int, tuple[int, Explanation]] = {}  # request number -> (version, why)
+        self._node_class: list[NodeClass] = []
         for i in range(len(self.infos)):
             self._node_class.append(self._enter(i))
+
+    @classmethod
+    def from_states(
+        cls,
+        states: Sequence[NodeState],
+        policy: PlacementPolicy | str = DEFAULT_POLICY,
+        ctx: ScoreContext = DEFAULT_CONTEXT,
+        rng: random.Random | None = None,
+        seeded_order: bool = True,
+    ) -> Cluster:
+        """A cluster with the snapshot's loads; nodes not schedulable are kept (for explanations), never chosen."""
+        return cls([s.info for s in states], policy, ctx, rng, seeded_order, states=states)
 
     # -- classes --------------------------------------------------------------------------------
     def _state_key(self, i: int) -> tuple[object, ...]:
         hw = self._hw_of[i]
         used = tuple(sorted(self._used[i], reverse=True)) if hw.symmetric else tuple(self._used[i])
-        return (hw.hw_id, used, self._cpu_used[i], self._mem_used[i])
+        schedulable = self._schedulable[i] and i not in self._excluded
+        return (hw.hw_id, used, self._cpu_used[i], self._mem_used[i], schedulable)
 
-    def _enter(self, i: int) -> _Class:
+    def _enter(self, i: int) -> NodeClass:
         key = self._state_key(i)
         cls = self._classes.get(key)
         if cls is None:
             hw = self._hw_of[i]
-            used = key[1]
-            assert isinstance(used, tuple)
-            state = NodeState(hw.info, used, self._cpu_used[i], self._mem_used[i])
+            used, schedulable = key[1], key[4]
+            assert isinstance(used, tuple) and isinstance(schedulable, bool)
+            state = NodeState(hw.info, used, self._cpu_used[i], self._mem_used[i], schedulable)
             healthy = [u for g, u in zip(hw.info.gpus, used) if g.healthy]
             share = max((FULL_GPU_MILLI - u for u in healthy if 0 < u < FULL_GPU_MILLI), default=0)
             bucket = (sum(1 for u in healthy if u == 0), share // 100)
-            cls = _Class(key, hw, state, bucket)
+            cls = NodeClass(key, hw, state, bucket, schedulable)
             self._classes[key] = cls
-            self._index[hw.hw_id].setdefault(bucket, {})[cls] = None
+            if schedulable:
+                self._index[hw.hw_id].setdefault(bucket, {})[cls] = None
         cls.members[i] = None
         if self._ranks is not None:
             heapq.heappush(cls.ranked, (self._ranks[i], i))
         return cls
 
-    def _first_ranked(self, cls: _Class) -> int:
+    def _first_ranked(self, cls: NodeClass) -> int:
         """The member that comes first in the seeded node order (lazy deletion of departed members)."""
         while cls.ranked[0][1] not in cls.members:
             heapq.heappop(cls.ranked)
         return cls.ranked[0][1]
 
     def _leave(self, i: int) -> None:
+        self._version += 1  # a node changes: memoised explanations are stale
         cls = self._node_class[i]
         del cls.members[i]
         if not cls.members:
             del self._classes[cls.key]
+            if not cls.indexed:
+                return
             bucket = self._index[cls.hw.hw_id][cls.bucket]
             del bucket[cls]
             if not bucket:
                 del self._index[cls.hw.hw_id][cls.bucket]
 
-    def _hardware_for(self, request: ResourceRequest) -> list[_Hardware]:
+    def _hardware_for(self, request: ResourceRequest) -> list[NodeHardware]:
         hws = self._hw_for_models.get(request.gpu_models)
         if hws is None:
             hws = [h for h in self.hardware if any(model_matches(m, request.gpu_models) for m in h.gpu_models)]
             self._hw_for_models[request.gpu_models] = hws
         return hws
 
-    def _candidates(self, request: ResourceRequest) -> Iterator[_Class]:
+    def _candidates(self, request: ResourceRequest) -> Iterator[NodeClass]:
         """Classes that could fit, narrowed by the index (exact checks follow)."""
         if request.gpus == 0:
             yield from self._classes.values()
@@ -176,7 +187,7 @@ class Cluster:
             rid = self._request_ids[request] = len(self._request_ids)
         return rid
 
-    def _verdict(self, cls: _Class, request: ResourceRequest, rid: int) -> tuple[float, tuple[int, ...]] | None:
+    def _verdict(self, cls: NodeClass, request: ResourceRequest, rid: int) -> tuple[float, tuple[int, ...]] | None:
         """Check and score `request` on the class (memoised: a class's state never changes)."""
         status = check_fit(cls.state, request)
         if not status.ok:
@@ -192,7 +203,7 @@ class Cluster:
     def compute(self, request: ResourceRequest) -> tuple[int, tuple[int, ...]] | Unschedulable:
         """Best (node number, GPU positions) for `request`, without applying it."""
         best_score = float("-inf")
-        best: list[tuple[_Class, tuple[int, ...]]] = []
+        best: list[tuple[NodeClass, tuple[int, ...]]] = []
         rid = self._request_id(request)
         for cls in self._candidates(request):
             v = cls.verdicts[rid] if rid in cls.verdicts else self._verdict(cls, request, rid)
@@ -206,19 +217,19 @@ class Cluster:
         if not best:
             return Unschedulable(self.explain(request, rid))
         cls, positions = best[0]
-        if getattr(self.policy, "first_wins", False):
+        if self._first_wins and self._shuffled:
             # `first-free`: literally the first node (in the order given) among the best.
             cls, positions = min(best, key=lambda cp: min(cp[0].members))
             node = min(cls.members)
         elif self._ranks is not None:
-            # Ties go to the node first in a seeded order of all nodes (the FGD artifact's rule):
-            # replayable, and equal choices keep landing on the same nodes instead of spreading.
+            # Ties go to the node first in a seeded order of all nodes (the FGD artifact's rule), or in the
+            # order given without rng: replayable, and equal choices keep landing on the same nodes.
             firsts = [(self._ranks[n], n, c, p) for c, p in best for n in (self._first_ranked(c),)]
             _, node, cls, positions = min(firsts, key=lambda t: t[0])
         elif self.rng is not None and (len(best) > 1 or len(cls.members) > 1):
             total = sum(len(c.members) for c, _ in best)
             pick = self.rng.randrange(total)
-            for cls, positions in best:
+            for cls, positions in best:  # noqa: B007 (the pair the loop stops at is the one used below)
                 if pick < len(cls.members):
                     break
                 pick -= len(cls.members)
@@ -231,7 +242,7 @@ class Cluster:
             positions = (room[self.rng.randrange(len(room))],)
         return node, self._actual_positions(node, cls, positions)
 
-    def _actual_positions(self, node: int, cls: _Class, positions: tuple[int, ...]) -> tuple[int, ...]:
+    def _actual_positions(self, node: int, cls: NodeClass, positions: tuple[int, ...]) -> tuple[int, ...]:
         """Map positions in the class's (sorted) load tuple to the node's own GPUs of that load."""
         if not cls.hw.symmetric:
             return positions
@@ -245,34 +256,107 @@ class Cluster:
             out.append(q)
         return tuple(out)
 
-    def place(self, request: ResourceRequest) -> Placement | Unschedulable:
-        """Decide and apply one request."""
+    def find(self, request: ResourceRequest) -> Placement | Unschedulable:
+        """Where `request` would go now, without applying it (`apply` it to commit the same choice)."""
         decision = self.compute(request)
         if isinstance(decision, Unschedulable):
             return decision
-        node, positions = decision
-        self._apply(node, positions, request.gpu_milli, request.cpu_milli, request.memory_mib)
-        return make_placement(self.infos[node], request, positions)
+        return make_placement(self.infos[decision[0]], request, decision[1])
+
+    def place(self, request: ResourceRequest) -> Placement | Unschedulable:
+        """Decide and apply one request."""
+        got = self.find(request)
+        if not isinstance(got, Unschedulable):
+            self.apply(got)
+        return got
+
+    def place_gang(self, request: ResourceRequest, count: int) -> list[Placement] | Unschedulable:
+        """Place `count` copies of `request` on distinct nodes, greedily by the policy; all or none (a
+        failure undoes the parts placed). The explanation counts every other node's reason and how many
+        parts were short (REASON_GANG_SHORT)."""
+        if count < 1:
+            raise ValidationError("nodes", f"must be >= 1, got {count}")
+        placements: list[Placement] = []
+        try:
+            for _ in range(count):
+                got = self.place(request)
+                if isinstance(got, Unschedulable):
+                    return self._gang_short(got, count, placements)
+                placements.append(got)
+                self._set_excluded(self._index_of[got.node], True)
+        finally:
+            for p in placements:
+                self._set_excluded(self._index_of[p.node], False)
+        return placements
+
+    def _gang_short(self, failed: Unschedulable, count: int, placements: list[Placement]) -> Unschedulable:
+        explanation = Explanation()
+        for reason, n in failed.explanation.reasons.items():
+            # The gang's own nodes were excluded as "not schedulable": they are not a reason.
+            n -= len(placements) if reason == REASON_UNSCHEDULABLE_NODE else 0
+            if n > 0:
+                explanation.add(reason, n)
+        explanation.add(REASON_GANG_SHORT, count - len(placements))
+        for p in placements:
+            self.release(p)
+        return Unschedulable(explanation)
+
+    def find_gang(self, request: ResourceRequest, count: int) -> list[Placement] | Unschedulable:
+        """`place_gang` without applying it."""
+        got = self.place_gang(request, count)
+        if not isinstance(got, Unschedulable):
+            for p in got:
+                self.release(p)
+        return got
+
+    def _set_excluded(self, node: int, excluded: bool) -> None:
+        self._leave(node)
+        if excluded:
+            self._excluded.add(node)
+        else:
+            self._excluded.discard(node)
+        self._node_class[node] = self._enter(node)
+
+    def apply(self, placement: Placement) -> None:
+        """Commit a placement (one this cluster found, or one the store holds)."""
+        node, positions = self._locate(placement)
+        self._apply(node, positions, placement.gpu_milli, placement.cpu_milli, placement.memory_mib)
+
+    def release(self, placement: Placement) -> None:
+        """Undo a placement (a job ended, or the applier rejected it)."""
+        node, positions = self._locate(placement)
+        self._apply(node, positions, -placement.gpu_milli, -placement.cpu_milli, -placement.memory_mib)
+
+    def _locate(self, placement: Placement) -> tuple[int, tuple[int, ...]]:
+        node = self._index_of[placement.node]
+        gpus = self.infos[node].gpus
+        return node, tuple(next(p for p, g in enumerate(gpus) if g.index == idx) for idx in placement.gpu_indices)
 
     def _apply(self, node: int, positions: tuple[int, ...], gpu_milli: int, cpu: int, mem: int) -> None:
         self._leave(node)
+        gpus = self.infos[node].gpus
         for p in positions:
             self._used[node][p] += gpu_milli
             if not 0 <= self._used[node][p] <= FULL_GPU_MILLI:
                 raise ValueError(f"GPU {p} of {self.infos[node].name} would hold {self._used[node][p]} milli")
+            if gpus[p].healthy and self._schedulable[node]:
+                self._free[gpus[p].model] -= gpu_milli
         self._cpu_used[node] += cpu
         self._mem_used[node] += mem
         self._node_class[node] = self._enter(node)
 
-    def release(self, placement: Placement) -> None:
-        """Undo a placement (a job ended)."""
-        node = next(i for i, n in enumerate(self.infos) if n.name == placement.node)
-        positions = tuple(next(p for p, g in enumerate(self.infos[node].gpus) if g.index == idx) for idx in placement.gpu_indices)
-        self._apply(node, positions, -placement.gpu_milli, -placement.cpu_milli, -placement.memory_mib)
-
     def explain(self, request: ResourceRequest, rid: int | None = None) -> Explanation:
-        """Why `request` fits nowhere: each class's reason, counted once per node in it."""
+        """Why `request` fits nowhere: each class's reason, counted once per node in it (memoised until
+        a node changes: a cycle asks again for every job of the same shape that waits)."""
         rid = self._request_id(request) if rid is None else rid
+        cached = self._explained.get(rid)
+        if cached is not None and cached[0] == self._version:
+            return Explanation(cached[1].reasons.copy())
+        explanation = self._explain(request, rid)
+        self._explained[rid] = (self._version, explanation)
+        return Explanation(explanation.reasons.copy())
+
+    def _explain(self, request: ResourceRequest, rid: int) -> Explanation:
         counts: dict[str, int] = {}
         for cls in self._classes.values():
             reason = cls.rejections.get(rid)
@@ -291,9 +375,31 @@ class Cluster:
     def node_states(self) -> list[NodeState]:
         """The current snapshot, one NodeState per node, in the order given."""
         return [
-            NodeState(info, tuple(self._used[i]), self._cpu_used[i], self._mem_used[i])
+            NodeState(info, tuple(self._used[i]), self._cpu_used[i], self._mem_used[i], self._schedulable[i])
             for i, info in enumerate(self.infos)
         ]
+
+    def free_milli(self, model: str) -> int:
+        """Free milli-GPUs of `model` (exact name) on healthy GPUs of schedulable nodes, O(1)."""
+        return self._free.get(model, 0)
+
+    def pool_milli(self) -> dict[str, int]:
+        """Milli-GPUs per model on healthy GPUs of schedulable nodes (what quotas and fair share divide)."""
+        pool: dict[str, int] = {}
+        for i, info in enumerate(self.infos):
+            for g in info.gpus:
+                if self._schedulable[i] and g.healthy:
+                    pool[g.model] = pool.get(g.model, 0) + FULL_GPU_MILLI
+        return pool
+
+    def gpu_models(self) -> list[str]:
+        """GPU models of the schedulable nodes, sorted."""
+        return sorted({g.model for i, n in enumerate(self.infos) if self._schedulable[i] for g in n.gpus})
+
+    def model_of(self, placement: Placement) -> str:
+        """The GPU model a placement landed on ("" without GPUs)."""
+        node, positions = self._locate(placement)
+        return self.infos[node].gpus[positions[0]].model if positions else ""
 
     @property
     def class_count(self) -> int:

@@ -1,4 +1,5 @@
-"""Multi-node requests (N nodes x G GPUs): all members placed at once on distinct nodes, or none (pure)."""
+"""Multi-node requests (N nodes x G GPUs): all members placed at once on distinct nodes, or none (pure).
+The engine is `Cluster.place_gang`; this is the entry point for callers holding a list of NodeStates."""
 
 from __future__ import annotations
 
@@ -8,11 +9,10 @@ from collections.abc import Sequence
 from corral.core.errors import ValidationError
 from corral.core.requests import ResourceRequest
 from corral.core.resources import NodeState, Placement
-from corral.scheduler.cycle import Unschedulable, apply_placement, compute_placement
-from corral.scheduler.framework import DEFAULT_CONTEXT, Explanation, PlacementPolicy, ScoreContext
-from corral.scheduler.plugins import DEFAULT_POLICY, get_policy
-
-REASON_GANG_SHORT = "fewer nodes fit than the multi-node request needs"
+from corral.scheduler.cluster import REASON_GANG_SHORT
+from corral.scheduler.cycle import Unschedulable, compute_cluster
+from corral.scheduler.framework import DEFAULT_CONTEXT, PlacementPolicy, ScoreContext
+from corral.scheduler.plugins import DEFAULT_POLICY
 
 
 def compute_gang_placement(
@@ -23,24 +23,11 @@ def compute_gang_placement(
     rng: random.Random | None = None,
     ctx: ScoreContext = DEFAULT_CONTEXT,
 ) -> list[Placement] | Unschedulable:
-    """Place `node_count` copies of `request` (one per node) greedily by the policy, on a scratch copy
-    of the snapshot; all or nothing. The explanation of a failure counts every node's reason."""
+    """Place `node_count` copies of `request` (one per node) greedily by the policy; all or nothing.
+    The explanation of a failure counts every node's reason."""
     if node_count < 1:
         raise ValidationError("nodes", f"must be >= 1, got {node_count}")
-    scorer = get_policy(policy) if isinstance(policy, str) else policy
-    scratch = list(nodes)
-    taken: set[str] = set()
-    placements: list[Placement] = []
-    for _ in range(node_count):
-        free = [n for n in scratch if n.info.name not in taken]
-        result = compute_placement(request, free, scorer, rng, ctx)
-        if isinstance(result, Unschedulable):
-            explanation = Explanation()
-            for reason, n in result.explanation.reasons.items():
-                explanation.add(reason, n)
-            explanation.add(REASON_GANG_SHORT, node_count - len(placements))
-            return Unschedulable(explanation)
-        placements.append(result)
-        taken.add(result.node)
-        apply_placement(scratch, result)
-    return placements
+    return compute_cluster(nodes, policy, rng, ctx).place_gang(request, node_count)
+
+
+__all__ = ["REASON_GANG_SHORT", "compute_gang_placement"]

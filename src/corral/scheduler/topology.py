@@ -42,7 +42,9 @@ def has_topology(info: NodeInfo) -> bool:
         return False
     first = info.gpus[0]
     return any(
-        g.nvlink_peers or g.pcie_switch is not None or g.numa_node is not None
+        g.nvlink_peers
+        or g.pcie_switch is not None
+        or g.numa_node is not None
         or (g.model, g.memory_mib, g.healthy, g.ecc_enabled, g.mig_profile)
         != (first.model, first.memory_mib, first.healthy, first.ecc_enabled, first.mig_profile)
         for g in info.gpus

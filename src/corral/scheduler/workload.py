@@ -85,8 +85,12 @@ def profile_from_counts(counts: Counter[Shape] | dict[Shape, float]) -> Workload
 # Used when the caller knows nothing about its workload: a plausible mix of shares and whole GPUs.
 DEFAULT_PROFILE = profile_from_counts(
     {
-        Shape(4000, 250, 1): 1, Shape(4000, 500, 1): 2, Shape(8000, 1000, 1): 4,
-        Shape(16000, 1000, 2): 1, Shape(32000, 1000, 4): 1, Shape(64000, 1000, 8): 1,
+        Shape(4000, 250, 1): 1,
+        Shape(4000, 500, 1): 2,
+        Shape(8000, 1000, 1): 4,
+        Shape(16000, 1000, 2): 1,
+        Shape(32000, 1000, 4): 1,
+        Shape(64000, 1000, 8): 1,
     }
 )
 

@@ -37,8 +37,9 @@ class NodeBuilder:
     def mig(self, count: int, profile: str = "1g.10gb", model: str = "A100-80GB") -> NodeBuilder:
         """Add `count` MIG instances of `profile` (each a device of its own)."""
         start = len(self._gpus)
-        self._gpus += [GpuInfo(start + i, f"{self._name}-mig{start + i}", model, 10240, mig_profile=profile)
-                       for i in range(count)]
+        self._gpus += [
+            GpuInfo(start + i, f"{self._name}-mig{start + i}", model, 10240, mig_profile=profile) for i in range(count)
+        ]
         self._used += [0] * count
         return self
 

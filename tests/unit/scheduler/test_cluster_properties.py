@@ -12,10 +12,9 @@ from corral.core.requests import ResourceRequest
 from corral.core.resources import GpuInfo, NodeInfo, Placement
 from corral.scheduler.cluster import Cluster
 from corral.scheduler.cycle import Unschedulable, apply_placement, compute_placement
-from corral.scheduler.framework import REASON_GPUS_BUSY
+from corral.scheduler.framework import REASON_GPUS_BUSY, ScoreContext
 from corral.scheduler.plugins import policy_names
 from corral.scheduler.workload import compute_workload_profile
-from corral.scheduler.framework import ScoreContext
 
 MODELS = ("A100-80GB", "T4-16GB")
 
@@ -28,9 +27,15 @@ nodes_st = st.lists(
     ]
 )
 request_st = st.one_of(
-    st.builds(lambda m, c: ResourceRequest(gpus=1, gpu_milli=m, cpu_milli=c), st.integers(1, 999), st.integers(0, 8000)),
-    st.builds(lambda g, c, mdl: ResourceRequest(gpus=g, cpu_milli=c, gpu_models=mdl),
-              st.sampled_from([0, 1, 2, 4, 8]), st.integers(0, 16000), st.sampled_from([(), ("A100",), ("T4",)])),
+    st.builds(
+        lambda m, c: ResourceRequest(gpus=1, gpu_milli=m, cpu_milli=c), st.integers(1, 999), st.integers(0, 8000)
+    ),
+    st.builds(
+        lambda g, c, mdl: ResourceRequest(gpus=g, cpu_milli=c, gpu_models=mdl),
+        st.sampled_from([0, 1, 2, 4, 8]),
+        st.integers(0, 16000),
+        st.sampled_from([(), ("A100",), ("T4",)]),
+    ),
 )
 policy_st = st.sampled_from([p for p in policy_names() if p != "lru"])
 
@@ -55,7 +60,9 @@ def test_never_overcommits(nodes: list[NodeInfo], requests: list[ResourceRequest
 
 @settings(max_examples=30, deadline=None)
 @given(nodes_st, st.lists(request_st, max_size=30), policy_st, st.integers(0, 2**31))
-def test_same_seed_same_decisions(nodes: list[NodeInfo], requests: list[ResourceRequest], policy: str, seed: int) -> None:
+def test_same_seed_same_decisions(
+    nodes: list[NodeInfo], requests: list[ResourceRequest], policy: str, seed: int
+) -> None:
     assert _run(nodes, requests, policy, seed) == _run(nodes, requests, policy, seed)
 
 
@@ -127,9 +134,17 @@ mixed_nodes_st = st.lists(
 )
 constrained_st = st.builds(
     lambda g, share, ecc, mig, models: ResourceRequest(
-        gpus=g, gpu_milli=share if g == 1 and not mig else 1000, ecc=ecc, mig_profile="1g.10gb" if mig else "", gpu_models=models
+        gpus=g,
+        gpu_milli=share if g == 1 and not mig else 1000,
+        ecc=ecc,
+        mig_profile="1g.10gb" if mig else "",
+        gpu_models=models,
     ),
-    st.integers(1, 3), st.integers(1, 1000), st.booleans(), st.booleans(), st.sampled_from([(), ("A100",), ("T4",)]),
+    st.integers(1, 3),
+    st.integers(1, 1000),
+    st.booleans(),
+    st.booleans(),
+    st.sampled_from([(), ("A100",), ("T4",)]),
 )
 
 

@@ -9,7 +9,7 @@ from corral.core.requests import ResourceRequest
 from corral.core.resources import Placement
 from corral.scheduler.cycle import compute_placement
 from corral.scheduler.framework import ScoreContext
-from corral.scheduler.plugins.corral import compute_cpu_per_gpu, compute_stranded_gpus, compute_strand_delta
+from corral.scheduler.plugins.corral import compute_cpu_per_gpu, compute_strand_delta, compute_stranded_gpus
 from corral.scheduler.workload import Shape, compute_gpu_supply, compute_model_contention, profile_from_counts
 
 
@@ -37,7 +37,10 @@ def test_strand_delta_charges_cpu_taken_from_gpus_that_need_it() -> None:
 
 def test_corral_sends_cpu_heavy_work_where_cpu_is_spare() -> None:
     ctx = ScoreContext(workload=profile_from_counts({Shape(10_000, 1000, 1): 1}))
-    nodes = [make_node("tight").gpus(4).host(40_000, 262_144).build(), make_node("rich").gpus(4).host(160_000, 262_144).build()]
+    nodes = [
+        make_node("tight").gpus(4).host(40_000, 262_144).build(),
+        make_node("rich").gpus(4).host(160_000, 262_144).build(),
+    ]
     placement = compute_placement(ResourceRequest(cpu_milli=30_000), nodes, "corral", ctx=ctx)
     assert isinstance(placement, Placement) and placement.node == "rich"
 
@@ -62,7 +65,9 @@ def test_contention_term_charges_only_contended_models() -> None:
     request = ResourceRequest(gpus=2)
     charge = with_term.contention_weight * compute_model_contention(profile, ctx.gpu_supply or {})["T4"] * 2
     assert charge > 0
-    assert with_term.score_node(t4, request, (0, 1), ctx) == pytest.approx(without.score_node(t4, request, (0, 1), ctx) - charge)
+    assert with_term.score_node(t4, request, (0, 1), ctx) == pytest.approx(
+        without.score_node(t4, request, (0, 1), ctx) - charge
+    )
     assert with_term.score_node(g2, request, (0, 1), ctx) == pytest.approx(without.score_node(g2, request, (0, 1), ctx))
 
 

@@ -38,7 +38,9 @@ def test_fragmentation(case: Case) -> None:
     if case.models:
         profile = profile_from_counts({Shape(1000, 1000, 1, ("V100",)): 1})
     models = list(case.models or ("A100",)) * len(case.free) if case.models else ["A100"] * len(case.free)
-    assert compute_fragmentation(case.free, models[: len(case.free)], case.cpu_left, profile) == pytest.approx(case.expected)
+    assert compute_fragmentation(case.free, models[: len(case.free)], case.cpu_left, profile) == pytest.approx(
+        case.expected
+    )
 
 
 THIRD = 1 / 3
@@ -48,17 +50,32 @@ MORE_CASES = [
     ("two GPUs with room: only the small one strands", {Shape(0, 1000, 2): 1}, [1000, 1000, 600], ["A100"] * 3, 600.0),
     ("every small GPU adds up", {Shape(0, 1000, 1): 1}, [300, 200, 1000], ["A100"] * 3, 500.0),
     ("one milli free is stranded", {Shape(0, 1000, 1): 1}, [1, 0], ["A100"] * 2, 1.0),
-    ("shapes that cannot fit each add, whatever their order",
-     {Shape(0, 1000, 2): 1, Shape(0, 1000, 3): 1, Shape(0, 500, 1): 1}, [1000, 600], ["A100"] * 2, 2 * THIRD * 1600),
-    ("wrong-model shapes each add, whatever their order",
-     {Shape(0, 1000, 1, ("V100",)): 1, Shape(0, 1000, 1, ("T4",)): 1, Shape(0, 500, 1): 1}, [600, 300], ["A100"] * 2,
-     THIRD * 300 + 2 * THIRD * 900),
-    ("mixed models: only the allowed model's GPUs are usable", {Shape(0, 1000, 1, ("T4",)): 1}, [1000, 1000],
-     ["A100", "T4"], 1000.0),
+    (
+        "shapes that cannot fit each add, whatever their order",
+        {Shape(0, 1000, 2): 1, Shape(0, 1000, 3): 1, Shape(0, 500, 1): 1},
+        [1000, 600],
+        ["A100"] * 2,
+        2 * THIRD * 1600,
+    ),
+    (
+        "wrong-model shapes each add, whatever their order",
+        {Shape(0, 1000, 1, ("V100",)): 1, Shape(0, 1000, 1, ("T4",)): 1, Shape(0, 500, 1): 1},
+        [600, 300],
+        ["A100"] * 2,
+        THIRD * 300 + 2 * THIRD * 900,
+    ),
+    (
+        "mixed models: only the allowed model's GPUs are usable",
+        {Shape(0, 1000, 1, ("T4",)): 1},
+        [1000, 1000],
+        ["A100", "T4"],
+        1000.0,
+    ),
 ]
 
 
 @pytest.mark.parametrize(("name", "counts", "free", "models", "expected"), MORE_CASES, ids=[c[0] for c in MORE_CASES])
-def test_fragmentation_by_shape(name: str, counts: dict[Shape, int], free: list[int], models: list[str],
-                                expected: float) -> None:
+def test_fragmentation_by_shape(
+    name: str, counts: dict[Shape, int], free: list[int], models: list[str], expected: float
+) -> None:
     assert compute_fragmentation(free, models, 8000, profile_from_counts(counts)) == pytest.approx(expected)

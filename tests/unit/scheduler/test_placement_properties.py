@@ -31,28 +31,47 @@ class GpuGen:
     used: int
 
 
-gpu_st = st.builds(GpuGen, st.sampled_from(MODELS), st.sampled_from([16384, 40960, 81920]),
-                   st.sampled_from([True, True, True, False]), st.sampled_from(USED_MILLI))
-node_st = st.tuples(st.lists(gpu_st, max_size=6), st.integers(0, 64), st.integers(0, 64), st.integers(0, 256),
-                    st.integers(0, 256))
+gpu_st = st.builds(
+    GpuGen,
+    st.sampled_from(MODELS),
+    st.sampled_from([16384, 40960, 81920]),
+    st.sampled_from([True, True, True, False]),
+    st.sampled_from(USED_MILLI),
+)
+node_st = st.tuples(
+    st.lists(gpu_st, max_size=6), st.integers(0, 64), st.integers(0, 64), st.integers(0, 256), st.integers(0, 256)
+)
 
 
 def _node(i: int, spec: tuple[list[GpuGen], int, int, int, int]) -> NodeState:
     gpus, cpu, cpu_used, mem_gib, mem_used_gib = spec
-    info = NodeInfo(f"n{i}", tuple(GpuInfo(k, f"n{i}-{k}", g.model, g.memory_mib, healthy=g.healthy)
-                                   for k, g in enumerate(gpus)), cpu * 1000, mem_gib * 1024)
+    info = NodeInfo(
+        f"n{i}",
+        tuple(GpuInfo(k, f"n{i}-{k}", g.model, g.memory_mib, healthy=g.healthy) for k, g in enumerate(gpus)),
+        cpu * 1000,
+        mem_gib * 1024,
+    )
     return NodeState(info, tuple(g.used for g in gpus), min(cpu_used, cpu) * 1000, min(mem_used_gib, mem_gib) * 1024)
 
 
 nodes_st = st.lists(node_st, min_size=1, max_size=5).map(lambda specs: [_node(i, s) for i, s in enumerate(specs)])
 request_st = st.one_of(
-    st.builds(lambda m, c, mdl: ResourceRequest(gpus=1, gpu_milli=m, cpu_milli=c, gpu_models=mdl),
-              st.sampled_from([1, 250, 499, 500, 501, 999, 1000]), st.integers(0, 16).map(lambda c: c * 1000),
-              st.sampled_from([(), ("A100",), ("T4",), ("H100", "A100")])),
-    st.builds(lambda g, c, m, mdl, gm: ResourceRequest(gpus=g, cpu_milli=c, memory_mib=m, gpu_models=mdl,
-                                                       min_gpu_memory_mib=gm),
-              st.integers(0, 4), st.integers(0, 32).map(lambda c: c * 1000), st.integers(0, 64).map(lambda m: m * 1024),
-              st.sampled_from([(), ("A100",), ("T4",), ("H100",)]), st.sampled_from([0, 20000, 81920])),
+    st.builds(
+        lambda m, c, mdl: ResourceRequest(gpus=1, gpu_milli=m, cpu_milli=c, gpu_models=mdl),
+        st.sampled_from([1, 250, 499, 500, 501, 999, 1000]),
+        st.integers(0, 16).map(lambda c: c * 1000),
+        st.sampled_from([(), ("A100",), ("T4",), ("H100", "A100")]),
+    ),
+    st.builds(
+        lambda g, c, m, mdl, gm: ResourceRequest(
+            gpus=g, cpu_milli=c, memory_mib=m, gpu_models=mdl, min_gpu_memory_mib=gm
+        ),
+        st.integers(0, 4),
+        st.integers(0, 32).map(lambda c: c * 1000),
+        st.integers(0, 64).map(lambda m: m * 1024),
+        st.sampled_from([(), ("A100",), ("T4",), ("H100",)]),
+        st.sampled_from([0, 20000, 81920]),
+    ),
 )
 
 
@@ -62,13 +81,19 @@ def _allowed(model: str, wanted: tuple[str, ...]) -> bool:
 
 def _gpu_fits(node: NodeState, pos: int, r: ResourceRequest) -> bool:
     g = node.info.gpus[pos]
-    return (g.healthy and _allowed(g.model, r.gpu_models) and g.memory_mib >= r.min_gpu_memory_mib
-            and node.gpu_used_milli[pos] + r.gpu_milli <= 1000)
+    return (
+        g.healthy
+        and _allowed(g.model, r.gpu_models)
+        and g.memory_mib >= r.min_gpu_memory_mib
+        and node.gpu_used_milli[pos] + r.gpu_milli <= 1000
+    )
 
 
 def _host_fits(node: NodeState, r: ResourceRequest) -> bool:
-    return (node.cpu_used_milli + r.cpu_milli <= node.info.cpu_milli
-            and node.memory_used_mib + r.memory_mib <= node.info.memory_mib)
+    return (
+        node.cpu_used_milli + r.cpu_milli <= node.info.cpu_milli
+        and node.memory_used_mib + r.memory_mib <= node.info.memory_mib
+    )
 
 
 def _fits(node: NodeState, r: ResourceRequest) -> bool:
@@ -96,8 +121,9 @@ def check_placement(nodes: list[NodeState], r: ResourceRequest, placed: Placemen
 @pytest.mark.parametrize("policy", sorted(policy_names()))
 @settings(max_examples=40, deadline=None)
 @given(nodes=nodes_st, requests=st.lists(request_st, min_size=1, max_size=12), seed=st.integers(0, 2**16))
-def test_every_placement_fits_its_request_and_node(policy: str, nodes: list[NodeState], requests: list[ResourceRequest],
-                                                   seed: int) -> None:
+def test_every_placement_fits_its_request_and_node(
+    policy: str, nodes: list[NodeState], requests: list[ResourceRequest], seed: int
+) -> None:
     ctx = ScoreContext(workload=compute_workload_profile(requests))
     rng = random.Random(seed)
     for r in requests:
@@ -107,8 +133,9 @@ def test_every_placement_fits_its_request_and_node(policy: str, nodes: list[Node
 @pytest.mark.parametrize("policy", sorted(set(policy_names()) - {"lru"}))
 @settings(max_examples=25, deadline=None)
 @given(nodes=nodes_st, requests=st.lists(request_st, min_size=1, max_size=12), seed=st.integers(0, 2**16))
-def test_every_cluster_placement_fits_its_request_and_node(policy: str, nodes: list[NodeState],
-                                                           requests: list[ResourceRequest], seed: int) -> None:
+def test_every_cluster_placement_fits_its_request_and_node(
+    policy: str, nodes: list[NodeState], requests: list[ResourceRequest], seed: int
+) -> None:
     """The indexed Cluster (simulator, bench) starts empty: the same checks from idle nodes."""
     infos = [n.info for n in nodes]
     cluster = Cluster(infos, policy, ScoreContext(workload=compute_workload_profile(requests)), random.Random(seed))
@@ -137,7 +164,9 @@ def test_a_share_never_gets_one_milli_more_than_is_free(policy: str, used: int, 
 @pytest.mark.parametrize("policy", sorted(set(policy_names()) - {"lru"}))
 @pytest.mark.parametrize(("first", "fits"), [(499, True), (500, True), (501, False)])
 def test_the_cluster_refuses_the_share_that_would_overfill_a_gpu(policy: str, first: int, fits: bool) -> None:
-    cluster = Cluster([NodeInfo("n", (GpuInfo(0, "g0", "A100-80GB", 81920),), 8000, 8192)], policy, rng=random.Random(0))
+    cluster = Cluster(
+        [NodeInfo("n", (GpuInfo(0, "g0", "A100-80GB", 81920),), 8000, 8192)], policy, rng=random.Random(0)
+    )
     assert isinstance(cluster.place(ResourceRequest(gpus=1, gpu_milli=first)), Placement)
     second = cluster.place(ResourceRequest(gpus=1, gpu_milli=500))
     assert isinstance(second, Placement) is fits

@@ -14,7 +14,19 @@ from corral.scheduler.framework import ScoreContext
 from corral.scheduler.plugins import get_policy, policy_names
 from corral.scheduler.workload import Shape, profile_from_counts
 
-EXPECTED = {"first-free", "lru", "bestfit", "packing", "spread", "clustering", "dotprod", "random", "topology", "fgd", "corral"}
+EXPECTED = {
+    "first-free",
+    "lru",
+    "bestfit",
+    "packing",
+    "spread",
+    "clustering",
+    "dotprod",
+    "random",
+    "topology",
+    "fgd",
+    "corral",
+}
 
 
 def test_all_policies_registered() -> None:
@@ -32,7 +44,11 @@ def test_policy_places_a_share_and_a_whole_gpu(name: str) -> None:
     """Not only "something came back": each placement fits its request and node (the oracle of
     test_placement_properties), and is applied before the next request is placed."""
     nodes = [make_node("a").gpus(4).used(500).build(), make_node("b").gpus(2).build()]
-    for request in (ResourceRequest(gpus=1, gpu_milli=250), ResourceRequest(gpus=2), ResourceRequest(gpus=1, gpu_milli=750)):
+    for request in (
+        ResourceRequest(gpus=1, gpu_milli=250),
+        ResourceRequest(gpus=2),
+        ResourceRequest(gpus=1, gpu_milli=750),
+    ):
         placed = compute_placement(request, nodes, name)
         assert isinstance(placed, Placement)
         check_placement(nodes, request, placed)
@@ -88,4 +104,3 @@ def test_topology_places_gpus_spread_over_islands(gpus: int) -> None:
     placed = compute_placement(request, nodes, "topology")
     assert isinstance(placed, Placement) and len(placed.gpu_indices) == gpus
     check_placement(nodes, request, placed)
-

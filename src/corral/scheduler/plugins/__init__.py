@@ -25,8 +25,17 @@ DEFAULT_POLICY = "corral"
 _POLICIES: dict[str, Callable[[], PlacementPolicy]] = {
     p.name: p
     for p in (
-        FirstFree, LeastRecentlyUsed, BestFit, Packing, Spread, Clustering, DotProd, RandomFit,
-        TopologyAware, FragmentationGradientDescent, Corral,
+        FirstFree,
+        LeastRecentlyUsed,
+        BestFit,
+        Packing,
+        Spread,
+        Clustering,
+        DotProd,
+        RandomFit,
+        TopologyAware,
+        FragmentationGradientDescent,
+        Corral,
     )
 }
 
@@ -40,7 +49,11 @@ class WeightedPolicy:
         self.gpu_aware = any(p.gpu_aware for p, _ in self.parts)
 
     def score_node(
-        self, node: NodeState, request: ResourceRequest, positions: Sequence[int] = (), ctx: ScoreContext = DEFAULT_CONTEXT
+        self,
+        node: NodeState,
+        request: ResourceRequest,
+        positions: Sequence[int] = (),
+        ctx: ScoreContext = DEFAULT_CONTEXT,
     ) -> float:
         return sum(w * p.score_node(node, request, positions, ctx) for p, w in self.parts)
 

@@ -25,7 +25,11 @@ class BestFit:
     gpu_aware = False
 
     def score_node(
-        self, node: NodeState, request: ResourceRequest, positions: Sequence[int] = (), ctx: ScoreContext = DEFAULT_CONTEXT
+        self,
+        node: NodeState,
+        request: ResourceRequest,
+        positions: Sequence[int] = (),
+        ctx: ScoreContext = DEFAULT_CONTEXT,
     ) -> float:
         cpu_left = node.info.cpu_milli - node.cpu_used_milli - request.cpu_milli
         gpu_left = gpu_free_milli(node) - request.total_gpu_milli

@@ -19,12 +19,18 @@ class Clustering:
     gpu_aware = True
 
     def score_node(
-        self, node: NodeState, request: ResourceRequest, positions: Sequence[int] = (), ctx: ScoreContext = DEFAULT_CONTEXT
+        self,
+        node: NodeState,
+        request: ResourceRequest,
+        positions: Sequence[int] = (),
+        ctx: ScoreContext = DEFAULT_CONTEXT,
     ) -> float:
         n = len(node.gpu_used_milli) or 1
         if request.gpus and request.gpu_milli < FULL_GPU_MILLI:
             alike = sum(1 for u in node.gpu_used_milli if u and u % request.gpu_milli == 0)
-            on_alike = any(node.gpu_used_milli[p] and node.gpu_used_milli[p] % request.gpu_milli == 0 for p in positions)
+            on_alike = any(
+                node.gpu_used_milli[p] and node.gpu_used_milli[p] % request.gpu_milli == 0 for p in positions
+            )
             return 100.0 * (2.0 * on_alike + alike / n) / 3.0
         whole = sum(1 for u in node.gpu_used_milli if u == FULL_GPU_MILLI)
         return 100.0 * whole / n

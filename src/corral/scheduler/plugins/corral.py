@@ -95,7 +95,11 @@ class Corral:
         return weight, cpu_per_gpu
 
     def score_node(
-        self, node: NodeState, request: ResourceRequest, positions: Sequence[int] = (), ctx: ScoreContext = DEFAULT_CONTEXT
+        self,
+        node: NodeState,
+        request: ResourceRequest,
+        positions: Sequence[int] = (),
+        ctx: ScoreContext = DEFAULT_CONTEXT,
     ) -> float:
         profile = ctx.workload or DEFAULT_PROFILE
         packing_weight, cpu_per_gpu = self._terms(profile)

@@ -42,7 +42,9 @@ class FragmentationMemo:
             self._memo[key] = value
         return value
 
-    def delta(self, node: NodeState, request: ResourceRequest, positions: Sequence[int], profile: WorkloadProfile) -> float:
+    def delta(
+        self, node: NodeState, request: ResourceRequest, positions: Sequence[int], profile: WorkloadProfile
+    ) -> float:
         """Growth of the node's fragmentation (milli-GPU) if `request` goes on `positions`."""
         empty = ResourceRequest(gpus=0, cpu_milli=0)
         before = self.fragmentation(*free_lists_after(node, empty, ()), profile)
@@ -58,7 +60,11 @@ class FragmentationGradientDescent:
         self._memo = FragmentationMemo()
 
     def score_node(
-        self, node: NodeState, request: ResourceRequest, positions: Sequence[int] = (), ctx: ScoreContext = DEFAULT_CONTEXT
+        self,
+        node: NodeState,
+        request: ResourceRequest,
+        positions: Sequence[int] = (),
+        ctx: ScoreContext = DEFAULT_CONTEXT,
     ) -> float:
         profile = ctx.workload or DEFAULT_PROFILE
         gain = -self._memo.delta(node, request, positions, profile) / FULL_GPU_MILLI

@@ -16,9 +16,14 @@ from corral.scheduler.framework import DEFAULT_CONTEXT, ScoreContext
 class LeastRecentlyUsed:
     name = "lru"
     gpu_aware = False
+    per_node = True  # scores depend on the node's name, not only its hardware and load (no class sharing)
 
     def score_node(
-        self, node: NodeState, request: ResourceRequest, positions: Sequence[int] = (), ctx: ScoreContext = DEFAULT_CONTEXT
+        self,
+        node: NodeState,
+        request: ResourceRequest,
+        positions: Sequence[int] = (),
+        ctx: ScoreContext = DEFAULT_CONTEXT,
     ) -> float:
         tick = ctx.last_used.get(node.info.name)
         return 100.0 if tick is None else 100.0 / (2.0 + tick)

@@ -20,7 +20,11 @@ class Packing:
     gpu_aware = False  # the topology allocator already puts a share on the fullest GPU with room
 
     def score_node(
-        self, node: NodeState, request: ResourceRequest, positions: Sequence[int] = (), ctx: ScoreContext = DEFAULT_CONTEXT
+        self,
+        node: NodeState,
+        request: ResourceRequest,
+        positions: Sequence[int] = (),
+        ctx: ScoreContext = DEFAULT_CONTEXT,
     ) -> float:
         if request.gpus == 0:
             return 0.0

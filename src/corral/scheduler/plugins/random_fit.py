@@ -21,6 +21,10 @@ class RandomFit:
     randomized = True
 
     def score_node(
-        self, node: NodeState, request: ResourceRequest, positions: Sequence[int] = (), ctx: ScoreContext = DEFAULT_CONTEXT
+        self,
+        node: NodeState,
+        request: ResourceRequest,
+        positions: Sequence[int] = (),
+        ctx: ScoreContext = DEFAULT_CONTEXT,
     ) -> float:
         return 0.0

@@ -19,6 +19,10 @@ class Spread:
     gpu_aware = False
 
     def score_node(
-        self, node: NodeState, request: ResourceRequest, positions: Sequence[int] = (), ctx: ScoreContext = DEFAULT_CONTEXT
+        self,
+        node: NodeState,
+        request: ResourceRequest,
+        positions: Sequence[int] = (),
+        ctx: ScoreContext = DEFAULT_CONTEXT,
     ) -> float:
         return 100.0 * sum(free_after(node, request)) / 3.0

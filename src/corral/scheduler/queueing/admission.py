@@ -11,14 +11,34 @@ from corral.scheduler.queueing.backfill import Reservation, allow_backfill, comp
 from corral.scheduler.queueing.capacity import Ledger
 from corral.scheduler.queueing.eta import EtaEstimator
 from corral.scheduler.queueing.fairshare import compute_fair_shares, select_within_share
-from corral.scheduler.queueing.jobs import QueueConfig, QueuedJob, RunningJob
+from corral.scheduler.queueing.jobs import (
+    QueueConfig,
+    QueuedJob,
+    RunningJob,
+    Shape,
+    add_shape,
+    compute_shape,
+    is_dominated,
+)
 from corral.scheduler.queueing.ordering import RankContext, RankKey, compute_rank, compute_tenant_order_key
 from corral.scheduler.queueing.policy import QueueingPolicy
 from corral.scheduler.queueing.preemption import (
-    RANK, RECLAIM, Preemption, order_rank_candidates, order_reclaim_candidates, select_victims,
+    RANK,
+    RECLAIM,
+    Preemption,
+    order_rank_candidates,
+    order_reclaim_candidates,
+    select_victims,
 )
 from corral.scheduler.queueing.quota import (
-    TOTAL, QuotaBook, Usage, add_usage, check_quota, compute_cohort_shortfall, compute_usage, is_borrowing,
+    TOTAL,
+    QuotaBook,
+    Usage,
+    add_usage,
+    check_quota,
+    compute_cohort_shortfall,
+    compute_usage,
+    is_borrowing,
     select_within_guarantee,
 )
 
@@ -79,7 +99,8 @@ def compute_rank_context(
         demand[j.tenant] = demand.get(j.tenant, 0.0) + j.need_milli
     shares = compute_fair_shares(demand, weight, float(sum(state.pool_milli.values())))
     within = select_within_share(
-        active, shares, lambda j: compute_tenant_order_key(j, policy, attained.get(j.id, j.attained_gpu_s)))
+        active, shares, lambda j: compute_tenant_order_key(j, policy, attained.get(j.id, j.attained_gpu_s))
+    )
     per_weight = {t: u / max(weight.get(t, 1.0), 1e-9) for t, u in state.usage_gpu_s.items()}
     return RankContext(within, per_weight)
 
@@ -101,12 +122,15 @@ class _Cycle:
     reservations: list[Reservation] = field(default_factory=list)
     waiting: list[str] = field(default_factory=list)  # jobs holding GPUs that preempted jobs release
     failed_need: dict[tuple[str, str], int] = field(default_factory=dict)
-    # Per (tenant, model asked for), the smallest demand that neither fit nor could preempt this cycle: the
-    # tenant's later (lower-ranked) jobs at least as large, asking for the same model, cannot either (free
-    # GPUs and victims hardly grow in a cycle; a job of another model says nothing about this one's).
-    tenant_failed: dict[tuple[str, str], int] = field(default_factory=dict)
-    reclaim_order: list[RunningJob] | None = None
-    rank_order: list[RunningJob] | None = None
+    # Per (tenant, model asked for), the shapes of requests that neither fit nor could preempt this cycle: a
+    # later (lower-ranked) job of the tenant whose request dominates one of them (same constraints, at least
+    # as much of every resource) cannot either (free capacity and victims do not grow within a cycle; a job
+    # asking 2 CPUs may fit where one asking 64 failed, so GPU demand alone does not say it).
+    tenant_failed: dict[tuple[str, str], list[Shape]] = field(default_factory=dict)
+    # Victim candidates per (kind, model) in victim order, and how many at their front are taken already
+    # (victims go from the front, so each search starts past them instead of rescanning).
+    orders: dict[tuple[str, str], list[RunningJob]] = field(default_factory=dict)
+    order_starts: dict[tuple[str, str], int] = field(default_factory=dict)
 
     def rank_of(self, r: RunningJob) -> RankKey:
         return self.ranks[r.job.id]
@@ -118,7 +142,9 @@ def compute_admission(
     """Walk pending jobs in rank order; each starts if quota, capacity (all gang parts) and reservations
     allow, else it may preempt, else it waits with a reason. `explain=False` skips reasons and ETAs (the
     simulator's fast path)."""
-    attained = {r.job.id: running_attained(r, now_s) for r in state.running} if policy.order in ("las", "corral") else {}
+    attained = (
+        {r.job.id: running_attained(r, now_s) for r in state.running} if policy.order in ("las", "corral") else {}
+    )
     ctx = compute_rank_context(state, policy, attained, now_s)
     ranks = {j.id: compute_rank(j, policy, ctx, i) for i, j in enumerate(state.pending)}
     if policy.preempt:
@@ -133,12 +159,18 @@ def compute_admission(
     # so a newcomer of the same tenant (even of higher priority) cannot take it over and make the tenant
     # reclaim again, a grace period later.
     guaranteed = select_within_guarantee(
-        sorted(ordered, key=lambda j: inf if j.nominated_s is None else j.nominated_s), held, state.quotas)
+        sorted(ordered, key=lambda j: inf if j.nominated_s is None else j.nominated_s), held, state.quotas
+    )
     if guaranteed:
         # Jobs within their tenant's guarantee first, and among them those that already preempted others
         # (by nomination time: they would otherwise lose the GPUs they reclaimed to a newcomer and reclaim
         # again). The sort is stable, so rank order holds otherwise.
-        ordered.sort(key=lambda j: (j.id not in guaranteed, inf if j.id not in guaranteed or j.nominated_s is None else j.nominated_s))
+        ordered.sort(
+            key=lambda j: (
+                j.id not in guaranteed,
+                inf if j.id not in guaranteed or j.nominated_s is None else j.nominated_s,
+            )
+        )
     statuses: list[tuple[QueuedJob, str, str]] = []
     blocked_queues: set[str] = set()
     global_blocked = False
@@ -146,7 +178,8 @@ def compute_admission(
         qname = job.queue_name
         strict = policy.head_blocks or state.queues.get(qname, QueueConfig(qname)).strict
         behind = global_blocked or qname in blocked_queues
-        if (behind or not (strict and policy.backfill)) and job.need_milli >= cyc.tenant_failed.get((job.tenant, job.model), 1 << 62):
+        failed = cyc.tenant_failed.get((job.tenant, job.model))
+        if failed and (behind or not (strict and policy.backfill)) and is_dominated(compute_shape(job), failed):
             # It cannot fit and cannot preempt: skip the work, keep the order and the queue's block.
             statuses.append((job, reasons.BEHIND_HEAD if behind else reasons.CAPACITY, ""))
             if strict:
@@ -160,8 +193,7 @@ def compute_admission(
         if reason:
             statuses.append((job, reason, detail))
             if reason in (reasons.CAPACITY, reasons.GANG) and not behind:
-                key = (job.tenant, job.model)
-                cyc.tenant_failed[key] = min(cyc.tenant_failed.get(key, 1 << 62), job.need_milli)
+                add_shape(cyc.tenant_failed.setdefault((job.tenant, job.model), []), compute_shape(job))
             if blocks and strict:
                 if policy.head_blocks:
                     global_blocked = True
@@ -200,7 +232,7 @@ def _try_job(cyc: _Cycle, job: QueuedJob, behind: bool) -> tuple[str, str, bool]
         return reason, detail, False
     if behind:
         return reasons.BEHIND_HEAD, "a job ahead in a strict queue is blocked", False
-    got = _try_preempt(cyc, job)
+    got = _try_preempt(cyc, job, unplaceable=True)
     if got:
         return reasons.PREEMPTING, got, True
     checks = [check_quota(cyc.state.quotas, cyc.held, job, m) for m in cyc.ledger.models() if job.matches(m)]
@@ -222,18 +254,25 @@ def _try_other_models(
         if got is not None:
             return got, None, "", ""
     if allowed:
-        return None, None, reasons.CAPACITY, f"{job.need_milli / 1000:g} GPUs needed on {', '.join(allowed)} (quota: {quota[1]})"
+        return (
+            None,
+            None,
+            reasons.CAPACITY,
+            f"{job.need_milli / 1000:g} GPUs needed on {', '.join(allowed)} (quota: {quota[1]})",
+        )
     return model, quota, "", ""
 
 
-def _try_preempt(cyc: _Cycle, job: QueuedJob) -> str:
-    """Claim GPUs that preempted jobs are releasing, or pick new victims; "" when neither works."""
+def _try_preempt(cyc: _Cycle, job: QueuedJob, unplaceable: bool = False) -> str:
+    """Claim GPUs that preempted jobs are releasing, or pick new victims; "" when neither works.
+    `unplaceable`: the placement engine found no room although enough GPUs of a model may be free (host
+    CPU or memory, fragmentation): freeing more GPUs of that model by count is no answer there."""
     book = cyc.state.quotas
     for model in cyc.ledger.models():
         if not job.matches(model):
             continue
         quota = check_quota(book, cyc.held, job, model)
-        if quota and quota[0] != reasons.BORROW:
+        if quota and quota[0] != reasons.BORROW or unplaceable and cyc.ledger.free(model) >= job.need_milli:
             continue
         # Short on the pool (free + what preempted jobs will release) or on the cohort's guarantees.
         cohort_short = compute_cohort_shortfall(book, cyc.settled, job, model)
@@ -247,9 +286,19 @@ def _try_preempt(cyc: _Cycle, job: QueuedJob) -> str:
         if not kind or cyc.failed_need.get((model, kind), 1 << 62) <= job.need_milli:
             continue
         victims = select_victims(
-            job, model, shortfall, _candidates(cyc, kind), cyc.taken, cyc.settled, book, kind,
-            cyc.ranks.get(job.id), cyc.rank_of if cyc.policy.preempt else None, cyc.now_s,
-            0.0 if kind == RECLAIM else cyc.policy.min_run_s, q.cohort if q else "",
+            job,
+            model,
+            shortfall,
+            _candidates(cyc, kind, model),
+            cyc.taken,
+            cyc.settled,
+            book,
+            kind,
+            cyc.ranks.get(job.id),
+            cyc.rank_of if cyc.policy.preempt else None,
+            cyc.now_s,
+            0.0 if kind == RECLAIM else cyc.policy.min_run_s,
+            q.cohort if q else "",
         )
         if victims is None:
             cyc.failed_need[(model, kind)] = job.need_milli
@@ -272,14 +321,18 @@ def _hold_for(cyc: _Cycle, job: QueuedJob, model: str) -> None:
     add_usage(cyc.settled, job.tenant, model, job.need_milli)
 
 
-def _candidates(cyc: _Cycle, kind: str) -> list[RunningJob]:
-    if kind == RECLAIM:
-        if cyc.reclaim_order is None:
-            cyc.reclaim_order = order_reclaim_candidates(cyc.state.running)
-        return cyc.reclaim_order
-    if cyc.rank_order is None:
-        cyc.rank_order = order_rank_candidates(cyc.state.running, cyc.rank_of)
-    return cyc.rank_order
+def _candidates(cyc: _Cycle, kind: str, model: str) -> Sequence[RunningJob]:
+    key = (kind, model)
+    order = cyc.orders.get(key)
+    if order is None:
+        running = [r for r in cyc.state.running if r.model == model]
+        order = order_reclaim_candidates(running) if kind == RECLAIM else order_rank_candidates(running, cyc.rank_of)
+        cyc.orders[key] = order
+    start = cyc.order_starts.get(key, 0)
+    while start < len(order) and order[start].job.id in cyc.taken:
+        start += 1
+    cyc.order_starts[key] = start
+    return order[start:] if start else order
 
 
 def _reserve(cyc: _Cycle, job: QueuedJob) -> None:
@@ -294,12 +347,15 @@ def _explain(cyc: _Cycle, statuses: list[tuple[QueuedJob, str, str]]) -> dict[st
     free = {m: cyc.ledger.free(m) for m in cyc.ledger.models()}
     eta = EtaEstimator(free, cyc.state.running, cyc.now_s)
     out: dict[str, reasons.PendingStatus] = {}
+    ends: dict[str, float] = {}  # per model, when its last job being preempted must be gone
+    for r in cyc.state.running:
+        if r.terminating:
+            ends[r.model] = max(ends.get(r.model, cyc.now_s), r.expected_end_s or cyc.now_s)
     for pos, (job, reason, detail) in enumerate(statuses):
         models = [m for m in cyc.ledger.models() if job.matches(m)]
         when = None
         if reason == reasons.PREEMPTING:
-            when = max((r.expected_end_s or cyc.now_s for r in cyc.state.running
-                        if r.terminating and r.model in models), default=cyc.now_s)
+            when = max((ends[m] for m in models if m in ends), default=cyc.now_s)
         elif reason != reasons.MODEL and models:
             when = eta.estimate(models[0], job.need_milli)
         out[job.id] = reasons.PendingStatus(reason, detail or reasons.DESCRIPTIONS.get(reason, ""), pos, when)

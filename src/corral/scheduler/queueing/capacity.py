@@ -73,7 +73,11 @@ class CountLedger:
         if not matching:
             return None, reasons.MODEL, f"no {job.model} GPUs in the pool"
         if all(self._pool[m] < job.need_milli for m in matching):
-            return None, reasons.MODEL, f"asks for {job.need_milli / 1000:g} GPUs; the pool has at most {max(self._pool[m] for m in matching) / 1000:g} of a matching model"
+            return (
+                None,
+                reasons.MODEL,
+                f"asks for {job.need_milli / 1000:g} GPUs; the pool has at most {max(self._pool[m] for m in matching) / 1000:g} of a matching model",
+            )
         fitting = [m for m in matching if self._free[m] >= job.need_milli]
         if fitting:
             return min(fitting, key=lambda m: (self._free[m], m)), "", ""  # best fit across models

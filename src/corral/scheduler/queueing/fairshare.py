@@ -8,9 +8,7 @@ from collections.abc import Callable, Iterable, Mapping
 from corral.scheduler.queueing.jobs import QueuedJob, RunningJob
 
 
-def compute_fair_shares(
-    demand: Mapping[str, float], weight: Mapping[str, float], capacity: float
-) -> dict[str, float]:
+def compute_fair_shares(demand: Mapping[str, float], weight: Mapping[str, float], capacity: float) -> dict[str, float]:
     """Weighted max-min shares: every tenant gets min(demand, its weighted part of what is left), and what a
     satisfied tenant leaves is shared again among the rest. Missing weights count as 1."""
     share = {t: 0.0 for t in demand}

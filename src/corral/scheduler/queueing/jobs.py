@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from corral.core.errors import ValidationError
 from corral.core.requests import ResourceRequest, model_matches
@@ -18,6 +18,8 @@ class QueuedJob:
     already run (for least-attained-service ordering); `known_duration_s` is only for the `sjf` oracle.
     `nominated_s`: when running jobs were first preempted to make room for it (set by the caller from the
     plan, cleared when it starts); nominated jobs take the GPUs they freed before newcomers do.
+    `request`: the full per-node request (minimum GPU memory, CPU, host memory, NVLink...), None = only
+    the fields above (the queueing simulators' jobs).
     """
 
     id: str
@@ -33,6 +35,7 @@ class QueuedJob:
     attained_gpu_s: float = 0.0
     known_duration_s: float | None = None
     nominated_s: float | None = None
+    request: ResourceRequest | None = None
 
     def __post_init__(self) -> None:
         if self.gpus < 0 or self.nodes < 1:
@@ -55,8 +58,46 @@ class QueuedJob:
         return model_matches(model, (self.model,) if self.model else ())
 
     def to_request(self) -> ResourceRequest:
-        """The per-node request the placement code (scheduler/cycle.py) understands."""
-        return ResourceRequest(gpus=self.gpus, gpu_milli=self.gpu_milli, gpu_models=(self.model,) if self.model else ())
+        """The per-node request the placement engine places: the full one, held to `model` (a pool model
+        the job allows) when set, so it lands where its tenant's quota is counted."""
+        req = self.request
+        if req is None:
+            return ResourceRequest(
+                gpus=self.gpus, gpu_milli=self.gpu_milli, gpu_models=(self.model,) if self.model else ()
+            )
+        if self.model and req.gpus and req.gpu_models != (self.model,):
+            return replace(req, gpu_models=(self.model,))
+        return req
+
+
+# A request's shape: (constraints that must be equal, amounts that must all be >= to dominate).
+Shape = tuple[tuple[object, ...], tuple[int, ...]]
+MAX_SHAPES = 8  # failed shapes kept per (tenant, model): the skip is a short cut, not a full index
+
+
+def compute_shape(job: QueuedJob) -> Shape:
+    """Constraints (models, MIG profile, NVLink, selector, tolerations, ECC) and amounts (GPUs, share,
+    nodes, CPU, host memory, minimum GPU memory) of the job's request."""
+    r = job.to_request()
+    return (
+        (r.gpu_models, r.mig_profile, r.nvlink, r.node_selector, r.tolerations, r.ecc),
+        (r.gpus, r.gpu_milli, job.nodes, r.cpu_milli, r.memory_mib, r.min_gpu_memory_mib),
+    )
+
+
+def is_dominated(shape: Shape, failed: list[Shape]) -> bool:
+    """True when `shape` asks at least as much as some failed shape with the same constraints: where
+    that one fits nowhere, this one cannot fit either."""
+    constraints, amounts = shape
+    return any(c == constraints and all(a <= b for a, b in zip(f, amounts)) for c, f in failed)
+
+
+def add_shape(failed: list[Shape], shape: Shape) -> None:
+    """Keep the minimal failed shapes (those no other failed shape is dominated by), at most MAX_SHAPES."""
+    if is_dominated(shape, failed) or len(failed) >= MAX_SHAPES:
+        return
+    failed[:] = [f for f in failed if not is_dominated(f, [shape])]
+    failed.append(shape)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,15 +1,17 @@
-"""A Ledger over real nodes: fits are decided by the placement code (scheduler/cycle.py and gang.py), so
-the server admits a job only where it can actually be placed, all gang members at once or none."""
+"""A Ledger over real nodes: fits are decided by the placement engine (scheduler/cluster.py) with each job's
+full request, so a job is admitted only where it can actually be placed, all gang parts at once or none,
+and the placement found is the one the plan carries."""
 
 from __future__ import annotations
 
 import random
 from collections.abc import Sequence
+from dataclasses import replace
 
 from corral.core.resources import NodeState, Placement
-from corral.scheduler.cycle import Unschedulable, apply_placement, compute_placement
-from corral.scheduler.framework import PlacementPolicy
-from corral.scheduler.gang import compute_gang_placement
+from corral.scheduler.choices import Unschedulable
+from corral.scheduler.cluster import Cluster
+from corral.scheduler.framework import DEFAULT_CONTEXT, PlacementPolicy, ScoreContext
 from corral.scheduler.plugins import DEFAULT_POLICY
 from corral.scheduler.queueing import reasons
 from corral.scheduler.queueing.capacity import Fit
@@ -17,71 +19,84 @@ from corral.scheduler.queueing.jobs import QueuedJob, RunningJob
 
 
 class NodeLedger:
-    """Free capacity is the snapshot's; `placements[job_id]` holds where admitted jobs go (the plan the
-    server applies). Jobs being preempted still hold their GPUs in the snapshot; `incoming` counts them."""
+    """Free capacity is the cluster's; `placements[job_id]` holds where admitted jobs go (the plan the
+    caller applies). `check` finds a placement without applying it; `take` applies that same placement.
+    Jobs being preempted still hold their GPUs in the snapshot; `incoming` counts them. Pass `cluster`
+    to place into a live one (the simulators keep theirs across cycles); it is mutated by `take`."""
 
     def __init__(
-        self, nodes: Sequence[NodeState], running: Sequence[RunningJob],
-        policy: PlacementPolicy | str = DEFAULT_POLICY, rng: random.Random | None = None,
+        self,
+        nodes: Sequence[NodeState],
+        running: Sequence[RunningJob],
+        policy: PlacementPolicy | str = DEFAULT_POLICY,
+        rng: random.Random | None = None,
+        *,
+        ctx: ScoreContext = DEFAULT_CONTEXT,
+        cluster: Cluster | None = None,
     ) -> None:
-        self._nodes = [n for n in nodes if n.schedulable]
-        self._policy = policy
-        self._rng = rng
-        self._models = sorted({g.model for n in self._nodes for g in n.info.gpus})
+        self.cluster = cluster if cluster is not None else Cluster.from_states(nodes, policy, ctx, rng)
+        self._models = self.cluster.gpu_models()
         self._incoming = {m: 0 for m in self._models}
         for r in running:
             if r.terminating:
                 self._incoming[r.model] = self._incoming.get(r.model, 0) + r.job.need_milli
         self._reserved = {m: 0 for m in self._models}
         self.placements: dict[str, list[Placement]] = {}
-        self._last: tuple[str, list[Placement]] | None = None
+        self._last: tuple[str, str, list[Placement]] | None = None  # (job id, model, placements) of check()
 
     def models(self) -> Sequence[str]:
         return self._models
 
     def free(self, model: str) -> int:
-        total = 0
-        for n in self._nodes:
-            for g, used in zip(n.info.gpus, n.gpu_used_milli):
-                if g.model == model and g.healthy:
-                    total += 1000 - used
-        return total - self._reserved.get(model, 0)
+        """O(1): the cluster keeps its free milli-GPUs per model up to date."""
+        return self.cluster.free_milli(model) - self._reserved.get(model, 0)
 
     def incoming(self, model: str) -> int:
         return max(self._incoming.get(model, 0), 0)
 
-    def _place(self, job: QueuedJob) -> list[Placement] | Unschedulable:
+    def _find(self, job: QueuedJob) -> list[Placement] | Unschedulable:
         req = job.to_request()
         if job.nodes == 1:
-            got = compute_placement(req, self._nodes, self._policy, self._rng)
+            got = self.cluster.find(req)
             return got if isinstance(got, Unschedulable) else [got]
-        return compute_gang_placement(req, job.nodes, self._nodes, self._policy, self._rng)
+        parts = self.cluster.find_gang(req, job.nodes)
+        if isinstance(parts, Unschedulable) or job.model or len({self.cluster.model_of(p) for p in parts}) == 1:
+            return parts
+        # A gang of any model landed on several: a gang runs on one model (its quota is counted on one), its first
+        # part's if it fits there, else the first other model it fits on.
+        first = self.cluster.model_of(parts[0])
+        held: list[Placement] | Unschedulable = parts
+        for model in [first, *(m for m in self._models if m != first and job.matches(m))]:
+            held = self._find(replace(job, model=model))
+            if not isinstance(held, Unschedulable):
+                return held
+        return held
 
     def check(self, job: QueuedJob) -> Fit:
         matching = [m for m in self._models if job.matches(m)]
         if not matching:
             return None, reasons.MODEL, f"no {job.model} GPUs in the pool"
-        got = self._place(job)
+        got = self._find(job)
         if isinstance(got, Unschedulable):
             if not got.resolvable:
                 return None, reasons.MODEL, got.reason
             partial = job.need_milli > 1000 and any(self.free(m) > 0 for m in matching)
             return None, reasons.GANG if partial else reasons.CAPACITY, got.reason
-        model = self._model_of(got[0])
+        model = self.cluster.model_of(got[0]) or matching[0]
         if self.free(model) < job.need_milli:  # GPUs held back for a job waiting on preemption
             return None, reasons.CAPACITY, f"{model} GPUs are reserved for a job waiting on preemption"
-        self._last = (job.id, got)
+        self._last = (job.id, model, got)
         return model, "", ""
 
-    def _model_of(self, p: Placement) -> str:
-        node = next(n for n in self._nodes if n.info.name == p.node)
-        return next(g.model for g in node.info.gpus if g.index in p.gpu_indices)
-
     def take(self, job: QueuedJob, model: str) -> None:
-        got = self._last[1] if self._last and self._last[0] == job.id else self._place(job)
-        assert not isinstance(got, Unschedulable), "take() after a failed check()"
+        if self._last is not None and self._last[:2] == (job.id, model):
+            got = self._last[2]
+        else:
+            found = self._find(job if job.model else replace(job, model=model))
+            assert not isinstance(found, Unschedulable), "take() after a failed check()"
+            got = found
         for p in got:
-            apply_placement(self._nodes, p)
+            self.cluster.apply(p)
         self.placements[job.id] = got
         self._last = None
 

@@ -31,7 +31,9 @@ def compute_las_level(attained_gpu_s: float, thresholds: tuple[float, ...]) -> i
     return level
 
 
-def compute_rank(job: QueuedJob, policy: QueueingPolicy, ctx: RankContext, seq: int, attained_gpu_s: float | None = None) -> RankKey:
+def compute_rank(
+    job: QueuedJob, policy: QueueingPolicy, ctx: RankContext, seq: int, attained_gpu_s: float | None = None
+) -> RankKey:
     """The job's place in line; `seq` (e.g. arrival order) breaks the last ties deterministically.
     `attained_gpu_s` overrides the job's own figure (a running job keeps accruing service)."""
     head = (-float(job.priority),)

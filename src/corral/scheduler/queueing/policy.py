@@ -45,8 +45,14 @@ POLICIES: dict[str, QueueingPolicy] = {
     "sjf": QueueingPolicy("sjf", "sjf"),
     "las": QueueingPolicy("las", "las", preempt=True, las_thresholds_gpu_s=TIRESIAS_THRESHOLDS_GPU_S),
     "corral": QueueingPolicy(
-        "corral", "corral", backfill=True, preempt=True, fair_share=True,
-        las_thresholds_gpu_s=CORRAL_THRESHOLDS_GPU_S, min_run_s=30.0, half_life_s=3600.0,
+        "corral",
+        "corral",
+        backfill=True,
+        preempt=True,
+        fair_share=True,
+        las_thresholds_gpu_s=CORRAL_THRESHOLDS_GPU_S,
+        min_run_s=30.0,
+        half_life_s=3600.0,
     ),
 }
 DEFAULT_QUEUEING = "corral"

@@ -57,7 +57,7 @@ def select_victims(
 ) -> list[RunningJob] | None:
     """Victims on `model` freeing at least `shortfall_milli`, or None when the eligible ones cannot.
 
-    `candidates` come in victim order (order_*_candidates); `taken` holds ids already chosen this cycle;
+    `candidates` come in victim order (order_*_candidates: for RANK, lowest-ranked first); `taken` holds ids already chosen this cycle;
     `settled` is usage without jobs already being preempted, and is updated for the victims returned.
     With a `cohort`, reclaim takes only from tenants of that cohort (their borrowing is what it lacks)."""
     chosen: list[RunningJob] = []
@@ -73,14 +73,19 @@ def select_victims(
         if r.model != model or r.job.id in taken:
             continue
         lower = job_rank is not None and rank_of is not None and rank_of(r) > job_rank
+        if kind == RANK and not lower and rank_of is not None:
+            break  # rank candidates come lowest-ranked first: none after this one ranks below the job
         if kind == RANK and (not lower or now_s - r.start_s < min_run_s):
             continue
         if r.job.tenant == job.tenant:
             if kind == RECLAIM or not lower:  # taking its own work back does not restore a guarantee
                 continue
-        elif book.quotas and not is_borrowing(settled, book.get(r.job.tenant), model):
-            continue
-        elif kind == RECLAIM and not book.quotas:
+        elif (
+            book.quotas
+            and not is_borrowing(settled, book.get(r.job.tenant), model)
+            or kind == RECLAIM
+            and not book.quotas
+        ):
             continue
         chosen.append(r)
         freed += r.job.need_milli

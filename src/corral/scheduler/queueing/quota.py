@@ -82,7 +82,9 @@ def validate_quotas(book: QuotaBook, pool_milli: Mapping[str, int]) -> None:
         cap = sum(pool_milli.values()) if key == TOTAL else pool_milli.get(key, 0)
         total = sum(q.nominal.get(key, 0) for q in book.quotas.values())
         if total > cap:
-            raise ValidationError(f"quota.{key}", f"guarantees add up to {total / 1000:g} GPUs; the pool has {cap / 1000:g}")
+            raise ValidationError(
+                f"quota.{key}", f"guarantees add up to {total / 1000:g} GPUs; the pool has {cap / 1000:g}"
+            )
     for start in book.cohort_parent:
         seen = [start]
         node = book.cohort_parent.get(start)
@@ -130,7 +132,10 @@ def check_quota(book: QuotaBook, usage: Usage, job: QueuedJob, model: str) -> tu
     u = usage.get(job.tenant, {})
     for key in (model, TOTAL):
         if key in q.maximum and u.get(key, 0) + job.need_milli > q.maximum[key]:
-            return reasons.QUOTA, f"{key}: {(u.get(key, 0) + job.need_milli) / 1000:g} GPUs > maximum {q.maximum[key] / 1000:g}"
+            return (
+                reasons.QUOTA,
+                f"{key}: {(u.get(key, 0) + job.need_milli) / 1000:g} GPUs > maximum {q.maximum[key] / 1000:g}",
+            )
     short = compute_cohort_shortfall(book, usage, job, model)
     if short > 0:
         return reasons.BORROW, f"cohort {q.cohort!r} lacks {short / 1000:g} idle guaranteed GPUs"
@@ -170,8 +175,11 @@ def select_within_guarantee(ranked: Iterable[QueuedJob], usage: Usage, book: Quo
             continue
         if not any(k == TOTAL or (job.model and job.matches(k)) for k in q.nominal):
             continue
-        limits = {k: min(q.nominal.get(k, 1 << 62), q.maximum.get(k, 1 << 62))
-                  for k in (*q.nominal, *q.maximum) if k == TOTAL or (job.model and job.matches(k))}
+        limits = {
+            k: min(q.nominal.get(k, 1 << 62), q.maximum.get(k, 1 << 62))
+            for k in (*q.nominal, *q.maximum)
+            if k == TOTAL or (job.model and job.matches(k))
+        }
         u = usage.get(job.tenant, {})
         if all(u.get(k, 0) + extra.get((job.tenant, k), 0) + job.need_milli <= lim for k, lim in limits.items()):
             out.add(job.id)

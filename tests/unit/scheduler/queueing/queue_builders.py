@@ -3,8 +3,18 @@
 from __future__ import annotations
 
 from corral.scheduler.queueing import (
-    TOTAL, AdmissionPlan, CountLedger, QueueConfig, QueuedJob, QueueingPolicy, QueueState, QuotaBook,
-    RunningJob, TenantQuota, compute_admission, get_queueing_policy,
+    TOTAL,
+    AdmissionPlan,
+    CountLedger,
+    QueueConfig,
+    QueuedJob,
+    QueueingPolicy,
+    QueueState,
+    QuotaBook,
+    RunningJob,
+    TenantQuota,
+    compute_admission,
+    get_queueing_policy,
 )
 
 MODEL = "V100-32GB"
@@ -18,8 +28,12 @@ def running(j: QueuedJob, start: float = 0.0, model: str = MODEL, exit_s: float 
     return RunningJob(j, start, model, exit_s)
 
 
-def quota(tenant: str, nominal: float, maximum: float | None = None, cohort: str = "", model: str = TOTAL) -> TenantQuota:
-    return TenantQuota(tenant, {model: int(nominal * 1000)}, {} if maximum is None else {model: int(maximum * 1000)}, cohort)
+def quota(
+    tenant: str, nominal: float, maximum: float | None = None, cohort: str = "", model: str = TOTAL
+) -> TenantQuota:
+    return TenantQuota(
+        tenant, {model: int(nominal * 1000)}, {} if maximum is None else {model: int(maximum * 1000)}, cohort
+    )
 
 
 def book(*quotas: TenantQuota) -> QuotaBook:
@@ -27,8 +41,13 @@ def book(*quotas: TenantQuota) -> QuotaBook:
 
 
 def admit(
-    pending: list[QueuedJob], gpus: int = 8, run: list[RunningJob] | None = None, policy: str | QueueingPolicy = "fifo",
-    now: float = 0.0, quotas: QuotaBook | None = None, queues: dict[str, QueueConfig] | None = None,
+    pending: list[QueuedJob],
+    gpus: int = 8,
+    run: list[RunningJob] | None = None,
+    policy: str | QueueingPolicy = "fifo",
+    now: float = 0.0,
+    quotas: QuotaBook | None = None,
+    queues: dict[str, QueueConfig] | None = None,
     pool: dict[str, int] | None = None,
 ) -> AdmissionPlan:
     pool = pool or {MODEL: gpus * 1000}

@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pytest
+from queue_builders import MODEL, admit, admitted, job, running
 
 from corral.scheduler.queueing import QueueConfig, QueueingPolicy
 from corral.scheduler.queueing.backfill import compute_reservation
-from queue_builders import MODEL, admit, admitted, job, running
 
 STRICT_BACKFILL = QueueingPolicy("test", "fifo", head_blocks=True, backfill=True)
 
@@ -35,7 +35,10 @@ CASES = [
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_easy_backfill(case: Case) -> None:
     run = [running(job("r", gpus=6, time_limit_s=100.0))]
-    pending = [job("head", gpus=8, submit=1), job("cand", gpus=case.candidate_gpus, submit=2, time_limit_s=case.candidate_limit_s)]
+    pending = [
+        job("head", gpus=8, submit=1),
+        job("cand", gpus=case.candidate_gpus, submit=2, time_limit_s=case.candidate_limit_s),
+    ]
     plan = admit(pending, gpus=8, run=run, policy=STRICT_BACKFILL)
     assert ("cand" in admitted(plan)) == case.expect_backfilled
     assert "head" not in admitted(plan)
@@ -46,8 +49,12 @@ def test_easy_backfill(case: Case) -> None:
 def test_extra_gpus_let_any_job_through() -> None:
     # 8 GPUs: 4 held until t=100; head needs 6 -> at t=100, 8 free, 2 spare: a 2-GPU job of any length fits.
     run = [running(job("r", gpus=4, time_limit_s=100.0))]
-    plan = admit([job("head", gpus=6, submit=1), job("x", gpus=2, submit=2), job("y", gpus=1, submit=3)],
-                 gpus=8, run=run, policy=STRICT_BACKFILL)
+    plan = admit(
+        [job("head", gpus=6, submit=1), job("x", gpus=2, submit=2), job("y", gpus=1, submit=3)],
+        gpus=8,
+        run=run,
+        policy=STRICT_BACKFILL,
+    )
     assert admitted(plan) == ["x"]  # x takes the spare GPUs; y (no limit) would then delay the head
 
 
@@ -59,5 +66,7 @@ def test_reservation_is_unknown_without_time_limits() -> None:
 def test_without_backfill_a_strict_queue_waits_in_order() -> None:
     run = [running(job("r", gpus=6, time_limit_s=100.0))]
     pending = [job("head", gpus=8, submit=1), job("cand", gpus=1, submit=2, time_limit_s=1.0)]
-    plan = admit(pending, gpus=8, run=run, policy=QueueingPolicy("in-order", "fifo"), queues={"t": QueueConfig("t", strict=True)})
+    plan = admit(
+        pending, gpus=8, run=run, policy=QueueingPolicy("in-order", "fifo"), queues={"t": QueueConfig("t", strict=True)}
+    )
     assert admitted(plan) == [] and plan.pending["cand"].reason == "behind-head"

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from queue_builders import admit, admitted, job, running
 
 from corral.scheduler.queueing import compute_decayed_usage, compute_fair_shares
-from queue_builders import admit, admitted, job, running
 
 
 @dataclass

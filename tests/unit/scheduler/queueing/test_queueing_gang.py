@@ -3,10 +3,11 @@ holds part of the pool while it waits, so two gangs cannot deadlock."""
 
 from __future__ import annotations
 
+from queue_builders import admit, admitted, job
+
 from corral.core.resources import NodeState
 from corral.scheduler.queueing import QueueingPolicy, QueueState, QuotaBook, compute_admission
 from corral.scheduler.queueing.node_capacity import NodeLedger
-from queue_builders import admit, admitted, job, running
 
 SKIP = QueueingPolicy("skip", "fifo")
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import pytest
+from queue_builders import admit, admitted, job, running
 
 from corral.scheduler.queueing import QueueConfig, QueuedJob, get_queueing_policy
 from corral.scheduler.queueing.ordering import compute_las_level
-from queue_builders import admit, admitted, job, running
 
 
 @dataclass
@@ -26,18 +26,36 @@ CASES = [
     Case("fifo: submit order", [job("b", submit=2), job("a", submit=1)], 1, "fifo", ["a"]),
     Case("priority before submit time", [job("a", submit=1), job("b", submit=2, priority=5)], 1, "fifo", ["b"]),
     Case("fifo: a blocked head blocks everyone", [job("big", gpus=8, submit=0), job("small", submit=1)], 4, "fifo", []),
-    Case("a job bigger than the pool never blocks", [job("huge", gpus=64), job("small", submit=1)], 8, "fifo", ["small"]),
-    Case("sjf: shortest known duration first",
-         [job("long", known_duration_s=100), job("short", submit=5, known_duration_s=10)], 1, "sjf", ["short"]),
+    Case(
+        "a job bigger than the pool never blocks", [job("huge", gpus=64), job("small", submit=1)], 8, "fifo", ["small"]
+    ),
+    Case(
+        "sjf: shortest known duration first",
+        [job("long", known_duration_s=100), job("short", submit=5, known_duration_s=10)],
+        1,
+        "sjf",
+        ["short"],
+    ),
     Case("sjf: skips a job that does not fit", [job("big", gpus=8), job("small", submit=1)], 4, "sjf", ["small"]),
-    Case("las: least attained service first",
-         [job("old", attained_gpu_s=5000), job("new", submit=9)], 1, "las", ["new"]),
-    Case("strict queue: head blocks its own queue only",
-         [job("head", tenant="a", gpus=8), job("next", tenant="a", submit=1), job("other", tenant="b", submit=2)],
-         4, "sjf", ["other"], {"a": QueueConfig("a", strict=True)}),
-    Case("best-effort queue: later jobs pass a blocked head",
-         [job("head", tenant="a", gpus=8), job("next", tenant="a", submit=1)], 4, "sjf", ["next"],
-         {"a": QueueConfig("a", strict=False)}),
+    Case(
+        "las: least attained service first", [job("old", attained_gpu_s=5000), job("new", submit=9)], 1, "las", ["new"]
+    ),
+    Case(
+        "strict queue: head blocks its own queue only",
+        [job("head", tenant="a", gpus=8), job("next", tenant="a", submit=1), job("other", tenant="b", submit=2)],
+        4,
+        "sjf",
+        ["other"],
+        {"a": QueueConfig("a", strict=True)},
+    ),
+    Case(
+        "best-effort queue: later jobs pass a blocked head",
+        [job("head", tenant="a", gpus=8), job("next", tenant="a", submit=1)],
+        4,
+        "sjf",
+        ["next"],
+        {"a": QueueConfig("a", strict=False)},
+    ),
 ]
 
 
@@ -51,7 +69,13 @@ def test_ordering(case: Case) -> None:
 
 def test_strict_queue_reports_behind_head() -> None:
     hold = [running(job("holder", tenant="z", gpus=4))]
-    plan = admit([job("head", gpus=8), job("next", submit=1)], gpus=8, run=hold, policy="sjf", queues={"t": QueueConfig("t", True)})
+    plan = admit(
+        [job("head", gpus=8), job("next", submit=1)],
+        gpus=8,
+        run=hold,
+        policy="sjf",
+        queues={"t": QueueConfig("t", True)},
+    )
     assert plan.pending["head"].reason == "gang-incomplete" and plan.pending["next"].reason == "behind-head"
     assert [plan.pending[j].position for j in ("head", "next")] == [0, 1]
 

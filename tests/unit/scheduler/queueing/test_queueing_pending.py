@@ -7,7 +7,9 @@ from queue_builders import admit, job, running
 
 def test_eta_from_time_limits_in_rank_order() -> None:
     run = [running(job("r1", "z", 4, time_limit_s=100.0)), running(job("r2", "z", 4, time_limit_s=200.0), start=10.0)]
-    plan = admit([job("x", gpus=2, submit=1), job("y", gpus=4, submit=2), job("w", gpus=4, submit=3)], gpus=8, run=run, now=50.0)
+    plan = admit(
+        [job("x", gpus=2, submit=1), job("y", gpus=4, submit=2), job("w", gpus=4, submit=3)], gpus=8, run=run, now=50.0
+    )
     assert plan.pending["x"].eta_s == 100.0  # r1 ends at its limit
     assert plan.pending["y"].eta_s == 210.0  # x goes first: 2 + 4 > 4 freed at 100, so after r2 too
     assert plan.pending["w"].eta_s is None  # needs more than the running jobs will ever release

@@ -6,12 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pytest
+from queue_builders import MODEL, admit, admitted, book, job, quota, running
 
 from corral.core.errors import ValidationError
-from corral.scheduler.queueing import TOTAL, QuotaBook, QueueingPolicy, TenantQuota, validate_quotas
+from corral.scheduler.queueing import TOTAL, QueueingPolicy, QuotaBook, TenantQuota, validate_quotas
 from corral.scheduler.queueing.preemption import RECLAIM, order_reclaim_candidates, select_victims
 from corral.scheduler.queueing.quota import compute_usage
-from queue_builders import MODEL, admit, admitted, book, job, quota, running
 
 NO_RANK_PREEMPTION = QueueingPolicy("quota-only", "fifo")
 
@@ -43,16 +43,30 @@ def test_valid_quotas_pass() -> None:
 
 
 def test_never_above_maximum() -> None:
-    plan = admit([job("a1", "a", 2), job("a2", "a", 3, submit=1)], gpus=8, quotas=book(quota("a", 2, 4)), policy=NO_RANK_PREEMPTION)
+    plan = admit(
+        [job("a1", "a", 2), job("a2", "a", 3, submit=1)],
+        gpus=8,
+        quotas=book(quota("a", 2, 4)),
+        policy=NO_RANK_PREEMPTION,
+    )
     assert admitted(plan) == ["a1"] and plan.pending["a2"].reason == "quota"
 
 
 def test_no_quota_for_the_model_is_a_clear_reason() -> None:
     b = QuotaBook({"a": TenantQuota("a", {"T4-16GB": 1000})}, require_quota=True)
-    plan = admit([job("x", "a"), job("y", "nobody", submit=1)], pool={MODEL: 8000, "T4-16GB": 1000}, quotas=b,
-                 policy=NO_RANK_PREEMPTION, run=[running(job("t4", "z"), model="T4-16GB")])
+    plan = admit(
+        [job("x", "a"), job("y", "nobody", submit=1)],
+        pool={MODEL: 8000, "T4-16GB": 1000},
+        quotas=b,
+        policy=NO_RANK_PREEMPTION,
+        run=[running(job("t4", "z"), model="T4-16GB")],
+    )
     # x may run on T4 (its quota's model) once it is free: it waits for capacity there, saying why not V100.
-    assert plan.pending["x"].reason == "capacity" and "T4-16GB" in plan.pending["x"].detail and MODEL in plan.pending["x"].detail
+    assert (
+        plan.pending["x"].reason == "capacity"
+        and "T4-16GB" in plan.pending["x"].detail
+        and MODEL in plan.pending["x"].detail
+    )
     assert plan.pending["y"].reason == "quota" and "no quota" in plan.pending["y"].detail
 
 
@@ -85,8 +99,9 @@ def test_reclaim_takes_borrowed_work_lowest_priority_most_recent_first() -> None
 def test_reclaim_never_touches_a_tenant_within_its_guarantee() -> None:
     b = book(quota("a", 4, 8), quota("b", 4, 8))
     run = [running(job("b0", "b", 4)), running(job("a0", "a", 4))]
-    victims = select_victims(job("a1", "a", 1), MODEL, 1000, order_reclaim_candidates(run), set(),
-                             compute_usage(run), b, RECLAIM)
+    victims = select_victims(
+        job("a1", "a", 1), MODEL, 1000, order_reclaim_candidates(run), set(), compute_usage(run), b, RECLAIM
+    )
     assert victims is None
 
 
@@ -105,8 +120,12 @@ def test_total_and_per_model_keys() -> None:
 
 def _department() -> QuotaBook:
     # Department d: teams x (tenants x1, x2) and y (tenant y1); department e: team z (tenant z1). 2 GPUs each.
-    quotas = [quota("x1", 2, 8, cohort="x"), quota("x2", 2, 8, cohort="x"), quota("y1", 2, 8, cohort="y"),
-              quota("z1", 2, 8, cohort="z")]
+    quotas = [
+        quota("x1", 2, 8, cohort="x"),
+        quota("x2", 2, 8, cohort="x"),
+        quota("y1", 2, 8, cohort="y"),
+        quota("z1", 2, 8, cohort="z"),
+    ]
     return QuotaBook({q.tenant: q for q in quotas}, cohort_parent={"x": "d", "y": "d", "z": "e"})
 
 
@@ -114,7 +133,9 @@ def test_teams_borrow_within_their_department_only() -> None:
     b = _department()
     run = [running(job("x2-0", "x2", 2))]
     # x1 may take its 2 plus y1's idle 2 (same department d), but not z1's (department e): 4 at most.
-    plan = admit([job(f"x1-{i}", "x1", 1, submit=i) for i in range(6)], gpus=8, run=run, quotas=b, policy=NO_RANK_PREEMPTION)
+    plan = admit(
+        [job(f"x1-{i}", "x1", 1, submit=i) for i in range(6)], gpus=8, run=run, quotas=b, policy=NO_RANK_PREEMPTION
+    )
     assert admitted(plan) == ["x1-0", "x1-1", "x1-2", "x1-3"]
     assert plan.pending["x1-4"].reason == "borrow-limit"
 
@@ -122,8 +143,12 @@ def test_teams_borrow_within_their_department_only() -> None:
 def test_reclaim_prefers_the_own_team_then_the_department() -> None:
     b = _department()
     # y1 borrowed from team x's idle guarantee... x1 comes back for its 2: y1's borrowed job goes, z1's never.
-    run = [running(job("y1-a", "y1", 2), start=0), running(job("y1-b", "y1", 2), start=1),
-           running(job("z1-a", "z1", 2), start=2), running(job("z1-b", "z1", 2), start=3)]
+    run = [
+        running(job("y1-a", "y1", 2), start=0),
+        running(job("y1-b", "y1", 2), start=1),
+        running(job("z1-a", "z1", 2), start=2),
+        running(job("z1-b", "z1", 2), start=3),
+    ]
     plan = admit([job("x1-0", "x1", 2, submit=5)], gpus=8, run=run, quotas=b, policy=NO_RANK_PREEMPTION, now=5)
     assert [p.job_id for p in plan.preempt] == ["y1-b"]
 
@@ -132,7 +157,9 @@ def test_a_job_of_any_model_runs_where_its_quota_allows() -> None:
     # a may hold 1 T4 and 8 V100s: its 2-GPU job of any model best-fits the 2 free T4s, but starts on V100s
     # (it used to wait forever on the T4 maximum while V100s were idle).
     q = TenantQuota("a", {}, {"T4-16GB": 1000, MODEL: 8000})
-    plan = admit([job("x", "a", 2)], pool={MODEL: 8000, "T4-16GB": 2000}, quotas=QuotaBook({"a": q}), policy=NO_RANK_PREEMPTION)
+    plan = admit(
+        [job("x", "a", 2)], pool={MODEL: 8000, "T4-16GB": 2000}, quotas=QuotaBook({"a": q}), policy=NO_RANK_PREEMPTION
+    )
     assert [(a.job_id, a.model) for a in plan.admit] == [("x", MODEL)]
 
 
@@ -141,18 +168,25 @@ def test_a_job_its_maximum_holds_back_does_not_keep_the_guarantee_from_the_other
     # so the guarantee goes to y: y starts on the free V100 before d's higher-priority borrowing job w.
     q = TenantQuota("a", {MODEL: 2000, "A100-80GB": 0}, {MODEL: 2000, "A100-80GB": 1000, TOTAL: 2000})
     run = [running(job("a0", "a"), model="A100-80GB"), running(job("b0", "b"))]
-    plan = admit([job("x", "a", 2, model=MODEL), job("w", "d", priority=5), job("y", "a", 1, submit=1, model=MODEL)],
-                 pool={MODEL: 2000, "A100-80GB": 1000}, quotas=QuotaBook({"a": q, "d": TenantQuota("d", {TOTAL: 0})}),
-                 policy=NO_RANK_PREEMPTION, run=run)
+    plan = admit(
+        [job("x", "a", 2, model=MODEL), job("w", "d", priority=5), job("y", "a", 1, submit=1, model=MODEL)],
+        pool={MODEL: 2000, "A100-80GB": 1000},
+        quotas=QuotaBook({"a": q, "d": TenantQuota("d", {TOTAL: 0})}),
+        policy=NO_RANK_PREEMPTION,
+        run=run,
+    )
     assert admitted(plan) == ["y"] and not plan.preempt
     assert plan.pending["x"].reason == "quota"
 
 
 def test_a_job_stuck_on_one_model_does_not_hold_back_the_tenants_jobs_on_another() -> None:
     # The A100 is taken; a's A100 job waits, and its V100 job of the same size still starts.
-    plan = admit([job("p", "a", model="A100-80GB"), job("q", "a", submit=1, model=MODEL)],
-                 pool={MODEL: 2000, "A100-80GB": 1000}, policy=NO_RANK_PREEMPTION,
-                 run=[running(job("b0", "b"), model="A100-80GB")])
+    plan = admit(
+        [job("p", "a", model="A100-80GB"), job("q", "a", submit=1, model=MODEL)],
+        pool={MODEL: 2000, "A100-80GB": 1000},
+        policy=NO_RANK_PREEMPTION,
+        run=[running(job("b0", "b"), model="A100-80GB")],
+    )
     assert admitted(plan) == ["q"] and plan.pending["p"].reason == "capacity"
 
 

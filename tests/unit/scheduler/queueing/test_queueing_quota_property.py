@@ -67,14 +67,26 @@ class Scenario:
         p.text(self.source)  # type: ignore[attr-defined]
 
 
-def make_scenario(pool: dict[str, int], quotas: dict[str, tuple[dict[str, int], dict[str, int]]],
-                  jobs: Sequence[tuple[str, str, int, int, float, float] | tuple[str, str, int, int, float, float, str]]) -> Scenario:
+def make_scenario(
+    pool: dict[str, int],
+    quotas: dict[str, tuple[dict[str, int], dict[str, int]]],
+    jobs: Sequence[tuple[str, str, int, int, float, float] | tuple[str, str, int, int, float, float, str]],
+) -> Scenario:
     """quotas: tenant -> (nominal GPUs per key, maximum GPUs per key); jobs: (id, tenant, gpus, priority,
     submit_s, duration_s[, model])."""
-    book = QuotaBook({t: TenantQuota(t, {k: v * 1000 for k, v in nom.items()}, {k: v * 1000 for k, v in mx.items()})
-                      for t, (nom, mx) in quotas.items()})
-    trace = [TraceJob(QueuedJob(j[0], j[1], j[2], priority=j[3], submit_s=float(j[4]), model=j[6] if len(j) > 6 else ""),  # type: ignore[misc]
-                      float(j[5])) for j in jobs]
+    book = QuotaBook(
+        {
+            t: TenantQuota(t, {k: v * 1000 for k, v in nom.items()}, {k: v * 1000 for k, v in mx.items()})
+            for t, (nom, mx) in quotas.items()
+        }
+    )
+    trace = [
+        TraceJob(
+            QueuedJob(j[0], j[1], j[2], priority=j[3], submit_s=float(j[4]), model=j[6] if len(j) > 6 else ""),  # type: ignore[misc]
+            float(j[5]),
+        )
+        for j in jobs
+    ]
     trace.sort(key=lambda t: t.job.submit_s)
     rows = ", ".join(repr(j[:6] if len(j) > 6 and not j[6] else j) for j in jobs)
     return Scenario(pool, book, trace, f"make_scenario({pool!r}, {quotas!r}, [{rows}])")
@@ -108,15 +120,30 @@ def scenarios(draw: st.DrawFn) -> Scenario:
         limit = min(3, *(mx for k, mx in maximum[t].items() if k in (TOTAL, model or k)))
         if not model and two:
             limit = min(3, max(maximum[t][V100], maximum[t][A100]), maximum[t].get(TOTAL, 99))
-        jobs.append((f"j{i}", t, draw(st.integers(1, max(limit, 1))), draw(st.integers(0, 2)),
-                     draw(st.integers(0, MAX_SUBMIT_S)), draw(st.one_of(st.integers(1, 8), st.integers(1, MAX_DURATION_S))), model))
+        jobs.append(
+            (
+                f"j{i}",
+                t,
+                draw(st.integers(1, max(limit, 1))),
+                draw(st.integers(0, 2)),
+                draw(st.integers(0, MAX_SUBMIT_S)),
+                draw(st.one_of(st.integers(1, 8), st.integers(1, MAX_DURATION_S))),
+                model,
+            )
+        )
     return make_scenario(pool, quotas, jobs)
 
 
 def run(sc: Scenario) -> SimResult:
     validate_quotas(sc.book, {m: n * 1000 for m, n in sc.pool.items()})
-    cfg = SimConfig(get_queueing_policy("corral"), cycle_s=CYCLE_S, grace_s=GRACE_S, restart_overhead_s=1.0,
-                    quotas=sc.book, horizon_s=HORIZON_S)
+    cfg = SimConfig(
+        get_queueing_policy("corral"),
+        cycle_s=CYCLE_S,
+        grace_s=GRACE_S,
+        restart_overhead_s=1.0,
+        quotas=sc.book,
+        horizon_s=HORIZON_S,
+    )
     result = simulate_jobs(sc.trace, SimCluster(1, {m: n * 1000 for m, n in sc.pool.items()}), cfg)
     done = {r.id for r in result.records}
     assert len(done) == len(sc.trace), f"never finished: {sorted(t.job.id for t in sc.trace if t.job.id not in done)}"
@@ -134,11 +161,13 @@ def _fills_any_order(jobs: tuple[JobType, ...], room: tuple[int, ...]) -> frozen
     out: set[tuple[int, ...]] = set()
     for jt in dict.fromkeys(jobs):
         i = jobs.index(jt)
-        rest = jobs[:i] + jobs[i + 1:]
+        rest = jobs[:i] + jobs[i + 1 :]
         need, keys = jt
         if all(room[k] >= need for k in keys):
             left = tuple(r - need if k in keys else r for k, r in enumerate(room))
-            out.update(tuple(f + need if k in keys else f for k, f in enumerate(fill)) for fill in _fills_any_order(rest, left))
+            out.update(
+                tuple(f + need if k in keys else f for k, f in enumerate(fill)) for fill in _fills_any_order(rest, left)
+            )
         else:
             out.update(_fills_any_order(rest, room))
     return frozenset(out)
@@ -173,7 +202,9 @@ def compute_claim(q: TenantQuota, held: dict[str, int], pending: list[QueuedJob]
     return {k: held.get(k, 0) + min(f[i] for f in fills) for i, k in enumerate(keys) if k in q.nominal}
 
 
-def _held_at(result: SimResult, tenants: Iterable[str], inside: Callable[[float, float], bool]) -> dict[str, dict[str, int]]:
+def _held_at(
+    result: SimResult, tenants: Iterable[str], inside: Callable[[float, float], bool]
+) -> dict[str, dict[str, int]]:
     held: dict[str, dict[str, int]] = {t: {} for t in tenants}
     for iv in result.held:
         if inside(iv.start_s, iv.end_s):
@@ -193,7 +224,7 @@ def check_quotas(result: SimResult, book: QuotaBook, trace: list[TraceJob]) -> N
     for a, b in zip(times, times[1:]):
         started = _held_at(result, book.quotas, lambda s, e: s == a)
         for (tenant, key), since in shortfall.items():
-            del since[:started[tenant].get(key, 0) // 1000]  # GPUs it got make good its oldest shortfall
+            del since[: started[tenant].get(key, 0) // 1000]  # GPUs it got make good its oldest shortfall
         mid = (a + b) / 2
         held = _held_at(result, book.quotas, lambda s, e: s <= mid < e)
         holding = {iv.job_id for iv in result.held if iv.start_s <= mid < iv.end_s}
@@ -203,7 +234,9 @@ def check_quotas(result: SimResult, book: QuotaBook, trace: list[TraceJob]) -> N
                 pending[iv.tenant].append(jobs[iv.job_id])
         for tenant, q in book.quotas.items():
             for key, mx in q.maximum.items():
-                assert held[tenant].get(key, 0) <= mx, f"{tenant} holds {held[tenant].get(key, 0)} > maximum {mx} of {key} at t={mid}"
+                assert held[tenant].get(key, 0) <= mx, (
+                    f"{tenant} holds {held[tenant].get(key, 0)} > maximum {mx} of {key} at t={mid}"
+                )
             for key, want in compute_claim(q, held[tenant], pending[tenant]).items():
                 since = shortfall[(tenant, key)]
                 short = max(want - held[tenant].get(key, 0), 0) // 1000
@@ -211,7 +244,8 @@ def check_quotas(result: SimResult, book: QuotaBook, trace: list[TraceJob]) -> N
                 since.extend([a] * (short - len(since)))  # newly entitled, or its own jobs ended
                 assert not since or b - since[0] <= bound, (
                     f"{tenant} held {held[tenant].get(key, 0) / 1000:g} {key} GPUs, entitled to {want / 1000:g} "
-                    f"(guarantee {q.nominal[key] / 1000:g}, pending work that fits), short since t={since[0]:g}, still at t={b:g}")
+                    f"(guarantee {q.nominal[key] / 1000:g}, pending work that fits), short since t={since[0]:g}, still at t={b:g}"
+                )
 
 
 def run_and_check(sc: Scenario) -> None:
@@ -222,30 +256,65 @@ def run_and_check(sc: Scenario) -> None:
 # its victim freed to t1's higher-priority newcomer j4, which then reclaimed again: t1 held 2 of its 4
 # guaranteed GPUs from t=1 to t=9 while j1 fitted (the victims' surplus and j4's reservation were not
 # counted either, so j1 reclaimed a second victim beyond t1's guarantee).
-NEWCOMER_TAKES_OVER = make_scenario({V100: 8}, {"t0": ({TOTAL: 0}, {TOTAL: 6}), "t1": ({TOTAL: 4}, {TOTAL: 4})}, [
-    ("j0", "t0", 1, 0, 0, 4), ("j2", "t0", 3, 0, 0, 9), ("j3", "t0", 2, 0, 0, 9), ("j5", "t0", 1, 0, 0, 1),
-    ("j6", "t1", 2, 0, 0, 9), ("j1", "t1", 1, 0, 1, 1), ("j4", "t1", 2, 1, 4, 1)])
+NEWCOMER_TAKES_OVER = make_scenario(
+    {V100: 8},
+    {"t0": ({TOTAL: 0}, {TOTAL: 6}), "t1": ({TOTAL: 4}, {TOTAL: 4})},
+    [
+        ("j0", "t0", 1, 0, 0, 4),
+        ("j2", "t0", 3, 0, 0, 9),
+        ("j3", "t0", 2, 0, 0, 9),
+        ("j5", "t0", 1, 0, 0, 1),
+        ("j6", "t1", 2, 0, 0, 9),
+        ("j1", "t1", 1, 0, 1, 1),
+        ("j4", "t1", 2, 1, 4, 1),
+    ],
+)
 # Per model: t1's A100 job j6 reclaimed at t=15; at t=18 t1's older, larger j7 came within the guarantee
 # (a V100 job ended), ranked ahead, took j6's GPU and reclaimed more: t1 held no A100 from 15 to 23.
 OLDER_JOB_TAKES_OVER = make_scenario(
     {V100: 4, A100: 3},
-    {"t0": ({V100: 0, A100: 0}, {V100: 1, A100: 3, TOTAL: 3}), "t1": ({V100: 0, A100: 2}, {V100: 1, A100: 2, TOTAL: 2})},
-    [("j0", "t0", 1, 0, 1, 4, A100), ("j6", "t1", 1, 0, 15, 1, A100), ("j7", "t1", 2, 0, 1, 1, A100),
-     ("j9", "t0", 2, 0, 0, 23, A100), ("j18", "t1", 1, 0, 0, 18, V100)]
-    + [(f"v{i}", "t0", 1, 0, 0, 1, V100) for i in range(14)])
+    {
+        "t0": ({V100: 0, A100: 0}, {V100: 1, A100: 3, TOTAL: 3}),
+        "t1": ({V100: 0, A100: 2}, {V100: 1, A100: 2, TOTAL: 2}),
+    },
+    [
+        ("j0", "t0", 1, 0, 1, 4, A100),
+        ("j6", "t1", 1, 0, 15, 1, A100),
+        ("j7", "t1", 2, 0, 1, 1, A100),
+        ("j9", "t0", 2, 0, 0, 23, A100),
+        ("j18", "t1", 1, 0, 0, 18, V100),
+    ]
+    + [(f"v{i}", "t0", 1, 0, 0, 1, V100) for i in range(14)],
+)
 
 # t0's j12 waited from t=49 on GPUs that t1's own rank preemption was releasing, without a nomination; t0's
 # j4 (t=52) reclaimed more and, nominated, went first at t=53: j12 waited for j4's victim until t=57.
 WAITING_JOB_UNNOMINATED = make_scenario(
-    {V100: 8}, {"t0": ({TOTAL: 8}, {TOTAL: 8}), "t1": ({TOTAL: 0}, {TOTAL: 6}), "t2": ({TOTAL: 0}, {TOTAL: 1})},
-    [("j0", "t0", 2, 0, 0, 57), ("j1", "t0", 1, 0, 0, 1), ("j2", "t1", 2, 0, 48, 1), ("j3", "t0", 1, 0, 0, 1),
-     ("j4", "t0", 2, 0, 52, 4), ("j5", "t1", 3, 0, 0, 52), ("j6", "t0", 1, 0, 0, 1), ("j7", "t0", 1, 0, 0, 1),
-     ("j8", "t1", 1, 0, 0, 56), ("j9", "t0", 1, 0, 0, 1), ("j10", "t0", 1, 0, 0, 1), ("j11", "t0", 1, 0, 0, 56),
-     ("j12", "t0", 3, 0, 49, 1)])
+    {V100: 8},
+    {"t0": ({TOTAL: 8}, {TOTAL: 8}), "t1": ({TOTAL: 0}, {TOTAL: 6}), "t2": ({TOTAL: 0}, {TOTAL: 1})},
+    [
+        ("j0", "t0", 2, 0, 0, 57),
+        ("j1", "t0", 1, 0, 0, 1),
+        ("j2", "t1", 2, 0, 48, 1),
+        ("j3", "t0", 1, 0, 0, 1),
+        ("j4", "t0", 2, 0, 52, 4),
+        ("j5", "t1", 3, 0, 0, 52),
+        ("j6", "t0", 1, 0, 0, 1),
+        ("j7", "t0", 1, 0, 0, 1),
+        ("j8", "t1", 1, 0, 0, 56),
+        ("j9", "t0", 1, 0, 0, 1),
+        ("j10", "t0", 1, 0, 0, 1),
+        ("j11", "t0", 1, 0, 0, 56),
+        ("j12", "t0", 3, 0, 49, 1),
+    ],
+)
 
 
-@pytest.mark.parametrize("sc", [NEWCOMER_TAKES_OVER, OLDER_JOB_TAKES_OVER, WAITING_JOB_UNNOMINATED],
-                         ids=["newcomer", "older-job", "waiting-unnominated"])
+@pytest.mark.parametrize(
+    "sc",
+    [NEWCOMER_TAKES_OVER, OLDER_JOB_TAKES_OVER, WAITING_JOB_UNNOMINATED],
+    ids=["newcomer", "older-job", "waiting-unnominated"],
+)
 def test_a_reclaim_in_flight_restores_the_guarantee_within_grace(sc: Scenario) -> None:
     run_and_check(sc)
 

@@ -18,8 +18,9 @@ def _hogs(tenant: str, n: int) -> list[RunningJob]:
 
 def _plan(b_guarantee: int, b_running: int, pool: int) -> AdmissionPlan:
     quotas = book(quota("a", 0, pool), quota("b", b_guarantee, pool))
-    return admit([job("a1", "a", 1, submit=1000)], gpus=pool, run=_hogs("b", b_running), quotas=quotas, policy="las",
-                 now=1000)
+    return admit(
+        [job("a1", "a", 1, submit=1000)], gpus=pool, run=_hogs("b", b_running), quotas=quotas, policy="las", now=1000
+    )
 
 
 @pytest.mark.parametrize(("guarantee", "held"), [(2, 2), (3, 2)], ids=["at-guarantee", "below-guarantee"])
@@ -40,6 +41,16 @@ def test_a_borrowing_tenant_loses_only_what_is_needed(guarantee: int, held: int,
 def test_select_victims_rank_stops_at_the_guarantee(guarantee: int, expected: list[str] | None) -> None:
     run = _hogs("b", 2)
     quotas: QuotaBook = book(quota("a", 0, 2), quota("b", guarantee, 3))
-    victims = select_victims(job("a1", "a", 1), MODEL, 1000, run, set(), compute_usage(run), quotas, RANK,
-                             job_rank=(0.0,), rank_of=lambda r: (1.0,))
+    victims = select_victims(
+        job("a1", "a", 1),
+        MODEL,
+        1000,
+        run,
+        set(),
+        compute_usage(run),
+        quotas,
+        RANK,
+        job_rank=(0.0,),
+        rank_of=lambda r: (1.0,),
+    )
     assert (None if victims is None else [v.job.id for v in victims]) == expected

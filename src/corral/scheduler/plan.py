@@ -1,0 +1,103 @@
+"""The one scheduling cycle (pure): a snapshot of nodes and queue in, a Plan out (admit with placements,
+preempt, nominate, or pending with a reason). The server and the simulators apply the same Plan."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from corral.core.resources import NodeState, Placement
+from corral.scheduler.choices import Unschedulable
+from corral.scheduler.cluster import Cluster
+from corral.scheduler.framework import DEFAULT_CONTEXT, PlacementPolicy, ScoreContext
+from corral.scheduler.plugins import DEFAULT_POLICY
+from corral.scheduler.queueing import reasons
+from corral.scheduler.queueing.admission import QueueState, compute_admission
+from corral.scheduler.queueing.jobs import QueuedJob
+from corral.scheduler.queueing.node_capacity import NodeLedger
+from corral.scheduler.queueing.policy import DEFAULT_QUEUEING, QueueingPolicy, get_queueing_policy
+from corral.scheduler.queueing.preemption import Preemption
+from corral.scheduler.queueing.reasons import PendingStatus
+
+# The position of a pending job that is not in the GPU queue (no GPUs: placed oldest first, outside it).
+UNRANKED = -1
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Everything one cycle reads: every node with what is in use on it (nodes that take no work are
+    included with `schedulable=False`), and the queue (pending jobs carry their full request)."""
+
+    nodes: Sequence[NodeState]
+    queue: QueueState
+
+
+@dataclass(frozen=True, slots=True)
+class Admit:
+    """Start `job_id` now on these placements (one per gang part, on distinct nodes) of GPU `model`
+    ("" for a job without GPUs)."""
+
+    job_id: str
+    model: str
+    placements: tuple[Placement, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """admit: in the order decided (jobs without GPUs first, then rank order). preempt: victims to signal.
+    nominate: jobs waiting on GPUs that preempted jobs release (the caller sets their `nominated_s`).
+    pending: every other job's reason, detail, position (UNRANKED for jobs without GPUs) and ETA; the
+    server shows `f"{reason}: {detail}"` (e.g. "capacity: 3 nodes: not enough free GPUs")."""
+
+    admit: tuple[Admit, ...]
+    preempt: tuple[Preemption, ...]
+    nominate: tuple[str, ...]
+    pending: Mapping[str, PendingStatus]
+
+
+def compute_plan(
+    snapshot: Snapshot,
+    now_s: float,
+    placement: PlacementPolicy | str = DEFAULT_POLICY,
+    queueing: QueueingPolicy | str = DEFAULT_QUEUEING,
+    *,
+    rng: random.Random | None = None,
+    ctx: ScoreContext = DEFAULT_CONTEXT,
+    explain: bool = True,
+    cluster: Cluster | None = None,
+) -> Plan:
+    """One cycle. `cluster`: a live engine the caller keeps across cycles (then `snapshot.nodes` is not
+    read); admitted placements are applied to it, and the caller releases what its store rejected and
+    what ends. Without it a throwaway engine is built from `snapshot.nodes`. `rng` seeds tie-breaking."""
+    policy = get_queueing_policy(queueing) if isinstance(queueing, str) else queueing
+    engine = cluster if cluster is not None else Cluster.from_states(snapshot.nodes, placement, ctx, rng)
+    queue = snapshot.queue
+    cpu_only = [j for j in queue.pending if j.gpus == 0]
+    gpu_jobs = [j for j in queue.pending if j.gpus > 0]
+    # Jobs without GPUs use no quota and hold no GPUs: placed first, oldest first, outside the queue.
+    admit, pending = compute_cpu_only(engine, cpu_only)
+    state = replace(queue, pending=gpu_jobs, pool_milli=queue.pool_milli or engine.pool_milli())
+    # The same engine decides the GPU jobs: admission's fit is the placement the plan carries.
+    ledger = NodeLedger((), state.running, cluster=engine)
+    decided = compute_admission(state, ledger, policy, now_s, explain)
+    admit += [Admit(a.job_id, a.model, tuple(ledger.placements[a.job_id])) for a in decided.admit]
+    pending.update(decided.pending)
+    return Plan(tuple(admit), decided.preempt, decided.nominate, pending)
+
+
+def compute_cpu_only(engine: Cluster, jobs: Sequence[QueuedJob]) -> tuple[list[Admit], dict[str, PendingStatus]]:
+    """Place jobs without GPUs, oldest first (each gang part on its own node); the rest wait for capacity."""
+    admit: list[Admit] = []
+    pending: dict[str, PendingStatus] = {}
+    for job in sorted(jobs, key=lambda j: j.submit_s):
+        request = job.to_request()
+        got = engine.place(request) if job.nodes == 1 else engine.place_gang(request, job.nodes)
+        if isinstance(got, Unschedulable):
+            pending[job.id] = PendingStatus(reasons.CAPACITY, got.reason, UNRANKED)
+        else:
+            admit.append(Admit(job.id, "", tuple(got) if isinstance(got, list) else (got,)))
+    return admit, pending
+
+
+__all__ = ["UNRANKED", "Admit", "Plan", "Snapshot", "compute_cpu_only", "compute_plan"]
