@@ -23,8 +23,13 @@ BACKENDS: dict[str, Callable[[], GpuBackend]] = {
 # (GPUs, NVLink peer links) each backend must discover: the loops below never pass by running over nothing
 # (the `none` backend, which has no GPUs, is held to that explicitly in test_no_gpu_backend_is_empty_everywhere).
 SHAPE: dict[str, tuple[int, int]] = {
-    "nvml-dgx-nvswitch": (8, 56), "nvml-dgx-direct": (4, 12), "nvml-pcie": (4, 0), "simulated-h100": (8, 56),
-    "simulated-v100": (8, 32), "simulated-l4": (3, 0), "none": (0, 0),
+    "nvml-dgx-nvswitch": (8, 56),
+    "nvml-dgx-direct": (4, 12),
+    "nvml-pcie": (4, 0),
+    "simulated-h100": (8, 56),
+    "simulated-v100": (8, 32),
+    "simulated-l4": (3, 0),
+    "none": (0, 0),
 }
 
 
@@ -95,6 +100,7 @@ def test_discover_is_repeatable_and_close_idempotent(backend: GpuBackend) -> Non
 
 # ----- sampling and fault events -----
 
+
 def test_sample_covers_discovered_gpus(backend: GpuBackend, shape: tuple[int, int]) -> None:
     gpus = {g.index: g.uuid for g in backend.discover()}
     readout = backend.sample(1000.0)
@@ -114,8 +120,13 @@ def test_wait_events_polls_without_blocking_when_idle(backend: GpuBackend) -> No
 class FaultHarness:
     """Drives one backend's faults through the backend's own means (FakeNvml or the simulator's API)."""
 
-    def __init__(self, backend: GpuBackend, busy: Callable[[int], None], xid: Callable[[int, int], None],
-                 lose: Callable[[int], None]) -> None:
+    def __init__(
+        self,
+        backend: GpuBackend,
+        busy: Callable[[int], None],
+        xid: Callable[[int, int], None],
+        lose: Callable[[int], None],
+    ) -> None:
         self.backend, self.busy, self.xid, self.lose = backend, busy, xid, lose
 
 
@@ -132,8 +143,12 @@ def _sim_harness() -> FaultHarness:
         busy.add(index)
         sim.set_load(busy)
 
-    return FaultHarness(sim, make_busy, lambda i, code: sim.inject_fault(i, SimFault(xid=code)),
-                        lambda i: sim.inject_fault(i, SimFault(off_bus=True)))
+    return FaultHarness(
+        sim,
+        make_busy,
+        lambda i, code: sim.inject_fault(i, SimFault(xid=code)),
+        lambda i: sim.inject_fault(i, SimFault(off_bus=True)),
+    )
 
 
 HARNESSES: dict[str, Callable[[], FaultHarness]] = {"nvml-fake": _nvml_harness, "simulated": _sim_harness}

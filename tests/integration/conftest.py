@@ -64,9 +64,14 @@ def proxy_app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Calla
         job = store.create_job(JobSpec(command=("serve",), port=port, tenant_id=tenant.id), now)
         assert store.assign_job(job.id, "node-a", [], now)
         # as node-a's agent reports it: only the job's own processes listen on its port (agent/webports.py)
-        app.state.web_ports.record("node-a", [WebPortReport(job_id=job.id, attempt=1, port=port, listening=True)])
-        return ProxyApp(TestClient(app), TestClient(app.state.job_ui_app), job.id,
-                        {"Authorization": f"Bearer {creds.admin_token}"}, store)
+        app.state.ctx.web_ports.record("node-a", [WebPortReport(job_id=job.id, attempt=1, port=port, listening=True)])
+        return ProxyApp(
+            TestClient(app),
+            TestClient(app.state.job_ui_app),
+            job.id,
+            {"Authorization": f"Bearer {creds.admin_token}"},
+            store,
+        )
 
     yield make
     for store in stores:

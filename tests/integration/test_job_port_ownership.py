@@ -27,14 +27,18 @@ T = TypeVar("T")
 ALICE = JobIdentity(uid=200_011, gid=200_011, user="alice")
 BOB = JobIdentity(uid=200_012, gid=200_012, user="bob")
 # /usr/bin/python3: a job's UID cannot run the venv's interpreter under /root (mode 0700)
-LISTEN = ("/usr/bin/python3 -c 'import socket, sys, time; s = socket.socket(); "
-          "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind((\"127.0.0.1\", int(sys.argv[1]))); "
-          "s.listen(); time.sleep(600)' {port}")
+LISTEN = (
+    "/usr/bin/python3 -c 'import socket, sys, time; s = socket.socket(); "
+    's.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("127.0.0.1", int(sys.argv[1]))); '
+    "s.listen(); time.sleep(600)' {port}"
+)
 # A process that leaves the job's session and the shim's tree (setsid, then a double fork), then listens.
-ESCAPE = ("/usr/bin/python3 -c 'import os, socket, sys, time\n"
-          "if os.fork() == 0:\n os.setsid()\n if os.fork() == 0:\n"
-          "  s = socket.socket(); s.bind((\"127.0.0.1\", int(sys.argv[1]))); s.listen(); time.sleep(600)\n"
-          " os._exit(0)\nos.wait(); time.sleep(600)' {port}")
+ESCAPE = (
+    "/usr/bin/python3 -c 'import os, socket, sys, time\n"
+    "if os.fork() == 0:\n os.setsid()\n if os.fork() == 0:\n"
+    '  s = socket.socket(); s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(); time.sleep(600)\n'
+    " os._exit(0)\nos.wait(); time.sleep(600)' {port}"
+)
 
 
 def wait_for(probe: Callable[[], T], timeout_s: float = 15.0, what: str = "condition") -> T:
@@ -68,9 +72,18 @@ def executor() -> Iterator[ProcessExecutor]:
 
 
 def launch(executor: ProcessExecutor, key: str, script: str, identity: JobIdentity = ALICE) -> None:
-    executor.launch(LaunchSpec(job_id=key, command=("sh", "-c", script), env={}, workdir=None, gpu_indices=(),
-                               gpu_uuids=(), log_path=executor.work_root.parent / "logs" / f"{key}.log",
-                               identity=identity if os.geteuid() == 0 else None))
+    executor.launch(
+        LaunchSpec(
+            job_id=key,
+            command=("sh", "-c", script),
+            env={},
+            workdir=None,
+            gpu_indices=(),
+            gpu_uuids=(),
+            log_path=executor.work_root.parent / "logs" / f"{key}.log",
+            identity=identity if os.geteuid() == 0 else None,
+        )
+    )
     wait_for(lambda: executor.leader_pid(key), 10.0, f"job {key} to start")
 
 
@@ -94,8 +107,11 @@ def listening(port: int) -> set[int]:
 
 
 def listening_pids(port: int) -> list[int]:
-    return [c.pid for c in psutil.net_connections(kind="tcp")
-            if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port and c.pid is not None]
+    return [
+        c.pid
+        for c in psutil.net_connections(kind="tcp")
+        if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port and c.pid is not None
+    ]
 
 
 def test_the_jobs_own_server_and_its_children_count(executor: ProcessExecutor) -> None:
@@ -142,7 +158,9 @@ def test_a_foreign_listener_beside_the_jobs_own_is_refused(executor: ProcessExec
         other.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
         other.bind(("::1", port))
         other.listen()
-        assert verdict(executor, port, lambda v: not v[0])[1] == f"port {port} is held by a process that is not the job's"
+        assert (
+            verdict(executor, port, lambda v: not v[0])[1] == f"port {port} is held by a process that is not the job's"
+        )
 
 
 def test_a_process_that_left_the_jobs_session_and_tree_no_longer_counts(executor: ProcessExecutor) -> None:

@@ -57,8 +57,9 @@ def _hand_over(s: Any) -> dict[int, dict[str, str]]:
     return {a.job_id: a.env for a in assignments}
 
 
-def test_a_job_declaring_a_port_of_the_node_does_not_reach_it(proxy_app: Callable[[int], Any],
-                                                              node_service: int) -> None:
+def test_a_job_declaring_a_port_of_the_node_does_not_reach_it(
+    proxy_app: Callable[[int], Any], node_service: int
+) -> None:
     s = proxy_app(node_service)  # (its own job's UI: any port; this test's jobs are new ones)
     thief = _submit_and_place(s, port=node_service)
     env = _hand_over(s)[thief]
@@ -70,8 +71,9 @@ def test_a_job_declaring_a_port_of_the_node_does_not_reach_it(proxy_app: Callabl
     assert "node's own service" not in r.text
 
 
-def test_jobs_of_one_node_never_share_a_port_and_a_hand_over_repeats_it(proxy_app: Callable[[int], Any],
-                                                                         node_service: int) -> None:
+def test_jobs_of_one_node_never_share_a_port_and_a_hand_over_repeats_it(
+    proxy_app: Callable[[int], Any], node_service: int
+) -> None:
     s = proxy_app(node_service)
     first = _submit_and_place(s, web_ui=True)
     port = int(_hand_over(s)[first]["CORRAL_JOB_PORT"])
@@ -83,17 +85,22 @@ def test_jobs_of_one_node_never_share_a_port_and_a_hand_over_repeats_it(proxy_ap
     assert s.ui.get(f"/proxy/jobs/{plain}/", headers=s.admin).status_code == 404
 
 
-@pytest.mark.parametrize(("report", "why"), [
-    (None, "has not confirmed"),
-    ({"listening": False, "detail": "nothing listens on port P"}, "nothing listens on port P"),
-    ({"listening": True, "attempt": 2}, "has not checked port"),
-    ({"listening": True, "port": 1}, "has not checked port"),
-], ids=["no-report", "not-listening", "another-attempt", "another-port"])
-def test_the_proxy_connects_only_to_what_the_node_vouches_for(proxy_app: Callable[[int], Any], node_service: int,
-                                                              report: dict[str, Any] | None, why: str) -> None:
+@pytest.mark.parametrize(
+    ("report", "why"),
+    [
+        (None, "has not confirmed"),
+        ({"listening": False, "detail": "nothing listens on port P"}, "nothing listens on port P"),
+        ({"listening": True, "attempt": 2}, "has not checked port"),
+        ({"listening": True, "port": 1}, "has not checked port"),
+    ],
+    ids=["no-report", "not-listening", "another-attempt", "another-port"],
+)
+def test_the_proxy_connects_only_to_what_the_node_vouches_for(
+    proxy_app: Callable[[int], Any], node_service: int, report: dict[str, Any] | None, why: str
+) -> None:
     """A node_service on the job's own assigned port, and the agent does not vouch for it: refused."""
     s = proxy_app(node_service)
-    web_ports = s.api.app.state.web_ports
+    web_ports = s.api.app.state.ctx.web_ports
     vouched = {"job_id": s.job, "attempt": 1, "port": node_service, "listening": True}
     web_ports.record("node-a", [] if report is None else [WebPortReport(**vouched | report)])
     r = s.ui.get(f"/proxy/jobs/{s.job}/", headers=s.admin)
@@ -104,7 +111,7 @@ def test_the_proxy_connects_only_to_what_the_node_vouches_for(proxy_app: Callabl
 
 def test_a_report_counts_for_a_bounded_time(proxy_app: Callable[[int], Any], node_service: int) -> None:
     s = proxy_app(node_service)
-    web_ports = s.api.app.state.web_ports
+    web_ports = s.api.app.state.ctx.web_ports
     assert web_ports.why_not("node-a", s.job, 1, node_service) is None
     later = time.monotonic() + REPORT_TTL_S + 1  # the agent went silent: its word no longer holds
     assert "has not confirmed" in (web_ports.why_not("node-a", s.job, 1, node_service, now=later) or "")

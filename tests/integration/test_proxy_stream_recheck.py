@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 
-
 CHUNK_EVERY_S = 0.05
 STREAM_FOR_S = 30.0  # the whole stream; a test that waits for it to end on its own fails on the join below
 
@@ -63,8 +62,9 @@ def streamed(proxy_app: Callable[[int], Any]) -> Iterator[tuple[Any, Ticks]]:
     """The app (conftest's ProxyApp) with a RUNNING job whose web UI is the ticker."""
     stop = threading.Event()
     ticks = Ticks(0, [])
-    server = ThreadingHTTPServer(("127.0.0.1", 0), type("Ticker", (_Ticker,), {"sent": ticks.sent, "stop": stop,
-                                                                                 "written": ticks.written}))
+    server = ThreadingHTTPServer(
+        ("127.0.0.1", 0), type("Ticker", (_Ticker,), {"sent": ticks.sent, "stop": stop, "written": ticks.written})
+    )
     threading.Thread(target=server.serve_forever, daemon=True).start()
     ticks.port = server.server_address[1]
     yield proxy_app(ticks.port), ticks
@@ -123,8 +123,7 @@ def test_a_logout_ends_a_streaming_response_and_others_go_on(streamed: tuple[Any
     assert other.is_alive(), "a response on another, valid token was cut too"
 
 
-def test_a_session_opened_with_a_token_ends_its_stream_when_that_token_is_revoked(
-        streamed: tuple[Any, Ticks]) -> None:
+def test_a_session_opened_with_a_token_ends_its_stream_when_that_token_is_revoked(streamed: tuple[Any, Ticks]) -> None:
     """The stream recheck follows the session rule: revoking the API token a web session was opened with ends
     the session, and the session's streams with it (the old code let the session live on)."""
     s, ticks = streamed

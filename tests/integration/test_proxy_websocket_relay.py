@@ -21,7 +21,6 @@ from websockets.sync.server import Server, ServerConnection, serve
 from corral.server.routers import proxy
 from corral.server.routers.proxy import Recheck, _relay, _same_origin, _wire_code
 
-
 Closes = list[tuple[int | None, str | None]]
 
 
@@ -103,8 +102,9 @@ def _wait_for(closes: Closes, timeout_s: float = 10.0) -> Closes:
     return closes
 
 
-def test_relay_rechecks_and_rides_out_a_recheck_that_fails(echo: tuple[Server, Closes],
-                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_relay_rechecks_and_rides_out_a_recheck_that_fails(
+    echo: tuple[Server, Closes], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A store that does not answer for a while does not end the socket; the next answer that withdraws the
     caller's access does."""
     server, closes = echo
@@ -117,8 +117,10 @@ def test_relay_rechecks_and_rides_out_a_recheck_that_fails(echo: tuple[Server, C
             raise RuntimeError("database is locked")
         return "access withdrawn" if len(calls) > 5 else None
 
-    with TestClient(_app(server.socket.getsockname()[1], None, recheck)) as client, \
-            client.websocket_connect("/ws") as ws:
+    with (
+        TestClient(_app(server.socket.getsockname()[1], None, recheck)) as client,
+        client.websocket_connect("/ws") as ws,
+    ):
         assert _wait_closed(ws) == (1008, "access withdrawn")
         assert _wait_for(closes) == [(1001, "the Corral session ended")]
     assert len(calls) == 6
@@ -134,8 +136,10 @@ def test_a_revoked_token_closes_the_sockets_it_opened(proxied: Any, echo: tuple[
     p, (_, closes) = proxied, echo
     token_id, secret = p.new_token(name="notebook")
     path = f"/proxy/jobs/{p.job}/ws"
-    with p.ui.websocket_connect(path, headers={"Authorization": f"Bearer {secret}"}) as ws, \
-            p.ui.websocket_connect(path, headers=p.admin) as other:
+    with (
+        p.ui.websocket_connect(path, headers={"Authorization": f"Bearer {secret}"}) as ws,
+        p.ui.websocket_connect(path, headers=p.admin) as other,
+    ):
         ws.send_text("hello")
         assert ws.receive_text() == "hello"
         assert p.api.delete(f"/api/v1/tokens/{token_id}", headers=p.admin).status_code == 204
@@ -171,22 +175,25 @@ def test_a_caller_who_may_no_longer_see_the_job_is_closed_out(proxied: Any, echo
     assert _wait_for(closes) == [(1001, "the Corral session ended")]
 
 
-@pytest.mark.parametrize(("origin", "host", "same"), [
-    ("http://corral.example:8600", "corral.example:8600", True),
-    ("https://Corral.Example", "corral.example:443", True),
-    ("http://corral.example", "corral.example", True),
-    ("http://127.0.0.1:8600", "127.0.0.1:8600", True),
-    ("http://[::1]:8600", "[::1]:8600", True),
-    ("https://corral.example", "corral.example", True),  # Host without a port: TLS ended in front, on 443
-    ("https://corral.example", "corral.example:80", False),
-    ("http://evil.example:8600", "corral.example:8600", False),
-    ("http://corral.example.evil.example", "corral.example", False),
-    ("http://corral.example:8601", "corral.example:8600", False),
-    ("null", "corral.example", False),
-    ("", "corral.example", False),
-    ("http://corral.example:99999", "corral.example:99999", False),
-    ("file://corral.example", "corral.example", False),
-])
+@pytest.mark.parametrize(
+    ("origin", "host", "same"),
+    [
+        ("http://corral.example:8600", "corral.example:8600", True),
+        ("https://Corral.Example", "corral.example:443", True),
+        ("http://corral.example", "corral.example", True),
+        ("http://127.0.0.1:8600", "127.0.0.1:8600", True),
+        ("http://[::1]:8600", "[::1]:8600", True),
+        ("https://corral.example", "corral.example", True),  # Host without a port: TLS ended in front, on 443
+        ("https://corral.example", "corral.example:80", False),
+        ("http://evil.example:8600", "corral.example:8600", False),
+        ("http://corral.example.evil.example", "corral.example", False),
+        ("http://corral.example:8601", "corral.example:8600", False),
+        ("null", "corral.example", False),
+        ("", "corral.example", False),
+        ("http://corral.example:99999", "corral.example:99999", False),
+        ("file://corral.example", "corral.example", False),
+    ],
+)
 def test_same_origin(origin: str, host: str, same: bool) -> None:
     assert _same_origin(origin, host) is same
 

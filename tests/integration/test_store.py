@@ -52,7 +52,12 @@ def test_assign_is_compare_and_set(store: SqlStore) -> None:
     assert store.assign_job(job.id, "n1", [0, 1], T0)
     assert not store.assign_job(job.id, "n2", [2, 3], T0)  # already RUNNING: the second scheduler loses
     got = store.get_job(job.id)
-    assert got is not None and (got.state, got.node, got.gpu_indices, got.attempt) == (JobState.RUNNING, "n1", (0, 1), 1)
+    assert got is not None and (got.state, got.node, got.gpu_indices, got.attempt) == (
+        JobState.RUNNING,
+        "n1",
+        (0, 1),
+        1,
+    )
     assert [j.id for j in store.list_node_jobs("n1")] == [job.id]
 
 
@@ -135,6 +140,8 @@ def test_gang_parts_exiting_at_once_lose_no_exit(store: SqlStore) -> None:
     import threading
 
     parts = [(f"n{i}", (0,)) for i in range(8)]
+    for n, _ in parts:
+        store.upsert_node(n, n, "simulated", 0, 0, {}, gpus(1), T0)
     job = store.create_job(spec(gpus=1, nodes=8), T0)
     assert store.assign_job_parts(job.id, parts, T0)
     barrier = threading.Barrier(8)

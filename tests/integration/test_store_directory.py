@@ -19,7 +19,9 @@ def test_group_mappings_are_unique_per_group_and_go_with_their_tenant(store: Sql
     m = store.create_group_mapping("vision", vision.id, "member", NOW)
     store.create_group_mapping("nlp-leads", nlp.id, "tenant-admin", NOW)
     assert [(x.group, x.tenant, x.role) for x in store.list_group_mappings()] == [
-        ("vision", "vision", Role.MEMBER), ("nlp-leads", "nlp", Role.TENANT_ADMIN)]
+        ("vision", "vision", Role.MEMBER),
+        ("nlp-leads", "nlp", Role.TENANT_ADMIN),
+    ]
     with pytest.raises(ConflictError):
         store.create_group_mapping("vision", nlp.id, "admin", NOW)
     assert store.delete_group_mapping(m.id) and not store.delete_group_mapping(m.id)

@@ -5,11 +5,27 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from corral.core.resources import GpuInfo
 from corral.core.states import JobState
 from corral.store.records import JobSpec
 from corral.store.sql import SqlStore
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+
+
+def _nodes(store: SqlStore, *names: str) -> None:
+    """Register nodes with 4 GPUs each: assign_job_parts re-checks that the GPUs it gives exist and are free."""
+    for n in names:
+        store.upsert_node(
+            n,
+            n,
+            "simulated",
+            0,
+            0,
+            {},
+            [GpuInfo(index=i, uuid=f"{n}-{i}", model="H100-80GB", memory_mib=81920) for i in range(4)],
+            T0,
+        )
 
 
 def _running(store: SqlStore, node: str = "n1", gpus: tuple[int, ...] = (0,)) -> int:
@@ -38,6 +54,7 @@ def test_finish_logs_the_exit_code_or_the_reason(store: SqlStore) -> None:
 
 
 def test_assign_records_every_part_and_when_it_started(store: SqlStore) -> None:
+    _nodes(store, "n1", "n2")
     job = store.create_job(JobSpec(command=("train",), gpus=2, nodes=2), T0)
     start = T0 + timedelta(seconds=30)
     assert store.assign_job_parts(job.id, [("n1", [0, 1]), ("n2", [2, 3])], start)
@@ -47,11 +64,14 @@ def test_assign_records_every_part_and_when_it_started(store: SqlStore) -> None:
     assert (got.node, got.gpu_indices, got.started_at, got.attempt) == ("n1", (0, 1), start, 1)
     assert [j.id for j in store.list_node_jobs("n2")] == [job.id]
     assert [(e.kind, e.message) for e in store.list_events(job.id)][-1] == (
-        "assigned", "node n1, GPUs 0,1; node n2, GPUs 2,3")
+        "assigned",
+        "node n1, GPUs 0,1; node n2, GPUs 2,3",
+    )
 
 
 def test_a_new_attempt_starts_clean(store: SqlStore) -> None:
     """What the last attempt left (a part's exit, delivery) is gone when the job is assigned again."""
+    _nodes(store, "n1", "n2", "n3", "n4")
     job = store.create_job(JobSpec(command=("train",), gpus=1, nodes=2), T0)
     assert store.assign_job_parts(job.id, [("n1", [0]), ("n2", [0])], T0)
     store.mark_delivered([job.id], "n1")
@@ -61,7 +81,13 @@ def test_a_new_attempt_starts_clean(store: SqlStore) -> None:
     assert store.assign_job_parts(job.id, [("n3", [1]), ("n4", [1])], again)
     got = store.get_job(job.id)
     assert got is not None
-    assert (got.part_exits, got.delivered, got.delivered_to, got.attempt, got.started_at) == ({}, False, frozenset(), 2, again)
+    assert (got.part_exits, got.delivered, got.delivered_to, got.attempt, got.started_at) == (
+        {},
+        False,
+        frozenset(),
+        2,
+        again,
+    )
     assert (got.reason, got.not_before) == ("", None)  # the backoff and the requeue's reason belong to the last attempt
     assert got.parts == (("n3", (1,)), ("n4", (1,)))
 

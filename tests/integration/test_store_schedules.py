@@ -20,8 +20,17 @@ T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 
 def make(store: SqlStore, name: str = "nightly", **kw: object) -> int:
     tenant = store.create_tenant(f"t-{name}", T0)
-    args: dict[str, object] = dict(user_id=None, name=name, expr="@every 60s", timezone="UTC", concurrency="forbid",
-                                   paused=False, job={"command": ["true"]}, next_run_at=T0, now=T0 - timedelta(minutes=1))
+    args: dict[str, object] = dict(
+        user_id=None,
+        name=name,
+        expr="@every 60s",
+        timezone="UTC",
+        concurrency="forbid",
+        paused=False,
+        job={"command": ["true"]},
+        next_run_at=T0,
+        now=T0 - timedelta(minutes=1),
+    )
     args.update(kw)
     return store.create_schedule(tenant.id, **args).id  # type: ignore[arg-type]
 

@@ -19,7 +19,11 @@ def test_failures_lock_after_the_free_ones_and_double_to_the_cap(store: SqlStore
     locks = [store.record_login_failure("user:a", T0 + timedelta(seconds=i), POLICY) for i in range(6)]
     assert locks[:2] == [None, None]
     assert [lock - (T0 + timedelta(seconds=i)) for i, lock in enumerate(locks) if lock][:4] == [
-        timedelta(seconds=10), timedelta(seconds=20), timedelta(seconds=40), timedelta(seconds=60)]
+        timedelta(seconds=10),
+        timedelta(seconds=20),
+        timedelta(seconds=40),
+        timedelta(seconds=60),
+    ]
     assert store.load_login_lock(["user:a", "addr:x"], T0 + timedelta(seconds=6)) == locks[-1]
     assert store.load_login_lock(["user:b", "addr:x"], T0) is None  # other keys are not locked
     assert store.load_login_lock(["user:a"], T0 + timedelta(hours=1)) is None  # the lock runs out
@@ -39,8 +43,7 @@ def test_a_success_clears_and_old_failures_are_forgotten(store: SqlStore) -> Non
 
 def test_parallel_failures_are_all_counted(store: SqlStore) -> None:
     policy = BackoffPolicy(free_failures=40, base_s=10.0)
-    threads = [threading.Thread(target=store.record_login_failure, args=("addr:1.2.3.4", T0, policy))
-               for _ in range(8)]
+    threads = [threading.Thread(target=store.record_login_failure, args=("addr:1.2.3.4", T0, policy)) for _ in range(8)]
     for t in threads:
         t.start()
     for t in threads:

@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from corral.core.resources import GpuInfo
 from corral.core.states import JobState
 from corral.store.records import Job, JobSpec
 from corral.store.sql import SqlStore
@@ -18,6 +19,17 @@ LATER = T0 + timedelta(minutes=5)
 
 def _ended(store: SqlStore, state: JobState) -> Job:
     """A job that reached `state` the usual way: CANCELLED while pending, the others by its agent's report."""
+    for n in ("n1", "n2", "n3"):  # the gang attempt below is refused for the job's state, not for unknown nodes
+        store.upsert_node(
+            n,
+            n,
+            "simulated",
+            0,
+            0,
+            {},
+            [GpuInfo(index=i, uuid=f"{n}-{i}", model="H100-80GB", memory_mib=81920) for i in range(2)],
+            T0,
+        )
     job = store.create_job(JobSpec(command=("true",), gpus=1), T0)
     if state is JobState.CANCELLED:
         store.request_cancel(job.id, T0)

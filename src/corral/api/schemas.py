@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from corral.api import bounds
 from corral.api.secrets import check_secret_env
+from corral.core.models import Job, JobSpec
 from corral.core.states import JobState
 
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -26,35 +27,53 @@ class JobSubmit(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     command: list[Annotated[str, Field(max_length=bounds.MAX_ARG_BYTES)]] = Field(
-        min_length=1, max_length=bounds.MAX_ARGS,
+        min_length=1,
+        max_length=bounds.MAX_ARGS,
         description=f"argv of the job; the first item is the program. At most {bounds.MAX_ARGS} items of "
-                    f"{bounds.MAX_ARG_BYTES} bytes, and with `env` at most {bounds.MAX_ARGV_ENV_BYTES} bytes in all")
+        f"{bounds.MAX_ARG_BYTES} bytes, and with `env` at most {bounds.MAX_ARGV_ENV_BYTES} bytes in all",
+    )
     name: str = Field("", max_length=bounds.MAX_JOB_NAME_CHARS, description="one line, no control characters")
     gpus: int = Field(0, ge=0, le=bounds.MAX_GPUS_PER_NODE, description="whole GPUs on one node")
     gpu_milli: int = Field(1000, ge=1, le=1000, description="share of one GPU in milli (1000 = whole)")
-    gpu_model: str | None = Field(None, max_length=255, description="allowed GPU models, separated by |, e.g. A100|H100")
+    gpu_model: str | None = Field(
+        None, max_length=255, description="allowed GPU models, separated by |, e.g. A100|H100"
+    )
     min_gpu_memory_mib: int = Field(0, ge=0, le=bounds.MAX_MEMORY_MIB)
     cpu_milli: int = Field(0, ge=0, le=bounds.MAX_CPU_MILLI)
     memory_mib: int = Field(0, ge=0, le=bounds.MAX_MEMORY_MIB)
-    env: dict[Annotated[str, Field(max_length=bounds.MAX_ENV_KEY_CHARS)],
-              Annotated[str, Field(max_length=bounds.MAX_ENV_VALUE_BYTES)]] = Field(
-        default_factory=dict, max_length=bounds.MAX_ENV_VARS,
+    env: dict[
+        Annotated[str, Field(max_length=bounds.MAX_ENV_KEY_CHARS)],
+        Annotated[str, Field(max_length=bounds.MAX_ENV_VALUE_BYTES)],
+    ] = Field(
+        default_factory=dict,
+        max_length=bounds.MAX_ENV_VARS,
         description=f"plain environment variables (not secret: see `secret_env`); at most {bounds.MAX_ENV_VARS}, "
-                    f"values of {bounds.MAX_ENV_VALUE_BYTES} bytes")
+        f"values of {bounds.MAX_ENV_VALUE_BYTES} bytes",
+    )
     workdir: str | None = Field(None, max_length=bounds.MAX_PATH_CHARS, description="absolute path")
     priority: int = Field(0, ge=-1000, le=1000)
     queue: str = Field("default", min_length=1, max_length=64, description="one of the tenant's queues")
-    time_limit_s: int | None = Field(None, ge=1, le=366 * 86400,
-                                     description="the job is stopped after this long; lets small jobs backfill")
-    web_ui: bool = Field(False, description="the job serves a web UI: Corral assigns it a port on its node "
-                                            "(CORRAL_JOB_PORT and PORT) and opens it at /proxy/jobs/ID/")
-    port: int | None = Field(None, ge=1, le=65535,
-                             description="older spelling of web_ui=true: the number is not used, Corral assigns the port")
+    time_limit_s: int | None = Field(
+        None, ge=1, le=366 * 86400, description="the job is stopped after this long; lets small jobs backfill"
+    )
+    web_ui: bool = Field(
+        False,
+        description="the job serves a web UI: Corral assigns it a port on its node "
+        "(CORRAL_JOB_PORT and PORT) and opens it at /proxy/jobs/ID/",
+    )
+    port: int | None = Field(
+        None,
+        ge=1,
+        le=65535,
+        description="older spelling of web_ui=true: the number is not used, Corral assigns the port",
+    )
     nodes: int = Field(1, ge=1, le=256, description="a gang: `gpus` GPUs on each of this many nodes, started together")
     secret_env: dict[str, str] = Field(
-        default_factory=dict, max_length=64,
+        default_factory=dict,
+        max_length=64,
         description="VAR -> name of a tenant secret: the job gets VAR set to the secret's value, resolved only when "
-                    "it starts; listings show the names, never values (plain `env` values are not secret)")
+        "it starts; listings show the names, never values (plain `env` values are not secret)",
+    )
 
     @field_validator("command")
     @classmethod
@@ -72,11 +91,14 @@ class JobSubmit(BaseModel):
         """Secret values are only read when the job starts: count each at its largest, so it still can."""
         from corral.api.secrets import MAX_SECRET_BYTES
 
-        worst = bounds.argv_env_bytes(info.data.get("command") or [], info.data.get("env") or {}) + \
-            sum(bounds.exec_string_bytes(f"{var}=") + MAX_SECRET_BYTES for var in v)
+        worst = bounds.argv_env_bytes(info.data.get("command") or [], info.data.get("env") or {}) + sum(
+            bounds.exec_string_bytes(f"{var}=") + MAX_SECRET_BYTES for var in v
+        )
         if worst > bounds.MAX_EXEC_BYTES:
-            raise ValueError(f"with {len(v)} secret(s) of up to {MAX_SECRET_BYTES} bytes the job's command and "
-                             f"environment could take {worst} bytes; at most {bounds.MAX_EXEC_BYTES}")
+            raise ValueError(
+                f"with {len(v)} secret(s) of up to {MAX_SECRET_BYTES} bytes the job's command and "
+                f"environment could take {worst} bytes; at most {bounds.MAX_EXEC_BYTES}"
+            )
         return v
 
     @field_validator("name")
@@ -117,6 +139,31 @@ class JobSubmit(BaseModel):
             return ()
         return tuple(m.strip() for m in self.gpu_model.split("|") if m.strip())
 
+    def to_spec(self, tenant_id: int | None, user_id: int | None, schedule_id: int | None = None) -> JobSpec:
+        """The one conversion of a submission into the domain spec (its ResourceRequest is built there);
+        raises ValidationError naming the field when the request is malformed (e.g. a share of several GPUs)."""
+        return JobSpec(
+            command=tuple(self.command),
+            name=self.name or self.command[0].rsplit("/", 1)[-1],
+            env=dict(self.env),
+            workdir=self.workdir,
+            gpus=self.gpus,
+            gpu_milli=self.gpu_milli,
+            gpu_models=self.gpu_models,
+            min_gpu_memory_mib=self.min_gpu_memory_mib,
+            cpu_milli=self.cpu_milli,
+            memory_mib=self.memory_mib,
+            priority=self.priority,
+            user_id=user_id,
+            tenant_id=tenant_id,
+            queue=self.queue,
+            time_limit_s=self.time_limit_s,
+            nodes=self.nodes,
+            schedule_id=schedule_id,
+            port=0 if self.web_ui or self.port else None,  # Corral assigns the port at hand-over
+            secret_env=dict(self.secret_env),
+        )
+
 
 class JobOut(BaseModel):
     id: int
@@ -145,7 +192,9 @@ class JobOut(BaseModel):
     queue_position: int | None = Field(None, description="0-based rank among pending jobs (pending only)")
     eta: datetime | None = Field(None, description="estimated start from running jobs' time limits (pending only)")
     eta_s: float | None = Field(None, description="seconds from now until `eta`")
-    port: int | None = Field(None, description="the port Corral assigned to the job's web UI on its node, once handed out")
+    port: int | None = Field(
+        None, description="the port Corral assigned to the job's web UI on its node, once handed out"
+    )
     web_ui: bool = Field(False, description="the job serves a web UI (submitted with web_ui)")
     nodes: int = 1
     parts: list[dict[str, Any]] = Field(default_factory=list, description="[{node, gpus}] per rank of a placed job")
@@ -154,6 +203,56 @@ class JobOut(BaseModel):
     schedule_id: int | None = Field(None, description="the repeating-job schedule that started this job")
     secret_env: dict[str, str] = Field(default_factory=dict, description="VAR -> secret name (never the value)")
 
+    @classmethod
+    def from_job(
+        cls,
+        job: Job,
+        now: datetime,
+        *,
+        pending_reason: str | None = None,
+        position: int | None = None,
+        eta: datetime | None = None,
+        tenant: str | None = None,
+    ) -> JobOut:
+        """The one conversion of a domain job into its API shape; the pending fields come from the scheduler."""
+        s = job.spec
+        return cls(
+            id=job.id,
+            name=s.name,
+            state=job.state,
+            node=job.node,
+            gpus=list(job.gpu_indices),
+            gpu_count=s.gpus,
+            nodes=s.nodes,
+            parts=[{"node": n, "gpus": list(g)} for n, g in job.placed_parts],
+            gpu_milli=s.gpu_milli,
+            gpu_model="|".join(s.gpu_models) or None,
+            command=list(s.command),
+            env=dict(s.env),
+            workdir=s.workdir,
+            priority=s.priority,
+            exit_code=job.exit_code,
+            reason=job.reason,
+            pending_reason=pending_reason,
+            created_at=job.created_at,
+            started_at=job.started_at,
+            finished_at=job.finished_at,
+            cancel_requested=job.cancel_requested,
+            attempt=job.attempt,
+            tenant=tenant,
+            queue=s.queue,
+            time_limit_s=s.time_limit_s,
+            queue_position=position,
+            eta=eta,
+            preemptions=job.preemptions,
+            eta_s=None if eta is None else max((eta - now).total_seconds(), 0.0),
+            port=s.port or None,
+            web_ui=s.port is not None,  # 0: asked for, no port yet (see JobSpec.port)
+            web_url=f"/proxy/jobs/{job.id}/" if s.port and job.state is JobState.RUNNING else None,
+            schedule_id=s.schedule_id,
+            secret_env=dict(s.secret_env),
+        )
+
 
 class ScheduleIn(BaseModel):
     """A repeating job: `job` (a job submission, validated like POST /jobs) started at every firing."""
@@ -161,8 +260,9 @@ class ScheduleIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field("", max_length=255, description="unique in the tenant; defaults to the job's name")
-    schedule: str = Field(min_length=1, max_length=255,
-                          description="cron line ('0 2 * * *'), nickname ('@daily') or '@every 15m'")
+    schedule: str = Field(
+        min_length=1, max_length=255, description="cron line ('0 2 * * *'), nickname ('@daily') or '@every 15m'"
+    )
     timezone: str = Field("UTC", min_length=1, max_length=64, description="IANA zone the cron line is read in")
     concurrency: str = Field("forbid", description="when the previous run is still active: allow, forbid or replace")
     paused: bool = False
@@ -247,8 +347,11 @@ class NodeOut(BaseModel):
     last_heartbeat_at: datetime
     cordoned: bool = False
     gpus_unhealthy: int = 0
-    isolation: str = Field("", description="users: jobs run as their users' Unix identities; single-user: every "
-                                           "job runs as the agent's user (the agent is not root); empty: unknown")
+    isolation: str = Field(
+        "",
+        description="users: jobs run as their users' Unix identities; single-user: every "
+        "job runs as the agent's user (the agent is not root); empty: unknown",
+    )
 
 
 class EventOut(BaseModel):
@@ -265,14 +368,19 @@ class SilenceIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     matchers: str | dict[str, str] = Field(
-        description='selector text (alertname="gpu_temperature", node=~"n1|n2") or {label: value}; not empty')
+        description='selector text (alertname="gpu_temperature", node=~"n1|n2") or {label: value}; not empty'
+    )
     duration_s: float | None = Field(None, gt=0, le=90 * 86400, allow_inf_nan=False)
     starts_at: float | None = Field(None, ge=0, le=1e11, allow_inf_nan=False, description="Unix seconds")
     ends_at: float | None = Field(None, ge=0, le=1e11, allow_inf_nan=False, description="Unix seconds")
     until: str | None = Field(None, max_length=64, description="ISO time the silence ends (instead of ends_at)")
     comment: str = Field("", max_length=1000)
-    tenant: str | None = Field(None, min_length=1, max_length=64,
-                               description="mute only this tenant's alerts (a tenant-admin's silence always does)")
+    tenant: str | None = Field(
+        None,
+        min_length=1,
+        max_length=64,
+        description="mute only this tenant's alerts (a tenant-admin's silence always does)",
+    )
 
     @field_validator("matchers")
     @classmethod
@@ -301,7 +409,8 @@ class GpuReport(BaseModel):
     pci_bus_id: str = Field("", max_length=64)
     numa_node: int | None = Field(None, ge=-1, le=4096)
     nvlink_peers: list[Annotated[int, Field(ge=0, le=bounds.MAX_GPUS_PER_NODE)]] = Field(
-        default_factory=list, max_length=bounds.MAX_GPUS_PER_NODE)
+        default_factory=list, max_length=bounds.MAX_GPUS_PER_NODE
+    )
     pcie_switch: str | None = Field(None, max_length=64)
     ecc_enabled: bool = False
     healthy: bool = True
@@ -315,13 +424,17 @@ class AgentRegister(BaseModel):
     backend: str = Field(min_length=1, max_length=64)
     cpu_milli: int = Field(0, ge=0, le=bounds.MAX_CPU_MILLI)
     memory_mib: int = Field(0, ge=0, le=bounds.MAX_MEMORY_MIB)
-    labels: dict[Annotated[str, Field(max_length=bounds.MAX_LABEL_KEY_CHARS)],
-                 Annotated[str, Field(max_length=bounds.MAX_LABEL_VALUE_CHARS)]] = Field(
-        default_factory=dict, max_length=bounds.MAX_LABELS)
+    labels: dict[
+        Annotated[str, Field(max_length=bounds.MAX_LABEL_KEY_CHARS)],
+        Annotated[str, Field(max_length=bounds.MAX_LABEL_VALUE_CHARS)],
+    ] = Field(default_factory=dict, max_length=bounds.MAX_LABELS)
     gpus: list[GpuReport] = Field(default_factory=list, max_length=bounds.MAX_GPUS_PER_NODE)
     agent_version: str = Field("", max_length=64)
-    isolation: str = Field("", pattern="^(users|single-user)?$",
-                           description="users: jobs run as their users' Unix identities; single-user: as the agent's")
+    isolation: str = Field(
+        "",
+        pattern="^(users|single-user)?$",
+        description="users: jobs run as their users' Unix identities; single-user: as the agent's",
+    )
 
 
 class RunRef(BaseModel):
@@ -340,8 +453,11 @@ class RunRef(BaseModel):
     @classmethod
     def from_key(cls, key: str) -> RunRef:
         parts = key.split(".")
-        return cls(job_id=int(parts[0]), attempt=int(parts[1]) if len(parts) > 1 else 1,
-                   rank=int(parts[2]) if len(parts) > 2 else 0)
+        return cls(
+            job_id=int(parts[0]),
+            attempt=int(parts[1]) if len(parts) > 1 else 1,
+            rank=int(parts[2]) if len(parts) > 2 else 0,
+        )
 
 
 class ExitReport(BaseModel):
@@ -388,8 +504,9 @@ class AgentSync(BaseModel):
     model_config = ConfigDict(extra="forbid")
     running: list[RunRef] = Field(default_factory=list, description="runs alive on the node")
     exits: list[ExitReport] = Field(default_factory=list, description="finished runs not yet acknowledged")
-    web_ports: list[WebPortReport] = Field(default_factory=list, max_length=4096,
-                                           description="what the agent found listening on its jobs' web-UI ports")
+    web_ports: list[WebPortReport] = Field(
+        default_factory=list, max_length=4096, description="what the agent found listening on its jobs' web-UI ports"
+    )
     wait_s: float = Field(0.0, ge=0, le=60, description="long-poll: hold the reply up to this long for new work")
 
 
@@ -405,8 +522,9 @@ class Assignment(BaseModel):
     uid: int | None = Field(None, description="Unix uid the job runs as (resolved by the server for every node)")
     gid: int | None = Field(None, description="Unix gid the job runs as")
     unix_user: str = Field("", description="USER/LOGNAME of the job when the node has no account for its uid")
-    secret_env: dict[str, str] = Field(default_factory=dict, repr=False,
-                                       description="VAR -> secret value: kept out of files and logs on the node")
+    secret_env: dict[str, str] = Field(
+        default_factory=dict, repr=False, description="VAR -> secret value: kept out of files and logs on the node"
+    )
 
     @property
     def run(self) -> RunRef:
@@ -476,12 +594,17 @@ class UserIn(BaseModel):
 class UserPatch(BaseModel):
     model_config = ConfigDict(extra="forbid")
     role: str | None = Field(None, max_length=32)
-    password: str | None = Field(None, min_length=8, max_length=1024,
-                                 description="a new password ends every other login session of the user")
-    disabled: bool | None = Field(None, description="a disabled user cannot log in and its tokens and sessions "
-                                                    "stop working (the last admin cannot be disabled)")
-    current_password: str | None = Field(None, max_length=1024,
-                                         description="needed to change one's own password (not another user's)")
+    password: str | None = Field(
+        None, min_length=8, max_length=1024, description="a new password ends every other login session of the user"
+    )
+    disabled: bool | None = Field(
+        None,
+        description="a disabled user cannot log in and its tokens and sessions "
+        "stop working (the last admin cannot be disabled)",
+    )
+    current_password: str | None = Field(
+        None, max_length=1024, description="needed to change one's own password (not another user's)"
+    )
 
 
 class UserOut(BaseModel):
@@ -491,10 +614,13 @@ class UserOut(BaseModel):
     tenant: str | None
     has_password: bool
     created_at: datetime
-    directory: str = Field("", description="\"\" for a local user; ldap or oidc for one a directory manages")
+    directory: str = Field("", description='"" for a local user; ldap or oidc for one a directory manages')
     disabled: bool = False
-    unix_uid: int | None = Field(None, description="the Unix account an admin mapped the user to (null: a UID "
-                                                   "from CORRAL_JOB_UIDS); see /users/{name}/unix")
+    unix_uid: int | None = Field(
+        None,
+        description="the Unix account an admin mapped the user to (null: a UID "
+        "from CORRAL_JOB_UIDS); see /users/{name}/unix",
+    )
     unix_gid: int | None = None
 
 
@@ -516,7 +642,9 @@ class UnixIdentityOut(BaseModel):
 class TokenIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = Field("", max_length=128)
-    user: str | None = Field(None, max_length=64, description="whose token (admins and tenant admins); defaults to the caller")
+    user: str | None = Field(
+        None, max_length=64, description="whose token (admins and tenant admins); defaults to the caller"
+    )
     expires_in_s: int | None = Field(None, ge=60, le=10 * 366 * 86400)
     metrics: bool = Field(False, description="a token that can only scrape /metrics (admins; it belongs to no user)")
 
@@ -529,8 +657,11 @@ class TokenOut(BaseModel):
     expires_at: datetime | None
     revoked: bool
     token: str | None = Field(None, description="the secret, shown once when the token is created")
-    kind: str = Field("user", description="user (an API token), session (a login: ends with a password change) or "
-                                          "metrics (can only scrape /metrics)")
+    kind: str = Field(
+        "user",
+        description="user (an API token), session (a login: ends with a password change) or "
+        "metrics (can only scrape /metrics)",
+    )
 
 
 class LoginIn(BaseModel):

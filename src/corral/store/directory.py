@@ -26,8 +26,11 @@ class DirectoryMethods:
     def list_group_mappings(self) -> list[GroupMapping]:
         """Every mapping with its tenant's name, oldest first."""
         with self._tx() as s:
-            rows = s.execute(select(DirectoryGroupRow, TenantRow.name).join(TenantRow,
-                             TenantRow.id == DirectoryGroupRow.tenant_id).order_by(DirectoryGroupRow.id)).all()
+            rows = s.execute(
+                select(DirectoryGroupRow, TenantRow.name)
+                .join(TenantRow, TenantRow.id == DirectoryGroupRow.tenant_id)
+                .order_by(DirectoryGroupRow.id)
+            ).all()
             return [GroupMapping(r.id, r.group_name, r.tenant_id, tenant, Role(r.role)) for r, tenant in rows]
 
     def create_group_mapping(self, group: str, tenant_id: int, role: str, now: datetime) -> GroupMapping:
@@ -53,8 +56,9 @@ class DirectoryMethods:
         with self._tx() as s:
             row = s.scalar(select(UserRow).where(UserRow.name == name))
             if row is None:
-                row = UserRow(name=name, role=role, created_at=now, tenant_id=tenant_id, password_hash="",
-                              directory=source)
+                row = UserRow(
+                    name=name, role=role, created_at=now, tenant_id=tenant_id, password_hash="", directory=source
+                )
                 s.add(row)
             elif row.directory != source:
                 owner = f"the {row.directory} directory" if row.directory else "Corral (a local user)"

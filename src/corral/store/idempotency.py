@@ -27,8 +27,9 @@ class IdempotencyMethods:
     _insert_job: Callable[[Session, JobSpec, datetime], JobRow]
     _to_job: Callable[[JobRow], Job]
 
-    def create_job_once(self, spec: JobSpec, now: datetime, owner: str, key: str, request_hash: str,
-                        keep: timedelta) -> tuple[Job, bool]:
+    def create_job_once(
+        self, spec: JobSpec, now: datetime, owner: str, key: str, request_hash: str, keep: timedelta
+    ) -> tuple[Job, bool]:
         """(the job, True) when this call created it; (the earlier job, False) when `owner` already used `key`
         with the same `request_hash` within `keep`. Raises IdempotencyKeyReused when the key came with another
         request. Keys older than `keep` are forgotten (and pruned here)."""
@@ -36,13 +37,17 @@ class IdempotencyMethods:
             try:
                 with self._rmw() as s:
                     s.execute(delete(IdempotencyKeyRow).where(IdempotencyKeyRow.created_at < now - keep))
-                    found = s.scalar(select(IdempotencyKeyRow).where(IdempotencyKeyRow.owner == owner,
-                                                                     IdempotencyKeyRow.key == key))
+                    found = s.scalar(
+                        select(IdempotencyKeyRow).where(IdempotencyKeyRow.owner == owner, IdempotencyKeyRow.key == key)
+                    )
                     if found is not None:
                         return self._replay(s, found, request_hash), False
                     row = self._insert_job(s, spec, now)
-                    s.add(IdempotencyKeyRow(owner=owner, key=key, request_hash=request_hash, job_id=row.id,
-                                            created_at=now))
+                    s.add(
+                        IdempotencyKeyRow(
+                            owner=owner, key=key, request_hash=request_hash, job_id=row.id, created_at=now
+                        )
+                    )
                     s.flush()
                     return self._to_job(row), True
             except IntegrityError:

@@ -44,15 +44,28 @@ class NodeCertRecord:
 
 
 def _join(r: JoinTokenRow) -> JoinTokenRecord:
-    return JoinTokenRecord(id=r.id, description=r.description, created_by=r.created_by,
-                           created_at=utc(r.created_at) or r.created_at, expires_at=utc(r.expires_at) or r.expires_at,
-                           max_uses=r.max_uses, uses=r.uses, revoked_at=utc(r.revoked_at))
+    return JoinTokenRecord(
+        id=r.id,
+        description=r.description,
+        created_by=r.created_by,
+        created_at=utc(r.created_at) or r.created_at,
+        expires_at=utc(r.expires_at) or r.expires_at,
+        max_uses=r.max_uses,
+        uses=r.uses,
+        revoked_at=utc(r.revoked_at),
+    )
 
 
 def _cert(r: NodeCertRow) -> NodeCertRecord:
-    return NodeCertRecord(serial=r.serial, fingerprint=r.fingerprint, node=r.node,
-                          issued_at=utc(r.issued_at) or r.issued_at, not_after=utc(r.not_after) or r.not_after,
-                          join_token_id=r.join_token_id, revoked_at=utc(r.revoked_at))
+    return NodeCertRecord(
+        serial=r.serial,
+        fingerprint=r.fingerprint,
+        node=r.node,
+        issued_at=utc(r.issued_at) or r.issued_at,
+        not_after=utc(r.not_after) or r.not_after,
+        join_token_id=r.join_token_id,
+        revoked_at=utc(r.revoked_at),
+    )
 
 
 class NodeIdentityMethods:
@@ -61,12 +74,20 @@ class NodeIdentityMethods:
     def _tx(self) -> AbstractContextManager[Session]:  # provided by SqlStore
         raise NotImplementedError
 
-    def create_join_token(self, secret_hash: str, description: str, created_by: str, now: datetime,
-                          expires_at: datetime, max_uses: int) -> JoinTokenRecord:
+    def create_join_token(
+        self, secret_hash: str, description: str, created_by: str, now: datetime, expires_at: datetime, max_uses: int
+    ) -> JoinTokenRecord:
         """Store a join token by the hash of its secret. Not idempotent: each call adds a row."""
         with self._tx() as s:
-            row = JoinTokenRow(secret_hash=secret_hash, description=description, created_by=created_by,
-                               created_at=now, expires_at=expires_at, max_uses=max_uses, uses=0)
+            row = JoinTokenRow(
+                secret_hash=secret_hash,
+                description=description,
+                created_by=created_by,
+                created_at=now,
+                expires_at=expires_at,
+                max_uses=max_uses,
+                uses=0,
+            )
             s.add(row)
             s.flush()
             return _join(row)
@@ -84,25 +105,48 @@ class NodeIdentityMethods:
     def revoke_join_token(self, token_id: int, now: datetime) -> bool:
         """Revoke an unrevoked token. False when unknown or already revoked."""
         with self._tx() as s:
-            res = s.execute(update(JoinTokenRow).where(JoinTokenRow.id == token_id, JoinTokenRow.revoked_at.is_(None))
-                            .values(revoked_at=now))
+            res = s.execute(
+                update(JoinTokenRow)
+                .where(JoinTokenRow.id == token_id, JoinTokenRow.revoked_at.is_(None))
+                .values(revoked_at=now)
+            )
             return bool(affected_rows(res))
 
     def use_join_token(self, token_id: int, secret_hash: str, now: datetime) -> bool:
         """Spend one use of a token, compare-and-set: True only when id and hash match and the token is
         unrevoked, unexpired and has a use left (two joins racing for the last use: one wins)."""
         with self._tx() as s:
-            res = s.execute(update(JoinTokenRow).where(
-                JoinTokenRow.id == token_id, JoinTokenRow.secret_hash == secret_hash,
-                JoinTokenRow.revoked_at.is_(None), JoinTokenRow.expires_at > now,
-                JoinTokenRow.uses < JoinTokenRow.max_uses).values(uses=JoinTokenRow.uses + 1))
+            res = s.execute(
+                update(JoinTokenRow)
+                .where(
+                    JoinTokenRow.id == token_id,
+                    JoinTokenRow.secret_hash == secret_hash,
+                    JoinTokenRow.revoked_at.is_(None),
+                    JoinTokenRow.expires_at > now,
+                    JoinTokenRow.uses < JoinTokenRow.max_uses,
+                )
+                .values(uses=JoinTokenRow.uses + 1)
+            )
             return bool(affected_rows(res))
 
-    def record_node_cert(self, serial: str, fingerprint: str, node: str, issued_at: datetime, not_after: datetime,
-                         join_token_id: int | None) -> NodeCertRecord:
+    def record_node_cert(
+        self,
+        serial: str,
+        fingerprint: str,
+        node: str,
+        issued_at: datetime,
+        not_after: datetime,
+        join_token_id: int | None,
+    ) -> NodeCertRecord:
         with self._tx() as s:
-            row = NodeCertRow(serial=serial, fingerprint=fingerprint, node=node, issued_at=issued_at,
-                              not_after=not_after, join_token_id=join_token_id)
+            row = NodeCertRow(
+                serial=serial,
+                fingerprint=fingerprint,
+                node=node,
+                issued_at=issued_at,
+                not_after=not_after,
+                join_token_id=join_token_id,
+            )
             s.add(row)
             s.flush()
             return _cert(row)
@@ -123,8 +167,11 @@ class NodeIdentityMethods:
     def revoke_node_certs(self, node: str, now: datetime) -> list[str]:
         """Revoke every unrevoked certificate of `node`; returns their serials."""
         with self._tx() as s:
-            serials = list(s.scalars(select(NodeCertRow.serial).where(
-                NodeCertRow.node == node, NodeCertRow.revoked_at.is_(None))).all())
+            serials = list(
+                s.scalars(
+                    select(NodeCertRow.serial).where(NodeCertRow.node == node, NodeCertRow.revoked_at.is_(None))
+                ).all()
+            )
             if serials:
                 s.execute(update(NodeCertRow).where(NodeCertRow.serial.in_(serials)).values(revoked_at=now))
             return serials

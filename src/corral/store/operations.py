@@ -26,16 +26,19 @@ class NodeAdminMethods:
 
     def set_gpu_disabled(self, node: str, index: int, disabled: bool) -> bool:
         with self._tx() as s:
-            res = s.execute(update(GpuRow).where(GpuRow.node_name == node, GpuRow.index == index)
-                            .values(disabled=disabled))
+            res = s.execute(
+                update(GpuRow).where(GpuRow.node_name == node, GpuRow.index == index).values(disabled=disabled)
+            )
             return bool(affected_rows(res))
 
     def set_gpu_health(self, node: str, index: int, healthy: bool, reason: str) -> bool:
         """Record a health transition; True only when the state changed."""
         with self._tx() as s:
-            res = s.execute(update(GpuRow).where(GpuRow.node_name == node, GpuRow.index == index,
-                                                 GpuRow.healthy.is_(not healthy))
-                            .values(healthy=healthy, health_reason="" if healthy else reason))
+            res = s.execute(
+                update(GpuRow)
+                .where(GpuRow.node_name == node, GpuRow.index == index, GpuRow.healthy.is_(not healthy))
+                .values(healthy=healthy, health_reason="" if healthy else reason)
+            )
             return bool(affected_rows(res))
 
     def add_node_event(self, node: str, gpu_index: int | None, kind: str, message: str, now: datetime) -> None:

@@ -2,41 +2,32 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from corral.core.resources import GpuInfo
-from corral.core.states import JobState
+# The domain models live in core; they are re-exported here so every `from corral.store.records import Job`
+# keeps working (the store returns them as its records).
+from corral.core.models import GpuInfo, GpuStatus, Job, JobSpec, Node, Queue, Quota, Tenant, compute_placed_parts
 
-
-@dataclass(frozen=True, slots=True)
-class Tenant:
-    id: int
-    name: str
-    parent_id: int | None  # a department above this team, for hierarchical quotas
-    weight: float  # fair-share weight
-    created_at: datetime
-
-
-@dataclass(frozen=True, slots=True)
-class Quota:
-    """GPUs a tenant is guaranteed and may reach by borrowing, for one GPU model ("" = all models)."""
-
-    tenant_id: int
-    gpu_model: str
-    guaranteed_gpus: int
-    max_gpus: int | None  # None = no limit beyond the pool
-
-
-@dataclass(frozen=True, slots=True)
-class Queue:
-    id: int
-    tenant_id: int
-    name: str
-    mode: str  # "best-effort" or "strict" (a blocked head blocks the queue)
-    priority: int
+__all__ = [
+    "AuditEntry",
+    "GpuInfo",
+    "GpuStatus",
+    "Job",
+    "JobEvent",
+    "JobSpec",
+    "Node",
+    "NodeEvent",
+    "Queue",
+    "Quota",
+    "Schedule",
+    "SecretRecord",
+    "Tenant",
+    "TokenRecord",
+    "User",
+    "compute_placed_parts",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,16 +58,6 @@ class TokenRecord:
 
 
 @dataclass(frozen=True, slots=True)
-class GpuStatus:
-    """Health and admin state of one GPU: it is schedulable only when healthy and not disabled."""
-
-    index: int
-    healthy: bool = True
-    reason: str = ""  # why it is unhealthy (xid, ecc_dbe, off_bus, ...)
-    disabled: bool = False  # taken out by an admin (`corral gpus disable`), until enabled
-
-
-@dataclass(frozen=True, slots=True)
 class NodeEvent:
     node: str
     gpu_index: int | None
@@ -92,101 +73,6 @@ class AuditEntry:
     action: str
     target: str
     detail: str
-
-
-@dataclass(frozen=True, slots=True)
-class Node:
-    name: str
-    hostname: str
-    backend: str
-    cpu_milli: int
-    memory_mib: int
-    state: str  # READY | LOST
-    registered_at: datetime
-    last_heartbeat_at: datetime
-    gpus: tuple[GpuInfo, ...] = ()  # `healthy` there already folds in health and admin disable
-    labels: dict[str, str] = field(default_factory=dict)
-    cordoned: bool = False  # no new work is placed here
-    address: str = ""  # host or IP the server uses to reach jobs on this node (their web UIs)
-    gpu_status: tuple[GpuStatus, ...] = ()
-    isolation: str = ""  # users | single-user: whether its agent runs jobs as their users (reported at register)
-
-
-@dataclass(frozen=True, slots=True)
-class JobSpec:
-    """What a user submitted: validated before it reaches the store."""
-
-    command: tuple[str, ...]
-    name: str = ""
-    env: dict[str, str] = field(default_factory=dict)
-    workdir: str | None = None
-    gpus: int = 0
-    gpu_milli: int = 1000
-    gpu_models: tuple[str, ...] = ()
-    min_gpu_memory_mib: int = 0
-    cpu_milli: int = 0
-    memory_mib: int = 0
-    priority: int = 0
-    user_id: int | None = None
-    tenant_id: int | None = None
-    queue: str = "default"
-    time_limit_s: int | None = None
-    max_retries: int = 3  # requeues after a GPU or node failure before the job FAILS
-    # A web UI opened through Corral's proxy. None: none; 0: asked for, no port yet; else the port Corral
-    # assigned on the job's node (CORRAL_JOB_PORT), recorded when it is handed to the agent
-    port: int | None = None
-    nodes: int = 1  # a gang: `gpus` GPUs on each of `nodes` nodes, all started at once
-    schedule_id: int | None = None  # the repeating-job schedule that started it
-    secret_env: dict[str, str] = field(default_factory=dict)  # VAR -> tenant secret name (never a value)
-
-
-@dataclass(frozen=True, slots=True)
-class Job:
-    id: int
-    spec: JobSpec
-    state: JobState
-    created_at: datetime
-    node: str | None = None
-    gpu_indices: tuple[int, ...] = ()
-    exit_code: int | None = None
-    reason: str = ""
-    started_at: datetime | None = None
-    finished_at: datetime | None = None
-    cancel_requested: bool = False
-    delivered: bool = False
-    attempt: int = 0
-    not_before: datetime | None = None  # retry backoff: not placed before this time
-    failures: int = 0  # attempts ended by a GPU or node failure (what max_retries counts)
-    preempt_requested: bool = False  # being preempted: the agent stops it, then it requeues
-    preemptions: int = 0
-    attained_gpu_s: float = 0.0  # GPU-seconds run by earlier attempts
-    parts: tuple[tuple[str, tuple[int, ...]], ...] = ()  # (node, GPU indices) per rank while placed
-    delivered_to: frozenset[str] = frozenset()  # nodes whose agent holds its part
-    part_exits: dict[str, int] = field(default_factory=dict)  # node -> exit code of its part (gangs)
-
-    @property
-    def placed_parts(self) -> tuple[tuple[str, tuple[int, ...]], ...]:
-        """Where the job runs: (node, GPU indices) per rank (stored jobs carry it built; see store.sql._job)."""
-        return self.parts or compute_placed_parts(self.node, self.gpu_indices, ())
-
-    def gpus_on(self, node: str) -> tuple[int, ...]:
-        return next((g for n, g in self.placed_parts if n == node), ())
-
-    def rank_on(self, node: str) -> int:
-        return next((i for i, (n, _) in enumerate(self.placed_parts) if n == node), 0)
-
-    @property
-    def name(self) -> str:
-        return self.spec.name
-
-
-def compute_placed_parts(node: str | None, gpu_indices: Sequence[int],
-                         parts: Sequence[Sequence[Any]]) -> tuple[tuple[str, tuple[int, ...]], ...]:
-    """A job's (node, GPU indices) per rank from its stored columns: its parts, or its one node for a row
-    written before gangs existed. Every reader of placements (records, reports, inventory) goes through here."""
-    if parts:
-        return tuple((str(n), tuple(int(i) for i in g)) for n, g in parts)
-    return ((node, tuple(gpu_indices)),) if node else ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,11 +27,25 @@ UPDATABLE = {"name", "expr", "timezone", "concurrency", "paused", "job", "next_r
 
 
 def to_schedule(r: ScheduleRow) -> Schedule:
-    return Schedule(id=r.id, tenant_id=r.tenant_id, name=r.name, expr=r.expr, timezone=r.timezone,
-                    concurrency=r.concurrency, paused=bool(r.paused), job=dict(r.job or {}),
-                    created_at=utc(r.created_at) or r.created_at, next_run_at=utc(r.next_run_at) or r.next_run_at,
-                    user_id=r.user_id, last_run_at=utc(r.last_run_at), last_job_id=r.last_job_id, runs=r.runs or 0,
-                    skipped=r.skipped or 0, missed=r.missed or 0, last_error=r.last_error or "")
+    return Schedule(
+        id=r.id,
+        tenant_id=r.tenant_id,
+        name=r.name,
+        expr=r.expr,
+        timezone=r.timezone,
+        concurrency=r.concurrency,
+        paused=bool(r.paused),
+        job=dict(r.job or {}),
+        created_at=utc(r.created_at) or r.created_at,
+        next_run_at=utc(r.next_run_at) or r.next_run_at,
+        user_id=r.user_id,
+        last_run_at=utc(r.last_run_at),
+        last_job_id=r.last_job_id,
+        runs=r.runs or 0,
+        skipped=r.skipped or 0,
+        missed=r.missed or 0,
+        last_error=r.last_error or "",
+    )
 
 
 class ScheduleMethods:
@@ -46,15 +60,38 @@ class ScheduleMethods:
     _insert_job: Callable[[Session, JobSpec, datetime], JobRow]
     _to_job: Callable[[JobRow], Job]
 
-    def create_schedule(self, tenant_id: int, user_id: int | None, name: str, expr: str, timezone: str,
-                        concurrency: str, paused: bool, job: dict[str, Any], next_run_at: datetime,
-                        now: datetime) -> Schedule:
+    def create_schedule(
+        self,
+        tenant_id: int,
+        user_id: int | None,
+        name: str,
+        expr: str,
+        timezone: str,
+        concurrency: str,
+        paused: bool,
+        job: dict[str, Any],
+        next_run_at: datetime,
+        now: datetime,
+    ) -> Schedule:
         """Raises ConflictError (field `name`) when the tenant already has a schedule of that name."""
         try:
             with self._tx() as s:
-                row = ScheduleRow(tenant_id=tenant_id, user_id=user_id, name=name, expr=expr, timezone=timezone,
-                                  concurrency=concurrency, paused=paused, job=job, created_at=now,
-                                  next_run_at=next_run_at, runs=0, skipped=0, missed=0, last_error="")
+                row = ScheduleRow(
+                    tenant_id=tenant_id,
+                    user_id=user_id,
+                    name=name,
+                    expr=expr,
+                    timezone=timezone,
+                    concurrency=concurrency,
+                    paused=paused,
+                    job=job,
+                    created_at=now,
+                    next_run_at=next_run_at,
+                    runs=0,
+                    skipped=0,
+                    missed=0,
+                    last_error="",
+                )
                 s.add(row)
                 s.flush()
                 return to_schedule(row)
@@ -73,12 +110,18 @@ class ScheduleMethods:
                 q = q.where(ScheduleRow.tenant_id == tenant_id)
             return [to_schedule(r) for r in s.scalars(q).all()]
 
-    def active_schedule_jobs(self, tenant_id: int | None = None, schedule_id: int | None = None) -> dict[int, list[int]]:
+    def active_schedule_jobs(
+        self, tenant_id: int | None = None, schedule_id: int | None = None
+    ) -> dict[int, list[int]]:
         """schedule id -> ids of its PENDING or RUNNING jobs (only the two columns are read)."""
         with self._tx() as s:
-            q = (select(JobRow.schedule_id, JobRow.id)
-                 .where(JobRow.schedule_id.is_not(None), JobRow.state.in_([JobState.PENDING.value, JobState.RUNNING.value]))
-                 .order_by(JobRow.id))
+            q = (
+                select(JobRow.schedule_id, JobRow.id)
+                .where(
+                    JobRow.schedule_id.is_not(None), JobRow.state.in_([JobState.PENDING.value, JobState.RUNNING.value])
+                )
+                .order_by(JobRow.id)
+            )
             if tenant_id is not None:
                 q = q.where(JobRow.tenant_id == tenant_id)
             if schedule_id is not None:
@@ -92,15 +135,22 @@ class ScheduleMethods:
     def due_schedules(self, now: datetime) -> list[Schedule]:
         """Schedules not paused whose next firing time has come, earliest first."""
         with self._tx() as s:
-            q = (select(ScheduleRow).where(ScheduleRow.paused.is_(False), ScheduleRow.next_run_at <= now)
-                 .order_by(ScheduleRow.next_run_at, ScheduleRow.id))
+            q = (
+                select(ScheduleRow)
+                .where(ScheduleRow.paused.is_(False), ScheduleRow.next_run_at <= now)
+                .order_by(ScheduleRow.next_run_at, ScheduleRow.id)
+            )
             return [to_schedule(r) for r in s.scalars(q).all()]
 
     def next_schedule_due(self) -> datetime | None:
         """The earliest next firing of a schedule that is not paused (None: nothing scheduled)."""
         with self._tx() as s:
-            row = s.scalars(select(ScheduleRow.next_run_at).where(ScheduleRow.paused.is_(False))
-                            .order_by(ScheduleRow.next_run_at).limit(1)).first()
+            row = s.scalars(
+                select(ScheduleRow.next_run_at)
+                .where(ScheduleRow.paused.is_(False))
+                .order_by(ScheduleRow.next_run_at)
+                .limit(1)
+            ).first()
             return utc(row)
 
     def update_schedule(self, schedule_id: int, **changes: Any) -> Schedule | None:
@@ -118,8 +168,9 @@ class ScheduleMethods:
                 s.flush()
                 return to_schedule(row)
         except IntegrityError as e:
-            raise ConflictError(f"a schedule named {changes.get('name')!r} already exists in this tenant",
-                                field="name") from e
+            raise ConflictError(
+                f"a schedule named {changes.get('name')!r} already exists in this tenant", field="name"
+            ) from e
 
     def delete_schedule(self, schedule_id: int) -> bool:
         """Jobs it started stay (they keep their schedule_id for history)."""
@@ -127,9 +178,16 @@ class ScheduleMethods:
             result = s.execute(delete(ScheduleRow).where(ScheduleRow.id == schedule_id))
             return bool(getattr(result, "rowcount", 0))
 
-    def fire_schedule(self, schedule_id: int, due_at: datetime | None, spec: JobSpec | None,
-                      next_run_at: datetime | None, now: datetime, missed: int = 0, skip_reason: str = "",
-                      ) -> tuple[bool, Job | None]:
+    def fire_schedule(
+        self,
+        schedule_id: int,
+        due_at: datetime | None,
+        spec: JobSpec | None,
+        next_run_at: datetime | None,
+        now: datetime,
+        missed: int = 0,
+        skip_reason: str = "",
+    ) -> tuple[bool, Job | None]:
         """Apply one firing atomically: start `spec` (None: skip, recording `skip_reason`), move `next_run_at`.
 
         `due_at` is the next_run_at the caller planned from: if it changed meanwhile (another server fired it,

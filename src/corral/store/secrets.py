@@ -18,9 +18,18 @@ from corral.store.tenancy import affected_rows, utc
 
 
 def _record(r: SecretRow) -> SecretRecord:
-    return SecretRecord(id=r.id, tenant_id=r.tenant_id, name=r.name, kind=r.kind, meta=dict(r.meta or {}),
-                        created_by=r.created_by, created_at=utc(r.created_at) or r.created_at,
-                        updated_at=utc(r.updated_at) or r.updated_at, key_id=r.key_id, sealed=r.sealed)
+    return SecretRecord(
+        id=r.id,
+        tenant_id=r.tenant_id,
+        name=r.name,
+        kind=r.kind,
+        meta=dict(r.meta or {}),
+        created_by=r.created_by,
+        created_at=utc(r.created_at) or r.created_at,
+        updated_at=utc(r.updated_at) or r.updated_at,
+        key_id=r.key_id,
+        sealed=r.sealed,
+    )
 
 
 class SecretMethods:
@@ -29,21 +38,40 @@ class SecretMethods:
     def _tx(self) -> AbstractContextManager[Session]:  # provided by SqlStore
         raise NotImplementedError
 
-    def create_secret(self, tenant_id: int, name: str, kind: str, meta: dict[str, Any], key_id: str, sealed: str,
-                      created_by: str, now: datetime) -> SecretRecord:
+    def create_secret(
+        self,
+        tenant_id: int,
+        name: str,
+        kind: str,
+        meta: dict[str, Any],
+        key_id: str,
+        sealed: str,
+        created_by: str,
+        now: datetime,
+    ) -> SecretRecord:
         """Raises ConflictError (field `name`) when the tenant already has a secret of that name."""
         try:
             with self._tx() as s:
-                row = SecretRow(tenant_id=tenant_id, name=name, kind=kind, meta=dict(meta), key_id=key_id,
-                                sealed=sealed, created_by=created_by, created_at=now, updated_at=now)
+                row = SecretRow(
+                    tenant_id=tenant_id,
+                    name=name,
+                    kind=kind,
+                    meta=dict(meta),
+                    key_id=key_id,
+                    sealed=sealed,
+                    created_by=created_by,
+                    created_at=now,
+                    updated_at=now,
+                )
                 s.add(row)
                 s.flush()
                 return _record(row)
         except IntegrityError as e:
             raise ConflictError(f"secret {name!r} already exists in this tenant", field="name") from e
 
-    def update_secret(self, tenant_id: int, name: str, key_id: str, sealed: str, now: datetime,
-                      meta: dict[str, Any] | None = None) -> SecretRecord | None:
+    def update_secret(
+        self, tenant_id: int, name: str, key_id: str, sealed: str, now: datetime, meta: dict[str, Any] | None = None
+    ) -> SecretRecord | None:
         """Replace the value (and `meta` when given); None when there is no such secret."""
         with self._tx() as s:
             row = s.scalar(select(SecretRow).where(SecretRow.tenant_id == tenant_id, SecretRow.name == name))
@@ -74,8 +102,12 @@ class SecretMethods:
     def delete_secret(self, tenant_id: int, name: str) -> bool:
         """False when there was no such secret."""
         with self._tx() as s:
-            return affected_rows(s.execute(delete(SecretRow).where(SecretRow.tenant_id == tenant_id,
-                                                                   SecretRow.name == name))) > 0
+            return (
+                affected_rows(
+                    s.execute(delete(SecretRow).where(SecretRow.tenant_id == tenant_id, SecretRow.name == name))
+                )
+                > 0
+            )
 
     def secret_key_ids(self) -> set[str]:
         """Ids of the keys that stored values were sealed with (what the key file must hold). Read-only."""
@@ -91,7 +123,9 @@ class SecretMethods:
         """Swap a value for the same value sealed with another key. Compare-and-set on the old sealed value:
         False (nothing changed) when the secret was updated or deleted meanwhile."""
         with self._tx() as s:
-            result = s.execute(update(SecretRow).where(SecretRow.id == secret_id, SecretRow.key_id == old_key_id,
-                                                       SecretRow.sealed == old_sealed)
-                               .values(key_id=key_id, sealed=sealed))
+            result = s.execute(
+                update(SecretRow)
+                .where(SecretRow.id == secret_id, SecretRow.key_id == old_key_id, SecretRow.sealed == old_sealed)
+                .values(key_id=key_id, sealed=sealed)
+            )
             return affected_rows(result) > 0

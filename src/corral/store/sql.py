@@ -5,11 +5,11 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import create_engine, event, func, select, update
+from sqlalchemy import create_engine, event, func, or_, select, update
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
@@ -17,17 +17,19 @@ from sqlalchemy.orm import Session, sessionmaker
 from corral.core.errors import ConflictError
 from corral.core.resources import GpuInfo
 from corral.core.states import JobState, can_transition, compute_sources
+from corral.scheduler.recheck import NodeUse, compute_node_use, compute_recheck
 from corral.store.base import StateStore
 from corral.store.directory import DirectoryMethods
 from corral.store.idempotency import IdempotencyMethods
 from corral.store.identity import NodeIdentityMethods
 from corral.store.logins import LoginFailureMethods
 from corral.store.operations import NodeAdminMethods
+from corral.store.protocols import SchedulingStore
+from corral.store.records import GpuStatus, Job, JobEvent, JobSpec, Node, TokenRecord, User, compute_placed_parts
 from corral.store.schedules import ScheduleMethods
 from corral.store.secrets import SecretMethods
-from corral.store.telemetry import TelemetryMethods
-from corral.store.records import GpuStatus, Job, JobEvent, JobSpec, Node, TokenRecord, User, compute_placed_parts
 from corral.store.tables import GpuRow, JobEventRow, JobRow, NodeRow, TokenRow, UserRow
+from corral.store.telemetry import TelemetryMethods
 from corral.store.tenancy import TenancyMethods, affected_rows, to_token, to_user
 from corral.store.tenancy import utc as _utc
 
@@ -36,10 +38,8 @@ def normalize_url(url: str) -> str:
     """`postgresql://` means psycopg 3 here (SQLAlchemy would otherwise pick psycopg2)."""
     for prefix in ("postgresql://", "postgres://"):
         if url.startswith(prefix):
-            return "postgresql+psycopg://" + url[len(prefix):]
+            return "postgresql+psycopg://" + url[len(prefix) :]
     return url
-
-
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
@@ -51,8 +51,17 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur.close()
 
 
-class SqlStore(TenancyMethods, NodeAdminMethods, NodeIdentityMethods, TelemetryMethods, ScheduleMethods, DirectoryMethods, SecretMethods,
-               LoginFailureMethods, IdempotencyMethods):
+class SqlStore(
+    TenancyMethods,
+    NodeAdminMethods,
+    NodeIdentityMethods,
+    TelemetryMethods,
+    ScheduleMethods,
+    DirectoryMethods,
+    SecretMethods,
+    LoginFailureMethods,
+    IdempotencyMethods,
+):
     """One implementation for both databases; dialect differences stay inside this class."""
 
     def __init__(self, url: str) -> None:
@@ -99,8 +108,9 @@ class SqlStore(TenancyMethods, NodeAdminMethods, NodeIdentityMethods, TelemetryM
         self.engine.dispose()
 
     # ---- users and tokens -------------------------------------------------
-    def create_user(self, name: str, role: str, now: datetime, tenant_id: int | None = None,
-                    password_hash: str = "") -> User:
+    def create_user(
+        self, name: str, role: str, now: datetime, tenant_id: int | None = None, password_hash: str = ""
+    ) -> User:
         try:
             with self._tx() as s:
                 row = UserRow(name=name, role=role, created_at=now, tenant_id=tenant_id, password_hash=password_hash)
@@ -119,13 +129,31 @@ class SqlStore(TenancyMethods, NodeAdminMethods, NodeIdentityMethods, TelemetryM
         with self._tx() as s:
             return int(s.scalar(select(func.count()).select_from(UserRow)) or 0)
 
-    def create_token(self, token_hash: str, kind: str, name: str, user_id: int | None, now: datetime,
-                     expires_at: datetime | None = None, *, is_session: bool = False,
-                     parent_id: int | None = None) -> TokenRecord:
+    def create_token(
+        self,
+        token_hash: str,
+        kind: str,
+        name: str,
+        user_id: int | None,
+        now: datetime,
+        expires_at: datetime | None = None,
+        *,
+        is_session: bool = False,
+        parent_id: int | None = None,
+    ) -> TokenRecord:
         """`is_session`: a login session (ends with a password change); `parent_id`: the token it was opened with."""
         with self._tx() as s:
-            row = TokenRow(token_hash=token_hash, kind=kind, name=name, user_id=user_id, created_at=now, revoked=False,
-                           expires_at=expires_at, is_session=is_session, parent_id=parent_id)
+            row = TokenRow(
+                token_hash=token_hash,
+                kind=kind,
+                name=name,
+                user_id=user_id,
+                created_at=now,
+                revoked=False,
+                expires_at=expires_at,
+                is_session=is_session,
+                parent_id=parent_id,
+            )
             s.add(row)
             s.flush()
             return to_token(row)
@@ -137,8 +165,17 @@ class SqlStore(TenancyMethods, NodeAdminMethods, NodeIdentityMethods, TelemetryM
 
     # ---- nodes ------------------------------------------------------------
     def upsert_node(
-        self, name: str, hostname: str, backend: str, cpu_milli: int, memory_mib: int,
-        labels: dict[str, str], gpus: Sequence[GpuInfo], now: datetime, address: str = "", isolation: str = "",
+        self,
+        name: str,
+        hostname: str,
+        backend: str,
+        cpu_milli: int,
+        memory_mib: int,
+        labels: dict[str, str],
+        gpus: Sequence[GpuInfo],
+        now: datetime,
+        address: str = "",
+        isolation: str = "",
     ) -> Node:
         with self._tx() as s:
             row = s.get(NodeRow, name)
@@ -150,18 +187,31 @@ class SqlStore(TenancyMethods, NodeAdminMethods, NodeIdentityMethods, TelemetryM
             row.address = address or hostname
             row.state, row.last_heartbeat_at = "READY", now
             # health and admin state follow the physical GPU (its UUID) across re-registrations
-            kept = {g.uuid: (g.healthy, g.health_reason, g.disabled)
-                    for g in s.scalars(select(GpuRow).where(GpuRow.node_name == name)).all()}
+            kept = {
+                g.uuid: (g.healthy, g.health_reason, g.disabled)
+                for g in s.scalars(select(GpuRow).where(GpuRow.node_name == name)).all()
+            }
             s.query(GpuRow).filter(GpuRow.node_name == name).delete()
             s.flush()
             for g in gpus:
                 healthy, reason, disabled = kept.get(g.uuid, (g.healthy, "" if g.healthy else "reported", False))
-                s.add(GpuRow(
-                    node_name=name, index=g.index, uuid=g.uuid, model=g.model, memory_mib=g.memory_mib,
-                    pci_bus_id=g.pci_bus_id, numa_node=g.numa_node, nvlink_peers=list(g.nvlink_peers),
-                    pcie_switch=g.pcie_switch, ecc_enabled=g.ecc_enabled, healthy=healthy and g.healthy,
-                    health_reason=reason, disabled=disabled,
-                ))
+                s.add(
+                    GpuRow(
+                        node_name=name,
+                        index=g.index,
+                        uuid=g.uuid,
+                        model=g.model,
+                        memory_mib=g.memory_mib,
+                        pci_bus_id=g.pci_bus_id,
+                        numa_node=g.numa_node,
+                        nvlink_peers=list(g.nvlink_peers),
+                        pcie_switch=g.pcie_switch,
+                        ecc_enabled=g.ecc_enabled,
+                        healthy=healthy and g.healthy,
+                        health_reason=reason,
+                        disabled=disabled,
+                    )
+                )
             s.flush()
             return self._node(s, row)
 
@@ -186,8 +236,11 @@ class SqlStore(TenancyMethods, NodeAdminMethods, NodeIdentityMethods, TelemetryM
 
     def mark_nodes_lost(self, heartbeat_before: datetime) -> list[str]:
         with self._tx() as s:
-            names = list(s.scalars(select(NodeRow.name).where(
-                NodeRow.state == "READY", NodeRow.last_heartbeat_at < heartbeat_before)).all())
+            names = list(
+                s.scalars(
+                    select(NodeRow.name).where(NodeRow.state == "READY", NodeRow.last_heartbeat_at < heartbeat_before)
+                ).all()
+            )
             if names:
                 s.execute(update(NodeRow).where(NodeRow.name.in_(names), NodeRow.state == "READY").values(state="LOST"))
             return names
@@ -206,9 +259,16 @@ class SqlStore(TenancyMethods, NodeAdminMethods, NodeIdentityMethods, TelemetryM
             row = s.get(JobRow, job_id)
             return _job(row) if row else None
 
-    def list_jobs(self, states: Sequence[JobState] | None = None, limit: int | None = None,
-                  tenant_id: int | None = None, newest_first: bool = False, before_id: int | None = None,
-                  node: str | None = None, schedule_id: int | None = None) -> list[Job]:
+    def list_jobs(
+        self,
+        states: Sequence[JobState] | None = None,
+        limit: int | None = None,
+        tenant_id: int | None = None,
+        newest_first: bool = False,
+        before_id: int | None = None,
+        node: str | None = None,
+        schedule_id: int | None = None,
+    ) -> list[Job]:
         with self._tx() as s:
             q = select(JobRow).order_by(JobRow.id.desc() if newest_first else JobRow.id)
             if schedule_id is not None:
@@ -228,22 +288,40 @@ class SqlStore(TenancyMethods, NodeAdminMethods, NodeIdentityMethods, TelemetryM
     def list_gpu_holders(self) -> list[tuple[int, str | None, list[int], list[Any], int]]:
         """(job id, node, GPU indices, parts, gpu_milli) of RUNNING jobs: only what an inventory view needs."""
         with self._tx() as s:
-            rows = s.execute(select(JobRow.id, JobRow.node, JobRow.gpu_indices, JobRow.parts, JobRow.gpu_milli)
-                             .where(JobRow.state == JobState.RUNNING.value)).all()
+            rows = s.execute(
+                select(JobRow.id, JobRow.node, JobRow.gpu_indices, JobRow.parts, JobRow.gpu_milli).where(
+                    JobRow.state == JobState.RUNNING.value
+                )
+            ).all()
             return [(r[0], r[1], list(r[2] or []), list(r[3] or []), r[4]) for r in rows]
 
-    def list_runs_between(self, start: datetime, end: datetime, tenant_id: int | None = None,
-                          with_placement: bool = True) -> list[tuple[Any, ...]]:
+    def list_runs_between(
+        self, start: datetime, end: datetime, tenant_id: int | None = None, with_placement: bool = True
+    ) -> list[tuple[Any, ...]]:
         """Columns of the jobs whose run overlaps [start, end), for usage reports: (id, tenant_id, user_id, gpus,
         gpu_milli, nodes, started_at, finished_at, node, gpu_indices, parts, mean GPU utilisation). Without
         `with_placement`, gpu_indices and parts come back empty (cheaper: no JSON to decode)."""
         util = JobRow.gpu_summary["utilization_avg_pct"].as_float()
         placement = (JobRow.gpu_indices, JobRow.parts) if with_placement else (JobRow.id, JobRow.id)
         with self._tx() as s:
-            q = select(JobRow.id, JobRow.tenant_id, JobRow.user_id, JobRow.gpus, JobRow.gpu_milli, JobRow.nodes,
-                       JobRow.started_at, JobRow.finished_at, JobRow.node, *placement, util).where(
-                JobRow.started_at.is_not(None), JobRow.started_at < end,
-                (JobRow.finished_at.is_(None)) | (JobRow.finished_at >= start), JobRow.gpus > 0)
+            q = select(
+                JobRow.id,
+                JobRow.tenant_id,
+                JobRow.user_id,
+                JobRow.gpus,
+                JobRow.gpu_milli,
+                JobRow.nodes,
+                JobRow.started_at,
+                JobRow.finished_at,
+                JobRow.node,
+                *placement,
+                util,
+            ).where(
+                JobRow.started_at.is_not(None),
+                JobRow.started_at < end,
+                (JobRow.finished_at.is_(None)) | (JobRow.finished_at >= start),
+                JobRow.gpus > 0,
+            )
             if tenant_id is not None:
                 q = q.where(JobRow.tenant_id == tenant_id)
             rows = s.execute(q.order_by(JobRow.id)).all()
@@ -263,29 +341,87 @@ class SqlStore(TenancyMethods, NodeAdminMethods, NodeIdentityMethods, TelemetryM
     def list_node_jobs(self, node: str) -> list[Job]:
         """RUNNING jobs with a part on `node` (a gang's job is listed on each of its nodes)."""
         with self._tx() as s:
-            q = select(JobRow).where(JobRow.state == JobState.RUNNING.value,
-                                     (JobRow.node == node) | JobRow.node_list.contains(f",{node},")).order_by(JobRow.id)
+            q = (
+                select(JobRow)
+                .where(
+                    JobRow.state == JobState.RUNNING.value,
+                    (JobRow.node == node) | JobRow.node_list.contains(f",{node},"),
+                )
+                .order_by(JobRow.id)
+            )
             return [_job(r) for r in s.scalars(q).all()]
 
     def assign_job(self, job_id: int, node: str, gpu_indices: Sequence[int], now: datetime) -> bool:
-        return self.assign_job_parts(job_id, [(node, tuple(gpu_indices))], now)
+        """Tests' and tools' one-part assignment: compare-and-set on PENDING only, no capacity re-check (the
+        scheduler commits through assign_job_parts)."""
+        return self._assign(job_id, [(node, tuple(gpu_indices))], now, recheck=False)
 
     def assign_job_parts(self, job_id: int, parts: Sequence[tuple[str, Sequence[int]]], now: datetime) -> bool:
-        """PENDING -> RUNNING with one part per node, all at once (a gang never holds part of the pool)."""
-        node, gpus0 = parts[0]
-        with self._tx() as s:
+        """PENDING -> RUNNING with one part per node, all at once (a gang never holds part of the pool), after
+        re-checking every touched node against the store in the same transaction (protocols.JobStore)."""
+        return self._assign(job_id, parts, now, recheck=True)
+
+    def _assign(self, job_id: int, parts: Sequence[tuple[str, Sequence[int]]], now: datetime, recheck: bool) -> bool:
+        names = sorted({n for n, _ in parts})
+        with self._rmw() as s:
+            self._lock_nodes(s, names)  # from here until commit no other assign can change these nodes' use
+            row = s.get(JobRow, job_id)
+            if row is None or row.state not in _sources(JobState.RUNNING):
+                return False
+            if (
+                recheck
+                and compute_recheck(parts, _job(row).spec.request, self._nodes_named(s, names), self._use_on(s, names))
+                is not None
+            ):
+                return False
+            node, gpus0 = parts[0]
             res = s.execute(
                 update(JobRow)
                 .where(JobRow.id == job_id, JobRow.state.in_(_sources(JobState.RUNNING)))
-                .values(state=JobState.RUNNING.value, node=node, gpu_indices=list(gpus0),
-                        parts=[[n, list(g)] for n, g in parts], node_list="," + ",".join(n for n, _ in parts) + ",",
-                        delivered_nodes="", part_exits={}, started_at=now, delivered=False, reason="",
-                        attempt=JobRow.attempt + 1, not_before=None)
+                .values(
+                    state=JobState.RUNNING.value,
+                    node=node,
+                    gpu_indices=list(gpus0),
+                    parts=[[n, list(g)] for n, g in parts],
+                    node_list="," + ",".join(n for n, _ in parts) + ",",
+                    delivered_nodes="",
+                    part_exits={},
+                    started_at=now,
+                    delivered=False,
+                    reason="",
+                    attempt=JobRow.attempt + 1,
+                    not_before=None,
+                )
             )
             if affected_rows(res):
                 where = "; ".join(f"node {n}, GPUs {','.join(map(str, g)) or 'none'}" for n, g in parts)
                 s.add(JobEventRow(job_id=job_id, at=now, kind="assigned", message=where))
             return bool(affected_rows(res))
+
+    def _lock_nodes(self, s: Session, names: Sequence[str]) -> None:
+        """Serialise assigns that touch these nodes: PostgreSQL locks their rows in name order (no deadlock);
+        SQLite takes the database's write lock now, before reading, so another process cannot commit in between
+        (threads of this process already wait on _rmw_lock)."""
+        if self.is_sqlite:
+            s.execute(update(NodeRow).where(NodeRow.name.in_(names)).values(cordoned=NodeRow.cordoned))
+        else:
+            s.execute(select(NodeRow.name).where(NodeRow.name.in_(names)).order_by(NodeRow.name).with_for_update())
+
+    def _nodes_named(self, s: Session, names: Sequence[str]) -> dict[str, Node]:
+        rows = s.scalars(select(NodeRow).where(NodeRow.name.in_(names))).all()
+        return {r.name: self._node(s, r) for r in rows}
+
+    def _use_on(self, s: Session, names: Sequence[str]) -> dict[str, NodeUse]:
+        """What RUNNING jobs hold on these nodes (a gang counts on each of its nodes)."""
+        on = JobRow.node.in_(names) | or_(*(JobRow.node_list.contains(f",{n},") for n in names))
+        rows = s.execute(
+            select(
+                JobRow.node, JobRow.gpu_indices, JobRow.parts, JobRow.gpu_milli, JobRow.cpu_milli, JobRow.memory_mib
+            ).where(JobRow.state == JobState.RUNNING.value, on)
+        ).all()
+        return compute_node_use(
+            ((compute_placed_parts(r[0], r[1] or (), r[2] or []), r[3], r[4], r[5]) for r in rows), only=names
+        )
 
     def mark_delivered(self, job_ids: Sequence[int], node: str | None = None) -> None:
         """Note that `node`'s agent holds its part of these RUNNING jobs."""
@@ -301,8 +437,9 @@ class SqlStore(TenancyMethods, NodeAdminMethods, NodeIdentityMethods, TelemetryM
     def set_job_port(self, job_id: int, port: int) -> bool:
         """Record the web-UI port Corral assigned to a RUNNING job on its node."""
         with self._tx() as s:
-            res = s.execute(update(JobRow).where(JobRow.id == job_id, JobRow.state == JobState.RUNNING.value)
-                            .values(port=port))
+            res = s.execute(
+                update(JobRow).where(JobRow.id == job_id, JobRow.state == JobState.RUNNING.value).values(port=port)
+            )
             return bool(affected_rows(res))
 
     def record_part_exit(self, job_id: int, node: str, exit_code: int) -> dict[str, int]:
@@ -346,8 +483,15 @@ class SqlStore(TenancyMethods, NodeAdminMethods, NodeIdentityMethods, TelemetryM
                 s.add(JobEventRow(job_id=job_id, at=now, kind=state.value.lower(), message=msg))
             return bool(affected_rows(res))
 
-    def requeue_job(self, job_id: int, reason: str, now: datetime, not_before: datetime | None = None,
-                    failure: bool = False, preempted: bool = False) -> bool:
+    def requeue_job(
+        self,
+        job_id: int,
+        reason: str,
+        now: datetime,
+        not_before: datetime | None = None,
+        failure: bool = False,
+        preempted: bool = False,
+    ) -> bool:
         """RUNNING -> PENDING. Its creation time is kept, so it keeps its place in the queue; the GPU-seconds
         it ran are added to attained_gpu_s; `failure` / `preempted` count the cause."""
         with self._rmw() as s:
@@ -368,9 +512,16 @@ class SqlStore(TenancyMethods, NodeAdminMethods, NodeIdentityMethods, TelemetryM
     def request_preempt(self, job_id: int, reason: str, now: datetime) -> bool:
         """Ask the agent to stop a RUNNING job so that it requeues (it keeps its GPUs until it exits)."""
         with self._tx() as s:
-            res = s.execute(update(JobRow).where(JobRow.id == job_id, JobRow.state == JobState.RUNNING.value,
-                                                 JobRow.preempt_requested.is_(False), JobRow.cancel_requested.is_(False))
-                            .values(preempt_requested=True, reason=reason))
+            res = s.execute(
+                update(JobRow)
+                .where(
+                    JobRow.id == job_id,
+                    JobRow.state == JobState.RUNNING.value,
+                    JobRow.preempt_requested.is_(False),
+                    JobRow.cancel_requested.is_(False),
+                )
+                .values(preempt_requested=True, reason=reason)
+            )
             if affected_rows(res):
                 s.add(JobEventRow(job_id=job_id, at=now, kind="preempting", message=reason))
             return bool(affected_rows(res))
@@ -400,54 +551,125 @@ def open_store(url: str) -> SqlStore:
 
 
 def _gpu(g: GpuRow) -> GpuInfo:
-    return GpuInfo(index=g.index, uuid=g.uuid, model=g.model, memory_mib=g.memory_mib, pci_bus_id=g.pci_bus_id,
-                   numa_node=g.numa_node, nvlink_peers=tuple(g.nvlink_peers or ()), pcie_switch=g.pcie_switch,
-                   ecc_enabled=g.ecc_enabled, healthy=g.healthy and not g.disabled)
+    return GpuInfo(
+        index=g.index,
+        uuid=g.uuid,
+        model=g.model,
+        memory_mib=g.memory_mib,
+        pci_bus_id=g.pci_bus_id,
+        numa_node=g.numa_node,
+        nvlink_peers=tuple(g.nvlink_peers or ()),
+        pcie_switch=g.pcie_switch,
+        ecc_enabled=g.ecc_enabled,
+        healthy=g.healthy and not g.disabled,
+    )
 
 
 def _node(r: NodeRow, gpus: Sequence[GpuRow]) -> Node:
-    return Node(name=r.name, hostname=r.hostname, backend=r.backend, cpu_milli=r.cpu_milli, memory_mib=r.memory_mib,
-                state=r.state, registered_at=_utc(r.registered_at) or r.registered_at,
-                last_heartbeat_at=_utc(r.last_heartbeat_at) or r.last_heartbeat_at, gpus=tuple(_gpu(g) for g in gpus),
-                labels=dict(r.labels or {}), cordoned=bool(r.cordoned), address=r.address or r.hostname,
-                gpu_status=tuple(GpuStatus(g.index, g.healthy, g.health_reason or "", g.disabled) for g in gpus),
-                isolation=r.isolation or "")
+    return Node(
+        name=r.name,
+        hostname=r.hostname,
+        backend=r.backend,
+        cpu_milli=r.cpu_milli,
+        memory_mib=r.memory_mib,
+        state=r.state,
+        registered_at=_utc(r.registered_at) or r.registered_at,
+        last_heartbeat_at=_utc(r.last_heartbeat_at) or r.last_heartbeat_at,
+        gpus=tuple(_gpu(g) for g in gpus),
+        labels=dict(r.labels or {}),
+        cordoned=bool(r.cordoned),
+        address=r.address or r.hostname,
+        gpu_status=tuple(GpuStatus(g.index, g.healthy, g.health_reason or "", g.disabled) for g in gpus),
+        isolation=r.isolation or "",
+    )
 
 
 def insert_job(s: Session, spec: JobSpec, now: datetime) -> JobRow:
     """Add an accepted job as PENDING (with its `submitted` event) inside the caller's transaction."""
     row = JobRow(
-        name=spec.name, user_id=spec.user_id, command=list(spec.command), env=dict(spec.env),
-        workdir=spec.workdir, gpus=spec.gpus, gpu_milli=spec.gpu_milli, gpu_models=list(spec.gpu_models),
-        min_gpu_memory_mib=spec.min_gpu_memory_mib, cpu_milli=spec.cpu_milli, memory_mib=spec.memory_mib,
-        priority=spec.priority, state=JobState.PENDING.value, created_at=now, gpu_indices=[],
-        reason="", cancel_requested=False, delivered=False, attempt=0,
-        tenant_id=spec.tenant_id, queue=spec.queue, time_limit_s=spec.time_limit_s,
-        max_retries=spec.max_retries, gpu_summary={}, port=spec.port, nodes=spec.nodes, schedule_id=spec.schedule_id,
+        name=spec.name,
+        user_id=spec.user_id,
+        command=list(spec.command),
+        env=dict(spec.env),
+        workdir=spec.workdir,
+        gpus=spec.gpus,
+        gpu_milli=spec.gpu_milli,
+        gpu_models=list(spec.gpu_models),
+        min_gpu_memory_mib=spec.min_gpu_memory_mib,
+        cpu_milli=spec.cpu_milli,
+        memory_mib=spec.memory_mib,
+        priority=spec.priority,
+        state=JobState.PENDING.value,
+        created_at=now,
+        gpu_indices=[],
+        reason="",
+        cancel_requested=False,
+        delivered=False,
+        attempt=0,
+        tenant_id=spec.tenant_id,
+        queue=spec.queue,
+        time_limit_s=spec.time_limit_s,
+        max_retries=spec.max_retries,
+        gpu_summary={},
+        port=spec.port,
+        nodes=spec.nodes,
+        schedule_id=spec.schedule_id,
         secret_env=dict(spec.secret_env),
     )
     s.add(row)
     s.flush()
-    s.add(JobEventRow(job_id=row.id, at=now, kind="submitted",
-                      message=f"by schedule {spec.schedule_id}" if spec.schedule_id else ""))
+    s.add(
+        JobEventRow(
+            job_id=row.id,
+            at=now,
+            kind="submitted",
+            message=f"by schedule {spec.schedule_id}" if spec.schedule_id else "",
+        )
+    )
     return row
 
 
 def _job(r: JobRow) -> Job:
     spec = JobSpec(
-        command=tuple(r.command), name=r.name, env=dict(r.env or {}), workdir=r.workdir, gpus=r.gpus,
-        gpu_milli=r.gpu_milli, gpu_models=tuple(r.gpu_models or ()), min_gpu_memory_mib=r.min_gpu_memory_mib,
-        cpu_milli=r.cpu_milli, memory_mib=r.memory_mib, priority=r.priority, user_id=r.user_id,
-        tenant_id=r.tenant_id, queue=r.queue or "default", time_limit_s=r.time_limit_s, max_retries=r.max_retries,
-        port=r.port, nodes=r.nodes or 1, schedule_id=r.schedule_id,
+        command=tuple(r.command),
+        name=r.name,
+        env=dict(r.env or {}),
+        workdir=r.workdir,
+        gpus=r.gpus,
+        gpu_milli=r.gpu_milli,
+        gpu_models=tuple(r.gpu_models or ()),
+        min_gpu_memory_mib=r.min_gpu_memory_mib,
+        cpu_milli=r.cpu_milli,
+        memory_mib=r.memory_mib,
+        priority=r.priority,
+        user_id=r.user_id,
+        tenant_id=r.tenant_id,
+        queue=r.queue or "default",
+        time_limit_s=r.time_limit_s,
+        max_retries=r.max_retries,
+        port=r.port,
+        nodes=r.nodes or 1,
+        schedule_id=r.schedule_id,
         secret_env=dict(r.secret_env or {}),
     )
     return Job(
-        id=r.id, spec=spec, state=JobState(r.state), created_at=_utc(r.created_at) or r.created_at, node=r.node,
-        gpu_indices=tuple(r.gpu_indices or ()), exit_code=r.exit_code, reason=r.reason or "",
-        started_at=_utc(r.started_at), finished_at=_utc(r.finished_at), cancel_requested=r.cancel_requested,
-        delivered=r.delivered, attempt=r.attempt, not_before=_utc(r.not_before), failures=r.failures or 0,
-        preempt_requested=bool(r.preempt_requested), preemptions=r.preemptions or 0,
+        id=r.id,
+        spec=spec,
+        state=JobState(r.state),
+        created_at=_utc(r.created_at) or r.created_at,
+        node=r.node,
+        gpu_indices=tuple(r.gpu_indices or ()),
+        exit_code=r.exit_code,
+        reason=r.reason or "",
+        started_at=_utc(r.started_at),
+        finished_at=_utc(r.finished_at),
+        cancel_requested=r.cancel_requested,
+        delivered=r.delivered,
+        attempt=r.attempt,
+        not_before=_utc(r.not_before),
+        failures=r.failures or 0,
+        preempt_requested=bool(r.preempt_requested),
+        preemptions=r.preemptions or 0,
         attained_gpu_s=r.attained_gpu_s or 0.0,
         parts=compute_placed_parts(r.node, r.gpu_indices or (), r.parts or []),
         delivered_to=frozenset(x for x in (r.delivered_nodes or "").split(",") if x),
@@ -455,5 +677,6 @@ def _job(r: JobRow) -> Job:
     )
 
 
-if TYPE_CHECKING:  # mypy checks here that SqlStore satisfies the protocol (tests/contract checks it at run time)
+if TYPE_CHECKING:  # mypy checks here that SqlStore satisfies every role (tests/contract checks it at run time)
     _SQL_STORE_IS_A_STATE_STORE: type[StateStore] = SqlStore
+    _SQL_STORE_IS_A_SCHEDULING_STORE: type[SchedulingStore] = SqlStore

@@ -5,7 +5,19 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Boolean, DateTime, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -178,8 +190,12 @@ class JobRow(Base):
     # VAR -> secret name: resolved only when the job is handed to its agent, never a value. Migration 0012.
     secret_env: Mapped[dict[str, str]] = mapped_column(JSON, default=dict)
 
-    __table_args__ = (Index("ix_jobs_state", "state"), Index("ix_jobs_node", "node"), Index("ix_jobs_tenant", "tenant_id"),
-                      Index("ix_jobs_schedule", "schedule_id"))
+    __table_args__ = (
+        Index("ix_jobs_state", "state"),
+        Index("ix_jobs_node", "node"),
+        Index("ix_jobs_tenant", "tenant_id"),
+        Index("ix_jobs_schedule", "schedule_id"),
+    )
 
 
 class ScheduleRow(Base):
@@ -204,8 +220,10 @@ class ScheduleRow(Base):
     missed: Mapped[int] = mapped_column(Integer, default=0)
     last_error: Mapped[str] = mapped_column(Text, default="")
 
-    __table_args__ = (UniqueConstraint("tenant_id", "name", name="uq_schedules_tenant_name"),
-                      Index("ix_schedules_due", "paused", "next_run_at"))
+    __table_args__ = (
+        UniqueConstraint("tenant_id", "name", name="uq_schedules_tenant_name"),
+        Index("ix_schedules_due", "paused", "next_run_at"),
+    )
 
 
 class JobEventRow(Base):
@@ -249,8 +267,11 @@ class MetricPointRow(Base):
     value: Mapped[float] = mapped_column(Float)
     job_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
-    __table_args__ = (Index("ix_metric_points_lookup", "metric", "node", "ts"), Index("ix_metric_points_ts", "ts"),
-                      Index("ix_metric_points_job", "job_id"))
+    __table_args__ = (
+        Index("ix_metric_points_lookup", "metric", "node", "ts"),
+        Index("ix_metric_points_ts", "ts"),
+        Index("ix_metric_points_job", "job_id"),
+    )
 
 
 class MetricRollupRow(Base):

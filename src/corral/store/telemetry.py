@@ -62,12 +62,21 @@ class TelemetryMethods:
             s.execute(insert(MetricPointRow), [p._asdict() for p in points])
         return len(points)
 
-    def query_points(self, metric: str, start: float, end: float, node: str | None = None, gpu: int | None = None,
-                     job_id: int | None = None, tenant_id: int | None = None) -> dict[SeriesKey, list[tuple[float, float]]]:
+    def query_points(
+        self,
+        metric: str,
+        start: float,
+        end: float,
+        node: str | None = None,
+        gpu: int | None = None,
+        job_id: int | None = None,
+        tenant_id: int | None = None,
+    ) -> dict[SeriesKey, list[tuple[float, float]]]:
         """Raw points of one metric in [start, end), grouped by (node, gpu), oldest first."""
         with self._tx() as s:
             q = select(MetricPointRow.node, MetricPointRow.gpu, MetricPointRow.ts, MetricPointRow.value).where(
-                MetricPointRow.metric == metric, MetricPointRow.ts >= start, MetricPointRow.ts < end)
+                MetricPointRow.metric == metric, MetricPointRow.ts >= start, MetricPointRow.ts < end
+            )
             if node is not None:
                 q = q.where(MetricPointRow.node == node)
             if gpu is not None:
@@ -81,12 +90,24 @@ class TelemetryMethods:
                 out.setdefault((n, g), []).append((ts, v))
             return out
 
-    def query_aggregate(self, metric: str, start: float, end: float, step_s: float, agg: str,
-                        node: str | None = None, rollups: bool = False) -> list[tuple[float, float]]:
+    def query_aggregate(
+        self,
+        metric: str,
+        start: float,
+        end: float,
+        step_s: float,
+        agg: str,
+        node: str | None = None,
+        rollups: bool = False,
+    ) -> list[tuple[float, float]]:
         """One series: `agg` (avg, max, min, sum) over every (node, GPU) per `step_s` bucket, computed in the
         database (a fleet chart over 800 GPUs must not drag every point into Python)."""
-        aggregates: dict[str, Callable[[Any], Any]] = {"avg": func.avg, "max": func.max, "min": func.min,
-                                                       "sum": func.sum}
+        aggregates: dict[str, Callable[[Any], Any]] = {
+            "avg": func.avg,
+            "max": func.max,
+            "min": func.min,
+            "sum": func.sum,
+        }
         fn = aggregates[agg]
         table = MetricRollupRow if rollups else MetricPointRow
         ts_col = MetricRollupRow.bucket if rollups else MetricPointRow.ts
@@ -99,12 +120,14 @@ class TelemetryMethods:
             rows = s.execute(q.group_by(bucket).order_by(bucket)).all()
             return [(float(b), float(v)) for b, v in rows if v is not None]
 
-    def query_rollups(self, metric: str, start: float, end: float, node: str | None = None,
-                      gpu: int | None = None) -> dict[SeriesKey, list[tuple[float, float]]]:
+    def query_rollups(
+        self, metric: str, start: float, end: float, node: str | None = None, gpu: int | None = None
+    ) -> dict[SeriesKey, list[tuple[float, float]]]:
         """1-minute averages of one metric in [start, end), grouped by (node, gpu)."""
         with self._tx() as s:
-            q = select(MetricRollupRow).where(MetricRollupRow.metric == metric, MetricRollupRow.bucket >= start,
-                                              MetricRollupRow.bucket < end)
+            q = select(MetricRollupRow).where(
+                MetricRollupRow.metric == metric, MetricRollupRow.bucket >= start, MetricRollupRow.bucket < end
+            )
             if node is not None:
                 q = q.where(MetricRollupRow.node == node)
             if gpu is not None:
@@ -117,21 +140,40 @@ class TelemetryMethods:
     def compute_and_store_rollups(self, since: float, closed_before: float, bucket_s: float = 60.0) -> int:
         """Roll raw points with since <= ts < closed_before into buckets (merged into existing ones)."""
         with self._tx() as s:
-            rows = s.execute(select(MetricPointRow.metric, MetricPointRow.node, MetricPointRow.gpu, MetricPointRow.ts,
-                                    MetricPointRow.value)
-                             .where(MetricPointRow.ts >= since, MetricPointRow.ts < closed_before)).all()
+            rows = s.execute(
+                select(
+                    MetricPointRow.metric,
+                    MetricPointRow.node,
+                    MetricPointRow.gpu,
+                    MetricPointRow.ts,
+                    MetricPointRow.value,
+                ).where(MetricPointRow.ts >= since, MetricPointRow.ts < closed_before)
+            ).all()
             keyed = [((m, n, g), RawPoint(ts, v)) for m, n, g, ts, v in rows]
             made = 0
             for (m, n, g), rollups in compute_keyed_rollups(keyed, closed_before, bucket_s).items():
                 for r in rollups:
                     old = s.get(MetricRollupRow, (m, n, g, r.start))
                     if old is not None:
-                        r = merge_rollup(Rollup(old.bucket, old.count, old.min, old.max, old.sum, old.last,
-                                                old.last_ts), r)
+                        r = merge_rollup(
+                            Rollup(old.bucket, old.count, old.min, old.max, old.sum, old.last, old.last_ts), r
+                        )
                         s.delete(old)
                         s.flush()
-                    s.add(MetricRollupRow(metric=m, node=n, gpu=g, bucket=r.start, count=r.count, min=r.min,
-                                          max=r.max, sum=r.sum, last=r.last, last_ts=r.last_ts))
+                    s.add(
+                        MetricRollupRow(
+                            metric=m,
+                            node=n,
+                            gpu=g,
+                            bucket=r.start,
+                            count=r.count,
+                            min=r.min,
+                            max=r.max,
+                            sum=r.sum,
+                            last=r.last,
+                            last_ts=r.last_ts,
+                        )
+                    )
                     made += 1
             return made
 
@@ -154,7 +196,9 @@ class TelemetryMethods:
             return dict(s.scalar(select(JobRow.gpu_summary).where(JobRow.id == job_id)) or {})
 
     # ---- alert rules, history, silences -----------------------------------------------
-    def create_alert_rule(self, name: str, spec: dict[str, Any], tenant_id: int | None, now: datetime) -> AlertRuleRecord:
+    def create_alert_rule(
+        self, name: str, spec: dict[str, Any], tenant_id: int | None, now: datetime
+    ) -> AlertRuleRecord:
         with self._tx() as s:
             row = AlertRuleRow(name=name, spec=spec, tenant_id=tenant_id, created_at=now)
             s.add(row)
@@ -179,8 +223,12 @@ class TelemetryMethods:
         """Newest first."""
         with self._tx() as s:
             rows = s.scalars(select(AlertHistoryRow).order_by(AlertHistoryRow.id.desc()).limit(limit)).all()
-            return [AlertHistoryRecord(r.fingerprint, r.rule, r.state, r.severity, dict(r.labels), r.value, r.summary,
-                                       utc(r.at) or r.at) for r in rows]
+            return [
+                AlertHistoryRecord(
+                    r.fingerprint, r.rule, r.state, r.severity, dict(r.labels), r.value, r.summary, utc(r.at) or r.at
+                )
+                for r in rows
+            ]
 
     def save_silence(self, silence_id: str, spec: dict[str, Any], now: datetime) -> None:
         with self._tx() as s:

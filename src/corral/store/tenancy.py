@@ -30,20 +30,38 @@ def affected_rows(result: Result[Any]) -> int:
 
 
 def to_user(r: UserRow) -> User:
-    return User(id=r.id, name=r.name, role=r.role, created_at=utc(r.created_at) or r.created_at,
-                tenant_id=r.tenant_id, password_hash=r.password_hash or "",
-                directory=r.directory or "", disabled=bool(r.disabled), unix_uid=r.unix_uid, unix_gid=r.unix_gid)
+    return User(
+        id=r.id,
+        name=r.name,
+        role=r.role,
+        created_at=utc(r.created_at) or r.created_at,
+        tenant_id=r.tenant_id,
+        password_hash=r.password_hash or "",
+        directory=r.directory or "",
+        disabled=bool(r.disabled),
+        unix_uid=r.unix_uid,
+        unix_gid=r.unix_gid,
+    )
 
 
 def to_token(r: TokenRow) -> TokenRecord:
-    return TokenRecord(id=r.id, user_id=r.user_id, kind=r.kind, name=r.name,
-                       created_at=utc(r.created_at) or r.created_at, revoked=r.revoked, expires_at=utc(r.expires_at),
-                       is_session=bool(r.is_session), parent_id=r.parent_id)
+    return TokenRecord(
+        id=r.id,
+        user_id=r.user_id,
+        kind=r.kind,
+        name=r.name,
+        created_at=utc(r.created_at) or r.created_at,
+        revoked=r.revoked,
+        expires_at=utc(r.expires_at),
+        is_session=bool(r.is_session),
+        parent_id=r.parent_id,
+    )
 
 
 def to_tenant(r: TenantRow) -> Tenant:
-    return Tenant(id=r.id, name=r.name, parent_id=r.parent_id, weight=r.weight,
-                  created_at=utc(r.created_at) or r.created_at)
+    return Tenant(
+        id=r.id, name=r.name, parent_id=r.parent_id, weight=r.weight, created_at=utc(r.created_at) or r.created_at
+    )
 
 
 def to_quota(r: QuotaRow) -> Quota:
@@ -114,8 +132,9 @@ class TenancyMethods:
     def set_quota(self, quota: Quota) -> Quota:
         """Create or replace the tenant's quota for that GPU model."""
         with self._tx() as s:
-            row = s.scalar(select(QuotaRow).where(QuotaRow.tenant_id == quota.tenant_id,
-                                                  QuotaRow.gpu_model == quota.gpu_model))
+            row = s.scalar(
+                select(QuotaRow).where(QuotaRow.tenant_id == quota.tenant_id, QuotaRow.gpu_model == quota.gpu_model)
+            )
             if row is None:
                 row = QuotaRow(tenant_id=quota.tenant_id, gpu_model=quota.gpu_model)
                 s.add(row)
@@ -166,8 +185,9 @@ class TenancyMethods:
                 q = q.where(UserRow.tenant_id == tenant_id)
             return [to_user(r) for r in s.scalars(q).all()]
 
-    def update_user(self, user_id: int, *, role: str | None = None, password_hash: str | None = None,
-                    disabled: bool | None = None) -> bool:
+    def update_user(
+        self, user_id: int, *, role: str | None = None, password_hash: str | None = None, disabled: bool | None = None
+    ) -> bool:
         """Raises ConflictError (changing nothing) when the change would leave no enabled admin: the admins' rows
         are locked first, so two admins demoting each other at once cannot both succeed."""
         values: dict[str, str | bool] = {}
@@ -181,11 +201,17 @@ class TenancyMethods:
             return False
         with self._rmw() as s:
             if (role is not None and role != "admin") or disabled:
-                admins = s.scalars(select(UserRow.id).where(UserRow.role == "admin", UserRow.disabled.is_(False))
-                                   .order_by(UserRow.id).with_for_update()).all()
+                admins = s.scalars(
+                    select(UserRow.id)
+                    .where(UserRow.role == "admin", UserRow.disabled.is_(False))
+                    .order_by(UserRow.id)
+                    .with_for_update()
+                ).all()
                 if list(admins) == [user_id]:
-                    raise ConflictError("the last admin cannot lose the role or be disabled: make another user "
-                                        "admin first", field="role" if role is not None else "disabled")
+                    raise ConflictError(
+                        "the last admin cannot lose the role or be disabled: make another user admin first",
+                        field="role" if role is not None else "disabled",
+                    )
             return bool(affected_rows(s.execute(update(UserRow).where(UserRow.id == user_id).values(**values))))
 
     def set_user_unix_identity(self, user_id: int, uid: int | None, gid: int | None) -> bool:
@@ -211,12 +237,16 @@ class TenancyMethods:
     def revoke_token(self, token_id: int) -> bool:
         """Revokes the token and every session opened with it (and those opened with them), in one transaction."""
         with self._tx() as s:
-            res = s.execute(update(TokenRow).where(TokenRow.id == token_id, TokenRow.revoked.is_(False))
-                            .values(revoked=True))
+            res = s.execute(
+                update(TokenRow).where(TokenRow.id == token_id, TokenRow.revoked.is_(False)).values(revoked=True)
+            )
             parents = [token_id]
             while parents:  # sessions opened with a session: follow the chain down
-                children = list(s.scalars(select(TokenRow.id).where(TokenRow.parent_id.in_(parents),
-                                                                     TokenRow.revoked.is_(False))).all())
+                children = list(
+                    s.scalars(
+                        select(TokenRow.id).where(TokenRow.parent_id.in_(parents), TokenRow.revoked.is_(False))
+                    ).all()
+                )
                 if children:
                     s.execute(update(TokenRow).where(TokenRow.id.in_(children)).values(revoked=True))
                 parents = children
@@ -225,10 +255,9 @@ class TenancyMethods:
     def revoke_sessions(self, user_id: int, keep_token_id: int | None = None) -> int:
         """Revoke every login session of the user (its API tokens stay), but `keep_token_id`. Returns how many."""
         with self._tx() as s:
-            q = update(TokenRow).where(TokenRow.user_id == user_id, TokenRow.is_session.is_(True),
-                                       TokenRow.revoked.is_(False))
+            q = update(TokenRow).where(
+                TokenRow.user_id == user_id, TokenRow.is_session.is_(True), TokenRow.revoked.is_(False)
+            )
             if keep_token_id is not None:
                 q = q.where(TokenRow.id != keep_token_id)
             return affected_rows(s.execute(q.values(revoked=True)))
-
-

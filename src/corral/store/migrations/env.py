@@ -14,8 +14,9 @@ target_metadata = Base.metadata
 def run_migrations_online() -> None:
     engine = config.attributes.get("engine") or create_engine(config.get_main_option("sqlalchemy.url") or "")
     with engine.begin() as connection:
-        context.configure(connection=connection, target_metadata=target_metadata,
-                          render_as_batch=connection.dialect.name == "sqlite")
+        context.configure(
+            connection=connection, target_metadata=target_metadata, render_as_batch=connection.dialect.name == "sqlite"
+        )
         context.run_migrations()
 
 

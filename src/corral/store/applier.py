@@ -1,0 +1,52 @@
+"""apply_plan: commit a scheduling Plan to a JobStore (the server loop and the simulators both call it).
+
+Each admission is one guarded assign_job_parts: the store re-checks, in its transaction, that every GPU the plan
+gives is still free (another writer may have taken it since the snapshot); a job whose check fails is `rejected`,
+stays PENDING and is placed again next cycle from a fresh snapshot. Preemptions become request_preempt flags.
+Nothing here makes a network call: notifying agents is the caller's step, after the commits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from corral.scheduler.plan import Plan
+from corral.scheduler.queueing.preemption import Preemption
+from corral.store.protocols import JobStore
+
+REASON_RECLAIM = "reclaiming its tenant's guarantee"
+REASON_RANK = "higher rank (least attained service)"
+
+
+@dataclass(slots=True)
+class AppliedPlan:
+    """What the store accepted: ids as in the plan (str). `preempted_nodes`: nodes of the jobs flagged (their agents
+    must hear of it), in first-seen order."""
+
+    started: list[str] = field(default_factory=list)
+    rejected: list[str] = field(default_factory=list)
+    preempted: list[str] = field(default_factory=list)
+    preempted_nodes: list[str] = field(default_factory=list)
+
+
+def compute_preempt_reason(p: Preemption) -> str:
+    """The reason a preempted job shows (kept as the server wrote it before the plan existed)."""
+    return f"preempted for job {p.for_job_id}: {REASON_RECLAIM if p.kind == 'reclaim' else REASON_RANK}"
+
+
+def apply_plan(store: JobStore, plan: Plan, now: datetime) -> AppliedPlan:
+    """Commit `plan`: admissions in plan order (each all-or-nothing across its gang), then preemptions."""
+    out = AppliedPlan()
+    for admit in plan.admit:
+        parts = [(p.node, tuple(p.gpu_indices)) for p in admit.placements]
+        if store.assign_job_parts(int(admit.job_id), parts, now):
+            out.started.append(admit.job_id)
+        else:
+            out.rejected.append(admit.job_id)
+    for p in plan.preempt:
+        job = store.get_job(int(p.job_id))
+        if job is not None and store.request_preempt(job.id, compute_preempt_reason(p), now):
+            out.preempted.append(p.job_id)
+            out.preempted_nodes.extend(n for n, _ in job.placed_parts if n not in out.preempted_nodes)
+    return out

@@ -1,0 +1,227 @@
+"""Store records -> the scheduler's inputs: load_snapshot reads a SchedulingStore into a Snapshot (nodes with what
+is in use on them, and the queue); the compute_* helpers are the pure conversions it is made of."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from corral.core.requests import model_matches
+from corral.core.resources import NodeInfo, NodeState
+from corral.core.states import JobState
+from corral.scheduler.plan import Snapshot
+from corral.scheduler.queueing import TOTAL, QueueConfig, QueuedJob, QueueState, QuotaBook, RunningJob, TenantQuota
+from corral.store.protocols import SchedulingStore
+from corral.store.records import Job, Node, Queue, Quota, Tenant, compute_placed_parts
+
+DEFAULT_TENANT_NAME = "default"
+
+
+def load_snapshot(
+    store: SchedulingStore,
+    now: datetime,
+    *,
+    grace_s: float,
+    nominated: Mapping[int, float],
+    usage_gpu_s: Mapping[str, float],
+    pending: Sequence[Job] | None = None,
+    running: Sequence[Job] | None = None,
+    tenants: Sequence[Tenant] | None = None,
+) -> Snapshot:
+    """One cycle's input from the store; `pending` / `running` / `tenants`: already read by the caller (default:
+    every PENDING / RUNNING job, every tenant). `nominated`: job id -> when it was first nominated."""
+    pending = store.list_jobs(states=[JobState.PENDING]) if pending is None else pending
+    running = store.list_jobs(states=[JobState.RUNNING]) if running is None else running
+    tenants = store.list_tenants() if tenants is None else tenants
+    nodes = store.list_nodes()
+    queue = compute_queue_state(
+        pending, running, nodes, tenants, store.list_quotas(), store.list_queues(), usage_gpu_s, now, grace_s, nominated
+    )
+    return Snapshot(nodes=compute_snapshot(nodes, running), queue=queue)
+
+
+# ---- nodes: what is in use on each ----------------------------------------------
+def _usage(
+    placed: Iterable[tuple[int, Sequence[tuple[str, Sequence[int]]], int]],
+) -> dict[tuple[str, int], tuple[int, int]]:
+    """(node, gpu index) -> (used milli, id of the last job seen on it), from (job id, parts, milli) each."""
+    usage: dict[tuple[str, int], tuple[int, int]] = {}
+    for job_id, parts, milli in placed:
+        for node, gpus in parts:
+            for idx in gpus:
+                used, _ = usage.get((node, idx), (0, 0))
+                usage[(node, idx)] = (used + milli, job_id)
+    return usage
+
+
+def compute_usage(jobs: Sequence[Job]) -> dict[tuple[str, int], tuple[int, int]]:
+    """(node, gpu index) -> (used milli, job id of the last job seen on it) for RUNNING jobs."""
+    return _usage((job.id, job.placed_parts, job.spec.gpu_milli) for job in jobs)
+
+
+def compute_usage_from_holders(
+    holders: Sequence[tuple[int, str | None, list[int], list[Any], int]],
+) -> dict[tuple[str, int], tuple[int, int]]:
+    """compute_usage over the columns of JobStore.list_gpu_holders (no full job records)."""
+    return _usage(
+        (job_id, compute_placed_parts(node, gpus, parts), milli) for job_id, node, gpus, parts, milli in holders
+    )
+
+
+def compute_snapshot(nodes: Sequence[Node], running: Sequence[Job]) -> list[NodeState]:
+    """Every node (those that take no work flagged unschedulable) with the GPU, CPU and memory its RUNNING jobs use."""
+    usage = compute_usage(running)
+    cpu: dict[str, int] = {}
+    mem: dict[str, int] = {}
+    for job in running:
+        for node, _ in job.placed_parts:
+            cpu[node] = cpu.get(node, 0) + job.spec.cpu_milli
+            mem[node] = mem.get(node, 0) + job.spec.memory_mib
+    states = []
+    for n in nodes:
+        info = NodeInfo(
+            name=n.name,
+            gpus=n.gpus,
+            cpu_milli=n.cpu_milli,
+            memory_mib=n.memory_mib,
+            labels=tuple(sorted(n.labels.items())),
+        )
+        used = tuple(min(1000, usage.get((n.name, g.index), (0, 0))[0]) for g in n.gpus)
+        states.append(
+            NodeState(
+                info=info,
+                gpu_used_milli=used,
+                cpu_used_milli=cpu.get(n.name, 0),
+                memory_used_mib=mem.get(n.name, 0),
+                schedulable=n.state == "READY" and not n.cordoned,
+            )
+        )
+    return states
+
+
+# ---- the queue ----------------------------------------------------------------
+def compute_pool_milli(nodes: Sequence[Node]) -> dict[str, int]:
+    """Milli-GPUs per model on nodes that take work (READY, not cordoned), healthy GPUs only."""
+    pool: dict[str, int] = {}
+    for n in nodes:
+        if n.state != "READY" or n.cordoned:
+            continue
+        for g in n.gpus:
+            if g.healthy:
+                pool[g.model] = pool.get(g.model, 0) + 1000
+    return pool
+
+
+def resolve_model(wanted: Sequence[str], models: Sequence[str]) -> str:
+    """The one pool model a request's allowed models select, else "" (any: placement checks the rest)."""
+    if not wanted:
+        return ""
+    matching = [m for m in models if model_matches(m, tuple(wanted))]
+    return matching[0] if len(matching) == 1 else ""
+
+
+def compute_queued_job(
+    job: Job, tenants: Mapping[int, str], models: Sequence[str], nominated: Mapping[int, float] | None = None
+) -> QueuedJob:
+    """The queueing core's view of a job; it carries the job's full per-node request (JobSpec.request)."""
+    s = job.spec
+    tenant = tenants.get(s.tenant_id or 0, DEFAULT_TENANT_NAME)
+    return QueuedJob(
+        id=str(job.id),
+        tenant=tenant,
+        gpus=s.gpus,
+        gpu_milli=s.gpu_milli if s.gpus else 1000,
+        nodes=s.nodes,
+        model=resolve_model(s.gpu_models, models),
+        priority=s.priority,
+        submit_s=job.created_at.timestamp(),
+        time_limit_s=float(s.time_limit_s) if s.time_limit_s else None,
+        queue=f"{tenant}/{s.queue}",
+        attained_gpu_s=job.attained_gpu_s,
+        nominated_s=(nominated or {}).get(job.id),
+        request=s.request,
+    )
+
+
+def compute_running_job(
+    job: Job,
+    tenants: Mapping[int, str],
+    models: Sequence[str],
+    gpu_models: Mapping[tuple[str, int], str],
+    now: datetime,
+    grace_s: float,
+) -> RunningJob:
+    model = next((gpu_models[(n, i)] for n, gpus in job.placed_parts for i in gpus if (n, i) in gpu_models), "")
+    stopping = job.preempt_requested or job.cancel_requested
+    return RunningJob(
+        job=compute_queued_job(job, tenants, models),
+        start_s=(job.started_at or now).timestamp(),
+        model=model,
+        exit_s=now.timestamp() + grace_s if stopping else None,
+    )
+
+
+def compute_quota_book(tenants: Sequence[Tenant], quotas: Sequence[Quota], models: Sequence[str]) -> QuotaBook:
+    """Every tenant gets an entry (its fair-share weight); quotas become milli-GPU guarantees and maximums.
+    A quota's model ("H100") is matched to the pool's model name ("H100-80GB"); "" is the total over models.
+    A tenant's parent is its cohort (borrowing first within the department)."""
+    names = {t.id: t.name for t in tenants}
+    nominal: dict[int, dict[str, int]] = {}
+    maximum: dict[int, dict[str, int]] = {}
+    for q in quotas:
+        key = TOTAL if not q.gpu_model else (resolve_model((q.gpu_model,), models) or q.gpu_model)
+        nominal.setdefault(q.tenant_id, {})[key] = q.guaranteed_gpus * 1000
+        if q.max_gpus is not None:
+            maximum.setdefault(q.tenant_id, {})[key] = q.max_gpus * 1000
+    book = {
+        t.name: TenantQuota(
+            t.name,
+            nominal.get(t.id, {}),
+            maximum.get(t.id, {}),
+            cohort=names.get(t.parent_id or 0, ""),
+            weight=t.weight,
+        )
+        for t in tenants
+    }
+    parents = {
+        t.name: names[t.parent_id]
+        for t in tenants
+        if t.parent_id in names and any(u.parent_id == t.id for u in tenants)
+    }
+    return QuotaBook(book, cohort_parent={c: p for c, p in parents.items() if c != p})
+
+
+def compute_queue_configs(queues: Sequence[Queue], tenants: Mapping[int, str]) -> dict[str, QueueConfig]:
+    return {
+        f"{tenants.get(q.tenant_id, '?')}/{q.name}": QueueConfig(
+            f"{tenants.get(q.tenant_id, '?')}/{q.name}", strict=q.mode == "strict"
+        )
+        for q in queues
+    }
+
+
+def compute_queue_state(
+    pending: Sequence[Job],
+    running: Sequence[Job],
+    nodes: Sequence[Node],
+    tenants: Sequence[Tenant],
+    quotas: Sequence[Quota],
+    queues: Sequence[Queue],
+    usage_gpu_s: Mapping[str, float],
+    now: datetime,
+    grace_s: float,
+    nominated: Mapping[int, float] | None = None,
+) -> QueueState:
+    names = {t.id: t.name for t in tenants}
+    pool = compute_pool_milli(nodes)
+    models = sorted({g.model for n in nodes for g in n.gpus})
+    gpu_models = {(n.name, g.index): g.model for n in nodes for g in n.gpus}
+    return QueueState(
+        pending=[compute_queued_job(j, names, models, nominated) for j in pending],
+        running=[compute_running_job(j, names, models, gpu_models, now, grace_s) for j in running],
+        queues=compute_queue_configs(queues, names),
+        quotas=compute_quota_book(tenants, quotas, models),
+        usage_gpu_s=dict(usage_gpu_s),
+        pool_milli=pool,
+    )

@@ -1,0 +1,268 @@
+"""The SchedulingStore's behaviour (jobs, nodes, tenancy), one suite run over SQLite, PostgreSQL and MemoryStore:
+what the scheduling loop and the simulators rely on, the guarded assign included."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from corral.core.errors import ConflictError, IdempotencyKeyReused
+from corral.core.resources import GpuInfo
+from corral.core.states import JobState
+from corral.store.memory import MemoryStore
+from corral.store.protocols import SchedulingStore
+from corral.store.records import JobSpec, Quota
+from corral.store.sql import open_store
+
+T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+LATER = T0 + timedelta(minutes=5)
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres), "memory"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SchedulingStore]:
+    if request.param == "memory":
+        yield MemoryStore()
+        return
+    url = (
+        f"sqlite:///{tmp_path / 'c.db'}" if request.param == "sqlite" else str(request.getfixturevalue("postgres_url"))
+    )
+    s = open_store(url)
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+def gpus(node: str, n: int = 2) -> list[GpuInfo]:
+    return [GpuInfo(index=i, uuid=f"{node}-GPU-{i}", model="H100-80GB", memory_mib=81920) for i in range(n)]
+
+
+def node(store: SchedulingStore, name: str = "n1", n: int = 2, cpu_milli: int = 8000, memory_mib: int = 65536) -> None:
+    store.upsert_node(name, name, "simulated", cpu_milli, memory_mib, {}, gpus(name, n), T0)
+
+
+def job(store: SchedulingStore, **kw: object) -> int:
+    base: dict[str, object] = {"command": ("train",), "gpus": 1}
+    base.update(kw)
+    return store.create_job(JobSpec(**base), T0).id  # type: ignore[arg-type]
+
+
+def state(store: SchedulingStore, job_id: int) -> JobState:
+    got = store.get_job(job_id)
+    assert got is not None
+    return got.state
+
+
+# ---- job lifecycle ----------------------------------------------------------------
+def test_a_new_job_is_pending_with_its_submitted_event(store: SchedulingStore) -> None:
+    a, b = job(store, env={"A": "1"}), job(store)
+    got = store.get_job(a)
+    assert got is not None and got.state is JobState.PENDING and got.spec.env == {"A": "1"} and got.created_at == T0
+    assert [e.kind for e in store.list_events(a)] == ["submitted"]
+    assert [j.id for j in store.list_jobs(states=[JobState.PENDING])] == [a, b]
+    assert [j.id for j in store.list_jobs(newest_first=True, limit=1)] == [b]
+    assert store.count_jobs(states=[JobState.PENDING]) == 2 and store.get_job(10_000) is None
+
+
+def test_assign_is_compare_and_set_and_places_every_part(store: SchedulingStore) -> None:
+    node(store, "n1")
+    node(store, "n2")
+    gang = job(store, gpus=2, nodes=2)
+    assert store.assign_job_parts(gang, [("n1", [0, 1]), ("n2", [0, 1])], T0)
+    assert not store.assign_job_parts(gang, [("n1", [0, 1]), ("n2", [0, 1])], T0)  # already RUNNING
+    got = store.get_job(gang)
+    assert got is not None and got.parts == (("n1", (0, 1)), ("n2", (0, 1))) and got.attempt == 1
+    assert [j.id for j in store.list_node_jobs("n2")] == [gang]
+    assert [e.kind for e in store.list_events(gang)] == ["submitted", "assigned"]
+
+
+def test_requeue_frees_the_gpus_and_keeps_attained_service(store: SchedulingStore) -> None:
+    node(store, "n1", n=1)
+    first, second = job(store), job(store)
+    assert store.assign_job_parts(first, [("n1", [0])], T0)
+    assert not store.assign_job_parts(second, [("n1", [0])], T0)  # the GPU is taken
+    assert store.requeue_job(first, "node lost", T0 + timedelta(seconds=100), failure=True)
+    got = store.get_job(first)
+    assert got is not None and got.state is JobState.PENDING and got.placed_parts == ()
+    assert (got.attained_gpu_s, got.failures) == (100.0, 1)
+    assert store.assign_job_parts(second, [("n1", [0])], T0)  # freed
+    assert not store.requeue_job(first, "again", T0)  # only RUNNING jobs requeue
+
+
+TERMINAL_MOVES: dict[str, Callable[[SchedulingStore, int], object]] = {
+    "assign": lambda s, i: s.assign_job_parts(i, [("n1", [1])], LATER),
+    "finish": lambda s, i: s.finish_job(i, JobState.SUCCEEDED, 0, "late", LATER),
+    "requeue": lambda s, i: s.requeue_job(i, "late", LATER),
+    "preempt": lambda s, i: s.request_preempt(i, "late", LATER),
+}
+
+
+@pytest.mark.parametrize("move", sorted(TERMINAL_MOVES))
+@pytest.mark.parametrize("end", [JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED])
+def test_a_terminal_job_never_moves(store: SchedulingStore, move: str, end: JobState) -> None:
+    node(store)
+    j = job(store)
+    if end is JobState.CANCELLED:
+        store.request_cancel(j, T0)
+    else:
+        assert store.assign_job_parts(j, [("n1", [0])], T0)
+        assert store.finish_job(j, end, 0, "", T0)
+    events = store.list_events(j)
+    assert not TERMINAL_MOVES[move](store, j)
+    assert state(store, j) is end and store.list_events(j) == events
+    assert store.request_cancel(j, LATER) == store.get_job(j)
+
+
+def test_cancel_and_preempt(store: SchedulingStore) -> None:
+    node(store)
+    pending, running = job(store), job(store)
+    assert store.assign_job_parts(running, [("n1", [0])], T0)
+    cancelled = store.request_cancel(pending, T0)
+    assert cancelled is not None and cancelled.state is JobState.CANCELLED
+    assert store.request_preempt(running, "for job 9", T0)
+    assert not store.request_preempt(running, "twice", T0)
+    got = store.request_cancel(running, T0)
+    assert got is not None and got.state is JobState.RUNNING and got.cancel_requested and got.preempt_requested
+    assert not store.request_preempt(pending, "not running", T0)
+    with pytest.raises(ValueError):
+        store.finish_job(running, JobState.RUNNING, None, "", T0)
+
+
+def test_delivery_and_part_exits(store: SchedulingStore) -> None:
+    node(store, "n1")
+    node(store, "n2")
+    gang = job(store, nodes=2)
+    assert store.assign_job_parts(gang, [("n1", [0]), ("n2", [0])], T0)
+    store.mark_delivered([gang], "n1")
+    got = store.get_job(gang)
+    assert got is not None and got.delivered and got.delivered_to == frozenset({"n1"})
+    assert store.record_part_exit(gang, "n1", 0) == {"n1": 0}
+    assert store.record_part_exit(gang, "n2", 3) == {"n1": 0, "n2": 3}
+    assert store.record_part_exit(10_000, "n1", 0) == {}
+
+
+def test_create_job_once_is_idempotent_by_key(store: SchedulingStore) -> None:
+    spec = JobSpec(command=("x",))
+    made, created = store.create_job_once(spec, T0, "alice", "k1", "h1", timedelta(hours=1))
+    again, created_again = store.create_job_once(spec, T0, "alice", "k1", "h1", timedelta(hours=1))
+    assert created and not created_again and again.id == made.id
+    with pytest.raises(IdempotencyKeyReused):
+        store.create_job_once(spec, T0, "alice", "k1", "other", timedelta(hours=1))
+    assert store.count_jobs() == 1
+
+
+# ---- the guarded assign: what it re-checks -----------------------------------------
+def _cordon(s: SchedulingStore) -> None:
+    s.set_node_cordoned("n1", True)  # type: ignore[attr-defined]
+
+
+def _disable(s: SchedulingStore) -> None:
+    s.set_gpu_disabled("n1", 0, True)  # type: ignore[attr-defined]
+
+
+def _unhealthy(s: SchedulingStore) -> None:
+    s.set_gpu_health("n1", 0, False, "xid 79")  # type: ignore[attr-defined]
+
+
+def _lost(s: SchedulingStore) -> None:
+    s.mark_nodes_lost(LATER)
+
+
+def _half_used(s: SchedulingStore) -> None:
+    assert s.assign_job_parts(job(s, gpu_milli=500), [("n1", [0])], T0)
+
+
+def NO_CHANGE(s: SchedulingStore) -> None:  # named as a constant: an entry of the table below
+    """Nothing happens before the assignment."""
+
+
+REFUSED = [  # (name, what happens first, the job asked, its parts)
+    ("unknown node", NO_CHANGE, {}, [("ghost", [0])]),
+    ("unknown GPU", NO_CHANGE, {}, [("n1", [7])]),
+    ("cordoned node", _cordon, {}, [("n1", [0])]),
+    ("lost node", _lost, {}, [("n1", [0])]),
+    ("disabled GPU", _disable, {}, [("n1", [0])]),
+    ("unhealthy GPU", _unhealthy, {}, [("n1", [0])]),
+    ("share beyond the GPU", _half_used, {"gpu_milli": 750}, [("n1", [0])]),
+    ("whole GPU on a shared one", _half_used, {}, [("n1", [0])]),
+    ("host CPU", NO_CHANGE, {"cpu_milli": 9000}, [("n1", [0])]),
+    ("host memory", NO_CHANGE, {"memory_mib": 70000}, [("n1", [0])]),
+    ("a GPU twice", NO_CHANGE, {"gpus": 2}, [("n1", [0, 0])]),
+    ("two parts on one node", NO_CHANGE, {"nodes": 2}, [("n1", [0]), ("n1", [1])]),
+    ("one bad part of a gang", NO_CHANGE, {"nodes": 2}, [("n1", [0]), ("ghost", [0])]),
+]
+
+
+@pytest.mark.parametrize(("first", "asked", "parts"), [pytest.param(*c[1:], id=c[0]) for c in REFUSED])
+def test_assign_refuses_what_does_not_fit_and_writes_nothing(
+    store: SchedulingStore,
+    first: Callable[[SchedulingStore], None],
+    asked: dict[str, object],
+    parts: list[tuple[str, list[int]]],
+) -> None:
+    node(store, "n1")
+    first(store)
+    j = job(store, **asked)
+    events = store.list_events(j)
+    assert not store.assign_job_parts(j, parts, T0)
+    got = store.get_job(j)
+    assert got is not None and got.state is JobState.PENDING and got.placed_parts == () and got.attempt == 0
+    assert store.list_events(j) == events
+
+
+def test_shares_fill_a_gpu_exactly_and_host_resources_add_up(store: SchedulingStore) -> None:
+    node(store, "n1", cpu_milli=4000, memory_mib=1024)
+    for milli in (250, 250, 500):
+        assert store.assign_job_parts(job(store, gpu_milli=milli, cpu_milli=1000, memory_mib=256), [("n1", [0])], T0)
+    assert not store.assign_job_parts(job(store, gpu_milli=250), [("n1", [0])], T0)  # 1000 milli in use
+    assert store.assign_job_parts(job(store, cpu_milli=1000, memory_mib=256), [("n1", [1])], T0)  # CPU/memory full now
+    assert not store.assign_job_parts(job(store, gpus=0, cpu_milli=1), [("n1", [])], T0)
+    assert store.assign_job_parts(job(store, gpus=0), [("n1", [])], T0)  # asks for nothing: fits
+
+
+# ---- nodes ------------------------------------------------------------------------
+def test_nodes_register_beat_and_get_lost(store: SchedulingStore) -> None:
+    node(store, "b")
+    node(store, "a", n=4)
+    assert [n.name for n in store.list_nodes()] == ["a", "b"]
+    got = store.upsert_node("a", "host-a", "simulated", 1, 2, {"zone": "z"}, gpus("a", 1), T0)
+    assert (len(got.gpus), got.labels, got.state) == (1, {"zone": "z"}, "READY")
+    assert sorted(store.mark_nodes_lost(T0 + timedelta(seconds=1))) == ["a", "b"]  # in no promised order
+    assert store.touch_node("a", LATER) and not store.touch_node("ghost", LATER)
+    assert [(n.name, n.state) for n in store.list_nodes()] == [("a", "READY"), ("b", "LOST")]
+    assert store.mark_node_lost("a") and not store.mark_node_lost("ghost")
+
+
+def test_gpu_health_follows_the_gpu_across_registrations(store: SchedulingStore) -> None:
+    node(store, "n1")
+    store.set_gpu_health("n1", 1, False, "xid 79")  # type: ignore[attr-defined]
+    node(store, "n1")  # the agent restarts and registers again
+    got = store.get_node("n1")
+    assert got is not None and [g.healthy for g in got.gpus] == [True, False]
+
+
+# ---- tenancy ----------------------------------------------------------------------
+def test_tenants_quotas_queues_and_usage(store: SchedulingStore) -> None:
+    team = store.create_tenant("team", T0, weight=2.0)
+    with pytest.raises(ConflictError):
+        store.create_tenant("team", T0)
+    assert store.find_tenant("team") == team and store.get_tenant(team.id) == team and store.find_tenant("x") is None
+    assert [(q.name, q.mode) for q in store.list_queues(team.id)] == [("default", "best-effort")]
+    store.upsert_queue(team.id, "batch", "strict", 1)
+    store.upsert_queue(team.id, "batch", "best-effort", 2)
+    assert [(q.name, q.mode, q.priority) for q in store.list_queues(team.id)] == [
+        ("batch", "best-effort", 2),
+        ("default", "best-effort", 0),
+    ]
+    store.set_quota(Quota(team.id, "H100", 4, None))
+    store.set_quota(replace(Quota(team.id, "H100", 4, None), max_gpus=8))
+    assert store.list_quotas(team.id) == [Quota(team.id, "H100", 4, 8)]
+    assert store.delete_quota(team.id, "H100") and not store.delete_quota(team.id, "H100")
+    assert store.set_tenant_weight(team.id, 3.0) and not store.set_tenant_weight(10_000, 1.0)
+    assert store.load_usage() == ({}, None)
+    store.save_usage({team.id: 12.5, 10_000: 1.0}, T0)  # an unknown tenant is dropped
+    assert store.load_usage() == ({team.id: 12.5}, T0)
