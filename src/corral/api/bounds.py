@@ -75,4 +75,5 @@ def problem_in_env(env: Mapping[str, str]) -> str | None:
 def argv_env_bytes(command: Iterable[str], env: Mapping[str, str]) -> int:
     return sum(exec_string_bytes(a) for a in command) + sum(exec_string_bytes(f"{k}={v}") for k, v in env.items())
 
+
 MAX_REQUEST_BYTES = 8 * 1024 * 1024  # the largest body: a log chunk (1 MiB) or a job of 512 KiB escaped in JSON

@@ -57,8 +57,12 @@ class SecretIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(min_length=1, max_length=64, description="unique in the tenant: letters, digits, . _ -")
-    value: str = Field(min_length=1, max_length=MAX_SECRET_BYTES, repr=False,
-                       description="the secret (write-only; at most 64 KiB, no NUL byte)")
+    value: str = Field(
+        min_length=1,
+        max_length=MAX_SECRET_BYTES,
+        repr=False,
+        description="the secret (write-only; at most 64 KiB, no NUL byte)",
+    )
     kind: SecretKind = Field(SecretKind.GENERIC, description="generic, or registry (a container registry login)")
     host: str | None = Field(None, min_length=1, max_length=255, description="registry host (kind registry)")
     username: str | None = Field(None, min_length=1, max_length=255, description="registry user (kind registry)")

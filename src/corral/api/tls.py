@@ -33,7 +33,7 @@ def first_pem_cert(pem: str) -> str:
     stop = pem.find(end, start)
     if start < 0 or stop < 0:
         raise ValueError("no PEM certificate")
-    return pem[start:stop + len(end)] + "\n"
+    return pem[start : stop + len(end)] + "\n"
 
 
 def normalize_fingerprint(value: str) -> str:

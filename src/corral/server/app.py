@@ -3,59 +3,124 @@
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import timedelta
 
 from fastapi import FastAPI
 
 from corral import __version__
 from corral.core.health import HealthPolicy
-from corral.server.errors import install_error_handlers
-from corral.server.inputs import InputGuard
-from corral.server.openapi import document_error_responses
-from corral.server.routers import agents, alerts, health, jobs, metrics, nodes, proxy, reports, schedules, session, tenants, users, web
-from corral.server.routers import directory as directory_router
-from corral.server.routers import oidc as oidc_router
-from corral.server.directory.oidc import build_oidc_client
-from corral.server.routers import secrets as secrets_router
-from corral.server.routers import join as join_router
-from corral.server.routers import unix_identity as unix_identity_router
-from corral.server.ca import CertificateAuthority
-from corral.server.services.identity import NodeIdentities
-from corral.server.keyring import load_keyring
-from corral.server.directory.ldap import build_ldap_directory
-from corral.server.services.alerting import AlertService
 from corral.core.login_backoff import BackoffPolicy
+from corral.server.background.scheduling import Scheduler
+from corral.server.ca import CertificateAuthority
+from corral.server.context import ServerContext
+from corral.server.directory.ldap import build_ldap_directory
+from corral.server.directory.oidc import build_oidc_client
+from corral.server.errors import install_error_handlers
+from corral.server.health import SchedulerAndAgentWaker, TelemetryService
+from corral.server.inputs import InputGuard
+from corral.server.keyring import load_keyring
+from corral.server.openapi import document_error_responses
 from corral.server.passwords import PasswordPool
+from corral.server.routers import (
+    agents,
+    alerts,
+    health,
+    jobs,
+    metrics,
+    nodes,
+    proxy,
+    reports,
+    schedules,
+    session,
+    tenants,
+    users,
+    web,
+)
+from corral.server.routers import directory as directory_router
+from corral.server.routers import join as join_router
+from corral.server.routers import oidc as oidc_router
+from corral.server.routers import secrets as secrets_router
+from corral.server.routers import unix_identity as unix_identity_router
+from corral.server.services.alerting import AlertService
+from corral.server.services.identity import NodeIdentities
 from corral.server.services.login import LoginGuard
 from corral.server.services.logs import LogStore
-from corral.server.services.telemetry import TelemetryService
 from corral.server.services.notify import NodeNotifier
-from corral.server.services.scheduling import Scheduler
 from corral.server.services.schedules import ScheduleRunner
 from corral.server.services.webports import WebPortRegistry
 from corral.server.settings import Settings
-from corral.store.sql import SqlStore, open_store
+from corral.store.base import StateStore
+from corral.store.sql import open_store
 
 log = logging.getLogger("corral.server")
 
 
-def create_app(settings: Settings, store: SqlStore | None = None) -> FastAPI:
+def open_server_store(settings: Settings) -> StateStore:
+    """The store CORRAL_DATABASE_URL names (SQLite or PostgreSQL), migrated: the one place the server picks an
+    implementation; everything else sees the role protocols (corral.store.protocols)."""
+    return open_store(settings.effective_database_url)
+
+
+def create_app(settings: Settings, store: StateStore | None = None) -> FastAPI:
     """Build the app; the store is opened (and migrated) here unless one is passed in."""
-    store = store or open_store(settings.effective_database_url)
+    store = store or open_server_store(settings)
     # Refuses to start (one line why) when the key file is missing, too open or not this database's.
     keyring = load_keyring(settings.effective_secrets_key_file, store.secret_key_ids())
     notifier = NodeNotifier()
-    scheduler = Scheduler(store, notifier, settings.policy, settings.schedule_interval_s, settings.node_lost_after_s,
-                          retry_backoff_s=settings.retry_backoff_s, queueing=settings.queueing,
-                          cancel_grace_s=settings.cancel_grace_s)
-    policy = HealthPolicy(fatal_xids=settings.fatal_xid_set, temperature_limit_c=settings.gpu_temperature_limit_c,
-                          recovery_checks=settings.health_recovery_checks)
-    telemetry = TelemetryService(store, policy, backoff_s=settings.retry_backoff_s)
+    scheduler = Scheduler(
+        store,
+        notifier,
+        settings.policy,
+        settings.schedule_interval_s,
+        settings.node_lost_after_s,
+        retry_backoff_s=settings.retry_backoff_s,
+        queueing=settings.queueing,
+        cancel_grace_s=settings.cancel_grace_s,
+    )
+    policy = HealthPolicy(
+        fatal_xids=settings.fatal_xid_set,
+        temperature_limit_c=settings.gpu_temperature_limit_c,
+        recovery_checks=settings.health_recovery_checks,
+    )
+    # a GPU that fails or comes back wakes the scheduler and the node's agent (server/health/consequences.py)
+    telemetry = TelemetryService(
+        store, policy, backoff_s=settings.retry_backoff_s, waker=SchedulerAndAgentWaker(scheduler.trigger, notifier)
+    )
     alerting = AlertService(store, telemetry, settings)
     schedules_runner = ScheduleRunner(store, scheduler.trigger, notifier)
+    directory = build_ldap_directory(settings)  # None without CORRAL_LDAP_URL (docs/directory-login.md)
+    # Password hashing on a small pool of its own, and the failed-login back-off (server/services/login.py).
+    passwords = PasswordPool(settings.password_hash_workers, settings.password_hash_queue)
+    logins = LoginGuard(
+        store,
+        passwords,
+        BackoffPolicy(free_failures=settings.login_failures_allowed, max_s=settings.login_lockout_max_s),
+        directory,
+    )
+    # Node identity (docs/settings.md, "More machines" in the README): the cluster CA in the data dir, the
+    # certificates it issued (agents' mutual TLS) and how long a node certificate lives.
+    ctx = ServerContext(
+        settings=settings,
+        store=store,
+        keyring=keyring,
+        notifier=notifier,
+        scheduler=scheduler,
+        telemetry=telemetry,
+        alerting=alerting,
+        schedules=schedules_runner,
+        logs=LogStore(settings.data_dir / "logs"),
+        web_ports=WebPortRegistry(),
+        ca=CertificateAuthority.load_or_create(settings.data_dir),
+        identities=NodeIdentities(store),
+        node_cert_lifetime=timedelta(seconds=settings.node_cert_ttl_s),
+        directory=directory,
+        oidc=build_oidc_client(settings),
+        passwords=passwords,
+        logins=logins,
+    )
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -63,40 +128,23 @@ def create_app(settings: Settings, store: SqlStore | None = None) -> FastAPI:
         scheduler.start()
         alerting.start()
         schedules_runner.start()
-        app.state.logins.purge(older_than_s=86400)  # failed-login counters nobody has added to for a day
+        logins.purge(older_than_s=86400)  # failed-login counters nobody has added to for a day
         try:
             yield
         finally:
             schedules_runner.stop()
             alerting.stop()
             scheduler.stop()
-            app.state.passwords.close()
+            passwords.close()
             store.close()
 
-    app = FastAPI(title="Corral", version=__version__, lifespan=lifespan,
-                  description="Self-hosted GPU cluster manager. Authenticate with `Authorization: Bearer <token>`.")
-    app.state.settings = settings
-    app.state.store = store
-    app.state.keyring = keyring  # seals tenant secrets and stored credentials (docs/secrets.md)
-    app.state.notifier = notifier
-    app.state.scheduler = scheduler
-    app.state.telemetry = telemetry
-    app.state.health = telemetry
-    app.state.alerting = alerting
-    app.state.schedules = schedules_runner
-    app.state.logs = LogStore(settings.data_dir / "logs")
-    app.state.web_ports = WebPortRegistry()  # who listens on jobs' web-UI ports, as agents report it (proxy)
-    # Node identity (docs/settings.md, "More machines" in the README): the cluster CA in the data dir, the
-    # certificates it issued (agents' mutual TLS) and how long a node certificate lives.
-    app.state.ca = CertificateAuthority.load_or_create(settings.data_dir)
-    app.state.identities = NodeIdentities(store)
-    app.state.node_cert_lifetime = timedelta(seconds=settings.node_cert_ttl_s)
-    app.state.directory = build_ldap_directory(settings)  # None without CORRAL_LDAP_URL (docs/directory-login.md)
-    app.state.oidc = build_oidc_client(settings)  # None without CORRAL_OIDC_ISSUER
-    # Password hashing on a small pool of its own, and the failed-login back-off (server/services/login.py).
-    app.state.passwords = PasswordPool(settings.password_hash_workers, settings.password_hash_queue)
-    app.state.logins = LoginGuard(store, app.state.passwords, BackoffPolicy(
-        free_failures=settings.login_failures_allowed, max_s=settings.login_lockout_max_s), app.state.directory)
+    app = FastAPI(
+        title="Corral",
+        version=__version__,
+        lifespan=lifespan,
+        description="Self-hosted GPU cluster manager. Authenticate with `Authorization: Bearer <token>`.",
+    )
+    app.state.ctx = ctx  # the one place the components live; routes read them through server/deps.py
     install_error_handlers(app)
     app.add_middleware(InputGuard)  # body size and NUL bytes, before any route (server/inputs.py)
     document_error_responses(app)  # the OpenAPI lists every error status the routes answer

@@ -12,6 +12,7 @@ from fastapi import Request
 
 from corral.core.errors import AuthError, ForbiddenError, NotFoundError
 from corral.core.tenancy import Action, Role, can
+from corral.server.context import context_of, job_ui_app_of
 from corral.store.records import TokenRecord, User
 
 TOKEN_PREFIX = {"user": "crl_", "join": "crj_", "metrics": "crm_"}  # metrics: can only scrape /metrics
@@ -96,7 +97,7 @@ def _credential(request: Request, csrf: bool = True) -> str:
 def authenticate(request: Request, csrf: bool = True) -> Principal:
     """The caller. `csrf=False` only where the session cookie is SameSite=Strict and the route serves no
     portal or API (the job-UI origin: a job's own app posts without Corral's CSRF header)."""
-    store = request.app.state.store
+    store = context_of(request.app).store
     token = store.find_token(hash_token(_credential(request, csrf)))
     if token is None:
         raise AuthError("invalid or revoked token")
@@ -122,7 +123,7 @@ def require_user(request: Request) -> Principal:
 
 def require_job_ui_user(request: Request) -> Principal:
     """A user on the job-UI origin: cookie sessions need no CSRF header there (see `authenticate`)."""
-    return _person(authenticate(request, csrf=request.app is not getattr(request.app.state, "job_ui_app", None)))
+    return _person(authenticate(request, csrf=request.app is not job_ui_app_of(request.app)))
 
 
 def require_metrics_reader(request: Request) -> Principal:

@@ -52,8 +52,9 @@ def _new_key() -> ec.EllipticCurvePrivateKey:
 
 
 def key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                             serialization.NoEncryption())
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
 
 
 def cert_pem(cert: x509.Certificate) -> str:
@@ -61,9 +62,12 @@ def cert_pem(cert: x509.Certificate) -> str:
 
 
 def issued(cert: x509.Certificate) -> IssuedCert:
-    return IssuedCert(pem=cert_pem(cert), serial=format(cert.serial_number, "x"),
-                      fingerprint=fingerprint_der(cert.public_bytes(serialization.Encoding.DER)),
-                      not_after=cert.not_valid_after_utc)
+    return IssuedCert(
+        pem=cert_pem(cert),
+        serial=format(cert.serial_number, "x"),
+        fingerprint=fingerprint_der(cert.public_bytes(serialization.Encoding.DER)),
+        not_after=cert.not_valid_after_utc,
+    )
 
 
 def default_server_names(host: str) -> list[str]:
@@ -107,32 +111,61 @@ class CertificateAuthority:
         now = now or datetime.now(UTC)
         key = _new_key()
         name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"Corral cluster CA {os.urandom(4).hex()}")])
-        cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-                .serial_number(x509.random_serial_number())
-                .not_valid_before(now - CLOCK_SKEW).not_valid_after(now + CA_LIFETIME)
-                .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-                .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
-                                             content_commitment=False, key_encipherment=False, data_encipherment=False,
-                                             key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
-                .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-                .sign(key, hashes.SHA256()))
+        cert = (
+            x509.CertificateBuilder()
+            .subject_name(name)
+            .issuer_name(name)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - CLOCK_SKEW)
+            .not_valid_after(now + CA_LIFETIME)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+            .add_extension(
+                x509.KeyUsage(
+                    digital_signature=True,
+                    key_cert_sign=True,
+                    crl_sign=True,
+                    content_commitment=False,
+                    key_encipherment=False,
+                    data_encipherment=False,
+                    key_agreement=False,
+                    encipher_only=False,
+                    decipher_only=False,
+                ),
+                critical=True,
+            )
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+            .sign(key, hashes.SHA256())
+        )
         write_private(key_path, key_pem(key))
         write_private(cert_path, cert_pem(cert).encode())
         return cls(directory, key, cert)
 
-    def _sign(self, subject: str, public_key: ec.EllipticCurvePublicKey, names: list[str], usage: x509.ObjectIdentifier,
-              lifetime: timedelta, now: datetime) -> x509.Certificate:
-        return (x509.CertificateBuilder()
-                .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
-                .issuer_name(self.cert.subject).public_key(public_key)
-                .serial_number(x509.random_serial_number())
-                .not_valid_before(now - min(CLOCK_SKEW, max(lifetime, timedelta(0)) / 10))  # short-lived ones: renewal time stays sane
-                .not_valid_after(min(now + lifetime, self.cert.not_valid_after_utc))
-                .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-                .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
-                .add_extension(_san(names), critical=False)
-                .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(self.key.public_key()), critical=False)
-                .sign(self.key, hashes.SHA256()))
+    def _sign(
+        self,
+        subject: str,
+        public_key: ec.EllipticCurvePublicKey,
+        names: list[str],
+        usage: x509.ObjectIdentifier,
+        lifetime: timedelta,
+        now: datetime,
+    ) -> x509.Certificate:
+        return (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
+            .issuer_name(self.cert.subject)
+            .public_key(public_key)
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(
+                now - min(CLOCK_SKEW, max(lifetime, timedelta(0)) / 10)
+            )  # short-lived ones: renewal time stays sane
+            .not_valid_after(min(now + lifetime, self.cert.not_valid_after_utc))
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+            .add_extension(_san(names), critical=False)
+            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(self.key.public_key()), critical=False)
+            .sign(self.key, hashes.SHA256())
+        )
 
     def ensure_server_cert(self, names: list[str], now: datetime | None = None) -> tuple[Path, Path]:
         """(cert chain path, key path) of the server's certificate for `names`; re-issued when missing, when
@@ -145,12 +178,21 @@ class CertificateAuthority:
                 have = current.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
             except x509.ExtensionNotFound:
                 have = None
-            if (have == _san(names) and current.not_valid_after_utc - now > SERVER_RENEW_BEFORE
-                    and current.issuer == self.cert.subject):
+            if (
+                have == _san(names)
+                and current.not_valid_after_utc - now > SERVER_RENEW_BEFORE
+                and current.issuer == self.cert.subject
+            ):
                 return cert_path, key_path
         key = _new_key()
-        cert = self._sign(names[0] if names else "corral-server", key.public_key(), names,
-                          ExtendedKeyUsageOID.SERVER_AUTH, SERVER_LIFETIME, now)
+        cert = self._sign(
+            names[0] if names else "corral-server",
+            key.public_key(),
+            names,
+            ExtendedKeyUsageOID.SERVER_AUTH,
+            SERVER_LIFETIME,
+            now,
+        )
         write_private(key_path, key_pem(key))
         write_private(cert_path, (cert_pem(cert) + self.cert_pem).encode())
         return cert_path, key_path
@@ -167,14 +209,16 @@ class CertificateAuthority:
         public_key = csr.public_key()
         if not isinstance(public_key, ec.EllipticCurvePublicKey):
             raise CsrError("node keys must be EC (P-256) keys")
-        return issued(self._sign(node, public_key, [node], ExtendedKeyUsageOID.CLIENT_AUTH, lifetime,
-                                 now or datetime.now(UTC)))
+        return issued(
+            self._sign(node, public_key, [node], ExtendedKeyUsageOID.CLIENT_AUTH, lifetime, now or datetime.now(UTC))
+        )
 
     def issue_node_key(self, node: str, lifetime: timedelta, now: datetime | None = None) -> tuple[bytes, IssuedCert]:
         """A new key and certificate for a node the server trusts itself (the local agent of `corral up`)."""
         key = _new_key()
-        cert = self._sign(node, key.public_key(), [node], ExtendedKeyUsageOID.CLIENT_AUTH, lifetime,
-                          now or datetime.now(UTC))
+        cert = self._sign(
+            node, key.public_key(), [node], ExtendedKeyUsageOID.CLIENT_AUTH, lifetime, now or datetime.now(UTC)
+        )
         return key_pem(key), issued(cert)
 
     @property

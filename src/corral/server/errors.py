@@ -9,8 +9,15 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from corral.core.errors import (
-    AuthError, ConflictError, CorralError, ForbiddenError, IdempotencyKeyReused, NotFoundError, TooManyRequestsError,
-    UnavailableError, ValidationError,
+    AuthError,
+    ConflictError,
+    CorralError,
+    ForbiddenError,
+    IdempotencyKeyReused,
+    NotFoundError,
+    TooManyRequestsError,
+    UnavailableError,
+    ValidationError,
 )
 
 STATUS_BY_ERROR: dict[type[CorralError], int] = {

@@ -71,8 +71,13 @@ def nul_in_json(body: bytes) -> str | None:
 
 async def _send_error(send: Send, status: int, code: str, message: str, field: str | None) -> None:
     body = json.dumps({"error": {"code": code, "message": message, "field": field}}).encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+        }
+    )
     await send({"type": "http.response.body", "body": body})
 
 
@@ -113,15 +118,17 @@ class InputGuard:
         headers = dict(scope.get("headers", []))
         declared = headers.get(b"content-length", b"")
         if declared.isdigit() and int(declared) > self.max_body_bytes:
-            return await _send_error(send, 413, "too_large", f"the request body is over {self.max_body_bytes} bytes",
-                                     None)
+            return await _send_error(
+                send, 413, "too_large", f"the request body is over {self.max_body_bytes} bytes", None
+            )
         if scope.get("method") not in ("POST", "PUT", "PATCH") or b"json" not in headers.get(b"content-type", b""):
             return await self.app(scope, receive, send)  # streamed bodies (log chunks): the declared size is checked
         try:
             body = await _read_body(receive, self.max_body_bytes)
         except RequestTooLarge:
-            return await _send_error(send, 413, "too_large", f"the request body is over {self.max_body_bytes} bytes",
-                                     None)
+            return await _send_error(
+                send, 413, "too_large", f"the request body is over {self.max_body_bytes} bytes", None
+            )
         field = nul_in_json(body)
         if field is not None:
             return await _send_error(send, 422, "invalid", f"{field}: NUL bytes are not allowed", field)

@@ -157,8 +157,10 @@ def load_keyring(path: Path, needed_key_ids: set[str]) -> Keyring:
     others, malformed, or lacks a key that stored values were sealed with (a wrong key file)."""
     if not path.exists():
         if needed_key_ids:
-            raise KeyringError(f"{path} is missing but the database holds values sealed with key(s) "
-                               f"{', '.join(sorted(needed_key_ids))}: restore the key file (CORRAL_SECRETS_KEY_FILE)")
+            raise KeyringError(
+                f"{path} is missing but the database holds values sealed with key(s) "
+                f"{', '.join(sorted(needed_key_ids))}: restore the key file (CORRAL_SECRETS_KEY_FILE)"
+            )
         write_key_file(path, [new_key()])
     try:
         keyring = Keyring(path, read_key_file(path))
@@ -166,6 +168,8 @@ def load_keyring(path: Path, needed_key_ids: set[str]) -> Keyring:
         raise KeyringError(f"cannot read {path}: {e.strerror or e}") from e
     missing = needed_key_ids - keyring.key_ids
     if missing:
-        raise KeyringError(f"{path} is not the key file of this database: it lacks key(s) "
-                           f"{', '.join(sorted(missing))} that stored values were sealed with")
+        raise KeyringError(
+            f"{path} is not the key file of this database: it lacks key(s) "
+            f"{', '.join(sorted(missing))} that stored values were sealed with"
+        )
     return keyring

@@ -11,6 +11,7 @@ from fastapi import Request
 
 from corral.api.tls import fingerprint_pem
 from corral.core.errors import AuthError
+from corral.server.context import context_of
 from corral.server.services.identity import NodeIdentity
 
 
@@ -26,11 +27,12 @@ def client_cert_pem(scope: Any) -> str | None:
 def require_node(request: Request) -> NodeIdentity:
     pem = client_cert_pem(request.scope)
     if pem is None:
-        raise AuthError("agent endpoints need the node's client certificate (mutual TLS on the agent port; "
-                        "join first: corral agent --join URL --token-file FILE)")
+        raise AuthError(
+            "agent endpoints need the node's client certificate (mutual TLS on the agent port; "
+            "join first: corral agent --join URL --token-file FILE)"
+        )
     try:
         fingerprint = fingerprint_pem(pem)
     except ValueError as e:
         raise AuthError("unreadable client certificate") from e
-    identity: NodeIdentity = request.app.state.identities.resolve(fingerprint, datetime.now(UTC))
-    return identity
+    return context_of(request.app).identities.resolve(fingerprint, datetime.now(UTC))

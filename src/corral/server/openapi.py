@@ -11,16 +11,26 @@ ERROR_SCHEMA: dict[str, Any] = {
     "title": "Error",
     "type": "object",
     "required": ["error"],
-    "properties": {"error": {
-        "type": "object",
-        "required": ["code", "message"],
-        "properties": {
-            "code": {"type": "string", "description": "a stable code: invalid, not_found, conflict, unauthorized..."},
-            "message": {"type": "string", "description": "one line for humans, starting with the field when there is one"},
-            "field": {"anyOf": [{"type": "string"}, {"type": "null"}],
-                      "description": "the request field, query parameter or header at fault"},
-        },
-    }},
+    "properties": {
+        "error": {
+            "type": "object",
+            "required": ["code", "message"],
+            "properties": {
+                "code": {
+                    "type": "string",
+                    "description": "a stable code: invalid, not_found, conflict, unauthorized...",
+                },
+                "message": {
+                    "type": "string",
+                    "description": "one line for humans, starting with the field when there is one",
+                },
+                "field": {
+                    "anyOf": [{"type": "string"}, {"type": "null"}],
+                    "description": "the request field, query parameter or header at fault",
+                },
+            },
+        }
+    },
 }
 
 ERRORS: dict[str, str] = {
@@ -44,12 +54,18 @@ def with_error_responses(schema: dict[str, Any]) -> dict[str, Any]:
         for method, operation in methods.items():
             if not isinstance(operation, dict) or "responses" not in operation:
                 continue
-            errors = {**ERRORS, **(BODY_ERRORS if "requestBody" in operation or method in ("post", "put", "patch") else {})}
+            errors = {
+                **ERRORS,
+                **(BODY_ERRORS if "requestBody" in operation or method in ("post", "put", "patch") else {}),
+            }
             for status, description in errors.items():
                 existing = operation["responses"].get(status, {})
                 # FastAPI's own 422 describes its HTTPValidationError; Corral's handler answers with Error instead
-                operation["responses"][status] = {**existing, "description": existing.get("description") or description,
-                                                  "content": ref}
+                operation["responses"][status] = {
+                    **existing,
+                    "description": existing.get("description") or description,
+                    "content": ref,
+                }
     schema["components"]["schemas"].pop("HTTPValidationError", None)
     schema["components"]["schemas"].pop("ValidationError", None)
     return schema

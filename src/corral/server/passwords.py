@@ -53,8 +53,9 @@ class PasswordPool:
     hash made with the same parameters. `verifications` counts them (tests compare code paths, not wall time)."""
 
     def __init__(self, workers: int = 1, queue_limit: int = 8) -> None:
-        self._executor = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="corral-argon2",
-                                            initializer=_lower_priority)
+        self._executor = ThreadPoolExecutor(
+            max_workers=max(1, workers), thread_name_prefix="corral-argon2", initializer=_lower_priority
+        )
         self._slots = threading.BoundedSemaphore(max(1, workers) + max(0, queue_limit))
         self._lock = threading.Lock()
         self._dummy_hash = ""

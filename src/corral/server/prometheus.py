@@ -39,8 +39,9 @@ class LatencyHistogram:
     count: int
 
 
-def compute_latency_histogram(observations_s: Iterable[float],
-                              bounds: Sequence[float] = DEFAULT_LATENCY_BUCKETS_S) -> LatencyHistogram:
+def compute_latency_histogram(
+    observations_s: Iterable[float], bounds: Sequence[float] = DEFAULT_LATENCY_BUCKETS_S
+) -> LatencyHistogram:
     """Bucket scheduling latencies (pure). Each bucket counts observations <= its bound."""
     ordered = tuple(sorted(bounds))
     counts = [0] * len(ordered)
@@ -87,20 +88,30 @@ _DCGM_GAUGES: tuple[tuple[str, str, Callable[[GpuSample], float | int | None]], 
     ("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "Current clock throttle reasons (bit mask).", lambda s: s.throttle_reasons),
     ("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "Total number of single-bit volatile ECC errors.", lambda s: s.ecc_sbe_total),
     ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "Total number of double-bit volatile ECC errors.", lambda s: s.ecc_dbe_total),
-    ("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "Number of remapped rows for correctable errors.",
-     lambda s: s.remapped_rows_correctable),
-    ("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "Number of remapped rows for uncorrectable errors.",
-     lambda s: s.remapped_rows_uncorrectable),
-    ("DCGM_FI_DEV_ROW_REMAP_PENDING", "Whether remapping of rows is pending (needs a GPU reset).",
-     lambda s: int(s.remap_pending) if s.remapped_rows_correctable is not None else None),
+    (
+        "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+        "Number of remapped rows for correctable errors.",
+        lambda s: s.remapped_rows_correctable,
+    ),
+    (
+        "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+        "Number of remapped rows for uncorrectable errors.",
+        lambda s: s.remapped_rows_uncorrectable,
+    ),
+    (
+        "DCGM_FI_DEV_ROW_REMAP_PENDING",
+        "Whether remapping of rows is pending (needs a GPU reset).",
+        lambda s: int(s.remap_pending) if s.remapped_rows_correctable is not None else None,
+    ),
     ("DCGM_FI_DEV_PCIE_TX_THROUGHPUT", "PCIe transmit throughput (in KB/s).", lambda s: s.pcie_tx_kib_s),
     ("DCGM_FI_DEV_PCIE_RX_THROUGHPUT", "PCIe receive throughput (in KB/s).", lambda s: s.pcie_rx_kib_s),
 )
 
 
 class _CorralCollector(Collector):
-    def __init__(self, gpus: Sequence[GpuMetrics], hosts: Sequence[tuple[str, HostSample]],
-                 stats: ClusterStats | None) -> None:
+    def __init__(
+        self, gpus: Sequence[GpuMetrics], hosts: Sequence[tuple[str, HostSample]], stats: ClusterStats | None
+    ) -> None:
         self._gpus, self._hosts, self._stats = gpus, hosts, stats
 
     def collect(self) -> Iterator[Metric]:
@@ -123,13 +134,16 @@ def _gpu_families(gpus: Sequence[GpuMetrics]) -> Iterator[Metric]:
                 family.add_metric(_gpu_labels(g), float(value))
         yield family
     xid = GaugeMetricFamily("DCGM_FI_DEV_XID_ERRORS", "Value of the last XID error encountered.", labels=GPU_LABELS)
-    healthy = GaugeMetricFamily("corral_gpu_healthy",
-                                "1 when the GPU is in the pool, 0 when health checks took it out.", labels=GPU_LABELS)
+    healthy = GaugeMetricFamily(
+        "corral_gpu_healthy", "1 when the GPU is in the pool, 0 when health checks took it out.", labels=GPU_LABELS
+    )
     processes = GaugeMetricFamily("corral_gpu_processes", "Compute processes on the GPU.", labels=GPU_LABELS)
-    retired = GaugeMetricFamily("corral_gpu_retired_pages", "Retired memory pages (pre-Ampere GPUs).",
-                                labels=GPU_LABELS)
-    nvlink = CounterMetricFamily("corral_gpu_nvlink_bytes", "NVLink data bytes over all links.",
-                                 labels=(*GPU_LABELS, "direction"))
+    retired = GaugeMetricFamily(
+        "corral_gpu_retired_pages", "Retired memory pages (pre-Ampere GPUs).", labels=GPU_LABELS
+    )
+    nvlink = CounterMetricFamily(
+        "corral_gpu_nvlink_bytes", "NVLink data bytes over all links.", labels=(*GPU_LABELS, "direction")
+    )
     for g in gpus:
         labels = _gpu_labels(g)
         xid.add_metric(labels, float(g.last_xid))
@@ -184,8 +198,11 @@ def _cluster_families(stats: ClusterStats) -> Iterator[Metric]:
         yield family
     for name, help_text, value in (
         ("corral_telemetry_samples_ingested", "Telemetry samples accepted.", stats.samples_ingested),
-        ("corral_telemetry_samples_rejected", "Telemetry samples refused (malformed or over the bound).",
-         stats.samples_rejected),
+        (
+            "corral_telemetry_samples_rejected",
+            "Telemetry samples refused (malformed or over the bound).",
+            stats.samples_rejected,
+        ),
         ("corral_alert_notification_failures", "Alert notifications given up on.", stats.notification_failures),
     ):
         yield CounterMetricFamily(name, help_text, value=value)
@@ -193,17 +210,21 @@ def _cluster_families(stats: ClusterStats) -> Iterator[Metric]:
     if h is not None:
         buckets = [(_bound(b), float(c)) for b, c in zip(h.bounds, h.cumulative, strict=True)]
         buckets.append(("+Inf", float(h.count)))
-        yield HistogramMetricFamily("corral_scheduling_latency_seconds",
-                                    "Time from a job's submission to its placement.", buckets=buckets,
-                                    sum_value=h.total_s)
+        yield HistogramMetricFamily(
+            "corral_scheduling_latency_seconds",
+            "Time from a job's submission to its placement.",
+            buckets=buckets,
+            sum_value=h.total_s,
+        )
 
 
 def _bound(value: float) -> str:
     return repr(float(value))
 
 
-def render_metrics(gpus: Sequence[GpuMetrics] = (), hosts: Sequence[tuple[str, HostSample]] = (),
-                   stats: ClusterStats | None = None) -> bytes:
+def render_metrics(
+    gpus: Sequence[GpuMetrics] = (), hosts: Sequence[tuple[str, HostSample]] = (), stats: ClusterStats | None = None
+) -> bytes:
     """The /metrics body (serve it with CONTENT_TYPE). `hosts` items are (hostname, HostSample)."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_CorralCollector(gpus, hosts, stats))

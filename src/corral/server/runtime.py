@@ -14,16 +14,19 @@ from typing import Any
 import uvicorn
 
 from corral.api.paths import secure_data_dir
-from corral.server.app import create_agent_app, create_app
+from corral.server.app import create_agent_app, create_app, open_server_store
 from corral.server.bootstrap import Credentials, ensure_credentials
 from corral.server.ca import CertificateAuthority, default_server_names, write_private
+from corral.server.context import context_of, job_ui_app_of
 from corral.server.services.identity import issue_local_node_cert
 from corral.server.settings import Settings
 from corral.server.tls import TlsH11Protocol, agent_ssl_context, https_ssl_context
-from corral.store.sql import SqlStore, open_store
+from corral.store.base import StateStore
 
 
-def _factory(make: Callable[[], ssl.SSLContext]) -> Callable[[uvicorn.Config, Callable[[], ssl.SSLContext]], ssl.SSLContext]:
+def _factory(
+    make: Callable[[], ssl.SSLContext],
+) -> Callable[[uvicorn.Config, Callable[[], ssl.SSLContext]], ssl.SSLContext]:
     return lambda _config, _default: make()
 
 
@@ -56,37 +59,64 @@ class ServerThread:
         # 0700 before anything is written there; again once the database, tokens and CA exist (older installs)
         private = (settings.data_dir, (settings.data_dir / "jobs",))  # jobs/: a single-user agent's jobs' own dirs
         secure_data_dir(*private)
-        self.store: SqlStore = open_store(settings.effective_database_url)
+        self.store: StateStore = open_server_store(settings)
         self.credentials: Credentials = ensure_credentials(self.store, settings.data_dir)
         app = create_app(settings, self.store)
         self.app = app
         secure_data_dir(*private)
-        self.ca: CertificateAuthority = app.state.ca
+        self.ca: CertificateAuthority = context_of(app).ca
         people_tls: dict[str, Any] = {}
         if settings.serves_https:
             cert, key = https_files(settings, self.ca)
             people_tls = {"ssl_context_factory": _factory(lambda: https_ssl_context(cert, key))}
-        common: dict[str, Any] = {"host": settings.host, "log_level": "warning", "access_log": False,
-                                  "timeout_graceful_shutdown": 2}  # agents' long polls would hold a longer one
-        self.listeners = [_Listener("corral-server", uvicorn.Server(uvicorn.Config(app, port=settings.port, **common,
-                                                                                   **people_tls)),
-                                    f"the server could not start on {settings.host}:{settings.port} (is the port taken?)")]
+        common: dict[str, Any] = {
+            "host": settings.host,
+            "log_level": "warning",
+            "access_log": False,
+            "timeout_graceful_shutdown": 2,
+        }  # agents' long polls would hold a longer one
+        self.listeners = [
+            _Listener(
+                "corral-server",
+                uvicorn.Server(uvicorn.Config(app, port=settings.port, **common, **people_tls)),
+                f"the server could not start on {settings.host}:{settings.port} (is the port taken?)",
+            )
+        ]
         # Jobs' web UIs on their own port (origin); it serves only /proxy/jobs/... and shares the app's state.
-        if app.state.job_ui_app is not None:
-            self.listeners.append(_Listener(
-                "corral-job-ui", uvicorn.Server(uvicorn.Config(app.state.job_ui_app, port=settings.effective_job_ui_port,
-                                                               lifespan="off", **common, **people_tls)),
-                f"the job-UI port {settings.host}:{settings.effective_job_ui_port} could not be opened (is it taken? "
-                "set CORRAL_JOB_UI_PORT to another port, or 0 to serve job UIs on the API port)"))
+        job_ui_app = job_ui_app_of(app)
+        if job_ui_app is not None:
+            self.listeners.append(
+                _Listener(
+                    "corral-job-ui",
+                    uvicorn.Server(
+                        uvicorn.Config(
+                            job_ui_app, port=settings.effective_job_ui_port, lifespan="off", **common, **people_tls
+                        )
+                    ),
+                    f"the job-UI port {settings.host}:{settings.effective_job_ui_port} could not be opened (is it taken? "
+                    "set CORRAL_JOB_UI_PORT to another port, or 0 to serve job UIs on the API port)",
+                )
+            )
         # Agents: mutual TLS with the cluster CA's server certificate, client certificates verified.
         agent_cert, agent_key = self.ca.ensure_server_cert(server_names(settings))
         agent_tls = _factory(lambda: agent_ssl_context(agent_cert, agent_key, self.ca.cert_path))
-        self.listeners.append(_Listener(
-            "corral-agents", uvicorn.Server(uvicorn.Config(create_agent_app(app), port=settings.effective_agent_port,
-                                                           lifespan="off", http=TlsH11Protocol,
-                                                           ssl_context_factory=agent_tls, **common)),
-            f"the agent port {settings.host}:{settings.effective_agent_port} could not be opened (is it taken? "
-            "set CORRAL_AGENT_PORT)"))
+        self.listeners.append(
+            _Listener(
+                "corral-agents",
+                uvicorn.Server(
+                    uvicorn.Config(
+                        create_agent_app(app),
+                        port=settings.effective_agent_port,
+                        lifespan="off",
+                        http=TlsH11Protocol,
+                        ssl_context_factory=agent_tls,
+                        **common,
+                    )
+                ),
+                f"the agent port {settings.host}:{settings.effective_agent_port} could not be opened (is it taken? "
+                "set CORRAL_AGENT_PORT)",
+            )
+        )
 
     @property
     def server(self) -> uvicorn.Server:
@@ -95,7 +125,7 @@ class ServerThread:
     def provision_local_agent(self, node: str, tls_dir: Path) -> None:
         """Key, certificate and CA for the in-process agent of `corral up`, straight from the CA (no token).
         The caller checks first whether the ones in `tls_dir` are still good (a restart reuses them)."""
-        provision_node_files(self.store, self.ca, node, tls_dir, self.app.state.node_cert_lifetime)
+        provision_node_files(self.store, self.ca, node, tls_dir, context_of(self.app).node_cert_lifetime)
 
     def start(self, timeout_s: float = 30.0) -> None:
         """Start and wait until every port is bound. Raises RuntimeError if one never comes up."""
@@ -130,8 +160,9 @@ class ServerThread:
                 listener.thread.join(timeout=timeout_s)
 
 
-def provision_node_files(store: SqlStore, ca: CertificateAuthority, node: str, tls_dir: Path,
-                         lifetime: timedelta) -> None:
+def provision_node_files(
+    store: StateStore, ca: CertificateAuthority, node: str, tls_dir: Path, lifetime: timedelta
+) -> None:
     """Write node.key, node.crt (0600) and ca.crt for `node` into `tls_dir`, issued by the CA directly: the
     in-process agent of `corral up`, which the server trusts as itself."""
     key_pem, cert = issue_local_node_cert(store, ca, node, lifetime)

@@ -24,18 +24,28 @@ class Settings(BaseSettings):
 
     host: str = Field("127.0.0.1", description="Address the server listens on.")
     port: int = Field(DEFAULT_PORT, ge=0, le=65535, description="Port the server listens on.")
-    data_dir: Path = Field(default_factory=default_data_dir, description="Where the database, logs and credentials live.")
-    database_url: str = Field("", description="SQLAlchemy URL; empty means SQLite in the data dir. postgresql:// works too.")
+    data_dir: Path = Field(
+        default_factory=default_data_dir, description="Where the database, logs and credentials live."
+    )
+    database_url: str = Field(
+        "", description="SQLAlchemy URL; empty means SQLite in the data dir. postgresql:// works too."
+    )
     gpus: str = Field("auto", description="GPU backend of the local agent: auto, nvml, none, or sim:8xH100-80GB.")
     node_name: str = Field(default_factory=socket.gethostname, description="Name of the local agent's node.")
     policy: str = Field("corral", description="Placement policy the scheduler uses (see docs/scheduling.md).")
     queueing: str = Field("corral", description="Queueing policy: corral (default), fifo, sjf or las.")
     schedule_interval_s: float = Field(2.0, gt=0, description="Longest pause between scheduling passes.")
     node_lost_after_s: float = Field(60.0, gt=0, description="Heartbeat silence after which a node is LOST.")
-    long_poll_s: float = Field(20.0, gt=0, le=60, description="Longest the server holds an agent's sync open waiting "
-                                                              "for work (the agent's heartbeat interval at most).")
-    idempotency_key_ttl_s: float = Field(86400.0, ge=86400, le=30 * 86400.0,
-                                         description="How long a job submission's Idempotency-Key is remembered.")
+    long_poll_s: float = Field(
+        20.0,
+        gt=0,
+        le=60,
+        description="Longest the server holds an agent's sync open waiting "
+        "for work (the agent's heartbeat interval at most).",
+    )
+    idempotency_key_ttl_s: float = Field(
+        86400.0, ge=86400, le=30 * 86400.0, description="How long a job submission's Idempotency-Key is remembered."
+    )
     cancel_grace_s: float = Field(10.0, ge=0, description="Seconds between SIGTERM and SIGKILL on cancel.")
     retry_backoff_s: float = Field(1.0, ge=0, description="First retry backoff of a job whose GPU or node failed.")
     metrics_interval_s: float = Field(5.0, ge=0, description="The local agent's telemetry interval (0: off).")
@@ -48,62 +58,105 @@ class Settings(BaseSettings):
     smtp_port: int = Field(25, ge=1, le=65535, description="SMTP port.")
     alert_email_from: str = Field("corral@localhost", description="Sender of alert e-mail.")
     alert_email_to: str = Field("", description="Comma-separated recipients of alert e-mail.")
-    alert_webhooks_file: str = Field("", description="File with more webhook URLs, one a line (keeps URLs that "
-                                                     "carry tokens out of the environment and `ps`).")
+    alert_webhooks_file: str = Field(
+        "",
+        description="File with more webhook URLs, one a line (keeps URLs that "
+        "carry tokens out of the environment and `ps`).",
+    )
     smtp_tls: str = Field("none", pattern="^(none|starttls|ssl)$", description="SMTP transport: none, starttls or ssl.")
     smtp_username: str = Field("", description="SMTP login user (empty: no login).")
     smtp_password_file: str = Field("", description="File holding the SMTP password (never the password itself).")
     secrets_key_file: Path | None = Field(
-        None, description="The key file (0600) that seals tenant secrets and stored credentials; keep it apart from "
-                          "the database and its backups (default: secrets.key in the data dir, created on first start).")
+        None,
+        description="The key file (0600) that seals tenant secrets and stored credentials; keep it apart from "
+        "the database and its backups (default: secrets.key in the data dir, created on first start).",
+    )
     job_ui_port: int | None = Field(
-        None, ge=0, le=65535,
+        None,
+        ge=0,
+        le=65535,
         description="Port that serves jobs' own web UIs on an origin apart from the portal (default: the API port "
-                    "+ 1; 0: on the API port, where a job's page could use the session of whoever opens it).")
-    job_ui_url: str = Field("", description="Public base URL of the job-UI port behind a reverse proxy, e.g. "
-                                            "https://jobs.corral.example (default: the portal's host, job-UI port).")
-    job_ports: str = Field("20000-29499", description="Ports (LOW-HIGH) Corral assigns to jobs' web UIs, one per "
-                                                      "running job of a node (CORRAL_JOB_PORT); keep them free of "
-                                                      "other services on every node.")
+        "+ 1; 0: on the API port, where a job's page could use the session of whoever opens it).",
+    )
+    job_ui_url: str = Field(
+        "",
+        description="Public base URL of the job-UI port behind a reverse proxy, e.g. "
+        "https://jobs.corral.example (default: the portal's host, job-UI port).",
+    )
+    job_ports: str = Field(
+        "20000-29499",
+        description="Ports (LOW-HIGH) Corral assigns to jobs' web UIs, one per "
+        "running job of a node (CORRAL_JOB_PORT); keep them free of "
+        "other services on every node.",
+    )
     agent_port: int | None = Field(
-        None, ge=0, le=65535,
+        None,
+        ge=0,
+        le=65535,
         description="Port of the agents' mutual-TLS listener (join, register, sync, telemetry, logs; default: the "
-                    "API port + 2).")
-    node_cert_ttl_s: float = Field(7 * 86400.0, ge=10, le=366 * 86400.0,
-                                   description="Lifetime of a node certificate; agents renew at 2/3 of it.")
-    tls: str = Field("auto", pattern="^(auto|on|off)$",
-                     description="HTTPS for the API, portal and job-UI ports: auto (on when bound beyond loopback or "
-                                 "CORRAL_TLS_CERT is set), on, or off.")
-    tls_cert: str = Field("", description="The operator's certificate chain (PEM) for HTTPS (default: one from the "
-                                          "cluster CA).")
+        "API port + 2).",
+    )
+    node_cert_ttl_s: float = Field(
+        7 * 86400.0, ge=10, le=366 * 86400.0, description="Lifetime of a node certificate; agents renew at 2/3 of it."
+    )
+    tls: str = Field(
+        "auto",
+        pattern="^(auto|on|off)$",
+        description="HTTPS for the API, portal and job-UI ports: auto (on when bound beyond loopback or "
+        "CORRAL_TLS_CERT is set), on, or off.",
+    )
+    tls_cert: str = Field(
+        "", description="The operator's certificate chain (PEM) for HTTPS (default: one from the cluster CA)."
+    )
     tls_key: str = Field("", description="The private key (PEM) of CORRAL_TLS_CERT.")
-    tls_names: str = Field("", description="Extra comma-separated DNS names or IPs for the CA-issued server "
-                                           "certificate (the host name, localhost and loopback are always in it).")
+    tls_names: str = Field(
+        "",
+        description="Extra comma-separated DNS names or IPs for the CA-issued server "
+        "certificate (the host name, localhost and loopback are always in it).",
+    )
     metrics_raw_retention_s: float = Field(86400.0, ge=60, description="How long raw samples are kept.")
     metrics_rollup_retention_s: float = Field(30 * 86400.0, ge=60, description="How long 1-minute rollups are kept.")
-    metrics_public: bool = Field(False, description="Serve /metrics without a token (default: a metrics token or "
-                                                    "an admin's token is needed).")
-    login_failures_allowed: int = Field(5, ge=1, le=1000, description="Failed logins of one user name before it "
-                                                                     "backs off (an address: 4 times as many).")
+    metrics_public: bool = Field(
+        False, description="Serve /metrics without a token (default: a metrics token or an admin's token is needed)."
+    )
+    login_failures_allowed: int = Field(
+        5,
+        ge=1,
+        le=1000,
+        description="Failed logins of one user name before it backs off (an address: 4 times as many).",
+    )
     login_lockout_max_s: float = Field(900.0, ge=1, le=86400, description="Longest back-off after failed logins.")
     password_hash_workers: int = Field(1, ge=1, le=64, description="Password hashes (argon2) computed at once.")
-    password_hash_queue: int = Field(8, ge=0, le=1024, description="Password checks that may wait for a worker; "
-                                                                  "more are refused at once (429).")
-    job_uids: str = Field("200000-265535", description="UIDs (and GIDs) jobs run as: a user without an admin-set "
-                                                       "mapping runs as START + its user id (`corral users unix`).")
+    password_hash_queue: int = Field(
+        8, ge=0, le=1024, description="Password checks that may wait for a worker; more are refused at once (429)."
+    )
+    job_uids: str = Field(
+        "200000-265535",
+        description="UIDs (and GIDs) jobs run as: a user without an admin-set "
+        "mapping runs as START + its user id (`corral users unix`).",
+    )
     # ---- directory login (docs/directory-login.md) ----
-    ldap_url: str = Field("", description="LDAP server for password logins of non-local users: ldap://host:389 or "
-                                          "ldaps://host:636 (empty: no LDAP).")
+    ldap_url: str = Field(
+        "",
+        description="LDAP server for password logins of non-local users: ldap://host:389 or "
+        "ldaps://host:636 (empty: no LDAP).",
+    )
     ldap_start_tls: bool = Field(False, description="Upgrade an ldap:// connection with StartTLS before binding.")
-    ldap_ca_file: str = Field("", description="CA certificates (PEM) that verify the LDAP server (default: the system's).")
-    ldap_user_dn_template: str = Field("", description="Bind DN of a user, e.g. uid={username},ou=people,dc=example,dc=org.")
+    ldap_ca_file: str = Field(
+        "", description="CA certificates (PEM) that verify the LDAP server (default: the system's)."
+    )
+    ldap_user_dn_template: str = Field(
+        "", description="Bind DN of a user, e.g. uid={username},ou=people,dc=example,dc=org."
+    )
     ldap_user_search_base: str = Field("", description="Where to search for a user instead of the DN template.")
     ldap_user_filter: str = Field("(uid={username})", description="Filter that finds a user under the search base.")
     ldap_bind_dn: str = Field("", description="Service account that searches (empty: anonymous search).")
     ldap_bind_password_file: str = Field("", description="File holding the service account's password.")
     ldap_group_search_base: str = Field("", description="Where groups (groupOfNames) are (empty: read memberOf).")
-    ldap_group_filter: str = Field("(|(member={user_dn})(uniqueMember={user_dn}))",
-                                   description="Filter that finds a user's groups under the group search base.")
+    ldap_group_filter: str = Field(
+        "(|(member={user_dn})(uniqueMember={user_dn}))",
+        description="Filter that finds a user's groups under the group search base.",
+    )
     ldap_group_name_attr: str = Field("cn", description="Attribute that names a group for the mappings.")
     ldap_timeout_s: float = Field(5.0, gt=0, le=120, description="Connect and reply timeout of LDAP calls.")
     oidc_issuer: str = Field("", description="OpenID Connect issuer URL for portal logins (empty: no OIDC).")
@@ -112,8 +165,9 @@ class Settings(BaseSettings):
     oidc_scopes: str = Field("openid profile email groups", description="Scopes asked for at OpenID Connect login.")
     oidc_groups_claim: str = Field("groups", description="ID token claim that lists the user's groups.")
     oidc_username_claim: str = Field("preferred_username", description="ID token claim that names the user.")
-    oidc_redirect_url: str = Field("", description="Callback URL registered at the provider (default: "
-                                                   "<portal URL>/web/oidc/callback).")
+    oidc_redirect_url: str = Field(
+        "", description="Callback URL registered at the provider (default: <portal URL>/web/oidc/callback)."
+    )
     oidc_ca_file: str = Field("", description="CA certificates (PEM) that verify the provider (default: the system's).")
 
     @field_validator("data_dir")
@@ -174,8 +228,11 @@ class Settings(BaseSettings):
 
     @property
     def effective_secrets_key_file(self) -> Path:
-        return Path(self.secrets_key_file).expanduser().resolve() if self.secrets_key_file else \
-            self.data_dir / "secrets.key"
+        return (
+            Path(self.secrets_key_file).expanduser().resolve()
+            if self.secrets_key_file
+            else self.data_dir / "secrets.key"
+        )
 
     @property
     def effective_database_url(self) -> str:

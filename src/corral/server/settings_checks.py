@@ -18,11 +18,16 @@ def find_contradiction(s: Settings) -> str | None:
     """The first contradiction among `s`, as one line naming the settings, or None."""
     required = required_node_lost_after_s(s.long_poll_s)
     if s.node_lost_after_s < required:
-        return (f"CORRAL_NODE_LOST_AFTER_S={s.node_lost_after_s:g} must be at least {required:g}: agents heartbeat "
-                f"once per long poll (CORRAL_LONG_POLL_S={s.long_poll_s:g}), so nodes would flap LOST and their jobs "
-                "run again; raise it or lower CORRAL_LONG_POLL_S")
-    ports = {"CORRAL_PORT": s.port, "CORRAL_JOB_UI_PORT": s.effective_job_ui_port,
-             "CORRAL_AGENT_PORT": s.effective_agent_port}
+        return (
+            f"CORRAL_NODE_LOST_AFTER_S={s.node_lost_after_s:g} must be at least {required:g}: agents heartbeat "
+            f"once per long poll (CORRAL_LONG_POLL_S={s.long_poll_s:g}), so nodes would flap LOST and their jobs "
+            "run again; raise it or lower CORRAL_LONG_POLL_S"
+        )
+    ports = {
+        "CORRAL_PORT": s.port,
+        "CORRAL_JOB_UI_PORT": s.effective_job_ui_port,
+        "CORRAL_AGENT_PORT": s.effective_agent_port,
+    }
     taken: dict[int, str] = {}
     for name, port in ports.items():
         if port and port in taken:
@@ -33,11 +38,15 @@ def find_contradiction(s: Settings) -> str | None:
     job_ports = parse_port_range(s.job_ports)
     for name, port in ports.items():
         if port in job_ports:
-            return (f"{name}={port} lies in CORRAL_JOB_PORTS={s.job_ports}: a job's web UI could be handed the "
-                    "server's own port; move one of them")
+            return (
+                f"{name}={port} lies in CORRAL_JOB_PORTS={s.job_ports}: a job's web UI could be handed the "
+                "server's own port; move one of them"
+            )
     if s.metrics_rollup_retention_s < s.metrics_raw_retention_s:
-        return (f"CORRAL_METRICS_ROLLUP_RETENTION_S={s.metrics_rollup_retention_s:g} is shorter than "
-                f"CORRAL_METRICS_RAW_RETENTION_S={s.metrics_raw_retention_s:g}: rollups must outlive the raw samples")
+        return (
+            f"CORRAL_METRICS_ROLLUP_RETENTION_S={s.metrics_rollup_retention_s:g} is shorter than "
+            f"CORRAL_METRICS_RAW_RETENTION_S={s.metrics_raw_retention_s:g}: rollups must outlive the raw samples"
+        )
     if s.alert_email_to and not s.smtp_host:
         return "CORRAL_ALERT_EMAIL_TO is set but CORRAL_SMTP_HOST is empty: alert e-mail could never be sent"
     if bool(s.tls_cert) != bool(s.tls_key):

@@ -41,9 +41,15 @@ def tls_extension(transport: asyncio.BaseTransport) -> dict[str, Any] | None:
         return None
     der = ssl_object.getpeercert(binary_form=True)
     cipher = ssl_object.cipher()
-    return {"server_cert": None, "client_cert_chain": [ssl.DER_cert_to_PEM_cert(der)] if der else [],
-            "client_cert_name": None, "client_cert_error": None,
-            "tls_version": None, "cipher_suite": None, "corral_cipher": cipher[0] if cipher else None}
+    return {
+        "server_cert": None,
+        "client_cert_chain": [ssl.DER_cert_to_PEM_cert(der)] if der else [],
+        "client_cert_name": None,
+        "client_cert_error": None,
+        "tls_version": None,
+        "cipher_suite": None,
+        "corral_cipher": cipher[0] if cipher else None,
+    }
 
 
 class TlsH11Protocol(H11Protocol):

@@ -35,7 +35,13 @@ def test_an_old_install_is_made_private(tmp_path: Path) -> None:
     secure_data_dir(data, skip=(jobs,))
 
     assert {n: _mode(data / n) for n in ("", "logs", "corral.db", "admin-token", "logs/1.1.log", "tool")} == {
-        "": 0o700, "logs": 0o700, "corral.db": 0o600, "admin-token": 0o600, "logs/1.1.log": 0o600, "tool": 0o700}
+        "": 0o700,
+        "logs": 0o700,
+        "corral.db": 0o600,
+        "admin-token": 0o600,
+        "logs/1.1.log": 0o600,
+        "tool": 0o700,
+    }
     assert _mode(outside) == 0o644 and _mode(jobs / "result") == 0o644  # not followed, not ours to change
 
 

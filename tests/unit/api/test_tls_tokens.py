@@ -16,18 +16,26 @@ def test_a_token_round_trips() -> None:
     assert parse_join_token(f"  {token}\n") == token
 
 
-@pytest.mark.parametrize("text", [
-    "", "crj_abc", "crj1.1.short.%s" % FP[7:], "crj1.x.%s.%s" % ("a" * 20, FP[7:]),
-    "crj1.1.%s.%s" % ("a" * 20, FP[7:-1]), "crj1.1.%s.%s" % ("a.b" * 10, FP[7:]),
-    "crj1.1.%s.%s" % ("a" * 20, FP[7:].upper()), "crj1.%s.%s.%s" % ("9" * 19, "a" * 20, FP[7:]),
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "crj_abc",
+        f"crj1.1.short.{FP[7:]}",
+        "crj1.x.{}.{}".format("a" * 20, FP[7:]),
+        "crj1.1.{}.{}".format("a" * 20, FP[7:-1]),
+        "crj1.1.{}.{}".format("a.b" * 10, FP[7:]),
+        "crj1.1.{}.{}".format("a" * 20, FP[7:].upper()),
+        "crj1.{}.{}.{}".format("9" * 19, "a" * 20, FP[7:]),
+    ],
+)
 def test_malformed_tokens_are_refused_without_echo(text: str) -> None:
     with pytest.raises(ValueError) as e:
         parse_join_token(text)
     assert text not in str(e.value) or not text
 
 
-@pytest.mark.parametrize("given", [FP, FP[7:], FP[7:].upper(), ":".join(FP[7:][i:i + 2] for i in range(0, 64, 2))])
+@pytest.mark.parametrize("given", [FP, FP[7:], FP[7:].upper(), ":".join(FP[7:][i : i + 2] for i in range(0, 64, 2))])
 def test_fingerprints_are_normalized(given: str) -> None:
     assert normalize_fingerprint(given) == FP
 

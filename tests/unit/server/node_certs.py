@@ -33,8 +33,13 @@ class NodeCertApp:
             value = dict(scope["headers"]).get(HEADER)
             if value is not None:
                 pem = base64.b64decode(value).decode()
-                scope = dict(scope, extensions={**(scope.get("extensions") or {}),
-                                                "tls": {"client_cert_chain": [pem], "client_cert_error": None}})
+                scope = dict(
+                    scope,
+                    extensions={
+                        **(scope.get("extensions") or {}),
+                        "tls": {"client_cert_chain": [pem], "client_cert_error": None},
+                    },
+                )
         await self.app(scope, receive, send)
 
 
@@ -44,7 +49,7 @@ def cert_headers(pem: str) -> dict[str, str]:
 
 def issue_node_cert(app: Any, node: str, lifetime_s: float = 3600.0) -> str:
     """A certificate for `node` from the app's CA, recorded as issued (PEM)."""
-    state = app.state
+    state = app.state.ctx
     _, cert = issue_local_node_cert(state.store, state.ca, node, timedelta(seconds=lifetime_s))
     return cert.pem
 

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from node_certs import NodeAgents, NodeCertApp
 
 from corral.core.telemetry import GpuSample, TelemetryBatch, batch_to_dict
 from corral.server.app import create_app
-from node_certs import NodeAgents, NodeCertApp
 from corral.server.bootstrap import ensure_credentials
 from corral.server.settings import Settings
 from corral.store.sql import SqlStore, open_store
@@ -42,17 +42,32 @@ class Cluster:
     def busy_gpus(self) -> None:
         """Every GPU of n1 at 95 % now, then one evaluation round."""
         now = time.time()
-        gpus = tuple(GpuSample(ts=now, index=i, uuid=f"GPU-n1-{i}", utilization_percent=95.0, memory_used_mib=1,
-                               memory_total_mib=81920, power_w=100, temperature_c=40) for i in range(4))
+        gpus = tuple(
+            GpuSample(
+                ts=now,
+                index=i,
+                uuid=f"GPU-n1-{i}",
+                utilization_percent=95.0,
+                memory_used_mib=1,
+                memory_total_mib=81920,
+                power_w=100,
+                temperature_c=40,
+            )
+            for i in range(4)
+        )
         batch = TelemetryBatch(node="n1", ts=now, host=None, gpus=gpus, events=(), gpu_count=4)
-        assert self.client.post("/api/v1/agents/n1/telemetry", json=batch_to_dict(batch),
-                                headers=self.agent).status_code == 200
-        self.client.app.state.alerting.evaluate(now)  # type: ignore[attr-defined]
+        assert (
+            self.client.post("/api/v1/agents/n1/telemetry", json=batch_to_dict(batch), headers=self.agent).status_code
+            == 200
+        )
+        self.client.app.state.ctx.alerting.evaluate(now)  # type: ignore[attr-defined]
 
     def firing(self) -> dict[tuple[str, str], str | None]:
         """(rule, tenant label or "") -> the silence muting it, for every firing alert (as the admin sees them)."""
-        return {(a["rule"], a["labels"].get("tenant", "")): a["silenced_by"]
-                for a in self.call("GET", "/alerts", params={"state": "firing"}).json()}
+        return {
+            (a["rule"], a["labels"].get("tenant", "")): a["silenced_by"]
+            for a in self.call("GET", "/alerts", params={"state": "firing"}).json()
+        }
 
 
 @pytest.fixture
@@ -63,8 +78,12 @@ def cluster(database_url: str, tmp_path: Path) -> Iterator[Cluster]:
     with TestClient(NodeCertApp(create_app(settings, store))) as client:
         c = Cluster(client, store, creds.admin_token, NodeAgents(client)("n1"))
         gpus = [{"index": i, "uuid": f"GPU-n1-{i}", "model": "H100-80GB", "memory_mib": 81920} for i in range(4)]
-        assert client.post("/api/v1/agents/register", json={"name": "n1", "backend": "simulated", "gpus": gpus},
-                           headers=c.agent).status_code == 200
+        assert (
+            client.post(
+                "/api/v1/agents/register", json={"name": "n1", "backend": "simulated", "gpus": gpus}, headers=c.agent
+            ).status_code
+            == 200
+        )
         for tenant in ("vision", "nlp"):
             assert c.call("POST", "/tenants", json={"name": tenant}).status_code == 201
             member = c.user(f"{tenant}-member", "member", tenant)
@@ -126,16 +145,19 @@ def test_a_tenant_admin_reaches_only_its_tenants_silences(cluster: Cluster) -> N
     assert cluster.call("DELETE", f"/silences/{nlps}").status_code == 204  # an admin reaches every silence
 
 
-@pytest.mark.parametrize(("body", "field"), [
-    ({"matchers": 'alertname="x"', "duration_s": -1}, "duration_s"),
-    ({"matchers": 'alertname="x"', "duration_s": 91 * 86400}, "duration_s"),
-    ({"matchers": 'alertname="x"', "comment": "c" * 1001}, "comment"),
-    ({"matchers": 'alertname="x"', "starts_at": 1e300}, "starts_at"),
-    ({"matchers": {f"l{i}": "v" for i in range(33)}}, "matchers"),
-    ({"matchers": 'alertname="x"', "owner": "me"}, "owner"),
-    ({"matchers": 'alertname="x"', "tenant": "nope"}, "tenant"),
-    ({"matchers": ""}, "matchers"),
-])
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"matchers": 'alertname="x"', "duration_s": -1}, "duration_s"),
+        ({"matchers": 'alertname="x"', "duration_s": 91 * 86400}, "duration_s"),
+        ({"matchers": 'alertname="x"', "comment": "c" * 1001}, "comment"),
+        ({"matchers": 'alertname="x"', "starts_at": 1e300}, "starts_at"),
+        ({"matchers": {f"l{i}": "v" for i in range(33)}}, "matchers"),
+        ({"matchers": 'alertname="x"', "owner": "me"}, "owner"),
+        ({"matchers": 'alertname="x"', "tenant": "nope"}, "tenant"),
+        ({"matchers": ""}, "matchers"),
+    ],
+)
 def test_silence_fields_are_bounded(cluster: Cluster, body: dict[str, Any], field: str) -> None:
     r = cluster.call("POST", "/silences", json=body)
     assert r.status_code in (400, 422), r.text
@@ -147,15 +169,22 @@ def test_a_tenant_admins_rule_neither_cordons_nodes_nor_stops_other_tenants_jobs
     anything = {"metric": "gpu_utilization_percent", "comparison": ">", "threshold": 0}
     r = cluster.call("POST", "/alert-rules", auth=vboss, json={"name": "take", **anything, "actions": ["cordon_node"]})
     assert r.status_code in (400, 422) and r.json()["error"]["field"] == "actions"
-    r = cluster.call("POST", "/alert-rules", auth=vboss, json={"name": "stop-all", **anything, "scope": "global",
-                                                               "selector": 'tenant=~".*"', "actions": ["stop_job"]})
+    r = cluster.call(
+        "POST",
+        "/alert-rules",
+        auth=vboss,
+        json={"name": "stop-all", **anything, "scope": "global", "selector": 'tenant=~".*"', "actions": ["stop_job"]},
+    )
     assert r.status_code == 201 and r.json()["tenant"] == "vision"
     assert "stop-all" not in {x["name"] for x in cluster.call("GET", "/alert-rules", auth=nboss).json()}
     # A tenant rule stored before the API refused such actions is held back when it fires.
-    cluster.store.create_alert_rule("old-cordon", {"name": "old-cordon", **anything, "scope": "tenant",
-                                                   "tenant": "vision", "actions": ["cordon_node"]},
-                                    None, datetime.now(UTC))
-    cluster.client.app.state.alerting.reload()  # type: ignore[attr-defined]
+    cluster.store.create_alert_rule(
+        "old-cordon",
+        {"name": "old-cordon", **anything, "scope": "tenant", "tenant": "vision", "actions": ["cordon_node"]},
+        None,
+        datetime.now(UTC),
+    )
+    cluster.client.app.state.ctx.alerting.reload()  # type: ignore[attr-defined]
     cluster.busy_gpus()
     assert cluster.call("GET", "/nodes/n1").json()["cordoned"] is False
     assert cluster.call("GET", f"/jobs/{cluster.jobs['nlp']}").json()["cancel_requested"] is False
@@ -165,8 +194,13 @@ def test_a_tenant_admins_rule_neither_cordons_nodes_nor_stops_other_tenants_jobs
 def test_a_tenant_admins_silence_stored_before_tenants_had_silences_becomes_its_tenants(cluster: Cluster) -> None:
     cluster.user("vboss", "tenant-admin", "vision")
     now = time.time()
-    old = {"matchers": 'alertname=~".+"', "starts_at": now, "ends_at": now + 89 * 86400, "created_by": "vboss",
-           "comment": ""}  # what a tenant-admin could store before: every alert of the cluster, for 89 days
+    old = {
+        "matchers": 'alertname=~".+"',
+        "starts_at": now,
+        "ends_at": now + 89 * 86400,
+        "created_by": "vboss",
+        "comment": "",
+    }  # what a tenant-admin could store before: every alert of the cluster, for 89 days
     cluster.store.save_silence("legacy", old, datetime.now(UTC))
-    cluster.client.app.state.alerting.reload()  # type: ignore[attr-defined]
+    cluster.client.app.state.ctx.alerting.reload()  # type: ignore[attr-defined]
     assert [s["tenant"] for s in cluster.call("GET", "/silences").json() if s["id"] == "legacy"] == ["vision"]

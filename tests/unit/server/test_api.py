@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from node_certs import NodeAgents, NodeCertApp
 
 from corral.server.app import create_app
 from corral.server.bootstrap import ensure_credentials
 from corral.server.settings import Settings
 from corral.store.sql import open_store
-from node_certs import NodeAgents, NodeCertApp
 
 
 @pytest.fixture
@@ -29,7 +29,9 @@ def api(database_url: str, tmp_path: Path) -> Iterator[tuple[TestClient, dict[st
 
 def register(client: TestClient, agent: NodeAgents, name: str, n: int, model: str = "H100-80GB") -> None:
     gpus = [{"index": i, "uuid": f"GPU-{name}-{i}", "model": model, "memory_mib": 81920} for i in range(n)]
-    r = client.post("/api/v1/agents/register", json={"name": name, "backend": "simulated", "gpus": gpus}, headers=agent(name))
+    r = client.post(
+        "/api/v1/agents/register", json={"name": name, "backend": "simulated", "gpus": gpus}, headers=agent(name)
+    )
     assert r.status_code == 200, r.text
 
 
@@ -96,8 +98,10 @@ def test_unknown_job_is_404(api: Any) -> None:
 def test_jobs_get_disjoint_gpus_and_the_rest_waits(api: Any) -> None:
     client, user, agent = api
     register(client, agent, "n1", 8)
-    ids = [client.post("/api/v1/jobs", json={"command": ["sleep", "1"], "gpus": 4}, headers=user).json()["id"]
-           for _ in range(3)]
+    ids = [
+        client.post("/api/v1/jobs", json={"command": ["sleep", "1"], "gpus": 4}, headers=user).json()["id"]
+        for _ in range(3)
+    ]
 
     def states() -> list[dict[str, Any]]:
         return [client.get(f"/api/v1/jobs/{i}", headers=user).json() for i in ids]
@@ -105,8 +109,9 @@ def test_jobs_get_disjoint_gpus_and_the_rest_waits(api: Any) -> None:
     def considered(j: dict[str, Any]) -> bool:  # a pass has seen it (its reason, not the placeholder)
         return j["state"] != "PENDING" or j["pending_reason"] != "waiting for the scheduler"
 
-    jobs = wait_for(lambda: (s := states()) and sum(j["state"] == "RUNNING" for j in s) == 2 and all(map(considered, s))
-                    and s)
+    jobs = wait_for(
+        lambda: (s := states()) and sum(j["state"] == "RUNNING" for j in s) == 2 and all(map(considered, s)) and s
+    )
     running = [j for j in jobs if j["state"] == "RUNNING"]
     assert set(running[0]["gpus"]).isdisjoint(running[1]["gpus"])
     waiting = next(j for j in jobs if j["state"] == "PENDING")
@@ -115,10 +120,18 @@ def test_jobs_get_disjoint_gpus_and_the_rest_waits(api: Any) -> None:
     reply = client.post("/api/v1/agents/n1/sync", json={"running": [], "exits": []}, headers=agent("n1")).json()
     assert sorted(a["job_id"] for a in reply["assignments"]) == sorted(j["id"] for j in running)
     first = running[0]["id"]
-    reply = client.post("/api/v1/agents/n1/sync", json={"running": [{"job_id": running[1]["id"], "attempt": 1}],
-                        "exits": [{"job_id": first, "attempt": 1, "exit_code": 0}]}, headers=agent("n1")).json()
+    reply = client.post(
+        "/api/v1/agents/n1/sync",
+        json={
+            "running": [{"job_id": running[1]["id"], "attempt": 1}],
+            "exits": [{"job_id": first, "attempt": 1, "exit_code": 0}],
+        },
+        headers=agent("n1"),
+    ).json()
     assert reply["acked_exits"] == [{"job_id": first, "attempt": 1, "rank": 0}]
-    third = wait_for(lambda: (j := client.get(f"/api/v1/jobs/{waiting['id']}", headers=user).json())["state"] == "RUNNING" and j)
+    third = wait_for(
+        lambda: (j := client.get(f"/api/v1/jobs/{waiting['id']}", headers=user).json())["state"] == "RUNNING" and j
+    )
     assert sorted(third["gpus"]) == sorted(running[0]["gpus"])
     assert client.get(f"/api/v1/jobs/{first}", headers=user).json()["state"] == "SUCCEEDED"
 
@@ -126,8 +139,9 @@ def test_jobs_get_disjoint_gpus_and_the_rest_waits(api: Any) -> None:
 def test_agent_is_told_to_stop_a_job_the_store_no_longer_runs(api: Any) -> None:
     client, user, agent = api
     register(client, agent, "n1", 1)
-    reply = client.post("/api/v1/agents/n1/sync", json={"running": [{"job_id": 4242, "attempt": 1}]},
-                        headers=agent("n1")).json()
+    reply = client.post(
+        "/api/v1/agents/n1/sync", json={"running": [{"job_id": 4242, "attempt": 1}]}, headers=agent("n1")
+    ).json()
     assert reply["cancels"] == [{"job_id": 4242, "attempt": 1, "rank": 0}]
 
 
@@ -142,13 +156,17 @@ def test_an_old_attempt_never_ends_the_new_one(api: Any) -> None:
     client.post("/api/v1/nodes/n1/uncordon", headers=user)
     second = wait_for(lambda: (j := client.get(f"/api/v1/jobs/{job}", headers=user).json())["attempt"] == 2 and j)
     assert second["state"] == "RUNNING"
-    reply = client.post("/api/v1/agents/n1/sync", json={"running": [{"job_id": job, "attempt": 1}]},
-                        headers=agent("n1")).json()
+    reply = client.post(
+        "/api/v1/agents/n1/sync", json={"running": [{"job_id": job, "attempt": 1}]}, headers=agent("n1")
+    ).json()
     assert reply["cancels"] == [{"job_id": job, "attempt": 1, "rank": 0}]
     assert [a["attempt"] for a in reply["assignments"]] == [2]
     assert reply["assignments"][0]["env"]["CORRAL_PREEMPTED"] == "1"
-    reply = client.post("/api/v1/agents/n1/sync", json={"running": [{"job_id": job, "attempt": 2}],
-                        "exits": [{"job_id": job, "attempt": 1, "exit_code": 143}]}, headers=agent("n1")).json()
+    reply = client.post(
+        "/api/v1/agents/n1/sync",
+        json={"running": [{"job_id": job, "attempt": 2}], "exits": [{"job_id": job, "attempt": 1, "exit_code": 143}]},
+        headers=agent("n1"),
+    ).json()
     assert reply["acked_exits"] == [{"job_id": job, "attempt": 1, "rank": 0}]
     assert client.get(f"/api/v1/jobs/{job}", headers=user).json()["state"] == "RUNNING"
 
@@ -168,17 +186,27 @@ def test_a_gang_starts_all_parts_at_once_and_ends_when_all_parts_do(api: Any) ->
     wait_for(lambda: client.get(f"/api/v1/jobs/{hog}", headers=user).json()["state"] == "RUNNING")
     gang = client.post("/api/v1/jobs", json={"command": ["train"], "gpus": 2, "nodes": 3}, headers=user).json()["id"]
     # A pass has considered the gang (it carries that pass's reason): only 2 of the 3 nodes are free, so no part starts.
-    got = wait_for(lambda: (j := client.get(f"/api/v1/jobs/{gang}", headers=user).json())["pending_reason"]
-                   != "waiting for the scheduler" and j)
+    got = wait_for(
+        lambda: (
+            (j := client.get(f"/api/v1/jobs/{gang}", headers=user).json())["pending_reason"]
+            != "waiting for the scheduler"
+            and j
+        )
+    )
     assert got["state"] == "PENDING" and got["parts"] == []
     hog_node = client.get(f"/api/v1/jobs/{hog}", headers=user).json()["node"]
-    client.post(f"/api/v1/agents/{hog_node}/sync", json={"exits": [{"job_id": hog, "attempt": 1, "exit_code": 0}]},
-                headers=agent(hog_node))
-    placed = wait_for(lambda: (j := client.get(f"/api/v1/jobs/{gang}", headers=user).json())["state"] == "RUNNING" and j)
+    client.post(
+        f"/api/v1/agents/{hog_node}/sync",
+        json={"exits": [{"job_id": hog, "attempt": 1, "exit_code": 0}]},
+        headers=agent(hog_node),
+    )
+    placed = wait_for(
+        lambda: (j := client.get(f"/api/v1/jobs/{gang}", headers=user).json())["state"] == "RUNNING" and j
+    )
     assert sorted(p["node"] for p in placed["parts"]) == ["n1", "n2", "n3"]
     envs = {}
     for rank, part in enumerate(placed["parts"]):
-        reply = client.post(f"/api/v1/agents/{part['node']}/sync", json={}, headers=agent(part['node'])).json()
+        reply = client.post(f"/api/v1/agents/{part['node']}/sync", json={}, headers=agent(part["node"])).json()
         (a,) = reply["assignments"]
         assert (a["rank"], a["gpu_indices"]) == (rank, part["gpus"])
         envs[rank] = a["env"]
@@ -186,14 +214,23 @@ def test_a_gang_starts_all_parts_at_once_and_ends_when_all_parts_do(api: Any) ->
     assert {e["CORRAL_NUM_NODES"] for e in envs.values()} == {"3"}
     assert len({e["CORRAL_MASTER_ADDR"] for e in envs.values()}) == 1
     for rank, part in enumerate(placed["parts"][:2]):  # two parts finish; the job still runs
-        client.post(f"/api/v1/agents/{part['node']}/sync",
-                    json={"exits": [{"job_id": gang, "attempt": 1, "rank": rank, "exit_code": 0}]}, headers=agent(part['node']))
+        client.post(
+            f"/api/v1/agents/{part['node']}/sync",
+            json={"exits": [{"job_id": gang, "attempt": 1, "rank": rank, "exit_code": 0}]},
+            headers=agent(part["node"]),
+        )
         assert client.get(f"/api/v1/jobs/{gang}", headers=user).json()["state"] == "RUNNING"
     last = placed["parts"][2]["node"]
-    client.post(f"/api/v1/agents/{last}/sync",
-                json={"running": [{"job_id": gang, "attempt": 1, "rank": 2}]}, headers=agent(last))
-    client.post(f"/api/v1/agents/{last}/sync",
-                json={"exits": [{"job_id": gang, "attempt": 1, "rank": 2, "exit_code": 0}]}, headers=agent(last))
+    client.post(
+        f"/api/v1/agents/{last}/sync",
+        json={"running": [{"job_id": gang, "attempt": 1, "rank": 2}]},
+        headers=agent(last),
+    )
+    client.post(
+        f"/api/v1/agents/{last}/sync",
+        json={"exits": [{"job_id": gang, "attempt": 1, "rank": 2, "exit_code": 0}]},
+        headers=agent(last),
+    )
     assert client.get(f"/api/v1/jobs/{gang}", headers=user).json()["state"] == "SUCCEEDED"
 
 
@@ -202,14 +239,20 @@ def test_a_failing_part_fails_the_gang_and_stops_the_others(api: Any) -> None:
     for name in ("n1", "n2"):
         register(client, agent, name, 1)
     gang = client.post("/api/v1/jobs", json={"command": ["train"], "gpus": 1, "nodes": 2}, headers=user).json()["id"]
-    placed = wait_for(lambda: (j := client.get(f"/api/v1/jobs/{gang}", headers=user).json())["state"] == "RUNNING" and j)
+    placed = wait_for(
+        lambda: (j := client.get(f"/api/v1/jobs/{gang}", headers=user).json())["state"] == "RUNNING" and j
+    )
     (n0, n1) = (p["node"] for p in placed["parts"])
-    client.post(f"/api/v1/agents/{n0}/sync", json={"exits": [{"job_id": gang, "attempt": 1, "rank": 0, "exit_code": 3}]},
-                headers=agent(n0))
+    client.post(
+        f"/api/v1/agents/{n0}/sync",
+        json={"exits": [{"job_id": gang, "attempt": 1, "rank": 0, "exit_code": 3}]},
+        headers=agent(n0),
+    )
     job = client.get(f"/api/v1/jobs/{gang}", headers=user).json()
     assert job["state"] == "FAILED" and "rank 0" in job["reason"]
-    reply = client.post(f"/api/v1/agents/{n1}/sync", json={"running": [{"job_id": gang, "attempt": 1, "rank": 1}]},
-                        headers=agent(n1)).json()
+    reply = client.post(
+        f"/api/v1/agents/{n1}/sync", json={"running": [{"job_id": gang, "attempt": 1, "rank": 1}]}, headers=agent(n1)
+    ).json()
     assert reply["cancels"] == [{"job_id": gang, "attempt": 1, "rank": 1}]
 
 

@@ -9,8 +9,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from corral.core.resources import GpuInfo
+from corral.server.background.scheduling import USAGE_SAVE_EVERY_S, Scheduler
 from corral.server.services.notify import NodeNotifier
-from corral.server.services.scheduling import USAGE_SAVE_EVERY_S, Scheduler
 from corral.store.records import JobSpec
 from corral.store.sql import SqlStore
 
@@ -19,8 +19,16 @@ T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 
 def _running_job(store: SqlStore, tenant: str, gpus: int) -> None:
     tenant_id = store.create_tenant(tenant, T0).id
-    store.upsert_node("n1", "n1", "simulated", 64_000, 512_000, {},
-                      [GpuInfo(index=i, uuid=f"GPU-{i}", model="H100-80GB", memory_mib=81920) for i in range(8)], T0)
+    store.upsert_node(
+        "n1",
+        "n1",
+        "simulated",
+        64_000,
+        512_000,
+        {},
+        [GpuInfo(index=i, uuid=f"GPU-{i}", model="H100-80GB", memory_mib=81920) for i in range(8)],
+        T0,
+    )
     job = store.create_job(JobSpec(command=("sleep", "1000"), gpus=gpus, tenant_id=tenant_id), T0)
     assert store.assign_job(job.id, "n1", list(range(gpus)), T0)
 

@@ -14,8 +14,10 @@ from corral.server.settings import Settings
 from corral.store.sql import open_store
 
 
-@pytest.mark.parametrize(("port", "ui_port", "effective"), [
-    (8600, None, 8601), (9000, None, 9001), (9000, 7000, 7000), (9000, 0, 0), (65535, None, 0), (0, None, 0)])
+@pytest.mark.parametrize(
+    ("port", "ui_port", "effective"),
+    [(8600, None, 8601), (9000, None, 9001), (9000, 7000, 7000), (9000, 0, 0), (65535, None, 0), (0, None, 0)],
+)
 def test_default_job_ui_port_is_next_to_the_api(port: int, ui_port: int | None, effective: int) -> None:
     assert Settings(port=port, job_ui_port=ui_port).effective_job_ui_port == effective
 

@@ -46,8 +46,13 @@ def test_total_count_counts_only_the_callers_tenant(setup: tuple[TestClient, Sql
         assert found is not None
         ids[tenant] = [store.create_job(JobSpec(command=("true",), tenant_id=found.id), T0).id for _ in range(n)]
     assert store.finish_job(ids["nlp"][0], JobState.FAILED, None, "never placed", T0)
-    cases = {"?all=true": (2, 3, 5), "?all=true&limit=1": (2, 3, 5), "": (2, 2, 4),
-             "?state=PENDING&limit=1&newest_first=true": (2, 2, 4), "?state=FAILED": (0, 1, 1)}
+    cases = {
+        "?all=true": (2, 3, 5),
+        "?all=true&limit=1": (2, 3, 5),
+        "": (2, 2, 4),
+        "?state=PENDING&limit=1&newest_first=true": (2, 2, 4),
+        "?state=FAILED": (0, 1, 1),
+    }
     for query, (for_alice, for_bob, for_admin) in cases.items():
         for who, expected in ((alice, for_alice), (bob, for_bob), (admin, for_admin)):
             r = client.get(f"/api/v1/jobs{query}", headers=who)

@@ -31,12 +31,13 @@ class Cluster:
         return self.client.app
 
     def verifications(self) -> int:
-        return int(self.app.state.passwords.verifications)
+        return int(self.app.state.ctx.passwords.verifications)
 
     def backoff(self, free_failures: int) -> None:
         """Lockouts long enough (60 s) that no slow test machine sees one run out between two requests."""
-        self.app.state.logins = dataclasses.replace(
-            self.app.state.logins, policy=BackoffPolicy(free_failures=free_failures, base_s=60.0, max_s=600.0))
+        ctx = self.app.state.ctx
+        policy = BackoffPolicy(free_failures=free_failures, base_s=60.0, max_s=600.0)
+        self.app.state.ctx = dataclasses.replace(ctx, logins=dataclasses.replace(ctx.logins, policy=policy))
 
     def token_of(self, user: str) -> tuple[int, dict[str, str]]:
         r = self.client.post("/api/v1/tokens", headers=self.admin, json={"name": "api", "user": user})
@@ -56,8 +57,11 @@ def _make(tmp_path: Path, address: str = "testclient", **settings: Any) -> Itera
         admin = {"Authorization": f"Bearer {creds.admin_token}"}
         assert client.post("/api/v1/tenants", headers=admin, json={"name": "vision"}).status_code == 201
         for name, pw in (("alice", PASSWORD), ("bob", PASSWORD), ("nopass", None)):
-            r = client.post("/api/v1/users", headers=admin,
-                            json={"name": name, "role": "member", "tenant": "vision", "password": pw})
+            r = client.post(
+                "/api/v1/users",
+                headers=admin,
+                json={"name": name, "role": "member", "tenant": "vision", "password": pw},
+            )
             assert r.status_code == 201, r.text
         yield Cluster(client, admin)
 
@@ -69,14 +73,18 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
 
 # ---- the same work for users that exist and users that do not -------------------------------------------
 @pytest.mark.parametrize("path", ["/api/v1/login", "/web/login"])
-@pytest.mark.parametrize("username,password", [
-    ("alice", "wrong password"),  # a real user, a wrong password
-    ("nobody", "wrong password"),  # no such user: must cost the same argon2 verification
-    ("nopass", "wrong password"),  # a user without a password
-    ("alice", PASSWORD),  # the right one
-])
-def test_every_password_login_runs_exactly_one_argon2_verification(cluster: Cluster, path: str, username: str,
-                                                                   password: str) -> None:
+@pytest.mark.parametrize(
+    "username,password",
+    [
+        ("alice", "wrong password"),  # a real user, a wrong password
+        ("nobody", "wrong password"),  # no such user: must cost the same argon2 verification
+        ("nopass", "wrong password"),  # a user without a password
+        ("alice", PASSWORD),  # the right one
+    ],
+)
+def test_every_password_login_runs_exactly_one_argon2_verification(
+    cluster: Cluster, path: str, username: str, password: str
+) -> None:
     before = cluster.verifications()
     r = cluster.client.post(path, json={"username": username, "password": password})
     assert cluster.verifications() - before == 1
@@ -86,7 +94,9 @@ def test_every_password_login_runs_exactly_one_argon2_verification(cluster: Clus
 
 
 def test_a_disabled_user_costs_the_same_and_gets_the_same_answer(cluster: Cluster) -> None:
-    assert cluster.client.patch("/api/v1/users/alice", headers=cluster.admin, json={"disabled": True}).status_code == 200
+    assert (
+        cluster.client.patch("/api/v1/users/alice", headers=cluster.admin, json={"disabled": True}).status_code == 200
+    )
     before = cluster.verifications()
     r = cluster.api_login("alice")
     assert r.status_code == 401 and r.json()["error"]["message"] == "wrong user name or password"
@@ -99,8 +109,10 @@ def test_a_user_name_backs_off_after_failures_even_for_the_right_password(cluste
     for _ in range(3):
         assert cluster.api_login("alice", "guess").status_code == 401
     before = cluster.verifications()
-    for path, body in (("/api/v1/login", {"username": "alice", "password": PASSWORD}),
-                       ("/web/login", {"username": "alice", "password": "guess"})):
+    for path, body in (
+        ("/api/v1/login", {"username": "alice", "password": PASSWORD}),
+        ("/web/login", {"username": "alice", "password": "guess"}),
+    ):
         r = cluster.client.post(path, json=body)
         assert r.status_code == 429, r.text
         assert 0 < int(r.headers["retry-after"]) <= 60
@@ -145,8 +157,8 @@ def test_the_lockout_is_per_address(tmp_path: Path) -> None:
         for i in range(8):
             assert cluster.api_login(f"spray{i}", "x" * 8).status_code == 401
         assert cluster.api_login("alice").status_code == 429
-        with TestClient(cluster.app, client=("10.0.0.2", 50000)) as elsewhere:
-            assert cluster.api_login("alice", client=elsewhere).status_code == 200
+        elsewhere = TestClient(cluster.app, client=("10.0.0.2", 50000))  # no `with`: the app has started already
+        assert cluster.api_login("alice", client=elsewhere).status_code == 200
     finally:
         gen.close()
 
@@ -199,8 +211,9 @@ def test_a_password_change_ends_every_session_of_the_user(cluster: Cluster) -> N
 def test_changing_ones_own_password_keeps_only_the_session_that_did_it(cluster: Cluster) -> None:
     _web_session(cluster, cluster.client, username="alice", password=PASSWORD)
     mine = {"Authorization": f"Bearer {cluster.api_login('alice').json()['token']}"}
-    r = cluster.client.patch("/api/v1/users/alice", headers=mine,
-                             json={"password": "a new one, long", "current_password": PASSWORD})
+    r = cluster.client.patch(
+        "/api/v1/users/alice", headers=mine, json={"password": "a new one, long", "current_password": PASSWORD}
+    )
     assert r.status_code == 200, r.text
     assert cluster.client.get("/api/v1/jobs", headers=mine).status_code == 200
     assert cluster.client.get("/api/v1/jobs").status_code == 401  # the other session (the cookie) ended
@@ -213,7 +226,9 @@ def test_a_disabled_users_tokens_and_sessions_stop_working(cluster: Cluster) -> 
     assert r.status_code == 200 and r.json()["disabled"] is True
     assert cluster.client.get("/api/v1/jobs").status_code == 401
     assert cluster.client.get("/api/v1/jobs", headers=api).status_code == 401
-    assert cluster.client.patch("/api/v1/users/alice", headers=cluster.admin, json={"disabled": False}).status_code == 200
+    assert (
+        cluster.client.patch("/api/v1/users/alice", headers=cluster.admin, json={"disabled": False}).status_code == 200
+    )
     assert cluster.client.get("/api/v1/jobs", headers=api).status_code == 200  # its API token works again
     assert cluster.client.get("/api/v1/jobs").status_code == 401  # sessions ended for good
 
@@ -237,7 +252,9 @@ def test_the_only_admin_cannot_demote_or_disable_itself(cluster: Cluster, change
 
 def test_with_a_second_admin_the_first_may_step_down(cluster: Cluster) -> None:
     assert cluster.client.patch("/api/v1/users/bob", headers=cluster.admin, json={"role": "admin"}).status_code == 200
-    assert cluster.client.patch("/api/v1/users/admin", headers=cluster.admin, json={"role": "member"}).status_code == 200
+    assert (
+        cluster.client.patch("/api/v1/users/admin", headers=cluster.admin, json={"role": "member"}).status_code == 200
+    )
 
 
 # ---- /metrics -----------------------------------------------------------------------------------------------
@@ -272,10 +289,12 @@ def test_ones_own_new_password_takes_the_current_one(cluster: Cluster) -> None:
     mine = {"Authorization": f"Bearer {cluster.api_login('alice').json()['token']}"}
     r = cluster.client.patch("/api/v1/users/alice", headers=mine, json={"password": "taken over!"})
     assert r.status_code == 400 and r.json()["error"]["field"] == "current_password"
-    r = cluster.client.patch("/api/v1/users/alice", headers=mine,
-                             json={"password": "taken over!", "current_password": "a guess"})
+    r = cluster.client.patch(
+        "/api/v1/users/alice", headers=mine, json={"password": "taken over!", "current_password": "a guess"}
+    )
     assert r.status_code == 400 and r.json()["error"]["message"] == "current_password: wrong password"
     assert cluster.api_login("alice").status_code == 200  # the old password still works
-    r = cluster.client.patch("/api/v1/users/alice", headers=mine,
-                             json={"password": "a new one, long", "current_password": PASSWORD})
+    r = cluster.client.patch(
+        "/api/v1/users/alice", headers=mine, json={"password": "a new one, long", "current_password": PASSWORD}
+    )
     assert r.status_code == 200, r.text

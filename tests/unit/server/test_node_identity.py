@@ -18,6 +18,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from fastapi.testclient import TestClient
+from node_certs import NodeCertApp, cert_headers, issue_node_cert
 
 from corral.agent.identity import new_key_and_csr
 from corral.api.tls import JoinToken, parse_join_token
@@ -27,7 +28,6 @@ from corral.server.bootstrap import ensure_credentials
 from corral.server.services.identity import hash_secret
 from corral.server.settings import Settings
 from corral.store.sql import open_store
-from node_certs import NodeCertApp, cert_headers, issue_node_cert
 
 
 @dataclass
@@ -56,9 +56,14 @@ class World:
         return cert_headers(r.json()["cert"])
 
     def register(self, headers: dict[str, str], name: str, gpus: int, address: str = "10.0.0.1") -> Any:
-        body = {"name": name, "backend": "simulated", "address": address,
-                "gpus": [{"index": i, "uuid": f"GPU-{name}-{i}", "model": "H100-80GB", "memory_mib": 81920}
-                         for i in range(gpus)]}
+        body = {
+            "name": name,
+            "backend": "simulated",
+            "address": address,
+            "gpus": [
+                {"index": i, "uuid": f"GPU-{name}-{i}", "model": "H100-80GB", "memory_mib": 81920} for i in range(gpus)
+            ],
+        }
         return self.agents.post("/api/v1/agents/register", json=body, headers=headers)
 
     def job(self, job_id: int) -> dict[str, Any]:
@@ -104,9 +109,16 @@ def test_a_certificate_not_issued_by_the_cluster_is_refused(world: tuple[World, 
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "n1")])
     now = datetime.now(UTC)
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(now - timedelta(minutes=1))
-            .not_valid_after(now + timedelta(days=1)).sign(key, hashes.SHA256()))
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - timedelta(minutes=1))
+        .not_valid_after(now + timedelta(days=1))
+        .sign(key, hashes.SHA256())
+    )
     forged = cert_headers(cert.public_bytes(serialization.Encoding.PEM).decode())
     r = w.agents.post("/api/v1/agents/n1/sync", json={}, headers=forged)
     assert r.status_code == 401 and "not issued" in r.json()["error"]["message"]
@@ -120,7 +132,7 @@ def test_a_fake_agent_cannot_register_or_readdress_another_node(world: tuple[Wor
     assert w.register(fake, "n1", 2, address="203.0.113.66").status_code == 403
     n1 = w.call("GET", "/nodes/n1").json()
     assert n1["gpus_total"] == 2
-    assert w.api.app.state.store.get_node("n1").address == "10.0.0.1"
+    assert w.api.app.state.ctx.store.get_node("n1").address == "10.0.0.1"
 
 
 def test_a_forged_sync_cannot_fail_another_nodes_jobs(world: tuple[World, dict[str, str]]) -> None:
@@ -139,9 +151,14 @@ def test_a_fake_xid_for_another_nodes_gpu_is_refused(world: tuple[World, dict[st
     w, _ = world
     fake = w.joined("fake")
     now = time.time()
-    batch = TelemetryBatch(node="n1", ts=now, host=None, gpu_count=2,
-                           gpus=(GpuSample(ts=now, index=0, uuid="GPU-n1-0", utilization_percent=0.0),),
-                           events=(GpuEvent(ts=now, kind=GpuEventKind.XID, gpu_index=0, xid=79, detail="fallen off"),))
+    batch = TelemetryBatch(
+        node="n1",
+        ts=now,
+        host=None,
+        gpu_count=2,
+        gpus=(GpuSample(ts=now, index=0, uuid="GPU-n1-0", utilization_percent=0.0),),
+        events=(GpuEvent(ts=now, kind=GpuEventKind.XID, gpu_index=0, xid=79, detail="fallen off"),),
+    )
     r = w.agents.post("/api/v1/agents/n1/telemetry", json=batch_to_dict(batch), headers=fake)
     assert r.status_code == 403
     assert all(g["health"] == "HEALTHY" for g in w.call("GET", "/gpus").json())
@@ -153,15 +170,18 @@ def test_a_node_cannot_write_into_another_nodes_job_log(world: tuple[World, dict
     fake = w.joined("fake")
     assert w.register(fake, "fake", 1).status_code == 200
     for node in ("n1", "fake"):
-        r = w.agents.post(f"/api/v1/agents/{node}/jobs/{job}/logs", params={"offset": 0}, content=b"pwned\n",
-                          headers=fake)
+        r = w.agents.post(
+            f"/api/v1/agents/{node}/jobs/{job}/logs", params={"offset": 0}, content=b"pwned\n", headers=fake
+        )
         assert r.status_code == 403
     assert w.call("GET", f"/jobs/{job}/logs").content == b""
     ok = w.agents.post(f"/api/v1/agents/n1/jobs/{job}/logs", params={"offset": 0}, content=b"mine\n", headers=n1)
     assert ok.status_code == 200 and w.call("GET", f"/jobs/{job}/logs").content == b"mine\n"
 
 
-def test_join_tokens_are_spent_revocable_expiring_and_bound_to_this_cluster(world: tuple[World, dict[str, str]]) -> None:
+def test_join_tokens_are_spent_revocable_expiring_and_bound_to_this_cluster(
+    world: tuple[World, dict[str, str]],
+) -> None:
     w, _ = world
     once = w.new_token(uses=1)
     assert w.join(once, "a").status_code == 200
@@ -173,11 +193,12 @@ def test_join_tokens_are_spent_revocable_expiring_and_bound_to_this_cluster(worl
     assert w.call("DELETE", f"/join-tokens/{token_id}").json()["state"] == "revoked"
     assert w.join(revoked, "c").status_code == 401
 
-    store = w.api.app.state.store
+    store = w.api.app.state.ctx.store
     now = datetime.now(UTC)
-    record = store.create_join_token(hash_secret("s" * 32), "", "test", now - timedelta(hours=2),
-                                     now - timedelta(seconds=1), 10)
-    expired = str(JoinToken(record.id, "s" * 32, w.api.app.state.ca.fingerprint))
+    record = store.create_join_token(
+        hash_secret("s" * 32), "", "test", now - timedelta(hours=2), now - timedelta(seconds=1), 10
+    )
+    expired = str(JoinToken(record.id, "s" * 32, w.api.app.state.ctx.ca.fingerprint))
     assert w.join(expired, "d").status_code == 401
 
     valid = parse_join_token(w.new_token(uses=5))
@@ -211,8 +232,12 @@ def test_only_admins_manage_join_tokens(world: tuple[World, dict[str, str]]) -> 
 def test_a_revoked_node_is_cut_off_at_once_and_its_jobs_requeue(world: tuple[World, dict[str, str]]) -> None:
     w, n1 = world
     job = w.running_job_on_n1()
-    assert w.agents.post("/api/v1/agents/n1/sync", json={"running": [{"job_id": job, "attempt": 1}]},
-                         headers=n1).status_code == 200  # cached as valid: revocation must still win at once
+    assert (
+        w.agents.post(
+            "/api/v1/agents/n1/sync", json={"running": [{"job_id": job, "attempt": 1}]}, headers=n1
+        ).status_code
+        == 200
+    )  # cached as valid: revocation must still win at once
     out = w.call("POST", "/nodes/n1/revoke").json()
     assert out["node"] == "n1" and len(out["revoked_serials"]) == 1
     r = w.agents.post("/api/v1/agents/n1/sync", json={}, headers=n1)

@@ -19,7 +19,9 @@ from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (
-    content_type_conformance, response_schema_conformance, status_code_conformance,
+    content_type_conformance,
+    response_schema_conformance,
+    status_code_conformance,
 )
 
 from corral.server.app import create_app
@@ -40,8 +42,9 @@ def fuzz_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any
     url = f"sqlite:///{data_dir / 'corral.db'}"
     store = open_store(url)
     creds = ensure_credentials(store, data_dir)
-    settings = Settings(data_dir=data_dir, database_url=url, schedule_interval_s=5.0, alert_interval_s=60.0,
-                        job_ui_port=0)
+    settings = Settings(
+        data_dir=data_dir, database_url=url, schedule_interval_s=5.0, alert_interval_s=60.0, job_ui_port=0
+    )
     app = create_app(settings, store)
     yield {"app": app, "headers": {"Authorization": f"Bearer {creds.admin_token}"}}
 
@@ -50,8 +53,14 @@ def _fuzz_operation(operation: Any, mode: GenerationMode, headers: dict[str, str
     """Run the examples of one operation; the first failure as text, or None."""
 
     @given(case=operation.as_strategy(generation_mode=mode))
-    @settings(max_examples=EXAMPLES, derandomize=True, deadline=None, database=None,
-              phases=[Phase.explicit, Phase.generate], suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=EXAMPLES,
+        derandomize=True,
+        deadline=None,
+        database=None,
+        phases=[Phase.explicit, Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )
     def run(case: Any) -> None:
         case.call_and_validate(headers=headers, checks=CHECKS)
 
@@ -70,6 +79,10 @@ def test_no_server_errors_and_only_documented_answers(fuzz_env: dict[str, Any]) 
     schema = schemathesis.openapi.from_asgi("/openapi.json", fuzz_env["app"]).exclude(path_regex=SKIP_PATHS)
     operations = [result.ok() for result in schema.get_all_operations()]
     assert len(operations) > 50  # the whole API, not an empty schema
-    failures = [problem for op in operations for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE)
-                if (problem := _fuzz_operation(op, mode, fuzz_env["headers"])) is not None]
+    failures = [
+        problem
+        for op in operations
+        for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE)
+        if (problem := _fuzz_operation(op, mode, fuzz_env["headers"])) is not None
+    ]
     assert not failures, f"{len(failures)} operation(s) failed:\n\n" + "\n\n".join(failures)

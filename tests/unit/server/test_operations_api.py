@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from node_certs import NodeAgents, NodeCertApp
 
 from corral.server.app import create_app
-from node_certs import NodeAgents, NodeCertApp
 from corral.server.bootstrap import ensure_credentials
 from corral.server.settings import Settings
 from corral.store.sql import open_store
@@ -26,8 +26,12 @@ def api(database_url: str, tmp_path: Path) -> Iterator[tuple[TestClient, dict[st
         admin = {"Authorization": f"Bearer {creds.admin_token}"}
         agent = NodeAgents(client)("n1")
         gpus = [{"index": i, "uuid": f"GPU-{i}", "model": "H100-80GB", "memory_mib": 81920} for i in range(2)]
-        assert client.post("/api/v1/agents/register", json={"name": "n1", "backend": "simulated", "gpus": gpus},
-                           headers=agent).status_code == 200
+        assert (
+            client.post(
+                "/api/v1/agents/register", json={"name": "n1", "backend": "simulated", "gpus": gpus}, headers=agent
+            ).status_code
+            == 200
+        )
         yield client, admin, agent
 
 
@@ -99,13 +103,15 @@ def test_admin_actions_are_audited_and_need_admin(api: Any) -> None:
     client, admin, _ = api
     client.post("/api/v1/tenants", json={"name": "vision"}, headers=admin)
     client.put("/api/v1/tenants/vision/quotas", json={"guaranteed_gpus": 2}, headers=admin)
-    client.post("/api/v1/users", json={"name": "alice", "tenant": "vision", "password": "alice-pass-1"},
-                headers=admin)
+    client.post("/api/v1/users", json={"name": "alice", "tenant": "vision", "password": "alice-pass-1"}, headers=admin)
     client.post("/api/v1/nodes/n1/cordon", headers=admin)
     trail = client.get("/api/v1/audit", headers=admin).json()
     assert [(a["actor"], a["action"], a["target"]) for a in trail] == [
-        ("admin", "node.cordon", "n1"), ("admin", "user.create", "alice"),
-        ("admin", "quota.set", "vision/*"), ("admin", "tenant.create", "vision")]
+        ("admin", "node.cordon", "n1"),
+        ("admin", "user.create", "alice"),
+        ("admin", "quota.set", "vision/*"),
+        ("admin", "tenant.create", "vision"),
+    ]
     token = client.post("/api/v1/login", json={"username": "alice", "password": "alice-pass-1"}).json()["token"]
     alice = {"Authorization": f"Bearer {token}"}
     for path in ("/api/v1/nodes/n1/uncordon", "/api/v1/gpus/n1/0/disable"):

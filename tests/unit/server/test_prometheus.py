@@ -27,21 +27,37 @@ def _parse(body: bytes) -> dict[str, list[tuple[str, dict[str, str], float]]]:
 def _gpus() -> list[GpuMetrics]:
     sim = SimulatedGpuBackend("sim:8xH100-80GB", "dgx-1")  # 8 SXM GPUs: NVLink counters too
     sim.set_load({1: 1.0})
-    return [GpuMetrics("dgx-1", "H100-80GB", s, healthy=s.index == 0, last_xid=79 if s.index == 1 else 0)
-            for s in sim.sample(100.0).samples[:2]]
+    return [
+        GpuMetrics("dgx-1", "H100-80GB", s, healthy=s.index == 0, last_xid=79 if s.index == 1 else 0)
+        for s in sim.sample(100.0).samples[:2]
+    ]
 
 
 def test_gpu_series_carry_dcgm_names_labels_and_values() -> None:
     gpus = _gpus()
     families = _parse(render_metrics(gpus))
-    for name in ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_POWER_USAGE",
-                 "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_MEM_CLOCK", "DCGM_FI_DEV_XID_ERRORS",
-                 "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL"):
+    for name in (
+        "DCGM_FI_DEV_GPU_UTIL",
+        "DCGM_FI_DEV_FB_USED",
+        "DCGM_FI_DEV_FB_FREE",
+        "DCGM_FI_DEV_POWER_USAGE",
+        "DCGM_FI_DEV_GPU_TEMP",
+        "DCGM_FI_DEV_SM_CLOCK",
+        "DCGM_FI_DEV_MEM_CLOCK",
+        "DCGM_FI_DEV_XID_ERRORS",
+        "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+        "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
+    ):
         assert len(families[name]) == 2, name
     util = {labels["gpu"]: (labels, value) for _, labels, value in families["DCGM_FI_DEV_GPU_UTIL"]}
     labels, value = util["1"]
-    assert labels == {"gpu": "1", "UUID": gpus[1].sample.uuid, "device": "nvidia1", "modelName": "H100-80GB",
-                      "Hostname": "dgx-1"}
+    assert labels == {
+        "gpu": "1",
+        "UUID": gpus[1].sample.uuid,
+        "device": "nvidia1",
+        "modelName": "H100-80GB",
+        "Hostname": "dgx-1",
+    }
     assert value == gpus[1].sample.utilization_percent
     free = {lab["gpu"]: v for _, lab, v in families["DCGM_FI_DEV_FB_FREE"]}
     assert free["1"] == gpus[1].sample.memory_total_mib - gpus[1].sample.memory_used_mib  # type: ignore[operator]
@@ -68,16 +84,23 @@ def test_odd_label_values_are_escaped() -> None:
 
 def test_corral_series() -> None:
     stats = ClusterStats(
-        queue_length=7, pending_by_reason={"insufficient_gpus": 5, "quota": 2}, jobs_by_state={"RUNNING": 3},
-        nodes_by_state={"READY": 2, "LOST": 1}, alerts_by_state={"firing": 1},
+        queue_length=7,
+        pending_by_reason={"insufficient_gpus": 5, "quota": 2},
+        jobs_by_state={"RUNNING": 3},
+        nodes_by_state={"READY": 2, "LOST": 1},
+        alerts_by_state={"firing": 1},
         scheduling_latency=compute_latency_histogram([0.002, 0.02, 0.3, 120.0], bounds=(0.01, 0.1, 1.0)),
-        samples_ingested=1600, samples_rejected=3, notification_failures=1,
+        samples_ingested=1600,
+        samples_rejected=3,
+        notification_failures=1,
     )
     families = _parse(render_metrics(hosts=[("dgx-1", HOST)], stats=stats))
     assert families["corral_queue_length"] == [("corral_queue_length", {}, 7.0)]
     assert {lab["reason"]: v for _, lab, v in families["corral_jobs_pending"]} == {"insufficient_gpus": 5, "quota": 2}
     assert families["corral_nodes"] == [
-        ("corral_nodes", {"state": "LOST"}, 1.0), ("corral_nodes", {"state": "READY"}, 2.0)]
+        ("corral_nodes", {"state": "LOST"}, 1.0),
+        ("corral_nodes", {"state": "READY"}, 2.0),
+    ]
     assert families["corral_telemetry_samples_ingested"] == [("corral_telemetry_samples_ingested_total", {}, 1600.0)]
     hist = {(n, lab.get("le")): v for n, lab, v in families["corral_scheduling_latency_seconds"]}
     assert hist[("corral_scheduling_latency_seconds_bucket", "0.01")] == 1
@@ -85,8 +108,9 @@ def test_corral_series() -> None:
     assert hist[("corral_scheduling_latency_seconds_bucket", "+Inf")] == 4
     assert hist[("corral_scheduling_latency_seconds_count", None)] == 4
     assert hist[("corral_scheduling_latency_seconds_sum", None)] == 0.002 + 0.02 + 0.3 + 120.0
-    assert families["corral_node_memory_used_bytes"] == [("corral_node_memory_used_bytes", {"Hostname": "dgx-1"},
-                                                          1024 * 1048576.0)]
+    assert families["corral_node_memory_used_bytes"] == [
+        ("corral_node_memory_used_bytes", {"Hostname": "dgx-1"}, 1024 * 1048576.0)
+    ]
     assert families["corral_node_network_receive_bytes"][0][2] == 300.0
 
 

@@ -25,9 +25,14 @@ def _rendered_sample_names() -> set[str]:
     sim = SimulatedGpuBackend("sim:8xH100-80GB", "dgx-1")
     gpus = [GpuMetrics("dgx-1", "H100-80GB", s) for s in sim.sample(1.0).samples]
     host = HostSample(1.0, 1, 8, 0, 0, 0, 1, 2, 1, 2, 0, 0, 0, 0)
-    stats = ClusterStats(queue_length=1, pending_by_reason={"quota": 1}, jobs_by_state={"RUNNING": 1},
-                         nodes_by_state={"LOST": 1}, alerts_by_state={"firing": 1},
-                         scheduling_latency=compute_latency_histogram([0.1]))
+    stats = ClusterStats(
+        queue_length=1,
+        pending_by_reason={"quota": 1},
+        jobs_by_state={"RUNNING": 1},
+        nodes_by_state={"LOST": 1},
+        alerts_by_state={"firing": 1},
+        scheduling_latency=compute_latency_histogram([0.1]),
+    )
     body = render_metrics(gpus, [("dgx-1", host)], stats).decode()
     return {s.name for f in text_string_to_metric_families(body) for s in f.samples}
 

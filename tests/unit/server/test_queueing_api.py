@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from node_certs import NodeAgents, NodeCertApp
 
 from corral.server.app import create_app
-from node_certs import NodeAgents, NodeCertApp
 from corral.server.bootstrap import ensure_credentials
 from corral.server.settings import Settings
 from corral.store.sql import open_store
@@ -28,11 +28,17 @@ class World:
 
     def tenant(self, name: str, guaranteed: int, maximum: int | None = None) -> dict[str, str]:
         assert self.c.post("/api/v1/tenants", json={"name": name}, headers=self.admin).status_code == 201
-        r = self.c.put(f"/api/v1/tenants/{name}/quotas", json={"guaranteed_gpus": guaranteed, "max_gpus": maximum},
-                       headers=self.admin)
+        r = self.c.put(
+            f"/api/v1/tenants/{name}/quotas",
+            json={"guaranteed_gpus": guaranteed, "max_gpus": maximum},
+            headers=self.admin,
+        )
         assert r.status_code == 200, r.text
-        self.c.post("/api/v1/users", json={"name": f"{name}-user", "tenant": name, "password": "password-123"},
-                    headers=self.admin)
+        self.c.post(
+            "/api/v1/users",
+            json={"name": f"{name}-user", "tenant": name, "password": "password-123"},
+            headers=self.admin,
+        )
         token = self.c.post("/api/v1/login", json={"username": f"{name}-user", "password": "password-123"}).json()
         return {"Authorization": f"Bearer {token['token']}"}
 
@@ -45,8 +51,10 @@ class World:
         return self.c.get(f"/api/v1/jobs/{job_id}", headers=self.admin).json()  # type: ignore[no-any-return]
 
     def sync(self, running: list[tuple[int, int]], exits: list[tuple[int, int]] = ()) -> dict[str, Any]:
-        body = {"running": [{"job_id": j, "attempt": a} for j, a in running],
-                "exits": [{"job_id": j, "attempt": a, "exit_code": 143} for j, a in exits]}
+        body = {
+            "running": [{"job_id": j, "attempt": a} for j, a in running],
+            "exits": [{"job_id": j, "attempt": a, "exit_code": 143} for j, a in exits],
+        }
         return self.c.post("/api/v1/agents/n1/sync", json=body, headers=self.agent).json()  # type: ignore[no-any-return]
 
     def settle(self, pred: Any, what: str) -> Any:
@@ -62,13 +70,15 @@ class World:
 def world(database_url: str, tmp_path: Path) -> Iterator[World]:
     store = open_store(database_url)
     creds = ensure_credentials(store, tmp_path)
-    settings = Settings(data_dir=tmp_path, database_url=database_url, schedule_interval_s=0.1, alert_interval_s=3600,
-                        cancel_grace_s=1)
+    settings = Settings(
+        data_dir=tmp_path, database_url=database_url, schedule_interval_s=0.1, alert_interval_s=3600, cancel_grace_s=1
+    )
     with TestClient(NodeCertApp(create_app(settings, store))) as client:
         w = World(client, creds.admin_token, NodeAgents(client)("n1"))
         gpus = [{"index": i, "uuid": f"GPU-{i}", "model": "H100-80GB", "memory_mib": 81920} for i in range(4)]
-        client.post("/api/v1/agents/register", json={"name": "n1", "backend": "simulated", "gpus": gpus},
-                    headers=w.agent)
+        client.post(
+            "/api/v1/agents/register", json={"name": "n1", "backend": "simulated", "gpus": gpus}, headers=w.agent
+        )
         yield w
 
 
@@ -110,8 +120,10 @@ def test_maximum_is_never_exceeded_and_pending_says_why(world: World) -> None:
     capped = world.tenant("capped", guaranteed=0, maximum=1)
     first, second = world.submit(capped), world.submit(capped)
     world.settle(lambda: world.job(first)["state"] == "RUNNING", "first runs")
-    job = world.settle(lambda: (j := world.job(second))["pending_reason"] and j["pending_reason"].startswith("quota") and j,
-                       "second waits on quota")
+    job = world.settle(
+        lambda: (j := world.job(second))["pending_reason"] and j["pending_reason"].startswith("quota") and j,
+        "second waits on quota",
+    )
     assert job["queue_position"] == 0
     assert world.job(second)["state"] == "PENDING"
 
@@ -122,6 +134,7 @@ def test_higher_priority_goes_first_and_positions_follow(world: World) -> None:
     world.settle(lambda: world.job(hog)["state"] == "RUNNING", "hog runs")
     low = world.submit(t, priority=0)
     high = world.submit(t, priority=10)
+
     def positions() -> tuple[int, int] | None:
         got = (world.job(high)["queue_position"], world.job(low)["queue_position"])
         return None if None in got else got

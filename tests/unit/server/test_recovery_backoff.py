@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from corral.core.states import JobState
-from corral.server.services.recovery import MAX_BACKOFF_S, compute_backoff_s, requeue_after_failure
+from corral.server.health.consequences import MAX_BACKOFF_S, compute_backoff_s, requeue_after_failure
 from corral.store.records import JobSpec
 from corral.store.sql import SqlStore
 
@@ -17,8 +17,19 @@ T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 
 @pytest.mark.parametrize(
     ("retries_used", "base_s", "backoff_s"),
-    [(0, 10, 10), (1, 10, 20), (2, 10, 40), (3, 10, 80), (4, 10, 160), (5, 10, MAX_BACKOFF_S), (40, 10, MAX_BACKOFF_S),
-     (0, 0, 0), (3, 0, 0), (2, 2.5, 10), (-1, 10, 10)],
+    [
+        (0, 10, 10),
+        (1, 10, 20),
+        (2, 10, 40),
+        (3, 10, 80),
+        (4, 10, 160),
+        (5, 10, MAX_BACKOFF_S),
+        (40, 10, MAX_BACKOFF_S),
+        (0, 0, 0),
+        (3, 0, 0),
+        (2, 2.5, 10),
+        (-1, 10, 10),
+    ],
 )
 def test_backoff_doubles_per_retry_up_to_the_cap(retries_used: int, base_s: float, backoff_s: float) -> None:
     assert compute_backoff_s(retries_used, base_s) == pytest.approx(backoff_s)
@@ -36,7 +47,9 @@ def test_each_requeue_waits_longer_then_the_job_fails(store: SqlStore) -> None:
         assert store.assign_job(job.id, "n1", [0], now)
         running = store.get_job(job.id)
         assert running is not None
-        assert requeue_after_failure(store, running, "GPU 0 failed (xid 79)", now, backoff_base_s=10) is JobState.PENDING
+        assert (
+            requeue_after_failure(store, running, "GPU 0 failed (xid 79)", now, backoff_base_s=10) is JobState.PENDING
+        )
         after = store.get_job(job.id)
         assert after is not None and after.not_before is not None and after.failures == attempt + 1
         waits.append((after.not_before - now).total_seconds())

@@ -12,14 +12,37 @@ from corral.server.services.reports import JobRun, compute_usage_rows, render_cs
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 
 
-def job(job_id: int, tenant: int, user: int, start_h: float, end_h: float | None, gpus: int = 1, milli: int = 1000,
-        node: str = "n1", util: float | None = None) -> JobRun:
-    return JobRun(job_id, tenant, user, gpus, milli, 1, T0 + timedelta(hours=start_h),
-                  None if end_h is None else T0 + timedelta(hours=end_h), ((node, tuple(range(gpus))),), util)
+def job(
+    job_id: int,
+    tenant: int,
+    user: int,
+    start_h: float,
+    end_h: float | None,
+    gpus: int = 1,
+    milli: int = 1000,
+    node: str = "n1",
+    util: float | None = None,
+) -> JobRun:
+    return JobRun(
+        job_id,
+        tenant,
+        user,
+        gpus,
+        milli,
+        1,
+        T0 + timedelta(hours=start_h),
+        None if end_h is None else T0 + timedelta(hours=end_h),
+        ((node, tuple(range(gpus))),),
+        util,
+    )
 
 
-JOBS = [job(1, 1, 10, 0, 2, gpus=4), job(2, 2, 20, 1, 3, gpus=1, milli=500), job(3, 1, 11, 23, 25, gpus=2),
-        job(4, 2, 20, -5, -1, gpus=8)]  # job 4 ended before the range
+JOBS = [
+    job(1, 1, 10, 0, 2, gpus=4),
+    job(2, 2, 20, 1, 3, gpus=1, milli=500),
+    job(3, 1, 11, 23, 25, gpus=2),
+    job(4, 2, 20, -5, -1, gpus=8),
+]  # job 4 ended before the range
 TENANTS = {1: "vision", 2: "nlp"}
 USERS = {10: "alice", 11: "carol", 20: "bob"}
 MODELS = {("n1", i): "H100-80GB" for i in range(8)}
@@ -35,24 +58,36 @@ MODELS = {("n1", i): "H100-80GB" for i in range(8)}
     ],
 )
 def test_gpu_hours_grouped(group_by: str, expected: dict[str, tuple[float, int]]) -> None:
-    rows = compute_usage_rows(JOBS, group_by, T0, T0 + timedelta(days=2), T0 + timedelta(days=3), TENANTS, USERS,
-                              MODELS)
+    rows = compute_usage_rows(
+        JOBS, group_by, T0, T0 + timedelta(days=2), T0 + timedelta(days=3), TENANTS, USERS, MODELS
+    )
     assert {r["key"]: (r["gpu_hours"], r["jobs"]) for r in rows} == expected
 
 
 def test_running_job_counts_until_now_and_range_clips() -> None:
-    rows = compute_usage_rows([job(5, 1, 10, 0, None, gpus=2)], "tenant", T0 + timedelta(hours=1),
-                              T0 + timedelta(hours=10), T0 + timedelta(hours=3), TENANTS, USERS, MODELS)
+    rows = compute_usage_rows(
+        [job(5, 1, 10, 0, None, gpus=2)],
+        "tenant",
+        T0 + timedelta(hours=1),
+        T0 + timedelta(hours=10),
+        T0 + timedelta(hours=3),
+        TENANTS,
+        USERS,
+        MODELS,
+    )
     assert rows == [{"key": "vision", "gpu_hours": 4.0, "jobs": 1, "avg_util_pct": None}]
 
 
 def test_utilisation_weighted_by_gpu_hours_and_csv() -> None:
     runs = [job(1, 1, 10, 0, 2, gpus=4, util=50.0), job(2, 2, 20, 1, 3, gpus=1, milli=500, util=100.0)]
-    rows = compute_usage_rows(runs, "gpu_model", T0, T0 + timedelta(days=1), T0 + timedelta(days=1), TENANTS,
-                              USERS, MODELS)
+    rows = compute_usage_rows(
+        runs, "gpu_model", T0, T0 + timedelta(days=1), T0 + timedelta(days=1), TENANTS, USERS, MODELS
+    )
     assert rows[0]["avg_util_pct"] == pytest.approx((50 * 8 + 100 * 1) / 9, abs=0.01)
-    assert render_csv(rows, "gpu_model").splitlines() == ["gpu_model,gpu_hours,jobs,avg_util_pct",
-                                                          f"H100-80GB,9.0,2,{rows[0]['avg_util_pct']}"]
+    assert render_csv(rows, "gpu_model").splitlines() == [
+        "gpu_model,gpu_hours,jobs,avg_util_pct",
+        f"H100-80GB,9.0,2,{rows[0]['avg_util_pct']}",
+    ]
 
 
 def test_unknown_grouping_names_the_field() -> None:

@@ -6,8 +6,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from corral.core.resources import GpuInfo
+from corral.server.background.scheduling import Scheduler
 from corral.server.services.notify import NodeNotifier
-from corral.server.services.scheduling import Scheduler
 from corral.store.records import JobSpec, Quota
 from corral.store.sql import SqlStore
 

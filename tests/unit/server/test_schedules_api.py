@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from node_certs import NodeAgents, NodeCertApp
 
 from corral.core.states import JobState
 from corral.server.app import create_app
-from node_certs import NodeAgents, NodeCertApp
 from corral.server.bootstrap import ensure_credentials
 from corral.server.services.notify import NodeNotifier, Trigger
 from corral.server.services.schedules import ScheduleRunner
@@ -34,9 +34,13 @@ class Api:
         return self.client.request(method, f"/api/v1{path}", headers=auth if auth is not None else self.admin, **kw)
 
     def user(self, name: str, role: str, tenant: str) -> dict[str, str]:
-        r = self.call("POST", "/users", json={"name": name, "role": role, "tenant": tenant, "password": "correct horse"})
+        r = self.call(
+            "POST", "/users", json={"name": name, "role": role, "tenant": tenant, "password": "correct horse"}
+        )
         assert r.status_code == 201, r.text
-        token = self.call("POST", "/login", auth={}, json={"username": name, "password": "correct horse"}).json()["token"]
+        token = self.call("POST", "/login", auth={}, json={"username": name, "password": "correct horse"}).json()[
+            "token"
+        ]
         return {"Authorization": f"Bearer {token}"}
 
     def schedule(self, auth: dict[str, str] | None = None, **kw: Any) -> Any:
@@ -51,8 +55,14 @@ def api(database_url: str, tmp_path: Path) -> Iterator[Api]:
     with TestClient(NodeCertApp(create_app(Settings(data_dir=tmp_path, database_url=database_url), store))) as client:
         a = Api(client, store, creds.admin_token)
         gpus = [{"index": i, "uuid": f"GPU-{i}", "model": "H100-80GB", "memory_mib": 81920} for i in range(8)]
-        assert client.post("/api/v1/agents/register", json={"name": "n1", "backend": "simulated", "gpus": gpus},
-                           headers=NodeAgents(client)("n1")).status_code == 200
+        assert (
+            client.post(
+                "/api/v1/agents/register",
+                json={"name": "n1", "backend": "simulated", "gpus": gpus},
+                headers=NodeAgents(client)("n1"),
+            ).status_code
+            == 200
+        )
         for name in ("vision", "nlp"):
             assert a.call("POST", "/tenants", json={"name": name}).status_code == 201
         yield a
@@ -73,7 +83,9 @@ def api(database_url: str, tmp_path: Path) -> Iterator[Api]:
         pytest.param({"bogus": 1}, 422, "bogus", id="unknown-field"),
     ],
 )
-def test_bad_schedules_name_the_field_and_create_nothing(api: Api, body: dict[str, Any], status: int, field: str) -> None:
+def test_bad_schedules_name_the_field_and_create_nothing(
+    api: Api, body: dict[str, Any], status: int, field: str
+) -> None:
     r = api.schedule(**body)
     assert r.status_code == status, r.text
     assert r.json()["error"]["field"] == field
@@ -81,14 +93,19 @@ def test_bad_schedules_name_the_field_and_create_nothing(api: Api, body: dict[st
 
 
 def test_create_shows_the_timetable_and_names_default_to_the_job(api: Api) -> None:
-    r = api.schedule(schedule="0 9 * * MON-FRI", timezone="Europe/Paris",
-                     job={"command": ["python", "train.py"], "gpus": 2, "name": "train"})
+    r = api.schedule(
+        schedule="0 9 * * MON-FRI",
+        timezone="Europe/Paris",
+        job={"command": ["python", "train.py"], "gpus": 2, "name": "train"},
+    )
     assert r.status_code == 201, r.text
     s = r.json()
     assert s["name"] == "train" and s["concurrency"] == "forbid" and not s["paused"]
     assert "09:00" in s["description"] and "Europe/Paris" in s["description"]
     upcoming = [datetime.fromisoformat(t) for t in s["upcoming"]]
-    assert len(upcoming) == 3 and upcoming == sorted(upcoming) and upcoming[0] == datetime.fromisoformat(s["next_run_at"])
+    assert (
+        len(upcoming) == 3 and upcoming == sorted(upcoming) and upcoming[0] == datetime.fromisoformat(s["next_run_at"])
+    )
     assert all(t.astimezone(__import__("zoneinfo").ZoneInfo("Europe/Paris")).hour == 9 for t in upcoming)
     assert api.schedule(job={"command": ["train"]}).status_code == 409  # "train" again, same tenant
     assert api.schedule(name="other", job={"command": ["train"]}).status_code == 201
@@ -138,6 +155,7 @@ def test_pause_resume_edit_and_delete(api: Api) -> None:
 
 
 # ---- the runner, at chosen instants ------------------------------------------------------------------
+
 
 @pytest.fixture
 def runner(api: Api) -> ScheduleRunner:

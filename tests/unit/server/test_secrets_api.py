@@ -38,19 +38,21 @@ class Api:
         return self.client.request(method, f"/api/v1{path}", headers=auth if auth is not None else self.admin, **kw)
 
     def user(self, name: str, role: str, tenant: str) -> dict[str, str]:
-        r = self.call("POST", "/users", json={"name": name, "role": role, "tenant": tenant, "password": "correct horse"})
+        r = self.call(
+            "POST", "/users", json={"name": name, "role": role, "tenant": tenant, "password": "correct horse"}
+        )
         assert r.status_code == 201, r.text
         r = self.call("POST", "/login", auth={}, json={"username": name, "password": "correct horse"})
         return {"Authorization": f"Bearer {r.json()['token']}"}
 
     def hand_over(self, job_id: int) -> dict[str, str]:
         """What the agent of node n1 receives for this job (the one place a value may appear): its secret_env."""
-        store: SqlStore = self.app.state.store
+        store: SqlStore = self.app.state.ctx.store
         store.touch_node("n1", datetime.now(UTC))  # a heartbeat: n1 is never LOST however slow the test runs
         store.assign_job(job_id, "n1", [], datetime.now(UTC))  # or the scheduler thread did already
         node = store.get_node("n1")
         assert node is not None
-        assignments, _ = compute_assignments(store, node, set(), keyring=self.app.state.keyring)
+        assignments, _ = compute_assignments(store, node, set(), keyring=self.app.state.ctx.keyring)
         return next((dict(a.secret_env) for a in assignments if a.job_id == job_id), {})
 
 
@@ -58,8 +60,16 @@ class Api:
 def api(database_url: str, tmp_path: Path) -> Iterator[Api]:
     store = open_store(database_url)
     creds = ensure_credentials(store, tmp_path)
-    store.upsert_node("n1", "n1", "simulated", 8000, 65536, {}, [GpuInfo(index=0, uuid="GPU-0", model="H100-80GB",
-                                                                         memory_mib=81920)], datetime.now(UTC))
+    store.upsert_node(
+        "n1",
+        "n1",
+        "simulated",
+        8000,
+        65536,
+        {},
+        [GpuInfo(index=0, uuid="GPU-0", model="H100-80GB", memory_mib=81920)],
+        datetime.now(UTC),
+    )
     with TestClient(create_app(Settings(data_dir=tmp_path, database_url=database_url), store)) as client:
         a = Api(client, creds.admin_token)
         for name in ("vision", "nlp"):
@@ -83,18 +93,24 @@ def test_another_tenant_can_neither_see_change_delete_nor_use_a_secret(api: Api)
     mallory = api.user("mallory", "member", "nlp")
     assert api.call("POST", "/secrets", auth=alice, json={"name": "wandb", "value": VALUE}).status_code == 201
     assert api.call("GET", "/secrets", auth=mallory).json() == []
-    for method, path, body in (("GET", "/secrets?tenant=vision", None),
-                               ("POST", "/secrets?tenant=vision", {"name": "x", "value": "y"}),
-                               ("PUT", "/secrets/wandb?tenant=vision", {"value": "mine now"}),
-                               ("DELETE", "/secrets/wandb?tenant=vision", None),
-                               ("PUT", "/secrets/wandb", {"value": "mine now"}),
-                               ("DELETE", "/secrets/wandb", None)):
+    for method, path, body in (
+        ("GET", "/secrets?tenant=vision", None),
+        ("POST", "/secrets?tenant=vision", {"name": "x", "value": "y"}),
+        ("PUT", "/secrets/wandb?tenant=vision", {"value": "mine now"}),
+        ("DELETE", "/secrets/wandb?tenant=vision", None),
+        ("PUT", "/secrets/wandb", {"value": "mine now"}),
+        ("DELETE", "/secrets/wandb", None),
+    ):
         r = api.call(method, path, auth=mallory, json=body)
         assert r.status_code == 404, (method, path, r.text)  # not 403: another tenant's existence is private
     used = api.call("POST", "/jobs", auth=mallory, json={"command": ["env"], "secret_env": {"K": "wandb"}})
     assert used.status_code in (400, 422) and used.json()["error"]["field"] == "secret_env", used.text
-    schedule = api.call("POST", "/schedules", auth=mallory,
-                        json={"schedule": "@daily", "job": {"command": ["env"], "secret_env": {"K": "wandb"}}})
+    schedule = api.call(
+        "POST",
+        "/schedules",
+        auth=mallory,
+        json={"schedule": "@daily", "job": {"command": ["env"], "secret_env": {"K": "wandb"}}},
+    )
     assert schedule.status_code in (400, 422) and schedule.json()["error"]["field"] == "job.secret_env", schedule.text
     assert [s["name"] for s in api.call("GET", "/secrets", auth=alice).json()] == ["wandb"]  # still there, unchanged
     job = api.call("POST", "/jobs", auth=alice, json={"command": ["x"], "secret_env": {"K": "wandb"}}).json()
@@ -103,8 +119,11 @@ def test_another_tenant_can_neither_see_change_delete_nor_use_a_secret(api: Api)
 
 @pytest.mark.parametrize(
     ("role", "can_write"),
-    [pytest.param("viewer", False, id="viewer-only-lists"), pytest.param("member", True, id="member-writes"),
-     pytest.param("tenant-admin", True, id="tenant-admin-writes")],
+    [
+        pytest.param("viewer", False, id="viewer-only-lists"),
+        pytest.param("member", True, id="member-writes"),
+        pytest.param("tenant-admin", True, id="tenant-admin-writes"),
+    ],
 )
 def test_roles(api: Api, role: str, can_write: bool) -> None:
     who = api.user("carol", role, "vision")
@@ -134,7 +153,8 @@ def test_admins_choose_the_tenant(api: Api) -> None:
     ],
 )
 def test_bad_secrets_are_refused_naming_the_field_and_never_echoing_the_value(
-        api: Api, body: dict[str, Any], field: str | None) -> None:
+    api: Api, body: dict[str, Any], field: str | None
+) -> None:
     r = api.call("POST", "/secrets", json=body)
     assert r.status_code == 422, r.text
     if field:
@@ -190,7 +210,7 @@ def test_rotation_keeps_every_secret_usable_and_retires_the_old_key(api: Api, tm
     out = r.json()
     assert out["resealed"] == 2 and len(out["retired_keys"]) == 1
     assert (tmp_path / "secrets.key").read_text() != old_file
-    assert api.app.state.store.secret_key_ids() == {out["key_id"]}
+    assert api.app.state.ctx.store.secret_key_ids() == {out["key_id"]}
     bob = api.user("bob", "member", "nlp")
     job = api.call("POST", "/jobs", auth=bob, json={"command": ["x"], "secret_env": {"A": "a", "B": "b"}}).json()
     assert api.hand_over(job["id"]) == {"A": f"{VALUE}-a", "B": f"{VALUE}-b"}
@@ -205,20 +225,35 @@ def _database_bytes(database_url: str, data_dir: Path) -> bytes:
 
 
 def test_a_value_is_in_no_response_event_log_line_or_database_file(
-        api: Api, database_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    api: Api, database_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.DEBUG)
     alice = api.user("alice", "member", "vision")
-    seen: list[str] = [api.call("POST", "/secrets", auth=alice, json={"name": "wandb", "value": VALUE}).text,
-                       api.call("PUT", "/secrets/wandb", auth=alice, json={"value": VALUE}).text]
+    seen: list[str] = [
+        api.call("POST", "/secrets", auth=alice, json={"name": "wandb", "value": VALUE}).text,
+        api.call("PUT", "/secrets/wandb", auth=alice, json={"value": VALUE}).text,
+    ]
     job = api.call("POST", "/jobs", auth=alice, json={"command": ["x"], "secret_env": {"W": "wandb"}})
-    sched = api.call("POST", "/schedules", auth=alice,
-                     json={"schedule": "@daily", "job": {"command": ["x"], "secret_env": {"W": "wandb"}}})
+    sched = api.call(
+        "POST",
+        "/schedules",
+        auth=alice,
+        json={"schedule": "@daily", "job": {"command": ["x"], "secret_env": {"W": "wandb"}}},
+    )
     assert job.status_code == 201 and sched.status_code == 201, (job.text, sched.text)
     assert api.hand_over(job.json()["id"]) == {"W": VALUE}
     job_id = job.json()["id"]
     seen += [job.text, sched.text]
-    for path in ("/secrets", "/secrets?tenant=vision", f"/jobs/{job_id}", f"/jobs/{job_id}/events", "/jobs?all=true",
-                 "/schedules", f"/schedules/{sched.json()['id']}", "/audit"):
+    for path in (
+        "/secrets",
+        "/secrets?tenant=vision",
+        f"/jobs/{job_id}",
+        f"/jobs/{job_id}/events",
+        "/jobs?all=true",
+        "/schedules",
+        f"/schedules/{sched.json()['id']}",
+        "/audit",
+    ):
         r = api.call("GET", path)
         assert r.status_code == 200, (path, r.text)
         seen.append(r.text)

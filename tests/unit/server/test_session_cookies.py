@@ -24,8 +24,11 @@ def setup(tmp_path: Path) -> Iterator[tuple[TestClient, str]]:
     with TestClient(create_app(Settings(data_dir=tmp_path, database_url=url), store)) as client:
         admin = {"Authorization": f"Bearer {creds.admin_token}"}
         client.post("/api/v1/tenants", headers=admin, json={"name": "vision"})
-        r = client.post("/api/v1/users", headers=admin,
-                        json={"name": "alice", "role": "member", "tenant": "vision", "password": "correct horse"})
+        r = client.post(
+            "/api/v1/users",
+            headers=admin,
+            json={"name": "alice", "role": "member", "tenant": "vision", "password": "correct horse"},
+        )
         assert r.status_code == 201, r.text
         yield client, creds.admin_token
 
@@ -49,11 +52,14 @@ def test_password_login_sets_httponly_strict_cookie(setup: tuple[TestClient, str
     assert "HttpOnly" not in csrf and "SameSite=strict" in csrf
 
 
-@pytest.mark.parametrize("body,message", [
-    ({"username": "alice", "password": "wrong"}, "wrong user name or password"),
-    ({"username": "nobody", "password": "correct horse"}, "wrong user name or password"),
-    ({"token": "crl_not-a-token"}, "invalid or revoked token"),
-])
+@pytest.mark.parametrize(
+    "body,message",
+    [
+        ({"username": "alice", "password": "wrong"}, "wrong user name or password"),
+        ({"username": "nobody", "password": "correct horse"}, "wrong user name or password"),
+        ({"token": "crl_not-a-token"}, "invalid or revoked token"),
+    ],
+)
 def test_bad_credentials_are_401(setup: tuple[TestClient, str], body: dict[str, str], message: str) -> None:
     client, _ = setup
     r = client.post("/web/login", json=body)
@@ -115,8 +121,14 @@ def test_logout_needs_csrf_then_revokes_the_session(setup: tuple[TestClient, str
     assert client.post("/web/logout").status_code == 403
     assert client.post("/web/logout", headers={"X-CSRF-Token": csrf}).status_code == 204
     assert "corral_session" not in client.cookies
-    assert client.get("/web/session").json() == {"authenticated": False, "user": None, "role": None,
-                                                 "tenant": None, "csrf": None, "expires_at": None}
+    assert client.get("/web/session").json() == {
+        "authenticated": False,
+        "user": None,
+        "role": None,
+        "tenant": None,
+        "csrf": None,
+        "expires_at": None,
+    }
     client.cookies.set("corral_session", str(session))
     stolen = client.get("/api/v1/whoami")
     assert stolen.status_code == 401  # the login token is revoked, not just forgotten by the browser
@@ -132,8 +144,18 @@ def test_pages_serve_the_shell_and_foreign_job_is_404(setup: tuple[TestClient, s
     client, admin_token = setup
     admin = {"Authorization": f"Bearer {admin_token}"}
     theirs = client.post("/api/v1/jobs", headers=admin, json=JOB).json()["id"]
-    for path in ("/", "/login", "/nodes", "/nodes/n1", "/gpus/n1/0", "/jobs", "/submit", "/alerts", "/admin",
-                 "/reports"):
+    for path in (
+        "/",
+        "/login",
+        "/nodes",
+        "/nodes/n1",
+        "/gpus/n1/0",
+        "/jobs",
+        "/submit",
+        "/alerts",
+        "/admin",
+        "/reports",
+    ):
         r = client.get(path)
         assert r.status_code == 200 and 'id="app"' in r.text, path
         csp = r.headers["content-security-policy"]

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from node_certs import NodeAgents, NodeCertApp
 
 from corral.server.app import create_app
-from node_certs import NodeAgents, NodeCertApp
 from corral.server.bootstrap import ensure_credentials
 from corral.server.settings import Settings
 from corral.store.sql import open_store
@@ -41,8 +41,14 @@ def api(database_url: str, tmp_path: Path) -> Iterator[Api]:
     with TestClient(NodeCertApp(create_app(Settings(data_dir=tmp_path, database_url=database_url), store))) as client:
         a = Api(client, creds.admin_token)
         gpus = [{"index": i, "uuid": f"GPU-{i}", "model": "H100-80GB", "memory_mib": 81920} for i in range(16)]
-        assert client.post("/api/v1/agents/register", json={"name": "n1", "backend": "simulated", "gpus": gpus},
-                           headers=NodeAgents(client)("n1")).status_code == 200
+        assert (
+            client.post(
+                "/api/v1/agents/register",
+                json={"name": "n1", "backend": "simulated", "gpus": gpus},
+                headers=NodeAgents(client)("n1"),
+            ).status_code
+            == 200
+        )
         for name in ("vision", "nlp"):
             assert a.call("POST", "/tenants", json={"name": name}).status_code == 201
         yield a
@@ -113,11 +119,17 @@ def test_login_failures_are_one_message(api: Api) -> None:
     [
         pytest.param("/tenants", {"name": "Bad Name"}, "name", id="tenant-name"),
         pytest.param("/tenants", {"name": "t2", "parent": "nope"}, "parent", id="unknown-parent"),
-        pytest.param("/tenants/vision/quotas", {"guaranteed_gpus": 8, "max_gpus": 4}, "max_gpus", id="max-below-guarantee"),
+        pytest.param(
+            "/tenants/vision/quotas", {"guaranteed_gpus": 8, "max_gpus": 4}, "max_gpus", id="max-below-guarantee"
+        ),
         pytest.param("/tenants/vision/quotas", {"guaranteed_gpus": -1}, "guaranteed_gpus", id="negative-quota"),
         pytest.param("/tenants/vision/quotas", {"guaranteed_gpus": 17}, "guaranteed_gpus", id="quota-exceeds-pool"),
-        pytest.param("/tenants/vision/quotas", {"gpu_model": "A100", "guaranteed_gpus": 1}, "gpu_model",
-                     id="quota-for-a-model-not-in-the-pool"),
+        pytest.param(
+            "/tenants/vision/quotas",
+            {"gpu_model": "A100", "guaranteed_gpus": 1},
+            "gpu_model",
+            id="quota-for-a-model-not-in-the-pool",
+        ),
         pytest.param("/users", {"name": "x", "role": "god"}, "role", id="unknown-role"),
         pytest.param("/users", {"name": "x", "password": "short"}, "password", id="short-password"),
         pytest.param("/jobs", {"command": ["true"], "queue": "nope"}, "queue", id="unknown-queue"),
@@ -136,8 +148,12 @@ def test_quotas_and_queues_roundtrip(api: Api) -> None:
     assert r.status_code == 200
     api.call("PUT", "/tenants/vision/quotas", json={"gpu_model": "H100", "guaranteed_gpus": 4, "max_gpus": 16})
     assert api.call("GET", "/quotas?tenant=vision").json() == [
-        {"tenant": "vision", "gpu_model": "H100", "guaranteed_gpus": 4, "max_gpus": 16}]
-    assert api.call("PUT", "/tenants/vision/queues", json={"name": "urgent", "mode": "strict", "priority": 10}).status_code == 200
+        {"tenant": "vision", "gpu_model": "H100", "guaranteed_gpus": 4, "max_gpus": 16}
+    ]
+    assert (
+        api.call("PUT", "/tenants/vision/queues", json={"name": "urgent", "mode": "strict", "priority": 10}).status_code
+        == 200
+    )
     assert {q["name"] for q in api.call("GET", "/queues?tenant=vision").json()} == {"default", "urgent"}
     alice = api.user("alice", "member", "vision")
     assert api.submit(alice, queue="urgent").json()["queue"] == "urgent"
@@ -149,7 +165,7 @@ def test_quotas_and_queues_roundtrip(api: Api) -> None:
 def test_usage_report_is_scoped_to_the_callers_tenant(api: Api) -> None:
     alice = api.user("alice", "member", "vision")
     bob = api.user("bob", "member", "nlp")
-    store = api.client.app.state.store  # type: ignore[attr-defined]
+    store = api.client.app.state.ctx.store  # type: ignore[attr-defined]
     from datetime import UTC, datetime, timedelta
 
     from corral.core.states import JobState
@@ -163,8 +179,11 @@ def test_usage_report_is_scoped_to_the_callers_tenant(api: Api) -> None:
         from corral.store.tables import JobRow
 
         with store._tx() as s:  # a finished two-hour run of `gpus` GPUs
-            s.execute(update(JobRow).where(JobRow.id == job_id).values(
-                gpus=gpus, started_at=start, finished_at=start + timedelta(hours=2), node="n1", gpu_indices=[0]))
+            s.execute(
+                update(JobRow)
+                .where(JobRow.id == job_id)
+                .values(gpus=gpus, started_at=start, finished_at=start + timedelta(hours=2), node="n1", gpu_indices=[0])
+            )
     mine = api.call("GET", "/reports/usage", auth=alice).json()
     assert mine == [{"key": "vision", "gpu_hours": 4.0, "jobs": 1, "avg_util_pct": None}]
     everyone = api.call("GET", "/reports/usage").json()

@@ -32,8 +32,14 @@ def free_port() -> int:
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[ServerThread]:
-    settings = Settings(data_dir=tmp_path / "data", port=free_port(), job_ui_port=0, agent_port=free_port(),
-                        tls="on", schedule_interval_s=0.2)
+    settings = Settings(
+        data_dir=tmp_path / "data",
+        port=free_port(),
+        job_ui_port=0,
+        agent_port=free_port(),
+        tls="on",
+        schedule_interval_s=0.2,
+    )
     srv = ServerThread(settings)
     srv.start()
     try:
@@ -60,8 +66,9 @@ def test_the_agent_port_knows_the_node_from_its_certificate_over_real_tls(server
         agent.sync("n2", AgentSync(wait_s=0))
     assert e.value.status == 403
     # no client certificate: the handshake passes (a joining agent has none), the agent routes do not
-    anonymous = httpx.post(f"{server.settings.agent_url}/api/v1/agents/n1/sync", json={},
-                           verify=trust_ssl_context(server.ca.cert_pem))
+    anonymous = httpx.post(
+        f"{server.settings.agent_url}/api/v1/agents/n1/sync", json={}, verify=trust_ssl_context(server.ca.cert_pem)
+    )
     assert anonymous.status_code == 401
     assert sorted((files.directory).iterdir()) and all(p.stat().st_mode & 0o077 == 0 for p in files.directory.iterdir())
 
@@ -86,8 +93,9 @@ def test_the_join_refuses_a_server_whose_ca_is_not_the_tokens(server: ServerThre
     assert not (tmp_path / "x" / "node.crt").exists()
 
 
-def test_renewal_over_mutual_tls_replaces_the_certificate_and_the_agent_goes_on(server: ServerThread,
-                                                                                tmp_path: Path) -> None:
+def test_renewal_over_mutual_tls_replaces_the_certificate_and_the_agent_goes_on(
+    server: ServerThread, tmp_path: Path
+) -> None:
     files, agent = joined(server, tmp_path, "n1")
     agent.register(AgentRegister(name="n1", backend="simulated"))
     ctx = agent.verify
@@ -118,8 +126,14 @@ def test_people_get_https_with_the_cluster_ca_and_the_cli_pins_it(server: Server
 def test_the_operators_certificate_is_served_to_people(tmp_path: Path) -> None:
     operator = CertificateAuthority.load_or_create(tmp_path / "operator")
     cert, key = operator.ensure_server_cert(["127.0.0.1", "localhost"])
-    settings = Settings(data_dir=tmp_path / "data", port=free_port(), job_ui_port=0, agent_port=free_port(),
-                        tls_cert=str(cert), tls_key=str(key))
+    settings = Settings(
+        data_dir=tmp_path / "data",
+        port=free_port(),
+        job_ui_port=0,
+        agent_port=free_port(),
+        tls_cert=str(cert),
+        tls_key=str(key),
+    )
     assert settings.serves_https  # CORRAL_TLS=auto: an operator's certificate turns HTTPS on
     srv = ServerThread(settings)
     srv.start()

@@ -16,7 +16,11 @@ from corral.core.errors import ValidationError
 from corral.core.resources import GpuInfo
 from corral.core.states import JobState
 from corral.core.unix_identity import (
-    JobIdentity, UidRange, check_mapped_identity, compute_job_identity, parse_uid_range,
+    JobIdentity,
+    UidRange,
+    check_mapped_identity,
+    compute_job_identity,
+    parse_uid_range,
 )
 from corral.server.app import create_app
 from corral.server.bootstrap import ensure_credentials
@@ -31,10 +35,13 @@ NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 # ---- the pure rules ---------------------------------------------------------------
-@pytest.mark.parametrize(("text", "expected"), [
-    ("200000-265535", UidRange(200_000, 265_535)),
-    (" 5000 - 6000 ", UidRange(5000, 6000)),
-])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("200000-265535", UidRange(200_000, 265_535)),
+        (" 5000 - 6000 ", UidRange(5000, 6000)),
+    ],
+)
 def test_uid_ranges_parse(text: str, expected: UidRange) -> None:
     assert parse_uid_range(text) == expected
 
@@ -46,12 +53,15 @@ def test_bad_uid_ranges_are_refused(text: str) -> None:
     assert e.value.field == "job_uids"
 
 
-@pytest.mark.parametrize(("user_id", "mapped", "expected"), [
-    (1, None, JobIdentity(200_001, 200_001, "alice")),
-    (65_535, None, JobIdentity(265_535, 265_535, "alice")),
-    (7, (5001, 5002), JobIdentity(5001, 5002, "alice")),
-    (None, None, JobIdentity(200_000, 200_000, "corral-job")),
-])
+@pytest.mark.parametrize(
+    ("user_id", "mapped", "expected"),
+    [
+        (1, None, JobIdentity(200_001, 200_001, "alice")),
+        (65_535, None, JobIdentity(265_535, 265_535, "alice")),
+        (7, (5001, 5002), JobIdentity(5001, 5002, "alice")),
+        (None, None, JobIdentity(200_000, 200_000, "corral-job")),
+    ],
+)
 def test_job_identity(user_id: int | None, mapped: tuple[int, int] | None, expected: JobIdentity) -> None:
     assert compute_job_identity(user_id, "alice", mapped, RANGE) == expected
 
@@ -61,10 +71,17 @@ def test_a_user_id_beyond_the_range_is_an_error_not_a_wrap() -> None:
         compute_job_identity(65_536, "zed", None, RANGE)
 
 
-@pytest.mark.parametrize(("uid", "gid", "field"), [
-    (0, 5000, "uid"), (5000, 0, "gid"), (999, 5000, "uid"), (5000, 27, "gid"),
-    (200_002, 5000, "uid"), (5000, 265_535, "gid"),
-])
+@pytest.mark.parametrize(
+    ("uid", "gid", "field"),
+    [
+        (0, 5000, "uid"),
+        (5000, 0, "gid"),
+        (999, 5000, "uid"),
+        (5000, 27, "gid"),
+        (200_002, 5000, "uid"),
+        (5000, 265_535, "gid"),
+    ],
+)
 def test_mappings_to_system_or_range_ids_are_refused(uid: int, gid: int, field: str) -> None:
     with pytest.raises(ValidationError) as e:
         check_mapped_identity(uid, gid, RANGE)
@@ -83,9 +100,11 @@ def test_assignments_carry_the_owners_identity(store: SqlStore) -> None:
     alice = store.create_user("alice", "member", NOW)
     carol = store.create_user("carol", "member", NOW)
     store.set_user_unix_identity(carol.id, 5001, 5100)
-    ids = {_running_job(store, alice.id): (200_000 + alice.id, 200_000 + alice.id, "alice"),
-           _running_job(store, carol.id): (5001, 5100, "carol"),
-           _running_job(store, None): (200_000, 200_000, "corral-job")}
+    ids = {
+        _running_job(store, alice.id): (200_000 + alice.id, 200_000 + alice.id, "alice"),
+        _running_job(store, carol.id): (5001, 5100, "carol"),
+        _running_job(store, None): (200_000, 200_000, "corral-job"),
+    }
     assignments, _ = compute_assignments(store, node, set(), uids=RANGE)
     assert {a.job_id: (a.uid, a.gid, a.unix_user) for a in assignments} == ids
 
@@ -157,10 +176,16 @@ def test_members_cannot_read_other_users_identities(api: Api) -> None:
     assert api.call("GET", "/users/carol/unix", auth=alice).status_code == 403
 
 
-@pytest.mark.parametrize(("body", "field"), [
-    ({"uid": 0}, "uid"), ({"uid": 999}, "uid"), ({"uid": 5001, "gid": 0}, "gid"),
-    ({"uid": 200_005}, "uid"), ({"uid": 2**63}, "uid"),
-])
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"uid": 0}, "uid"),
+        ({"uid": 999}, "uid"),
+        ({"uid": 5001, "gid": 0}, "gid"),
+        ({"uid": 200_005}, "uid"),
+        ({"uid": 2**63}, "uid"),
+    ],
+)
 def test_bad_mappings_are_refused_naming_the_field(api: Api, body: dict[str, int], field: str) -> None:
     api.user("alice", "member", "vision")
     r = api.call("PUT", "/users/alice/unix", json=body)

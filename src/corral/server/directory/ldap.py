@@ -43,8 +43,10 @@ class LdapConfig:
         if self.start_tls and self.url.startswith("ldaps://"):
             raise ValidationError("ldap_start_tls", "StartTLS upgrades an ldap:// connection; ldaps:// is TLS already")
         if bool(self.user_dn_template) == bool(self.user_search_base):
-            raise ValidationError("ldap_user_dn_template", "set exactly one of CORRAL_LDAP_USER_DN_TEMPLATE and "
-                                                           "CORRAL_LDAP_USER_SEARCH_BASE")
+            raise ValidationError(
+                "ldap_user_dn_template",
+                "set exactly one of CORRAL_LDAP_USER_DN_TEMPLATE and CORRAL_LDAP_USER_SEARCH_BASE",
+            )
         if self.user_dn_template and "{username}" not in self.user_dn_template:
             raise ValidationError("ldap_user_dn_template", "must contain {username}")
         if self.user_search_base and "{username}" not in self.user_filter:
@@ -82,15 +84,26 @@ class LdapDirectory:
         tls = None
         if config.url.startswith("ldaps://") or config.start_tls:
             tls = Tls(validate=ssl.CERT_REQUIRED, ca_certs_file=config.ca_file or None)
-        self._server = Server(config.url, use_ssl=config.url.startswith("ldaps://"), tls=tls, get_info=NONE,
-                              connect_timeout=config.timeout_s)
+        self._server = Server(
+            config.url,
+            use_ssl=config.url.startswith("ldaps://"),
+            tls=tls,
+            get_info=NONE,
+            connect_timeout=config.timeout_s,
+        )
 
     def _connect(self, dn: str | None, password: str | None) -> Connection | None:
         """A bound connection, or None when the directory refuses the credentials. Raises UnavailableError
         when it cannot be reached or TLS fails (a clear error, not a refusal of the password)."""
         # ldap3 packs receive_timeout into a struct: whole seconds only
-        conn = Connection(self._server, user=dn, password=password, receive_timeout=math.ceil(self.config.timeout_s),
-                          raise_exceptions=False, auto_bind=False)
+        conn = Connection(
+            self._server,
+            user=dn,
+            password=password,
+            receive_timeout=math.ceil(self.config.timeout_s),
+            raise_exceptions=False,
+            auto_bind=False,
+        )
         try:
             conn.open()
             if self.config.start_tls and not conn.start_tls():
@@ -105,7 +118,9 @@ class LdapDirectory:
         conn.unbind()
         if code == INVALID_CREDENTIALS:
             return None
-        raise UnavailableError(f"the LDAP directory {self.config.url} refused a bind: {(conn.result or {}).get('description')}")
+        raise UnavailableError(
+            f"the LDAP directory {self.config.url} refused a bind: {(conn.result or {}).get('description')}"
+        )
 
     def _service(self) -> Connection:
         conn = self._connect(self.config.bind_dn or None, self.config.bind_password or None)
@@ -118,8 +133,13 @@ class LdapDirectory:
             return user_dn_from_template(self.config.user_dn_template, username)
         conn = self._service()
         try:
-            conn.search(self.config.user_search_base, fill_filter(self.config.user_filter, username=username),
-                        SUBTREE, attributes=[], size_limit=2)
+            conn.search(
+                self.config.user_search_base,
+                fill_filter(self.config.user_filter, username=username),
+                SUBTREE,
+                attributes=[],
+                size_limit=2,
+            )
             entries = [e for e in conn.response or [] if e.get("type") == "searchResEntry"]
         finally:
             conn.unbind()
@@ -130,9 +150,12 @@ class LdapDirectory:
         names: set[str] = set()
         if self.config.group_search_base:
             attr = self.config.group_name_attr
-            conn.search(self.config.group_search_base,
-                        fill_filter(self.config.group_filter, user_dn=user_dn, username=username),
-                        SUBTREE, attributes=[attr])
+            conn.search(
+                self.config.group_search_base,
+                fill_filter(self.config.group_filter, user_dn=user_dn, username=username),
+                SUBTREE,
+                attributes=[attr],
+            )
             for e in conn.response or []:
                 if e.get("type") != "searchResEntry":
                     continue
@@ -192,12 +215,19 @@ def ldap_config_from(settings: Settings) -> LdapConfig | None:
     if not settings.ldap_url:
         return None
     return LdapConfig(
-        url=settings.ldap_url, start_tls=settings.ldap_start_tls, ca_file=settings.ldap_ca_file,
-        user_dn_template=settings.ldap_user_dn_template, user_search_base=settings.ldap_user_search_base,
-        user_filter=settings.ldap_user_filter, bind_dn=settings.ldap_bind_dn,
+        url=settings.ldap_url,
+        start_tls=settings.ldap_start_tls,
+        ca_file=settings.ldap_ca_file,
+        user_dn_template=settings.ldap_user_dn_template,
+        user_search_base=settings.ldap_user_search_base,
+        user_filter=settings.ldap_user_filter,
+        bind_dn=settings.ldap_bind_dn,
         bind_password=read_secret_file("ldap_bind_password_file", settings.ldap_bind_password_file),
-        group_search_base=settings.ldap_group_search_base, group_filter=settings.ldap_group_filter,
-        group_name_attr=settings.ldap_group_name_attr, timeout_s=settings.ldap_timeout_s)
+        group_search_base=settings.ldap_group_search_base,
+        group_filter=settings.ldap_group_filter,
+        group_name_attr=settings.ldap_group_name_attr,
+        timeout_s=settings.ldap_timeout_s,
+    )
 
 
 def build_ldap_directory(settings: Settings) -> LdapDirectory | None:

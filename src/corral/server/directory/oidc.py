@@ -112,8 +112,10 @@ class OidcClient:
                 return self._cache.metadata
         doc = self._get_json(self.config.issuer.rstrip("/") + "/.well-known/openid-configuration", "discovery document")
         if doc.get("issuer") != self.config.issuer:
-            raise UnavailableError(f"the discovery document names issuer {doc.get('issuer')!r}, not "
-                                   f"{self.config.issuer!r} (CORRAL_OIDC_ISSUER must match exactly)")
+            raise UnavailableError(
+                f"the discovery document names issuer {doc.get('issuer')!r}, not "
+                f"{self.config.issuer!r} (CORRAL_OIDC_ISSUER must match exactly)"
+            )
         for key in ("authorization_endpoint", "token_endpoint", "jwks_uri"):
             if not isinstance(doc.get(key), str):
                 raise UnavailableError(f"the discovery document has no {key}")
@@ -148,9 +150,18 @@ class OidcClient:
             while len(self._pending) >= MAX_PENDING:
                 del self._pending[next(iter(self._pending))]
             self._pending[state] = PendingLogin(_digest(browser), nonce, verifier, redirect_url, now)
-        query = urlencode({"response_type": "code", "client_id": self.config.client_id, "redirect_uri": redirect_url,
-                           "scope": self.config.scopes, "state": state, "nonce": nonce,
-                           "code_challenge": challenge, "code_challenge_method": "S256"})
+        query = urlencode(
+            {
+                "response_type": "code",
+                "client_id": self.config.client_id,
+                "redirect_uri": redirect_url,
+                "scope": self.config.scopes,
+                "state": state,
+                "nonce": nonce,
+                "code_challenge": challenge,
+                "code_challenge_method": "S256",
+            }
+        )
         return f"{meta['authorization_endpoint']}?{query}", browser
 
     def _take_pending(self, state: str, browser: str) -> PendingLogin:
@@ -171,14 +182,23 @@ class OidcClient:
         pending = self._take_pending(state, browser)
         meta = self.metadata()
         try:
-            r = self._http.post(str(meta["token_endpoint"]), data={
-                "grant_type": "authorization_code", "code": code, "redirect_uri": pending.redirect_url,
-                "code_verifier": pending.verifier}, auth=(self.config.client_id, self.config.client_secret))
+            r = self._http.post(
+                str(meta["token_endpoint"]),
+                data={
+                    "grant_type": "authorization_code",
+                    "code": code,
+                    "redirect_uri": pending.redirect_url,
+                    "code_verifier": pending.verifier,
+                },
+                auth=(self.config.client_id, self.config.client_secret),
+            )
         except httpx.HTTPError as e:
             raise UnavailableError(f"the OpenID Connect token endpoint cannot be reached: {e}") from e
         if r.status_code != 200:
             raise AuthError(f"the provider refused the login code ({r.status_code}: {r.text[:200]})")
-        id_token = r.json().get("id_token") if r.headers.get("content-type", "").startswith("application/json") else None
+        id_token = (
+            r.json().get("id_token") if r.headers.get("content-type", "").startswith("application/json") else None
+        )
         if not isinstance(id_token, str):
             raise AuthError("the provider's answer has no ID token")
         return self.identity(self.verify_id_token(id_token, pending.nonce))
@@ -186,17 +206,22 @@ class OidcClient:
     def verify_id_token(self, id_token: str, nonce: str) -> dict[str, Any]:
         """The claims of an ID token whose signature (a key of the provider's JWKS, an asymmetric algorithm),
         issuer, audience (and azp), expiry and nonce are right; AuthError otherwise."""
-        algorithms = [a for a in self.metadata().get("id_token_signing_alg_values_supported", ["RS256"])
-                      if a in SAFE_ALGORITHMS] or ["RS256"]
+        algorithms = [
+            a for a in self.metadata().get("id_token_signing_alg_values_supported", ["RS256"]) if a in SAFE_ALGORITHMS
+        ] or ["RS256"]
         try:
             try:
                 token = jwt.decode(id_token, self._keys(), algorithms=algorithms)
             except JoseError:  # maybe a key the cached set lacks (the provider rotated): read the JWKS again, once
                 token = jwt.decode(id_token, self._keys(refresh=True), algorithms=algorithms)
             registry = jwt.JWTClaimsRegistry(
-                leeway=CLOCK_LEEWAY_S, iss={"essential": True, "value": self.config.issuer},
-                aud={"essential": True, "value": self.config.client_id}, exp={"essential": True},
-                sub={"essential": True}, nonce={"essential": True, "value": nonce})
+                leeway=CLOCK_LEEWAY_S,
+                iss={"essential": True, "value": self.config.issuer},
+                aud={"essential": True, "value": self.config.client_id},
+                exp={"essential": True},
+                sub={"essential": True},
+                nonce={"essential": True, "value": nonce},
+            )
             registry.validate(token.claims)
         except (JoseError, ValueError) as e:
             raise AuthError(f"the ID token was refused: {e}") from e
@@ -220,17 +245,27 @@ class OidcClient:
             groups = [groups]
         if not isinstance(groups, list):
             raise AuthError(f"the ID token's {self.config.groups_claim} claim is not a list")
-        return DirectoryIdentity(username=name, groups=frozenset(str(g) for g in groups), source=self.source,
-                                 email=str(claims.get("email") or ""))
+        return DirectoryIdentity(
+            username=name,
+            groups=frozenset(str(g) for g in groups),
+            source=self.source,
+            email=str(claims.get("email") or ""),
+        )
 
 
 def build_oidc_client(settings: Settings) -> OidcClient | None:
     """The server's OpenID Connect client, or None without CORRAL_OIDC_ISSUER. Bad settings raise at start."""
     if not settings.oidc_issuer:
         return None
-    return OidcClient(OidcConfig(
-        issuer=settings.oidc_issuer, client_id=settings.oidc_client_id,
-        client_secret=read_secret_file("oidc_client_secret_file", settings.oidc_client_secret_file),
-        scopes=settings.oidc_scopes, groups_claim=settings.oidc_groups_claim,
-        username_claim=settings.oidc_username_claim, redirect_url=settings.oidc_redirect_url,
-        ca_file=settings.oidc_ca_file))
+    return OidcClient(
+        OidcConfig(
+            issuer=settings.oidc_issuer,
+            client_id=settings.oidc_client_id,
+            client_secret=read_secret_file("oidc_client_secret_file", settings.oidc_client_secret_file),
+            scopes=settings.oidc_scopes,
+            groups_claim=settings.oidc_groups_claim,
+            username_claim=settings.oidc_username_claim,
+            redirect_url=settings.oidc_redirect_url,
+            ca_file=settings.oidc_ca_file,
+        )
+    )

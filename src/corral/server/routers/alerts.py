@@ -4,30 +4,29 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Depends, Query, Request, Response
+from fastapi import APIRouter, Body, Depends, Query, Response
 
 from corral.alerts.evaluator import AlertState
 from corral.api.schemas import SilenceIn
 from corral.core.errors import ValidationError
 from corral.core.tenancy import Action
 from corral.server.auth import Principal, require_user
+from corral.server.deps import AlertingDep
 from corral.server.params import Id
-from corral.server.services.alerting import AlertService
 
 router = APIRouter(prefix="/api/v1", tags=["alerts"])
 User = Annotated[Principal, Depends(require_user)]
 
 
-def _alerting(request: Request) -> AlertService:
-    service: AlertService = request.app.state.alerting
-    return service
-
-
 @router.get("/alerts")
-def list_alerts(request: Request, caller: User, state: Annotated[list[str] | None, Query()] = None,
-                history: bool = False, limit: Annotated[int, Query(ge=1, le=5000)] = 200) -> list[dict[str, Any]]:
+def list_alerts(
+    caller: User,
+    alerting: AlertingDep,
+    state: Annotated[list[str] | None, Query()] = None,
+    history: bool = False,
+    limit: Annotated[int, Query(ge=1, le=5000)] = 200,
+) -> list[dict[str, Any]]:
     """Current alerts (firing, pending, recently resolved), or with `history=true` every state change."""
-    alerting = _alerting(request)
     if history:
         return alerting.history(caller, limit)
     try:
@@ -38,45 +37,45 @@ def list_alerts(request: Request, caller: User, state: Annotated[list[str] | Non
 
 
 @router.get("/alert-rules")
-def list_rules(request: Request, caller: User) -> list[dict[str, Any]]:
-    return _alerting(request).list_rules(caller)
+def list_rules(caller: User, alerting: AlertingDep) -> list[dict[str, Any]]:
+    return alerting.list_rules(caller)
 
 
 @router.post("/alert-rules", status_code=201)
-def create_rule(request: Request, caller: User, body: Annotated[dict[str, Any], Body()]) -> dict[str, Any]:
-    return _alerting(request).create_rule(caller, body)
+def create_rule(caller: User, alerting: AlertingDep, body: Annotated[dict[str, Any], Body()]) -> dict[str, Any]:
+    return alerting.create_rule(caller, body)
 
 
 @router.delete("/alert-rules/{rule_id}", status_code=204)
-def delete_rule(rule_id: Id, request: Request, caller: User) -> Response:
-    _alerting(request).delete_rule(caller, rule_id)
+def delete_rule(rule_id: Id, caller: User, alerting: AlertingDep) -> Response:
+    alerting.delete_rule(caller, rule_id)
     return Response(status_code=204)
 
 
 @router.get("/silences")
-def list_silences(request: Request, caller: User) -> list[dict[str, Any]]:
+def list_silences(caller: User, alerting: AlertingDep) -> list[dict[str, Any]]:
     """Active silences: every one for an admin, the caller's tenant's own for anyone else."""
-    return _alerting(request).list_silences(caller)
+    return alerting.list_silences(caller)
 
 
 @router.post("/silences", status_code=201)
-def create_silence(request: Request, caller: User, body: SilenceIn) -> dict[str, Any]:
+def create_silence(caller: User, alerting: AlertingDep, body: SilenceIn) -> dict[str, Any]:
     """Mute alerts whose labels match. A tenant-admin's silence belongs to its tenant and mutes only that tenant's
     own alerts (its jobs', its queue's, its rules'), never a node's, a GPU's or another tenant's, and lasts at most
     30 days; an admin's lasts at most 90."""
-    return _alerting(request).create_silence(caller, body.model_dump(exclude_none=True))
+    return alerting.create_silence(caller, body.model_dump(exclude_none=True))
 
 
 @router.delete("/silences/{silence_id}", status_code=204)
-def delete_silence(silence_id: str, request: Request, caller: User) -> Response:
-    _alerting(request).delete_silence(caller, silence_id)
+def delete_silence(silence_id: str, caller: User, alerting: AlertingDep) -> Response:
+    alerting.delete_silence(caller, silence_id)
     return Response(status_code=204)
 
 
 @router.get("/notifiers")
-def notifiers(request: Request, caller: User) -> list[dict[str, Any]]:
+def notifiers(caller: User, alerting: AlertingDep) -> list[dict[str, Any]]:
     """Delivery status of each notifier: failures are visible, never silent (admins)."""
     caller.require(Action.MANAGE_CLUSTER)
     from dataclasses import asdict
 
-    return [asdict(s) for s in _alerting(request).dispatcher.status()]
+    return [asdict(s) for s in alerting.dispatcher.status()]

@@ -10,95 +10,111 @@ from fastapi.responses import PlainTextResponse
 
 from corral.api.bounds import MAX_ID
 from corral.api.schemas import JobOut, JobSubmit
+from corral.core.errors import NotFoundError
 from corral.core.states import JobState
-from corral.server.auth import Principal, require_user
-from corral.server.params import Id, IdempotencyKey, Offset
-from corral.server.routers.proxy import job_ui_base
 from corral.core.tenancy import Action
-from corral.server.services.jobs import load_job, submit_job, to_out
+from corral.server.auth import Principal, require_user
+from corral.server.deps import LogsDep, NotifierDep, SchedulerDep, SettingsDep, StoreDep
+from corral.server.params import Id, IdempotencyKey, Offset
+from corral.server.services.job_ui import job_out
+from corral.server.services.jobs import load_job, submit_job
 from corral.server.services.tenancy import tenant_names
-from corral.store.records import Job
 
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
 User = Annotated[Principal, Depends(require_user)]
 
 
-def _out(request: Request, job: Job, names: dict[int, str] | None = None) -> JobOut:
-    sched = request.app.state.scheduler
-    out = to_out(job, sched.pending_reasons, names if names is not None else tenant_names(request.app.state.store),
-                 sched.pending_info)
-    if out.web_url:  # on the job-UI origin when it has one (CORRAL_JOB_UI_PORT)
-        out.web_url = job_ui_base(request) + out.web_url
-    return out
-
-
 @router.post("", status_code=201, response_model=JobOut)
-def create_job(body: JobSubmit, request: Request, response: Response, caller: User,
-               idempotency_key: IdempotencyKey = None) -> JobOut:
+def create_job(
+    body: JobSubmit,
+    request: Request,
+    response: Response,
+    caller: User,
+    store: StoreDep,
+    sched: SchedulerDep,
+    settings: SettingsDep,
+    idempotency_key: IdempotencyKey = None,
+) -> JobOut:
     """Submit a job. With `Idempotency-Key`, a retry (same key, same body, same caller) returns the job the first
     request made, marked `Idempotent-Replayed: true`; the same key with another body is refused (422)."""
     caller.require(Action.SUBMIT)
-    app = request.app
-    keep = timedelta(seconds=app.state.settings.idempotency_key_ttl_s)
-    job, created = submit_job(app.state.store, body, caller, idempotency_key, keep)
+    keep = timedelta(seconds=settings.idempotency_key_ttl_s)
+    job, created = submit_job(store, body, caller, idempotency_key, keep)
     if created:
-        app.state.scheduler.trigger.fire()
+        sched.trigger.fire()
     else:
         response.headers["Idempotent-Replayed"] = "true"
-    return _out(request, job)
+    return job_out(request, store, sched, job)
 
 
 @router.get("", response_model=list[JobOut])
-def list_jobs(request: Request, response: Response, caller: User, all: bool = False,
-              state: Annotated[list[JobState] | None, Query()] = None,
-              limit: Annotated[int, Query(ge=1, le=10_000, description="at most this many jobs")] = 1000,
-              before_id: Annotated[int | None, Query(ge=1, le=MAX_ID, description="page: only jobs with a smaller id")] = None,
-              newest_first: bool = False,
-              node: Annotated[str | None, Query(max_length=255)] = None) -> list[JobOut]:
+def list_jobs(
+    request: Request,
+    response: Response,
+    caller: User,
+    store: StoreDep,
+    sched: SchedulerDep,
+    all: bool = False,
+    state: Annotated[list[JobState] | None, Query()] = None,
+    limit: Annotated[int, Query(ge=1, le=10_000, description="at most this many jobs")] = 1000,
+    before_id: Annotated[int | None, Query(ge=1, le=MAX_ID, description="page: only jobs with a smaller id")] = None,
+    newest_first: bool = False,
+    node: Annotated[str | None, Query(max_length=255)] = None,
+) -> list[JobOut]:
     """Pending and running jobs (`all=true`: every job), of the caller's tenant (admins: of all).
 
     Pages: `limit` with `newest_first=true` and `before_id` = the last id seen. `X-Total-Count` counts all matches.
     """
-    store = request.app.state.store
     states = state or (None if all else [JobState.PENDING, JobState.RUNNING])
     scope = caller.tenant_scope()
-    jobs = store.list_jobs(states=states, tenant_id=scope, limit=limit, newest_first=newest_first,
-                           before_id=before_id, node=node)
+    jobs = store.list_jobs(
+        states=states, tenant_id=scope, limit=limit, newest_first=newest_first, before_id=before_id, node=node
+    )
     response.headers["X-Total-Count"] = str(store.count_jobs(states=states, tenant_id=scope))
     names = tenant_names(store)
-    return [_out(request, j, names) for j in jobs]
+    return [job_out(request, store, sched, j, names) for j in jobs]
 
 
 @router.get("/{job_id}", response_model=JobOut)
-def get_job(job_id: Id, request: Request, caller: User) -> JobOut:
-    return _out(request, load_job(request.app.state.store, job_id, caller))
+def get_job(job_id: Id, request: Request, caller: User, store: StoreDep, sched: SchedulerDep) -> JobOut:
+    return job_out(request, store, sched, load_job(store, job_id, caller))
 
 
 @router.get("/{job_id}/events")
-def job_events(job_id: Id, request: Request, caller: User) -> list[dict[str, str]]:
-    store = request.app.state.store
+def job_events(job_id: Id, caller: User, store: StoreDep) -> list[dict[str, str]]:
     load_job(store, job_id, caller)
     return [{"at": e.at.isoformat(), "kind": e.kind, "message": e.message} for e in store.list_events(job_id)]
 
 
 @router.post("/{job_id}/cancel", response_model=JobOut)
-def cancel_job(job_id: Id, request: Request, caller: User) -> JobOut:
-    app = request.app
-    load_job(app.state.store, job_id, caller)
+def cancel_job(
+    job_id: Id, request: Request, caller: User, store: StoreDep, sched: SchedulerDep, notifier: NotifierDep
+) -> JobOut:
+    load_job(store, job_id, caller)
     caller.require(Action.SUBMIT)
-    job = app.state.store.request_cancel(job_id, datetime.now(UTC))
+    job = store.request_cancel(job_id, datetime.now(UTC))
+    if job is None:  # deleted since load_job saw it
+        raise NotFoundError("job", str(job_id))
     if job.node and not job.state.terminal:
-        app.state.notifier.notify(job.node)
-    app.state.scheduler.trigger.fire()
-    return _out(request, job)
+        notifier.notify(job.node)
+    sched.trigger.fire()
+    return job_out(request, store, sched, job)
 
 
 @router.get("/{job_id}/logs", response_class=PlainTextResponse)
-def job_logs(job_id: Id, request: Request, caller: User, offset: Offset = 0,
-             rank: Annotated[int, Query(ge=0, le=1024, description="part of a multi-node job")] = 0) -> Response:
+def job_logs(
+    job_id: Id,
+    caller: User,
+    store: StoreDep,
+    logs: LogsDep,
+    offset: Offset = 0,
+    rank: Annotated[int, Query(ge=0, le=1024, description="part of a multi-node job")] = 0,
+) -> Response:
     """Log bytes from `offset` (every attempt, in order). Headers: X-Log-Size (bytes held), X-Job-State."""
-    job = load_job(request.app.state.store, job_id, caller)
-    logs = request.app.state.logs
+    job = load_job(store, job_id, caller)
     data = logs.read(job_id, offset, rank=rank)
-    return Response(content=data, media_type="text/plain; charset=utf-8",
-                    headers={"X-Log-Size": str(logs.size(job_id, rank)), "X-Job-State": job.state.value})
+    return Response(
+        content=data,
+        media_type="text/plain; charset=utf-8",
+        headers={"X-Log-Size": str(logs.size(job_id, rank)), "X-Job-State": job.state.value},
+    )

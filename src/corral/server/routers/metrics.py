@@ -8,37 +8,48 @@ from collections import Counter
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request, Response
-
-from corral.api.bounds import MAX_GPUS_PER_NODE, MAX_ID
 from fastapi.concurrency import run_in_threadpool
 
 from corral.alerts.evaluator import AlertState
+from corral.api.bounds import MAX_GPUS_PER_NODE, MAX_ID
 from corral.api.schemas import SimFaultCommand
 from corral.core.errors import NotFoundError, ValidationError
 from corral.core.rollup import select_resolution
 from corral.core.simfault import parse_sim_fault
 from corral.core.states import JobState
-from corral.core.tenancy import Action
 from corral.core.telemetry import GPU_SERIES, HOST_SERIES, compute_gpu_series, compute_host_series
+from corral.core.tenancy import Action
 from corral.core.timestamps import parse_iso_time
 from corral.server.auth import Principal, require_metrics_reader, require_user
+from corral.server.context import ServerContext
+from corral.server.deps import AlertingDep, ContextDep, StoreDep, TelemetryDep
 from corral.server.params import GpuIndex, Id
 from corral.server.prometheus import CONTENT_TYPE, ClusterStats, GpuMetrics, compute_latency_histogram, render_metrics
 from corral.server.services.audit import record_audit
 from corral.server.services.jobs import load_job
-from corral.store.sql import SqlStore
 from corral.store.telemetry import HOST_GPU
 
 router = APIRouter(tags=["metrics"])
 User = Annotated[Principal, Depends(require_user)]
 
-DERIVED_HOST_SERIES = {"host_net_rx_bytes_s": "network receive rate", "host_net_tx_bytes_s": "network send rate",
-                       "host_disk_read_bytes_s": "disk read rate", "host_disk_write_bytes_s": "disk write rate"}
+DERIVED_HOST_SERIES = {
+    "host_net_rx_bytes_s": "network receive rate",
+    "host_net_tx_bytes_s": "network send rate",
+    "host_disk_read_bytes_s": "disk read rate",
+    "host_disk_write_bytes_s": "disk write rate",
+}
 # Short names the portal may use, mapped to the stored series.
-ALIASES = {"gpu_util_pct": "gpu_utilization_percent", "gpu_mem_used_mib": "gpu_memory_used_mib",
-           "gpu_temp_c": "gpu_temperature_c", "cpu_pct": "host_cpu_percent", "mem_used_pct": "host_memory_used_percent",
-           "disk_used_pct": "host_disk_used_percent", "load1": "host_load_1m", "net_rx_bps": "host_net_rx_bytes_s",
-           "net_tx_bps": "host_net_tx_bytes_s"}
+ALIASES = {
+    "gpu_util_pct": "gpu_utilization_percent",
+    "gpu_mem_used_mib": "gpu_memory_used_mib",
+    "gpu_temp_c": "gpu_temperature_c",
+    "cpu_pct": "host_cpu_percent",
+    "mem_used_pct": "host_memory_used_percent",
+    "disk_used_pct": "host_disk_used_percent",
+    "load1": "host_load_1m",
+    "net_rx_bps": "host_net_rx_bytes_s",
+    "net_tx_bps": "host_net_tx_bytes_s",
+}
 KNOWN = set(GPU_SERIES) | set(HOST_SERIES) | set(DERIVED_HOST_SERIES)
 
 
@@ -70,12 +81,20 @@ def _downsample(points: list[tuple[float, float]], step_s: float) -> list[list[f
 
 
 @router.get("/api/v1/metrics/series")
-def series(request: Request, caller: User, metric: str, node: str | None = None,
-           gpu: Annotated[int | None, Query(ge=0, le=MAX_GPUS_PER_NODE)] = None,
-           job: Annotated[int | None, Query(ge=1, le=MAX_ID)] = None, tenant: str | None = None, start: str | None = None,
-           end: str | None = None,
-           step_s: Annotated[float, Query(ge=0, le=86400)] = 0,
-           agg: Annotated[str | None, Query(pattern="^(avg|max|min|sum)$")] = None) -> dict[str, Any]:
+def series(
+    caller: User,
+    store: StoreDep,
+    alerting: AlertingDep,
+    metric: str,
+    node: str | None = None,
+    gpu: Annotated[int | None, Query(ge=0, le=MAX_GPUS_PER_NODE)] = None,
+    job: Annotated[int | None, Query(ge=1, le=MAX_ID)] = None,
+    tenant: str | None = None,
+    start: str | None = None,
+    end: str | None = None,
+    step_s: Annotated[float, Query(ge=0, le=86400)] = 0,
+    agg: Annotated[str | None, Query(pattern="^(avg|max|min|sum)$")] = None,
+) -> dict[str, Any]:
     """One metric over [start, end) (default: the last hour), a series per (node, gpu). Raw samples while the
     raw retention still covers `start`, 1-minute averages beyond. `job` (or `tenant`) restricts to samples of
     GPUs while that job (or one of the tenant's jobs) held them. `agg` folds every series into one
@@ -88,7 +107,6 @@ def series(request: Request, caller: User, metric: str, node: str | None = None,
     t0 = _ts(start, "start", t1 - 3600)
     if t0 >= t1:
         raise ValidationError("start", "must be before end")
-    store = request.app.state.store
     if job is not None:
         load_job(store, job, caller)
     tenant_id = None
@@ -96,13 +114,17 @@ def series(request: Request, caller: User, metric: str, node: str | None = None,
         from corral.server.services.tenancy import load_tenant
 
         tenant_id = load_tenant(store, tenant, caller).id
-    alerting = request.app.state.alerting
     resolution = select_resolution(t0, now, alerting.retention)
     if agg is not None and job is None and tenant_id is None and gpu is None:
         points = store.query_aggregate(name, t0, t1, step_s or 60.0, agg, node=node, rollups=resolution == "rollup")
         agg_labels: dict[str, Any] = {"agg": agg} | ({"node": node} if node else {})
-        return {"metric": name, "resolution": resolution, "start": t0, "end": t1,
-                "series": [{"labels": agg_labels, "points": [[t, v] for t, v in points]}] if points else []}
+        return {
+            "metric": name,
+            "resolution": resolution,
+            "start": t0,
+            "end": t1,
+            "series": [{"labels": agg_labels, "points": [[t, v] for t, v in points]}] if points else [],
+        }
     if resolution == "raw" or job is not None or tenant_id is not None:
         found = store.query_points(name, t0, t1, node=node, gpu=gpu, job_id=job, tenant_id=tenant_id)
     else:
@@ -115,28 +137,42 @@ def series(request: Request, caller: User, metric: str, node: str | None = None,
 
 
 @router.get("/api/v1/metrics/latest")
-def latest(request: Request, _: User, node: str) -> dict[str, Any]:
+def latest(_: User, store: StoreDep, telemetry: TelemetryDep, node: str) -> dict[str, Any]:
     """The newest values the node's agent sent: host vitals and one entry per GPU."""
-    batch = request.app.state.telemetry.latest().get(node)
+    batch = telemetry.latest().get(node)
     if batch is None:
-        if request.app.state.store.get_node(node) is None:
+        if store.get_node(node) is None:
             raise NotFoundError("node", node)
         return {"node": node, "ts": None, "host": None, "gpus": []}
     host = compute_host_series(batch.host) if batch.host else None
     gpus = []
     for s in batch.gpus:
         values = compute_gpu_series(s)
-        gpus.append({"index": s.index, "uuid": s.uuid, "util_pct": s.utilization_percent,
-                     "mem_used_mib": s.memory_used_mib, "mem_total_mib": s.memory_total_mib, "power_w": s.power_w,
-                     "temp_c": s.temperature_c, "processes": len(s.processes), "series": values})
-    return {"node": node, "ts": batch.ts, "host": host, "gpus": gpus,
-            "events": [{"kind": e.kind.value, "gpu": e.gpu_index, "xid": e.xid, "detail": e.detail} for e in batch.events]}
+        gpus.append(
+            {
+                "index": s.index,
+                "uuid": s.uuid,
+                "util_pct": s.utilization_percent,
+                "mem_used_mib": s.memory_used_mib,
+                "mem_total_mib": s.memory_total_mib,
+                "power_w": s.power_w,
+                "temp_c": s.temperature_c,
+                "processes": len(s.processes),
+                "series": values,
+            }
+        )
+    return {
+        "node": node,
+        "ts": batch.ts,
+        "host": host,
+        "gpus": gpus,
+        "events": [{"kind": e.kind.value, "gpu": e.gpu_index, "xid": e.xid, "detail": e.detail} for e in batch.events],
+    }
 
 
 @router.get("/api/v1/jobs/{job_id}/usage")
-def job_usage(job_id: Id, request: Request, caller: User) -> dict[str, Any]:
+def job_usage(job_id: Id, caller: User, store: StoreDep) -> dict[str, Any]:
     """The job's GPU usage summary (mean/peak utilisation, idle fraction, peak memory, mean power)."""
-    store: SqlStore = request.app.state.store
     load_job(store, job_id, caller)
     summary = store.get_job_gpu_summary(job_id)
     summary.pop("_raw", None)
@@ -144,39 +180,44 @@ def job_usage(job_id: Id, request: Request, caller: User) -> dict[str, Any]:
 
 
 @router.post("/api/v1/nodes/{node}/gpus/{index}/fault")
-def inject_fault(node: str, index: GpuIndex, body: dict[str, Any], request: Request, caller: User) -> dict[str, Any]:
+def inject_fault(node: str, index: GpuIndex, body: dict[str, Any], caller: User, ctx: ContextDep) -> dict[str, Any]:
     """Inject a fault into a simulated GPU: {"xid": 79} | {"ecc": true} | {"off_bus": true} |
     {"temperature_c": 95} | {"clear": true}. Refused for nodes with real GPUs (admins)."""
     caller.require(Action.MANAGE_CLUSTER)
     parse_sim_fault(body)  # validates, naming the field
     cmd = SimFaultCommand.model_validate({**body, "gpu_index": index})
-    request.app.state.telemetry.request_fault(node, cmd)
-    request.app.state.notifier.notify(node)
-    record_audit(request.app.state.store, caller, "gpu.fault", f"{node}/{index}", str(body))
+    ctx.telemetry.request_fault(node, cmd)
+    ctx.notifier.notify(node)
+    record_audit(ctx.store, caller, "gpu.fault", f"{node}/{index}", str(body))
     return {"node": node, "gpu": index, "fault": body}
 
 
-def _cluster_stats(request: Request) -> ClusterStats:
-    store = request.app.state.store
+def _cluster_stats(ctx: ServerContext) -> ClusterStats:
+    store = ctx.store
     jobs_by_state = Counter(j.state.value for j in store.list_jobs(states=[JobState.PENDING, JobState.RUNNING]))
-    reasons = request.app.state.scheduler.pending_reasons
+    reasons = ctx.scheduler.pending_reasons
     pending_by_reason = Counter(r.split(":")[0].split(" (")[0][:60] for r in reasons.values())
     nodes = store.list_nodes()
-    alerts = request.app.state.alerting.engine.alerts([AlertState.PENDING, AlertState.FIRING, AlertState.RESOLVED])
-    failures = sum(s.failed for s in request.app.state.alerting.dispatcher.status())
-    return ClusterStats(queue_length=jobs_by_state.get("PENDING", 0), pending_by_reason=dict(pending_by_reason),
-                        jobs_by_state=dict(jobs_by_state), nodes_by_state=dict(Counter(n.state for n in nodes)),
-                        alerts_by_state=dict(Counter(a.state.value for a in alerts)),
-                        scheduling_latency=compute_latency_histogram(request.app.state.scheduler.latencies_s()),
-                        samples_ingested=request.app.state.telemetry.samples_ingested,
-                        samples_rejected=request.app.state.telemetry.samples_rejected, notification_failures=failures)
+    alerts = ctx.alerting.engine.alerts([AlertState.PENDING, AlertState.FIRING, AlertState.RESOLVED])
+    failures = sum(s.failed for s in ctx.alerting.dispatcher.status())
+    return ClusterStats(
+        queue_length=jobs_by_state.get("PENDING", 0),
+        pending_by_reason=dict(pending_by_reason),
+        jobs_by_state=dict(jobs_by_state),
+        nodes_by_state=dict(Counter(n.state for n in nodes)),
+        alerts_by_state=dict(Counter(a.state.value for a in alerts)),
+        scheduling_latency=compute_latency_histogram(ctx.scheduler.latencies_s()),
+        samples_ingested=ctx.telemetry.samples_ingested,
+        samples_rejected=ctx.telemetry.samples_rejected,
+        notification_failures=failures,
+    )
 
 
-def _render(request: Request) -> bytes:
-    store = request.app.state.store
+def _render(ctx: ServerContext) -> bytes:
+    store = ctx.store
     nodes = {n.name: n for n in store.list_nodes()}
     gpus, hosts = [], []
-    for name, batch in request.app.state.telemetry.latest().items():
+    for name, batch in ctx.telemetry.latest().items():
         node = nodes.get(name)
         if node is None:
             continue
@@ -184,17 +225,24 @@ def _render(request: Request) -> bytes:
         healthy = {g.index: g.healthy for g in node.gpus}
         last_xid = {e.gpu_index: e.xid for e in batch.events if e.xid is not None}
         for s in batch.gpus:
-            gpus.append(GpuMetrics(hostname=name, model=models.get(s.index, ""), sample=s,
-                                   healthy=healthy.get(s.index, True), last_xid=last_xid.get(s.index) or 0))
+            gpus.append(
+                GpuMetrics(
+                    hostname=name,
+                    model=models.get(s.index, ""),
+                    sample=s,
+                    healthy=healthy.get(s.index, True),
+                    last_xid=last_xid.get(s.index) or 0,
+                )
+            )
         if batch.host is not None:
             hosts.append((name, batch.host))
-    return render_metrics(gpus, hosts, _cluster_stats(request))
+    return render_metrics(gpus, hosts, _cluster_stats(ctx))
 
 
 @router.get("/metrics", include_in_schema=False)
-async def prometheus(request: Request) -> Response:
+async def prometheus(request: Request, ctx: ContextDep) -> Response:
     """Prometheus exposition: dcgm-exporter's GPU series and Corral's own (queue, jobs, nodes, alerts). Needs a
     metrics token or an admin's (Authorization: Bearer) unless CORRAL_METRICS_PUBLIC=true."""
-    if not request.app.state.settings.metrics_public:
+    if not ctx.settings.metrics_public:
         await run_in_threadpool(require_metrics_reader, request)
-    return Response(await run_in_threadpool(_render, request), media_type=CONTENT_TYPE)
+    return Response(await run_in_threadpool(_render, ctx), media_type=CONTENT_TYPE)

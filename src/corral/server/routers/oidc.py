@@ -10,9 +10,11 @@ from fastapi.responses import RedirectResponse
 from pydantic import BaseModel
 
 from corral.core.errors import AuthError, NotFoundError
+from corral.server.context import context_of
+from corral.server.deps import OidcDep
 from corral.server.directory.oidc import PENDING_TTL_S, OidcClient
-from corral.server.routers.session import SESSION_TTL, open_session
 from corral.server.services.directory import provision_directory_user
+from corral.server.services.sessions import SESSION_TTL, open_session
 
 router = APIRouter(prefix="/web/oidc", tags=["web session"])
 BROWSER_COOKIE = "corral_oidc"  # binds a login in progress to the browser that started it
@@ -29,7 +31,7 @@ class OidcStatus(BaseModel):
 
 
 def _client(request: Request) -> OidcClient:
-    client: OidcClient | None = request.app.state.oidc
+    client = context_of(request.app).oidc
     if client is None:
         raise NotFoundError("OpenID Connect login", "(not configured: CORRAL_OIDC_ISSUER)")
     return client
@@ -40,9 +42,9 @@ def _redirect_url(request: Request, client: OidcClient) -> str:
 
 
 @router.get("", response_model=OidcStatus)
-def oidc_status(request: Request) -> OidcStatus:
+def oidc_status(request: Request, oidc: OidcDep) -> OidcStatus:
     """Whether the portal offers single sign-on, and where it starts."""
-    enabled = request.app.state.oidc is not None
+    enabled = oidc is not None
     return OidcStatus(enabled=enabled, login_url=str(request.url_for("oidc_login")) if enabled else None)
 
 
@@ -53,14 +55,26 @@ def oidc_login(request: Request) -> RedirectResponse:
     url, browser = client.begin(_redirect_url(request, client))
     response = RedirectResponse(url, status_code=303)
     # Lax, not Strict: the provider's redirect back is a cross-site top-level GET, which must carry it.
-    response.set_cookie(BROWSER_COOKIE, browser, max_age=int(PENDING_TTL_S), httponly=True, samesite="lax",
-                        secure=request.url.scheme == "https", path="/web/oidc")
+    response.set_cookie(
+        BROWSER_COOKIE,
+        browser,
+        max_age=int(PENDING_TTL_S),
+        httponly=True,
+        samesite="lax",
+        secure=request.url.scheme == "https",
+        path="/web/oidc",
+    )
     return response
 
 
 @router.get("/callback", name="oidc_callback", status_code=303, response_class=RedirectResponse)
-def oidc_callback(request: Request, state: str = _param(required=True), code: str | None = _param(),
-                  error: str | None = _param(), iss: str | None = _param()) -> RedirectResponse:
+def oidc_callback(
+    request: Request,
+    state: str = _param(required=True),
+    code: str | None = _param(),
+    error: str | None = _param(),
+    iss: str | None = _param(),
+) -> RedirectResponse:
     """The provider's answer: check state (once, same browser), exchange the code, verify the ID token, provision
     the user from its groups and open a portal session; then back to the portal."""
     client = _client(request)
@@ -69,7 +83,7 @@ def oidc_callback(request: Request, state: str = _param(required=True), code: st
     if iss is not None and iss != client.config.issuer:  # RFC 9207: an answer from another provider (mix-up)
         raise AuthError("the login answer comes from another issuer")
     identity = client.finish(state, code, request.cookies.get(BROWSER_COOKIE, ""))
-    user = provision_directory_user(request.app.state.store, identity)
+    user = provision_directory_user(context_of(request.app).store, identity)
     response = RedirectResponse("/", status_code=303)
     open_session(request, response, user, datetime.now(UTC) + SESSION_TTL)
     response.delete_cookie(BROWSER_COOKIE, path="/web/oidc")

@@ -25,10 +25,10 @@ import functools
 import logging
 import math
 import time
-from contextvars import ContextVar
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextvars import ContextVar
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Annotated
 from urllib.parse import quote, urlsplit
 
 import httpx
@@ -44,8 +44,10 @@ from websockets.typing import Origin
 from corral.core.errors import AuthError, ConflictError, CorralError, ForbiddenError, NotFoundError
 from corral.core.states import JobState
 from corral.server.auth import Principal, require_job_ui_user, require_user
-from corral.server.params import Id
+from corral.server.context import ServerContext, context_of
 from corral.server.errors import STATUS_BY_ERROR, error_body
+from corral.server.params import Id
+from corral.server.services.job_ui import job_ui_base
 from corral.server.services.jobs import load_job
 from corral.store.base import StateStore
 from corral.store.records import Job
@@ -54,14 +56,32 @@ router = APIRouter(tags=["proxy"], include_in_schema=False)
 # On the API port when job UIs have an origin of their own: old links are sent there.
 redirect_router = APIRouter(tags=["proxy"], include_in_schema=False)
 User = Annotated[Principal, Depends(require_job_ui_user)]
-HOP_BY_HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailers",
-              "transfer-encoding", "upgrade", "host", "content-length", "authorization", "cookie"}
+HOP_BY_HOP = {
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailers",
+    "transfer-encoding",
+    "upgrade",
+    "host",
+    "content-length",
+    "authorization",
+    "cookie",
+}
 _client = httpx.AsyncClient(timeout=httpx.Timeout(60.0, connect=5.0), follow_redirects=False)
 
 # Not forwarded to the job on a WebSocket: the handshake's own headers (the client library makes them), and
 # Origin and User-Agent, which are passed as the library's own arguments.
-WS_NOT_FORWARDED = HOP_BY_HOP | {"sec-websocket-key", "sec-websocket-version", "sec-websocket-extensions",
-                                 "sec-websocket-protocol", "origin", "user-agent"}
+WS_NOT_FORWARDED = HOP_BY_HOP | {
+    "sec-websocket-key",
+    "sec-websocket-version",
+    "sec-websocket-extensions",
+    "sec-websocket-protocol",
+    "origin",
+    "user-agent",
+}
 WS_OPEN_TIMEOUT_S = 10.0
 WS_CLOSE_TIMEOUT_S = 5.0
 # How often an open socket's or a streaming response's credential is checked again (a logout or a revoked token
@@ -79,21 +99,24 @@ def _prefix(job_id: int) -> str:
     return f"/proxy/jobs/{job_id}"
 
 
-async def _job_target(state: Any, job_id: int, caller: Principal) -> tuple[Job, str, int]:
+async def _job_target(ctx: ServerContext, job_id: int, caller: Principal) -> tuple[Job, str, int]:
     """The job (visible to the caller, with a web UI, running), the host and the port its web UI listens on.
 
     Only the port Corral assigned to the job, and only while its node's agent reports that the job's own
     processes, and nothing else, listen there (services/webports.py): never another job's port or any other
     port of the node. Refused with 409 saying why otherwise."""
-    store: StateStore = state.store
+    store = ctx.store
     job = await run_in_threadpool(load_job, store, job_id, caller)
     if job.spec.port is None:
         raise NotFoundError("web UI of job", str(job_id))
     if job.state is not JobState.RUNNING or not job.node:
         raise ConflictError(f"job {job_id} is {job.state.value}: its web UI is only open while it runs")
     port = job.spec.port
-    why = "its node has not been handed the job yet" if not port else \
-        state.web_ports.why_not(job.node, job.id, job.attempt, port)
+    why = (
+        "its node has not been handed the job yet"
+        if not port
+        else ctx.web_ports.why_not(job.node, job.id, job.attempt, port)
+    )
     if why is not None:
         raise ConflictError(f"job {job_id}'s web UI is not listening: {why}")
     node = await run_in_threadpool(store.get_node, job.node)
@@ -102,12 +125,13 @@ async def _job_target(state: Any, job_id: int, caller: Principal) -> tuple[Job, 
 
 @router.api_route("/proxy/jobs/{job_id}/{path:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"])
 async def proxy(job_id: Id, path: str, request: Request, caller: User) -> StreamingResponse:
-    _, host, port = await _job_target(request.app.state, job_id, caller)
+    _, host, port = await _job_target(context_of(request.app), job_id, caller)
     url = f"http://{host}:{port}/{path}"
     headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
     headers["X-Forwarded-Prefix"] = _prefix(job_id)
-    upstream = _client.build_request(request.method, url, params=request.query_params, headers=headers,
-                                     content=await request.body())
+    upstream = _client.build_request(
+        request.method, url, params=request.query_params, headers=headers, content=await request.body()
+    )
     try:
         response = await _client.send(upstream, stream=True)
     except httpx.HTTPError as e:
@@ -127,33 +151,21 @@ async def proxy(job_id: Id, path: str, request: Request, caller: User) -> Stream
                     return
             yield chunk
 
-    return StreamingResponse(body(), status_code=response.status_code, headers=out_headers,
-                             background=BackgroundTask(response.aclose))
+    return StreamingResponse(
+        body(), status_code=response.status_code, headers=out_headers, background=BackgroundTask(response.aclose)
+    )
 
 
 async def _recheck_http(request: Request, job_id: int) -> str | None:
     """Why the caller of a streaming response may no longer read it (None: they still may, or the store did not
     answer now, which is not a reason to cut it)."""
     try:
-        return await run_in_threadpool(_access_lost, request.app.state.store, job_id,
-                                       functools.partial(require_job_ui_user, request))
+        return await run_in_threadpool(
+            _access_lost, context_of(request.app).store, job_id, functools.partial(require_job_ui_user, request)
+        )
     except Exception:
         log.warning("could not recheck a proxied response's credential", exc_info=True)
         return None
-
-
-def job_ui_base(request: Request | WebSocket) -> str:
-    """Where job UIs are served: CORRAL_JOB_UI_URL, else this request's host at the job-UI port; "" when they
-    share the API's origin (links stay relative)."""
-    settings = request.app.state.settings
-    if not settings.effective_job_ui_port:
-        return ""
-    if settings.job_ui_url:
-        return str(settings.job_ui_url).rstrip("/")
-    host = request.url.hostname or "127.0.0.1"
-    host = f"[{host}]" if ":" in host else host
-    scheme = "https" if request.url.scheme in ("https", "wss") else "http"
-    return f"{scheme}://{host}:{settings.effective_job_ui_port}"
 
 
 @redirect_router.api_route("/proxy/jobs/{job_id}/{path:path}", methods=["GET", "HEAD"])
@@ -161,14 +173,16 @@ async def to_job_ui_origin(job_id: int, path: str, request: Request) -> Redirect
     """Job UIs live on their own origin: a link to the API port's old path is redirected (GET only: a form
     post is not replayed elsewhere)."""
     query = f"?{request.url.query}" if request.url.query else ""
-    return RedirectResponse(f"{job_ui_base(request)}{_prefix(job_id)}/{quote(path, safe=PATH_SAFE)}{query}",
-                            status_code=307)
+    return RedirectResponse(
+        f"{job_ui_base(request)}{_prefix(job_id)}/{quote(path, safe=PATH_SAFE)}{query}", status_code=307
+    )
 
 
 @redirect_router.api_route("/proxy/jobs/{job_id}/{path:path}", methods=["POST", "PUT", "PATCH", "DELETE"])
 async def not_on_this_origin(job_id: int, path: str, request: Request) -> JSONResponse:
-    return JSONResponse(error_body("not_found", f"job web UIs are served at {job_ui_base(request)}{_prefix(job_id)}/"),
-                        status_code=404)
+    return JSONResponse(
+        error_body("not_found", f"job web UIs are served at {job_ui_base(request)}{_prefix(job_id)}/"), status_code=404
+    )
 
 
 @redirect_router.websocket("/proxy/jobs/{job_id}/{path:path}")
@@ -177,6 +191,7 @@ async def websocket_not_on_this_origin(websocket: WebSocket, job_id: int, path: 
 
 
 # ---- WebSocket ---------------------------------------------------------------------------------------------
+
 
 def _same_origin(origin: str, host: str) -> bool:
     """Whether a browser's Origin header names this server as the client reached it (its Host header)."""
@@ -200,8 +215,10 @@ def _authenticate_ws(websocket: WebSocket) -> Principal:
     if "authorization" not in websocket.headers:
         origin, host = websocket.headers.get("origin", ""), websocket.headers.get("host", "")
         if not _same_origin(origin, host):
-            raise ForbiddenError(f"a WebSocket with a session cookie must come from this server's own pages "
-                                 f"(Origin {origin or 'missing'}, server {host or 'unknown'})")
+            raise ForbiddenError(
+                f"a WebSocket with a session cookie must come from this server's own pages "
+                f"(Origin {origin or 'missing'}, server {host or 'unknown'})"
+            )
     return principal
 
 
@@ -299,8 +316,9 @@ async def _guard(expires_at: datetime | None, recheck: Recheck | None) -> tuple[
             return "the Corral session ended", why
 
 
-async def _relay(websocket: WebSocket, upstream: ClientConnection, expires_at: datetime | None,
-                 recheck: Recheck | None = None) -> None:
+async def _relay(
+    websocket: WebSocket, upstream: ClientConnection, expires_at: datetime | None, recheck: Recheck | None = None
+) -> None:
     client = asyncio.create_task(_pump_client(websocket, upstream))
     job = asyncio.create_task(_pump_job(websocket, upstream))
     guard = asyncio.create_task(_guard(expires_at, recheck))
@@ -315,8 +333,12 @@ async def _relay(websocket: WebSocket, upstream: ClientConnection, expires_at: d
             await upstream.close(*_wire_code(code, reason, 1001, "the client went away"))
         else:  # the job's side closed: let the last frames out, then pass its close code on
             await asyncio.wait({job}, timeout=WS_CLOSE_TIMEOUT_S)
-            await _close_quietly(websocket, *_wire_code(upstream.close_code, upstream.close_reason or "", 1011,
-                                                        "the job's web UI dropped the connection"))
+            await _close_quietly(
+                websocket,
+                *_wire_code(
+                    upstream.close_code, upstream.close_reason or "", 1011, "the job's web UI dropped the connection"
+                ),
+            )
     finally:
         for task in (client, job, guard):
             task.cancel()
@@ -341,7 +363,7 @@ def _access_lost(store: StateStore, job_id: int, authenticate: Callable[[], Prin
 async def proxy_websocket(websocket: WebSocket, job_id: Id, path: str) -> None:
     try:
         caller = await run_in_threadpool(_authenticate_ws, websocket)
-        _, host, port = await _job_target(websocket.app.state, job_id, caller)
+        _, host, port = await _job_target(context_of(websocket.app), job_id, caller)
     except CorralError as e:
         await _refuse(websocket, e)
         return
@@ -356,9 +378,16 @@ async def proxy_websocket(websocket: WebSocket, job_id: Id, path: str) -> None:
     origin = Origin(f"http://{netloc}:{port}") if "origin" in websocket.headers else None
     try:
         upstream = await connect(
-            url, subprotocols=offered or None, additional_headers=headers, origin=origin,
-            user_agent_header=websocket.headers.get("user-agent"), proxy=None, open_timeout=WS_OPEN_TIMEOUT_S,
-            close_timeout=WS_CLOSE_TIMEOUT_S, max_size=WS_MAX_MESSAGE)
+            url,
+            subprotocols=offered or None,
+            additional_headers=headers,
+            origin=origin,
+            user_agent_header=websocket.headers.get("user-agent"),
+            proxy=None,
+            open_timeout=WS_OPEN_TIMEOUT_S,
+            close_timeout=WS_CLOSE_TIMEOUT_S,
+            max_size=WS_MAX_MESSAGE,
+        )
     except (OSError, TimeoutError, InvalidHandshake) as e:
         # Accept only to say why in a close frame (what a browser's page can read); a browser fails a socket
         # whose handshake answer names none of the subprotocols it offered, so name the first.
@@ -377,6 +406,15 @@ async def proxy_websocket(websocket: WebSocket, job_id: Id, path: str) -> None:
     except BaseException:
         await upstream.close()
         raise
-    await _relay(websocket, upstream, caller.token.expires_at,
-                 functools.partial(run_in_threadpool, _access_lost, websocket.app.state.store, job_id,
-                                   functools.partial(_authenticate_ws, websocket)))
+    await _relay(
+        websocket,
+        upstream,
+        caller.token.expires_at,
+        functools.partial(
+            run_in_threadpool,
+            _access_lost,
+            context_of(websocket.app).store,
+            job_id,
+            functools.partial(_authenticate_ws, websocket),
+        ),
+    )

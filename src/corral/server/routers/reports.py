@@ -5,10 +5,11 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi import APIRouter, Depends, Query, Response
 
 from corral.core.errors import ValidationError
 from corral.server.auth import Principal, require_user
+from corral.server.deps import StoreDep
 from corral.server.services.reports import JobRun, compute_usage_rows, parse_time, render_csv
 
 router = APIRouter(prefix="/api/v1/reports", tags=["reports"])
@@ -16,8 +17,14 @@ User = Annotated[Principal, Depends(require_user)]
 
 
 @router.get("/usage", response_model=None)
-def usage(request: Request, caller: User, group_by: str = "tenant", start: str | None = None, end: str | None = None,
-          format: Annotated[str, Query(pattern="^(json|csv)$")] = "json") -> Any:
+def usage(
+    caller: User,
+    store: StoreDep,
+    group_by: str = "tenant",
+    start: str | None = None,
+    end: str | None = None,
+    format: Annotated[str, Query(pattern="^(json|csv)$")] = "json",
+) -> Any:
     """Members see their tenant's usage; admins everyone's. Default range: the last 30 days."""
     now = datetime.now(UTC)
     t1 = parse_time(end, "end", now)
@@ -26,7 +33,6 @@ def usage(request: Request, caller: User, group_by: str = "tenant", start: str |
         raise ValidationError("start", "must be before end")
     if t1 - t0 > timedelta(days=400):
         raise ValidationError("start", "a report covers at most 400 days")
-    store = request.app.state.store
     scope = caller.tenant_scope()
     by_model = group_by == "gpu_model"
     runs = [JobRun.from_columns(r) for r in store.list_runs_between(t0, t1, tenant_id=scope, with_placement=by_model)]
@@ -35,6 +41,9 @@ def usage(request: Request, caller: User, group_by: str = "tenant", start: str |
     models = {(n.name, g.index): g.model for n in store.list_nodes() for g in n.gpus} if by_model else {}
     rows = compute_usage_rows(runs, group_by, t0, t1, now, tenants, users, models)
     if format == "csv":
-        return Response(render_csv(rows, group_by), media_type="text/csv",
-                        headers={"Content-Disposition": f'attachment; filename="corral-usage-{group_by}.csv"'})
+        return Response(
+            render_csv(rows, group_by),
+            media_type="text/csv",
+            headers={"Content-Disposition": f'attachment; filename="corral-usage-{group_by}.csv"'},
+        )
     return rows

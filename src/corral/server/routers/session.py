@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request, Response
@@ -10,14 +10,18 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from corral.core.errors import AuthError
 from corral.server.auth import (
-    CSRF_COOKIE, SESSION_COOKIE, Principal, authenticate, csrf_for, hash_token, new_token,
+    CSRF_COOKIE,
+    SESSION_COOKIE,
+    Principal,
+    authenticate,
+    csrf_for,
+    hash_token,
 )
-from corral.server.services.login import LoginGuard
+from corral.server.context import context_of
+from corral.server.services.sessions import SESSION_TOKEN_NAME, SESSION_TTL, SessionOut, open_session, session_out
 from corral.store.records import User
 
 router = APIRouter(prefix="/web", tags=["web session"])
-SESSION_TTL = timedelta(hours=12)
-SESSION_TOKEN_NAME = "web session"
 
 
 class WebLogin(BaseModel):
@@ -33,15 +37,6 @@ class WebLogin(BaseModel):
         return self
 
 
-class SessionOut(BaseModel):
-    authenticated: bool
-    user: str | None = None
-    role: str | None = None
-    tenant: str | None = None
-    csrf: str | None = Field(None, description="send as X-CSRF-Token on POST/PUT/PATCH/DELETE")
-    expires_at: datetime | None = None
-
-
 def _now() -> datetime:
     return datetime.now(UTC)
 
@@ -51,25 +46,19 @@ def client_address(request: Request) -> str:
 
 
 def _user_for_password(request: Request, username: str, password: str) -> tuple[User, datetime, int | None]:
-    guard: LoginGuard = request.app.state.logins
+    guard = context_of(request.app).logins
     return guard.check_password(username, password, client_address(request)), _now() + SESSION_TTL, None
 
 
 def _user_for_token(request: Request, secret: str) -> tuple[User, datetime, int | None]:
     """An API token opens a session of its user that never outlives the token itself: it expires with it, and
     revoking the token (or any session it was opened from) revokes the session."""
-    guard: LoginGuard = request.app.state.logins
+    guard = context_of(request.app).logins
     user, token = guard.check_token(hash_token(secret.strip()), client_address(request))
     expires = _now() + SESSION_TTL
     if token.expires_at is not None:
         expires = min(expires, token.expires_at)
     return user, expires, token.id
-
-
-def _session_out(request: Request, user: User, csrf: str, expires_at: datetime | None) -> SessionOut:
-    tenant = request.app.state.store.get_tenant(user.tenant_id) if user.tenant_id else None
-    return SessionOut(authenticated=True, user=user.name, role=user.role, tenant=tenant.name if tenant else None,
-                      csrf=csrf, expires_at=expires_at)
 
 
 @router.post("/login", response_model=SessionOut)
@@ -81,22 +70,6 @@ def web_login(body: WebLogin, request: Request, response: Response) -> SessionOu
     else:
         user, expires, parent_id = _user_for_password(request, body.username or "", body.password or "")
     return open_session(request, response, user, expires, parent_id)
-
-
-def open_session(request: Request, response: Response, user: User, expires: datetime,
-                 parent_id: int | None = None) -> SessionOut:
-    """A session of `user` (a password, token or OpenID Connect login): its token and the two cookies."""
-    secret = new_token("user")
-    request.app.state.store.create_token(hash_token(secret), "user", SESSION_TOKEN_NAME, user.id, _now(),
-                                         expires_at=expires, is_session=True, parent_id=parent_id)
-    csrf = csrf_for(secret)
-    secure = request.url.scheme == "https"
-    max_age = max(1, int((expires - _now()).total_seconds()))
-    response.set_cookie(SESSION_COOKIE, secret, max_age=max_age, httponly=True, samesite="strict", secure=secure,
-                        path="/")
-    response.set_cookie(CSRF_COOKIE, csrf, max_age=max_age, httponly=False, samesite="strict", secure=secure,
-                        path="/")
-    return _session_out(request, user, csrf, expires)
 
 
 def _optional_principal(request: Request) -> Principal | None:
@@ -115,14 +88,14 @@ def web_session(request: Request, caller: Caller) -> SessionOut:
     secret = request.cookies.get(SESSION_COOKIE)
     if caller is None or caller.user is None or caller.is_agent or not secret or "authorization" in request.headers:
         return SessionOut(authenticated=False)
-    return _session_out(request, caller.user, csrf_for(secret), caller.token.expires_at)
+    return session_out(request, caller.user, csrf_for(secret), caller.token.expires_at)
 
 
 @router.post("/logout", status_code=204)
 def web_logout(request: Request, caller: Caller) -> Response:
     """End the session: revoke its login token (CSRF-checked like any unsafe call) and clear the cookies."""
     if caller is not None and "authorization" not in request.headers and caller.token.name == SESSION_TOKEN_NAME:
-        request.app.state.store.revoke_token(caller.token.id)
+        context_of(request.app).store.revoke_token(caller.token.id)
     response = Response(status_code=204)
     response.delete_cookie(SESSION_COOKIE, path="/")
     response.delete_cookie(CSRF_COOKIE, path="/")

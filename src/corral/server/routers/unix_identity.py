@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends
 
 from corral.api.schemas import UnixIdentityIn, UnixIdentityOut
 from corral.server.auth import Principal, require_user
+from corral.server.deps import SettingsDep, StoreDep
 from corral.server.services import unix_identity
 
 router = APIRouter(prefix="/api/v1", tags=["users"])
@@ -15,22 +16,21 @@ User = Annotated[Principal, Depends(require_user)]
 
 
 @router.get("/users/{name}/unix", response_model=UnixIdentityOut)
-def get_unix_identity(name: str, request: Request, caller: User) -> UnixIdentityOut:
+def get_unix_identity(name: str, caller: User, store: StoreDep, settings: SettingsDep) -> UnixIdentityOut:
     """Whom the user's jobs run as on every node: an admin's mapping, else START + user id of CORRAL_JOB_UIDS."""
-    app = request.app
-    return unix_identity.load_unix_identity(app.state.store, caller, name, app.state.settings.job_uid_range)
+    return unix_identity.load_unix_identity(store, caller, name, settings.job_uid_range)
 
 
 @router.put("/users/{name}/unix", response_model=UnixIdentityOut)
-def set_unix_identity(name: str, body: UnixIdentityIn, request: Request, caller: User) -> UnixIdentityOut:
+def set_unix_identity(
+    name: str, body: UnixIdentityIn, caller: User, store: StoreDep, settings: SettingsDep
+) -> UnixIdentityOut:
     """Map the user to an existing Unix account (admins only; never uid/gid below 1000 or inside CORRAL_JOB_UIDS,
     never an account another tenant's user is mapped to)."""
-    app = request.app
-    return unix_identity.set_unix_identity(app.state.store, caller, name, body, app.state.settings.job_uid_range)
+    return unix_identity.set_unix_identity(store, caller, name, body, settings.job_uid_range)
 
 
 @router.delete("/users/{name}/unix", response_model=UnixIdentityOut)
-def clear_unix_identity(name: str, request: Request, caller: User) -> UnixIdentityOut:
+def clear_unix_identity(name: str, caller: User, store: StoreDep, settings: SettingsDep) -> UnixIdentityOut:
     """Remove the mapping (admins only): the user's jobs run as a UID from CORRAL_JOB_UIDS again."""
-    app = request.app
-    return unix_identity.clear_unix_identity(app.state.store, caller, name, app.state.settings.job_uid_range)
+    return unix_identity.clear_unix_identity(store, caller, name, settings.job_uid_range)

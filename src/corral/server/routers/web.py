@@ -10,6 +10,7 @@ from fastapi.responses import HTMLResponse, Response
 
 from corral.core.errors import AuthError, CorralError, NotFoundError
 from corral.server.auth import authenticate
+from corral.server.deps import StoreDep
 from corral.server.services.jobs import load_job
 
 router = APIRouter(include_in_schema=False)
@@ -17,19 +18,39 @@ WEB = files("corral.server.web")
 STATIC_NAME = re.compile(r"^(pages/)?[a-z0-9_-]+\.(js|css|svg)$")
 CONTENT_TYPES = {"js": "text/javascript; charset=utf-8", "css": "text/css; charset=utf-8", "svg": "image/svg+xml"}
 # The page paths the client-side router knows; each answers with the same shell.
-PAGES = ("/", "/login", "/nodes", "/nodes/{name}", "/gpus/{node}/{index}", "/jobs", "/submit", "/alerts",
-         "/admin", "/reports", "/schedules")
+PAGES = (
+    "/",
+    "/login",
+    "/nodes",
+    "/nodes/{name}",
+    "/gpus/{node}/{index}",
+    "/jobs",
+    "/submit",
+    "/alerts",
+    "/admin",
+    "/reports",
+    "/schedules",
+)
 
 
 # Only Corral's own files run: no inline scripts, no other origins, no framing (inline style attributes draw bars).
-CSP = ("default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; frame-ancestors 'none'; "
-       "base-uri 'none'; form-action 'self'")
+CSP = (
+    "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; frame-ancestors 'none'; "
+    "base-uri 'none'; form-action 'self'"
+)
 
 
 def _shell(status_code: int = 200) -> HTMLResponse:
-    return HTMLResponse(WEB.joinpath("index.html").read_text(), status_code=status_code,
-                        headers={"Cache-Control": "no-cache", "Content-Security-Policy": CSP,
-                                 "X-Content-Type-Options": "nosniff", "Referrer-Policy": "same-origin"})
+    return HTMLResponse(
+        WEB.joinpath("index.html").read_text(),
+        status_code=status_code,
+        headers={
+            "Cache-Control": "no-cache",
+            "Content-Security-Policy": CSP,
+            "X-Content-Type-Options": "nosniff",
+            "Referrer-Policy": "same-origin",
+        },
+    )
 
 
 def _page() -> HTMLResponse:
@@ -41,11 +62,11 @@ for _path in PAGES:
 
 
 @router.get("/jobs/{job_id}", response_class=HTMLResponse)
-def job_page(job_id: str, request: Request) -> HTMLResponse:
+def job_page(job_id: str, request: Request, store: StoreDep) -> HTMLResponse:
     """The shell, with HTTP 404 when the caller's session cannot see that job (another tenant's job is
     missing, not forbidden); the page itself then shows the 404 view."""
     try:
-        load_job(request.app.state.store, int(job_id), authenticate(request))
+        load_job(store, int(job_id), authenticate(request))
     except (NotFoundError, ValueError):
         return _shell(404)
     except (AuthError, CorralError):
@@ -60,5 +81,6 @@ def static(name: str) -> Response:
     path = WEB.joinpath("static", *name.split("/"))
     if not path.is_file():
         return Response("not found", status_code=404, media_type="text/plain")
-    return Response(path.read_bytes(), media_type=CONTENT_TYPES[name.rsplit(".", 1)[1]],
-                    headers={"Cache-Control": "no-cache"})
+    return Response(
+        path.read_bytes(), media_type=CONTENT_TYPES[name.rsplit(".", 1)[1]], headers={"Cache-Control": "no-cache"}
+    )

@@ -9,14 +9,14 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from corral.api.schemas import AgentRegister, AgentSync, Assignment, RunRef
-from corral.core.resources import GpuInfo
 from corral.core.errors import ValidationError
+from corral.core.resources import GpuInfo
 from corral.core.states import JobState, state_for_exit
 from corral.core.unix_identity import DEFAULT_JOB_UIDS, JobIdentity, UidRange, compute_job_identity, parse_uid_range
 from corral.core.webports import DEFAULT_JOB_PORTS, parse_port_range
 from corral.server.keyring import Keyring
-from corral.server.services.webports import assign_web_port, is_head
 from corral.server.services.secrets import SecretUnavailable, resolve_secret_env
+from corral.server.services.webports import assign_web_port, is_head
 from corral.store.base import StateStore
 from corral.store.records import Job, Node
 
@@ -25,11 +25,33 @@ DEFAULT_JOB_PORT_RANGE = parse_port_range(DEFAULT_JOB_PORTS)
 
 
 def register_node(store: StateStore, body: AgentRegister) -> Node:
-    gpus = [GpuInfo(index=g.index, uuid=g.uuid, model=g.model, memory_mib=g.memory_mib, pci_bus_id=g.pci_bus_id,
-                    numa_node=g.numa_node, nvlink_peers=tuple(g.nvlink_peers), pcie_switch=g.pcie_switch,
-                    ecc_enabled=g.ecc_enabled, healthy=g.healthy) for g in body.gpus]
-    return store.upsert_node(body.name, body.hostname or body.name, body.backend, body.cpu_milli, body.memory_mib,
-                             body.labels, gpus, datetime.now(UTC), address=body.address, isolation=body.isolation)
+    gpus = [
+        GpuInfo(
+            index=g.index,
+            uuid=g.uuid,
+            model=g.model,
+            memory_mib=g.memory_mib,
+            pci_bus_id=g.pci_bus_id,
+            numa_node=g.numa_node,
+            nvlink_peers=tuple(g.nvlink_peers),
+            pcie_switch=g.pcie_switch,
+            ecc_enabled=g.ecc_enabled,
+            healthy=g.healthy,
+        )
+        for g in body.gpus
+    ]
+    return store.upsert_node(
+        body.name,
+        body.hostname or body.name,
+        body.backend,
+        body.cpu_milli,
+        body.memory_mib,
+        body.labels,
+        gpus,
+        datetime.now(UTC),
+        address=body.address,
+        isolation=body.isolation,
+    )
 
 
 def _on(job: Job, node: str) -> bool:
@@ -41,8 +63,13 @@ def _run_of(job: Job, node: str) -> RunRef:
 
 
 def _current(job: Job | None, node: str, run: RunRef) -> bool:
-    return (job is not None and job.state is JobState.RUNNING and _on(job, node) and job.attempt == run.attempt
-            and job.rank_on(node) == run.rank)
+    return (
+        job is not None
+        and job.state is JobState.RUNNING
+        and _on(job, node)
+        and job.attempt == run.attempt
+        and job.rank_on(node) == run.rank
+    )
 
 
 def _apply_exit(store: StateStore, job: Job, node: str, exit_code: int, reason: str, now: datetime) -> bool:
@@ -77,19 +104,31 @@ def apply_reports(store: StateStore, node: str, body: AgentSync) -> tuple[list[R
         acked.append(ex.run)  # stale, unknown or already final: nothing to keep, the agent may forget it
     seen = {r for r in body.running} | {ex.run for ex in body.exits}
     # Only runs not yet noted as delivered to this node: usually none, and then no write at all.
-    store.mark_delivered([r.job_id for r in body.running
-                          if _current(mine.get(r.job_id), node, r) and node not in mine[r.job_id].delivered_to], node)
+    store.mark_delivered(
+        [
+            r.job_id
+            for r in body.running
+            if _current(mine.get(r.job_id), node, r) and node not in mine[r.job_id].delivered_to
+        ],
+        node,
+    )
     for job in mine.values():
         if node in job.delivered_to and node not in job.part_exits and _run_of(job, node) not in seen:
-            freed |= store.finish_job(job.id, JobState.FAILED, None, f"lost: the agent on {node} no longer runs it", now)
+            freed |= store.finish_job(
+                job.id, JobState.FAILED, None, f"lost: the agent on {node} no longer runs it", now
+            )
     return acked, freed
 
 
-def compute_assignments(store: StateStore, node: Node, running: set[RunRef],
-                        keyring: Keyring | None = None,
-                        uids: UidRange = DEFAULT_UID_RANGE,
-                        job_ports: range = DEFAULT_JOB_PORT_RANGE,
-                        port_salt: int = 0) -> tuple[list[Assignment], list[RunRef]]:
+def compute_assignments(
+    store: StateStore,
+    node: Node,
+    running: set[RunRef],
+    keyring: Keyring | None = None,
+    uids: UidRange = DEFAULT_UID_RANGE,
+    job_ports: range = DEFAULT_JOB_PORT_RANGE,
+    port_salt: int = 0,
+) -> tuple[list[Assignment], list[RunRef]]:
     """Runs the agent must start (RUNNING here, not yet acknowledged) and runs it must stop.
 
     A run the agent still has that is not the current attempt RUNNING on this node (cancelled, requeued
@@ -121,8 +160,16 @@ def compute_assignments(store: StateStore, node: Node, running: set[RunRef],
                 store.finish_job(job.id, JobState.FAILED, None, f"cannot start: {e.message}", datetime.now(UTC))
                 continue
             web_port = assign_web_port(store, job, node.name, ports_by_job, job_ports, port_salt)
-            assignments.append(_assignment(job, node.name, uuids, store, web_port).model_copy(update={
-                "secret_env": secret_env, "uid": identity.uid, "gid": identity.gid, "unix_user": identity.user}))
+            assignments.append(
+                _assignment(job, node.name, uuids, store, web_port).model_copy(
+                    update={
+                        "secret_env": secret_env,
+                        "uid": identity.uid,
+                        "gid": identity.gid,
+                        "unix_user": identity.user,
+                    }
+                )
+            )
     cancels.extend(sorted(running - current, key=lambda r: (r.job_id, r.attempt)))
     return assignments, cancels
 
@@ -152,14 +199,25 @@ def _assignment(job: Job, node: str, uuids: dict[int, str], store: StateStore, w
     rank = job.rank_on(node)
     if s.nodes > 1:  # what torchrun / NCCL need to find each other
         head = store.get_node(job.placed_parts[0][0])
-        env.update(CORRAL_NODE_RANK=str(rank), CORRAL_NUM_NODES=str(len(job.placed_parts)),
-                   CORRAL_MASTER_ADDR=head.address if head else job.placed_parts[0][0],
-                   CORRAL_MASTER_PORT=str(29500 + job.id % 20000),
-                   CORRAL_NODES=",".join(n for n, _ in job.placed_parts))
+        env.update(
+            CORRAL_NODE_RANK=str(rank),
+            CORRAL_NUM_NODES=str(len(job.placed_parts)),
+            CORRAL_MASTER_ADDR=head.address if head else job.placed_parts[0][0],
+            CORRAL_MASTER_PORT=str(29500 + job.id % 20000),
+            CORRAL_NODES=",".join(n for n, _ in job.placed_parts),
+        )
     if web_port is not None:  # the job's web UI listens here; the proxy reaches nothing else of the node
         env["CORRAL_JOB_PORT"] = env["PORT"] = str(web_port)
         env["CORRAL_PROXY_PREFIX"] = f"/proxy/jobs/{job.id}/"  # serve under this path (e.g. Jupyter base_url)
     if job.attempt > 1:  # an earlier attempt was stopped (GPU failure, node lost, preemption, drain)
         env["CORRAL_PREEMPTED"] = "1"
-    return Assignment(job_id=job.id, attempt=max(job.attempt, 1), rank=rank, command=list(s.command), env=env,
-                      workdir=s.workdir, gpu_indices=list(gpus), gpu_uuids=[uuids.get(i, "") for i in gpus])
+    return Assignment(
+        job_id=job.id,
+        attempt=max(job.attempt, 1),
+        rank=rank,
+        command=list(s.command),
+        env=env,
+        workdir=s.workdir,
+        gpu_indices=list(gpus),
+        gpu_uuids=[uuids.get(i, "") for i in gpus],
+    )

@@ -24,8 +24,10 @@ def load_webhook_urls(settings: Settings) -> list[str]:
         urls += [line.split("#", 1)[0].strip() for line in text.splitlines() if line.split("#", 1)[0].strip()]
     for url in urls:
         if not url.startswith(("http://", "https://")):
-            raise ValidationError("alert_webhooks", "a webhook URL starts with http:// or https:// "
-                                                    f"(one does not; it is not shown, it may hold a token)")
+            raise ValidationError(
+                "alert_webhooks",
+                "a webhook URL starts with http:// or https:// (one does not; it is not shown, it may hold a token)",
+            )
     return urls
 
 

@@ -1,11 +1,11 @@
-"""The alert loop: every few seconds build the series (latest telemetry, GPU health, lost nodes, jobs,
-queues), evaluate the rules, keep the history, notify (webhook, e-mail) and carry out rule actions.
-Rules and silences are kept in the store; the built-in rules come from corral.alerts.defaults."""
+"""The alert service: each round (every few seconds, run by server/background/alerts.py) builds the series (latest
+telemetry, GPU health, lost nodes, jobs, queues), evaluates the rules, keeps the history, notifies (webhook, e-mail)
+and carries out rule actions. Rules and silences are kept in the store; the built-in rules come from
+corral.alerts.defaults."""
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
 import uuid
 from collections.abc import Sequence
@@ -17,8 +17,12 @@ from corral.alerts.evaluator import ActionRequest, Alert, AlertChange, AlertStat
 from corral.alerts.notifiers import EmailNotifier, NotificationDispatcher, Notifier, WebhookNotifier
 from corral.alerts.rules import AlertRule, RuleAction, parse_rule, rule_to_dict
 from corral.alerts.series import (
-    JobPlacement, compute_batch_series, compute_health_series, compute_job_utilization_series,
-    compute_node_lost_series, compute_queue_series,
+    JobPlacement,
+    compute_batch_series,
+    compute_health_series,
+    compute_job_utilization_series,
+    compute_node_lost_series,
+    compute_queue_series,
 )
 from corral.alerts.silences import MAX_TENANT_SILENCE_S, Silence, parse_silence, silence_to_dict
 from corral.core.errors import ConflictError, ForbiddenError, NotFoundError, ValidationError
@@ -27,11 +31,12 @@ from corral.core.states import JobState
 from corral.core.tenancy import Action
 from corral.core.timestamps import parse_iso_time
 from corral.server.auth import Principal
+from corral.server.background.alerts import AlertLoop
+from corral.server.health import TelemetryService
 from corral.server.services.alert_credentials import load_smtp_password, load_webhook_urls
 from corral.server.services.audit import record_audit
-from corral.server.services.telemetry import TelemetryService
 from corral.server.settings import Settings
-from corral.store.sql import SqlStore
+from corral.store.base import StateStore
 from corral.store.telemetry import AlertHistoryRecord
 
 log = logging.getLogger("corral.alerts")
@@ -44,9 +49,18 @@ def build_notifiers(settings: Settings) -> list[Notifier]:
         notifiers.append(WebhookNotifier(f"webhook-{i + 1}", url))
     if settings.smtp_host and settings.alert_email_to:
         recipients = [r.strip() for r in settings.alert_email_to.split(",") if r.strip()]
-        notifiers.append(EmailNotifier("email", settings.smtp_host, settings.smtp_port, settings.alert_email_from,
-                                       recipients, username=settings.smtp_username or None,
-                                       password=load_smtp_password(settings), tls=settings.smtp_tls))
+        notifiers.append(
+            EmailNotifier(
+                "email",
+                settings.smtp_host,
+                settings.smtp_port,
+                settings.alert_email_from,
+                recipients,
+                username=settings.smtp_username or None,
+                password=load_smtp_password(settings),
+                tls=settings.smtp_tls,
+            )
+        )
     return notifiers
 
 
@@ -78,26 +92,33 @@ def normalize_silence_input(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def alert_out(a: Alert) -> dict[str, Any]:
-    return {"id": a.fingerprint, "rule": a.rule, "severity": a.severity.value, "state": a.state.value,
-            "labels": a.label_map, "value": a.value, "message": a.summary,
-            "started_at": datetime.fromtimestamp(a.active_since, UTC).isoformat(),
-            "fired_at": datetime.fromtimestamp(a.fired_at, UTC).isoformat() if a.fired_at else None,
-            "resolved_at": datetime.fromtimestamp(a.resolved_at, UTC).isoformat() if a.resolved_at else None,
-            "silenced_by": a.silenced_by}
+    return {
+        "id": a.fingerprint,
+        "rule": a.rule,
+        "severity": a.severity.value,
+        "state": a.state.value,
+        "labels": a.label_map,
+        "value": a.value,
+        "message": a.summary,
+        "started_at": datetime.fromtimestamp(a.active_since, UTC).isoformat(),
+        "fired_at": datetime.fromtimestamp(a.fired_at, UTC).isoformat() if a.fired_at else None,
+        "resolved_at": datetime.fromtimestamp(a.resolved_at, UTC).isoformat() if a.resolved_at else None,
+        "silenced_by": a.silenced_by,
+    }
 
 
 class AlertService:
-    def __init__(self, store: SqlStore, telemetry: TelemetryService, settings: Settings) -> None:
+    def __init__(self, store: StateStore, telemetry: TelemetryService, settings: Settings) -> None:
         self.store = store
         self.telemetry = telemetry
         self.settings = settings
         self.dispatcher = NotificationDispatcher(build_notifiers(settings))
         self.engine = AlertEngine(submit=self.dispatcher.submit, act=self._act)
-        self.retention = RetentionPolicy(raw_s=settings.metrics_raw_retention_s,
-                                         rollup_s=settings.metrics_rollup_retention_s)
+        self.retention = RetentionPolicy(
+            raw_s=settings.metrics_raw_retention_s, rollup_s=settings.metrics_rollup_retention_s
+        )
         self._rolled_until: float | None = None
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self.loop = AlertLoop(self, settings.alert_interval_s)  # rounds on their own thread (server/background)
         self.reload()
 
     # ---- lifecycle ------------------------------------------------------------------
@@ -138,42 +159,31 @@ class AlertService:
 
     def start(self) -> None:
         self.dispatcher.start()
-        self._thread = threading.Thread(target=self._run, name="corral-alerts", daemon=True)
-        self._thread.start()
+        self.loop.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread:
-            self._thread.join(timeout=10)
+        self.loop.stop()
         self.dispatcher.stop()
-
-    def _run(self) -> None:
-        last_retention = 0.0
-        while not self._stop.wait(self.settings.alert_interval_s):
-            now = time.time()
-            try:
-                self.evaluate(now)
-                if now - last_retention >= 60:
-                    self.apply_retention(now)
-                    last_retention = now
-            except Exception:  # the loop must survive a failed round; the next one retries
-                log.exception("alert round failed")
 
     # ---- one round ----------------------------------------------------------------------
     def compute_series(self, now: float) -> list[SeriesPoint]:
         nodes = self.store.list_nodes()
         running = self.store.list_jobs(states=[JobState.RUNNING])
         tenants = {t.id: t.name for t in self.store.list_tenants()}
-        placements = [JobPlacement(str(j.id), tenants.get(j.spec.tenant_id or 0, ""), node, gpus)
-                      for j in running for node, gpus in j.placed_parts]
+        placements = [
+            JobPlacement(str(j.id), tenants.get(j.spec.tenant_id or 0, ""), node, gpus)
+            for j in running
+            for node, gpus in j.placed_parts
+        ]
         series: list[SeriesPoint] = []
         utilization: dict[tuple[str, int], float] = {}
         for name, batch in self.telemetry.latest().items():
             if now - batch.ts > STALE_AFTER_S:
                 continue
             series += compute_batch_series(batch, placements)
-            utilization.update({(name, s.index): s.utilization_percent for s in batch.gpus
-                                if s.utilization_percent is not None})
+            utilization.update(
+                {(name, s.index): s.utilization_percent for s in batch.gpus if s.utilization_percent is not None}
+            )
         for n in nodes:
             unhealthy = {s.index: s.reason or "unhealthy" for s in n.gpu_status if not s.healthy}
             series += compute_health_series(n.name, unhealthy, {g.index: g.uuid for g in n.gpus})
@@ -189,9 +199,21 @@ class AlertService:
     def evaluate(self, now: float) -> list[AlertChange]:
         result = self.engine.evaluate(self.compute_series(now), now)
         at = datetime.fromtimestamp(now, UTC)
-        self.store.add_alert_history([
-            AlertHistoryRecord(c.alert.fingerprint, c.alert.rule, c.alert.state.value, c.alert.severity.value,
-                               c.alert.label_map, c.alert.value, c.alert.summary, at) for c in result.changes])
+        self.store.add_alert_history(
+            [
+                AlertHistoryRecord(
+                    c.alert.fingerprint,
+                    c.alert.rule,
+                    c.alert.state.value,
+                    c.alert.severity.value,
+                    c.alert.label_map,
+                    c.alert.value,
+                    c.alert.summary,
+                    at,
+                )
+                for c in result.changes
+            ]
+        )
         return result.changes
 
     def apply_retention(self, now: float) -> None:
@@ -228,32 +250,57 @@ class AlertService:
             return True
         tenant = self.store.find_tenant(rule.tenant)
         job = self.store.get_job(int(request.job)) if request.job and request.job.isdigit() else None
-        if request.action is RuleAction.STOP_JOB and tenant is not None and job is not None \
-                and job.spec.tenant_id == tenant.id:
+        if (
+            request.action is RuleAction.STOP_JOB
+            and tenant is not None
+            and job is not None
+            and job.spec.tenant_id == tenant.id
+        ):
             return True
-        log.warning("alert rule %s of tenant %s may not %s (%s)", rule.name, rule.tenant, request.action.value,
-                    request.node if request.action is RuleAction.CORDON_NODE else f"job {request.job}")
+        log.warning(
+            "alert rule %s of tenant %s may not %s (%s)",
+            rule.name,
+            rule.tenant,
+            request.action.value,
+            request.node if request.action is RuleAction.CORDON_NODE else f"job {request.job}",
+        )
         return False
 
     # ---- API operations ----------------------------------------------------------------
     def list_alerts(self, caller: Principal, states: Sequence[AlertState] | None) -> list[dict[str, Any]]:
         tenant = self._tenant_name(caller)
-        return [alert_out(a) for a in self.engine.alerts(states)
-                if tenant is None or a.label_map.get("tenant") in (None, tenant)]
+        return [
+            alert_out(a)
+            for a in self.engine.alerts(states)
+            if tenant is None or a.label_map.get("tenant") in (None, tenant)
+        ]
 
     def history(self, caller: Principal, limit: int) -> list[dict[str, Any]]:
         tenant = self._tenant_name(caller)
-        return [{"id": h.fingerprint, "rule": h.rule, "state": h.state, "severity": h.severity, "labels": h.labels,
-                 "value": h.value, "message": h.summary, "at": h.at.isoformat()}
-                for h in self.store.list_alert_history(limit)
-                if tenant is None or h.labels.get("tenant") in (None, tenant)]
+        return [
+            {
+                "id": h.fingerprint,
+                "rule": h.rule,
+                "state": h.state,
+                "severity": h.severity,
+                "labels": h.labels,
+                "value": h.value,
+                "message": h.summary,
+                "at": h.at.isoformat(),
+            }
+            for h in self.store.list_alert_history(limit)
+            if tenant is None or h.labels.get("tenant") in (None, tenant)
+        ]
 
     def list_rules(self, caller: Principal) -> list[dict[str, Any]]:
         """The cluster's rules and, for a non-admin, its own tenant's (another tenant's rules are private)."""
         tenant = self._tenant_name(caller)
         ids = {r.name: r.id for r in self.store.list_alert_rules()}
-        return [rule_to_dict(r) | {"id": ids.get(r.name), "builtin": r.name not in ids} for r in self.engine.rules()
-                if tenant is None or r.tenant in (None, tenant)]
+        return [
+            rule_to_dict(r) | {"id": ids.get(r.name), "builtin": r.name not in ids}
+            for r in self.engine.rules()
+            if tenant is None or r.tenant in (None, tenant)
+        ]
 
     def create_rule(self, caller: Principal, data: dict[str, Any]) -> dict[str, Any]:
         data = normalize_rule_input(data)
@@ -286,8 +333,11 @@ class AlertService:
     def list_silences(self, caller: Principal) -> list[dict[str, Any]]:
         """Active silences: all of them for an admin, a tenant's own for anyone else."""
         tenant = self._tenant_name(caller)
-        return [silence_to_dict(s) for s in self.engine.silences(time.time())
-                if caller.is_admin or (tenant is not None and s.tenant == tenant)]
+        return [
+            silence_to_dict(s)
+            for s in self.engine.silences(time.time())
+            if caller.is_admin or (tenant is not None and s.tenant == tenant)
+        ]
 
     def create_silence(self, caller: Principal, data: dict[str, Any]) -> dict[str, Any]:
         """An admin's silence mutes any alert its matchers select (or, with `tenant`, that tenant's only); a
@@ -315,8 +365,9 @@ class AlertService:
         """End a silence now. A tenant-admin reaches its own tenant's silences only: any other is 404."""
         caller.require(Action.MANAGE_TENANT)
         silence = next((s for s in self.engine.silences() if s.id == silence_id), None)
-        if silence is None or (not caller.is_admin and (silence.tenant is None
-                                                         or silence.tenant != self._tenant_name(caller))):
+        if silence is None or (
+            not caller.is_admin and (silence.tenant is None or silence.tenant != self._tenant_name(caller))
+        ):
             raise NotFoundError("silence", silence_id)
         self.engine.expire_silence(silence_id, time.time())
         self.store.delete_silence(silence_id)

@@ -5,9 +5,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from corral.server.auth import Principal
-from corral.store.sql import SqlStore
+from corral.store.protocols import AuditStore
 
 
-def record_audit(store: SqlStore, caller: Principal, action: str, target: str, detail: str = "") -> None:
+def record_audit(store: AuditStore, caller: Principal, action: str, target: str, detail: str = "") -> None:
     actor = caller.user.name if caller.user else f"token:{caller.token.name}"
     store.add_audit(actor, action, target, detail, datetime.now(UTC))

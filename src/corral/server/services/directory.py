@@ -12,8 +12,17 @@ from corral.core.errors import AuthError, NotFoundError, ValidationError
 from corral.core.tenancy import Action, parse_role
 from corral.server.auth import Principal
 from corral.server.services.audit import record_audit
+from corral.store.protocols import AuditStore, DirectoryStore, IdentityStore, TenancyStore
 from corral.store.records import User
-from corral.store.sql import SqlStore
+
+
+class DirectoryUserStore(DirectoryStore, IdentityStore, Protocol):
+    """Provisioning directory users: the group mappings and the users and tokens they decide."""
+
+
+class DirectoryAdminStore(DirectoryStore, TenancyStore, AuditStore, Protocol):
+    """Changing group mappings: the mappings, the tenants they name, and the audit trail."""
+
 
 WRONG = "wrong user name or password"  # the one message for every refused password, local or directory
 
@@ -41,7 +50,9 @@ def is_directory_login(user: User | None, directory: PasswordDirectory | None) -
     return directory is not None and (user is None or user.directory == directory.source)
 
 
-def login_through_directory(store: SqlStore, directory: PasswordDirectory, username: str, password: str) -> User:
+def login_through_directory(
+    store: DirectoryUserStore, directory: PasswordDirectory, username: str, password: str
+) -> User:
     """Check the password with the directory, then provision or update the user from the group mappings."""
     identity = directory.authenticate(username, password)
     if identity is None:
@@ -49,7 +60,7 @@ def login_through_directory(store: SqlStore, directory: PasswordDirectory, usern
     return provision_directory_user(store, identity)
 
 
-def provision_directory_user(store: SqlStore, identity: DirectoryIdentity) -> User:
+def provision_directory_user(store: DirectoryUserStore, identity: DirectoryIdentity) -> User:
     """The local user of a directory identity, with the tenant and role its groups map to now. A user in no mapped
     group is refused, and every token it still holds is revoked (removed from its groups = cut off)."""
     mapping = select_membership(identity.groups, store.list_group_mappings())
@@ -58,10 +69,13 @@ def provision_directory_user(store: SqlStore, identity: DirectoryIdentity) -> Us
         if existing is not None and existing.directory == identity.source:
             for token in store.list_tokens([existing.id]):
                 store.revoke_token(token.id)
-        raise AuthError(f"{identity.username} is in no directory group that is mapped to a tenant "
-                        f"(an admin maps groups with `corral directory map`)")
-    user = store.provision_directory_user(identity.username, identity.source, mapping.tenant_id,
-                                          mapping.role.value, _now())
+        raise AuthError(
+            f"{identity.username} is in no directory group that is mapped to a tenant "
+            f"(an admin maps groups with `corral directory map`)"
+        )
+    user = store.provision_directory_user(
+        identity.username, identity.source, mapping.tenant_id, mapping.role.value, _now()
+    )
     if user.disabled:  # an admin disabled the account in Corral: the directory does not re-enable it
         raise AuthError(WRONG)
     return user
@@ -72,12 +86,12 @@ def mapping_out(m: GroupMapping) -> GroupMappingOut:
     return GroupMappingOut(id=m.id, group=m.group, tenant=m.tenant, role=m.role.value)
 
 
-def list_mappings(store: SqlStore, caller: Principal) -> list[GroupMappingOut]:
+def list_mappings(store: DirectoryStore, caller: Principal) -> list[GroupMappingOut]:
     caller.require(Action.MANAGE_CLUSTER)
     return [mapping_out(m) for m in store.list_group_mappings()]
 
 
-def create_mapping(store: SqlStore, caller: Principal, body: GroupMappingIn) -> GroupMappingOut:
+def create_mapping(store: DirectoryAdminStore, caller: Principal, body: GroupMappingIn) -> GroupMappingOut:
     caller.require(Action.MANAGE_CLUSTER)
     group = normalize_group(body.group)
     if not group or len(group) > 255:  # casefold may lengthen a name ("ß" -> "ss")
@@ -91,7 +105,7 @@ def create_mapping(store: SqlStore, caller: Principal, body: GroupMappingIn) -> 
     return mapping_out(m)
 
 
-def delete_mapping(store: SqlStore, caller: Principal, mapping_id: int) -> None:
+def delete_mapping(store: DirectoryAdminStore, caller: Principal, mapping_id: int) -> None:
     caller.require(Action.MANAGE_CLUSTER)
     if not store.delete_group_mapping(mapping_id):
         raise NotFoundError("group mapping", str(mapping_id))

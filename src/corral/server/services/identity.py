@@ -10,26 +10,36 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Protocol, runtime_checkable
 
-from corral.api.tls import JoinToken, NODE_NAME_RE, parse_join_token
+from corral.api.tls import NODE_NAME_RE, JoinToken, parse_join_token
 from corral.core.errors import AuthError, ConflictError, ForbiddenError, NotFoundError, ValidationError
 from corral.core.tenancy import Action
 from corral.server.auth import Principal
 from corral.server.ca import CertificateAuthority, CsrError, IssuedCert
+from corral.server.health.consequences import requeue_after_failure
 from corral.server.services.audit import record_audit
-from corral.server.services.recovery import requeue_after_failure
 from corral.store.identity import JoinTokenRecord, NodeCertRecord
-from corral.store.sql import SqlStore
+from corral.store.protocols import AuditStore, JobStore, NodeIdentityStore, NodeStore, OperationsStore
 
 MAX_JOIN_TTL_S = 30 * 86400
 MAX_JOIN_USES = 10_000
+
+
+class NodeIdentityAdminStore(NodeIdentityStore, NodeStore, JobStore, OperationsStore, AuditStore, Protocol):
+    """Joining, renewing and revoking nodes: tokens and certificates, the node and its jobs, events, audit."""
 
 
 def hash_secret(secret: str) -> str:
     return hashlib.sha256(b"corral-join:" + secret.encode()).hexdigest()
 
 
-def create_join_token(store: SqlStore, ca: CertificateAuthority, caller: Principal, ttl_s: float, uses: int,
-                      description: str = "") -> tuple[str, JoinTokenRecord]:
+def create_join_token(
+    store: NodeIdentityAdminStore,
+    ca: CertificateAuthority,
+    caller: Principal,
+    ttl_s: float,
+    uses: int,
+    description: str = "",
+) -> tuple[str, JoinTokenRecord]:
     """A new join token (admins). The secret is returned once and stored hashed."""
     caller.require(Action.MANAGE_CLUSTER)
     now = datetime.now(UTC)
@@ -42,8 +52,9 @@ def create_join_token(store: SqlStore, ca: CertificateAuthority, caller: Princip
 
 @runtime_checkable
 class JoinTokenStore(Protocol):
-    def create_join_token(self, secret_hash: str, description: str, created_by: str, now: datetime,
-                          expires_at: datetime, max_uses: int) -> JoinTokenRecord:
+    def create_join_token(
+        self, secret_hash: str, description: str, created_by: str, now: datetime, expires_at: datetime, max_uses: int
+    ) -> JoinTokenRecord:
         """See corral.store.identity.NodeIdentityMethods."""
 
 
@@ -51,12 +62,18 @@ def create_local_join_token(store: JoinTokenStore, ca: CertificateAuthority, ttl
     """The convenience token `corral up` writes at first start (listed and expiring like any other)."""
     now = datetime.now(UTC)
     secret = secrets.token_urlsafe(24)
-    record = store.create_join_token(hash_secret(secret), "written by corral up at first start", "corral up", now,
-                                     now + timedelta(seconds=ttl_s), uses)
+    record = store.create_join_token(
+        hash_secret(secret),
+        "written by corral up at first start",
+        "corral up",
+        now,
+        now + timedelta(seconds=ttl_s),
+        uses,
+    )
     return str(JoinToken(id=record.id, secret=secret, ca_fingerprint=ca.fingerprint))
 
 
-def revoke_join_token(store: SqlStore, caller: Principal, token_id: int) -> JoinTokenRecord:
+def revoke_join_token(store: NodeIdentityAdminStore, caller: Principal, token_id: int) -> JoinTokenRecord:
     caller.require(Action.MANAGE_CLUSTER)
     if store.get_join_token(token_id) is None:
         raise NotFoundError("join token", str(token_id))
@@ -67,8 +84,14 @@ def revoke_join_token(store: SqlStore, caller: Principal, token_id: int) -> Join
     return record
 
 
-def join_node(store: SqlStore, ca: CertificateAuthority, token_text: str, node: str, csr_pem: str,
-              lifetime: timedelta) -> IssuedCert:
+def join_node(
+    store: NodeIdentityAdminStore,
+    ca: CertificateAuthority,
+    token_text: str,
+    node: str,
+    csr_pem: str,
+    lifetime: timedelta,
+) -> IssuedCert:
     """Spend one use of a join token for a certificate bound to `node`. A node that still holds a live
     certificate cannot be joined again (that would let any token holder take over a real node's name):
     revoke it first (`corral nodes revoke NODE`)."""
@@ -82,8 +105,11 @@ def join_node(store: SqlStore, ca: CertificateAuthority, token_text: str, node: 
         raise AuthError("this join token was made for another cluster (its CA fingerprint differs)")
     now = datetime.now(UTC)
     if any(c.live_at(now) for c in store.list_node_certs(node)):
-        raise ConflictError(f"node {node} already has a live certificate; revoke it first "
-                            f"(corral nodes revoke {node}) to join a machine under that name again", "node")
+        raise ConflictError(
+            f"node {node} already has a live certificate; revoke it first "
+            f"(corral nodes revoke {node}) to join a machine under that name again",
+            "node",
+        )
     if not store.use_join_token(token.id, hash_secret(token.secret), now):
         raise AuthError("join token invalid, expired, used up or revoked")
     cert = _sign(ca, csr_pem, node, lifetime)
@@ -92,16 +118,18 @@ def join_node(store: SqlStore, ca: CertificateAuthority, token_text: str, node: 
     return cert
 
 
-def renew_node_cert(store: SqlStore, ca: CertificateAuthority, node: str, csr_pem: str,
-                    lifetime: timedelta) -> IssuedCert:
+def renew_node_cert(
+    store: NodeIdentityStore, ca: CertificateAuthority, node: str, csr_pem: str, lifetime: timedelta
+) -> IssuedCert:
     """A fresh certificate for a node that proved its identity with its current one."""
     cert = _sign(ca, csr_pem, node, lifetime)
     store.record_node_cert(cert.serial, cert.fingerprint, node, datetime.now(UTC), cert.not_after, None)
     return cert
 
 
-def issue_local_node_cert(store: SqlStore, ca: CertificateAuthority, node: str,
-                          lifetime: timedelta) -> tuple[bytes, IssuedCert]:
+def issue_local_node_cert(
+    store: NodeIdentityStore, ca: CertificateAuthority, node: str, lifetime: timedelta
+) -> tuple[bytes, IssuedCert]:
     """Key + certificate for the in-process agent of `corral up` (the server trusts itself)."""
     key, cert = ca.issue_node_key(node, lifetime)
     store.record_node_cert(cert.serial, cert.fingerprint, node, datetime.now(UTC), cert.not_after, None)
@@ -129,7 +157,7 @@ class NodeIdentities:
     memory for `cache_s`; `forget_node` (revocation through this server) drops them at once, so a revoked node's
     next request is refused."""
 
-    def __init__(self, store: SqlStore, cache_s: float = 10.0) -> None:
+    def __init__(self, store: NodeIdentityStore, cache_s: float = 10.0) -> None:
         self.store = store
         self.cache_s = cache_s  # bounds how long a revocation made elsewhere (another process) goes unseen
         self._cache: dict[str, tuple[NodeCertRecord, datetime]] = {}
@@ -159,8 +187,9 @@ class NodeIdentities:
                 del self._cache[fp]
 
 
-def revoke_node(store: SqlStore, identities: NodeIdentities, caller: Principal, node: str,
-                backoff_s: float) -> list[str]:
+def revoke_node(
+    store: NodeIdentityAdminStore, identities: NodeIdentities, caller: Principal, node: str, backoff_s: float
+) -> list[str]:
     """Cut a node off at once: its certificates are revoked, it is marked LOST and its jobs go back to the
     queue as for a lost node. Returns the revoked serials. Admins only."""
     caller.require(Action.MANAGE_CLUSTER)

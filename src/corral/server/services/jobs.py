@@ -34,35 +34,46 @@ def check_fits_some_node(request: ResourceRequest, nodes: list[Node], gang: int 
         matching = [n for n in nodes if sum(model_matches(g.model, request.gpu_models) for g in n.gpus) >= request.gpus]
         if not matching:
             wanted = "|".join(request.gpu_models)
-            raise ValidationError("gpu_model", f"no node has {request.gpus} GPU(s) of model {wanted}; models here: {', '.join(models) or 'none'}")
+            raise ValidationError(
+                "gpu_model",
+                f"no node has {request.gpus} GPU(s) of model {wanted}; models here: {', '.join(models) or 'none'}",
+            )
     most_gpu_memory = max((g.memory_mib for n in nodes for g in n.gpus), default=0)
     if request.min_gpu_memory_mib > most_gpu_memory:
-        raise ValidationError("min_gpu_memory_mib", f"GPUs of {request.min_gpu_memory_mib} MiB requested but the "
-                                                    f"largest GPU has {most_gpu_memory} MiB")
+        raise ValidationError(
+            "min_gpu_memory_mib",
+            f"GPUs of {request.min_gpu_memory_mib} MiB requested but the largest GPU has {most_gpu_memory} MiB",
+        )
     big_enough = [n for n in nodes if _can_ever_hold(n, request)]
     if not big_enough:
-        raise ValidationError("gpus", f"no node has {request.gpus} such GPU(s) together with the CPUs and memory "
-                                      "requested")
+        raise ValidationError(
+            "gpus", f"no node has {request.gpus} such GPU(s) together with the CPUs and memory requested"
+        )
     if gang > len(big_enough):
-        raise ValidationError("nodes", f"{gang} nodes with {request.gpus} GPU(s) each requested but the pool has "
-                                       f"{len(big_enough)} such node(s)")
+        raise ValidationError(
+            "nodes",
+            f"{gang} nodes with {request.gpus} GPU(s) each requested but the pool has {len(big_enough)} such node(s)",
+        )
 
 
 def _check_host_fits(request: ResourceRequest, nodes: list[Node]) -> None:
     most_memory = max(n.memory_mib for n in nodes)
     if request.memory_mib > most_memory:
-        raise ValidationError("memory_mib", f"{request.memory_mib} MiB requested but the largest node has "
-                                            f"{most_memory} MiB")
+        raise ValidationError(
+            "memory_mib", f"{request.memory_mib} MiB requested but the largest node has {most_memory} MiB"
+        )
     most_cpu = max(n.cpu_milli for n in nodes)
     if request.cpu_milli > most_cpu:
-        raise ValidationError("cpu_milli", f"{request.cpu_milli} milli-CPUs requested but the largest node has "
-                                           f"{most_cpu}")
+        raise ValidationError(
+            "cpu_milli", f"{request.cpu_milli} milli-CPUs requested but the largest node has {most_cpu}"
+        )
 
 
 def _can_ever_hold(node: Node, request: ResourceRequest) -> bool:
     """Whether the empty node could hold the request (GPUs of the model and memory, CPUs, memory)."""
-    usable = sum(model_matches(g.model, request.gpu_models) and g.memory_mib >= request.min_gpu_memory_mib
-                 for g in node.gpus)
+    usable = sum(
+        model_matches(g.model, request.gpu_models) and g.memory_mib >= request.min_gpu_memory_mib for g in node.gpus
+    )
     return usable >= request.gpus and node.cpu_milli >= request.cpu_milli and node.memory_mib >= request.memory_mib
 
 
@@ -79,12 +90,16 @@ def check_tenant_quota_covers(store: StateStore, tenant_id: int, request: Resour
     ok = any(model_matches(m, (c,)) or model_matches(c, (m,)) for m in wanted for c in covered) if wanted else False
     if not ok:
         asked = "|".join(wanted) or "any model"
-        raise ValidationError("gpu_model", f"the tenant has no quota for {asked}; its quotas cover "
-                                           f"{', '.join(covered) or 'nothing'} (ask for one of those)")
+        raise ValidationError(
+            "gpu_model",
+            f"the tenant has no quota for {asked}; its quotas cover "
+            f"{', '.join(covered) or 'nothing'} (ask for one of those)",
+        )
 
 
-def job_spec_for(store: StateStore, body: JobSubmit, tenant_id: int | None, user_id: int | None,
-                 schedule_id: int | None = None) -> JobSpec:
+def job_spec_for(
+    store: StateStore, body: JobSubmit, tenant_id: int | None, user_id: int | None, schedule_id: int | None = None
+) -> JobSpec:
     """Check a submission against the tenant's queues and quotas and the pool; the spec to store, or
     ValidationError naming the field."""
     if tenant_id is None:
@@ -93,24 +108,20 @@ def job_spec_for(store: StateStore, body: JobSubmit, tenant_id: int | None, user
         raise ValidationError("queue", f"no queue {body.queue!r} in this tenant")
     if body.nodes > 1 and body.gpus == 0:
         raise ValidationError("nodes", "a multi-node job asks for GPUs on each node (--gpus)")
-    request = ResourceRequest(gpus=body.gpus, gpu_milli=body.gpu_milli, gpu_models=body.gpu_models,
-                              min_gpu_memory_mib=body.min_gpu_memory_mib, cpu_milli=body.cpu_milli,
-                              memory_mib=body.memory_mib)
-    check_fits_some_node(request, store.list_nodes(), body.nodes)
-    check_tenant_quota_covers(store, tenant_id, request)
+    spec = body.to_spec(tenant_id, user_id, schedule_id)
+    check_fits_some_node(spec.request, store.list_nodes(), body.nodes)
+    check_tenant_quota_covers(store, tenant_id, spec.request)
     check_secret_refs(store, tenant_id, body.secret_env, body.env)  # names only: values are read at hand-over
-    return JobSpec(command=tuple(body.command), name=body.name or body.command[0].rsplit("/", 1)[-1],
-                   env=dict(body.env), workdir=body.workdir, gpus=body.gpus, gpu_milli=body.gpu_milli,
-                   gpu_models=body.gpu_models, min_gpu_memory_mib=body.min_gpu_memory_mib,
-                   cpu_milli=body.cpu_milli, memory_mib=body.memory_mib, priority=body.priority,
-                   user_id=user_id, tenant_id=tenant_id, queue=body.queue,
-                   time_limit_s=body.time_limit_s, nodes=body.nodes, schedule_id=schedule_id,
-                   port=0 if body.web_ui or body.port else None,  # Corral assigns the port at hand-over
-                   secret_env=dict(body.secret_env))
+    return spec
 
 
-def submit_job(store: StateStore, body: JobSubmit, caller: Principal, idempotency_key: str | None = None,
-               keep_keys: timedelta = timedelta(hours=24)) -> tuple[Job, bool]:
+def submit_job(
+    store: StateStore,
+    body: JobSubmit,
+    caller: Principal,
+    idempotency_key: str | None = None,
+    keep_keys: timedelta = timedelta(hours=24),
+) -> tuple[Job, bool]:
     """(the job, whether this call created it). With an Idempotency-Key, the same key from the same caller with
     the same body returns the job the first request made (also after a crash, for `keep_keys`); the same key
     with another body raises IdempotencyKeyReused."""
@@ -138,24 +149,17 @@ def load_job(store: StateStore, job_id: int, caller: Principal | None = None) ->
     return job
 
 
-def to_out(job: Job, pending_reasons: dict[int, str], tenants: dict[int, str] | None = None,
-           pending_info: dict[int, tuple[int, datetime | None]] | None = None) -> JobOut:
-    s = job.spec
+def to_out(
+    job: Job,
+    pending_reasons: dict[int, str],
+    tenants: dict[int, str] | None = None,
+    pending_info: dict[int, tuple[int, datetime | None]] | None = None,
+) -> JobOut:
     pending_reason, position, eta = None, None, None
     if job.state is JobState.PENDING:
         pending_reason = pending_reasons.get(job.id, "waiting for the scheduler")
         position, eta = (pending_info or {}).get(job.id, (None, None))
-    return JobOut(
-        id=job.id, name=s.name, state=job.state, node=job.node, gpus=list(job.gpu_indices), gpu_count=s.gpus,
-        nodes=s.nodes, parts=[{"node": n, "gpus": list(g)} for n, g in job.placed_parts],
-        gpu_milli=s.gpu_milli, gpu_model="|".join(s.gpu_models) or None, command=list(s.command), env=dict(s.env),
-        workdir=s.workdir, priority=s.priority, exit_code=job.exit_code, reason=job.reason,
-        pending_reason=pending_reason, created_at=job.created_at, started_at=job.started_at,
-        finished_at=job.finished_at, cancel_requested=job.cancel_requested, attempt=job.attempt,
-        tenant=(tenants or {}).get(s.tenant_id) if s.tenant_id else None, queue=s.queue, time_limit_s=s.time_limit_s,
-        queue_position=position, eta=eta, preemptions=job.preemptions,
-        eta_s=None if eta is None else max((eta - datetime.now(UTC)).total_seconds(), 0.0), port=s.port or None,
-        web_ui=s.port is not None,  # 0: asked for, no port yet (see JobSpec.port)
-        web_url=f"/proxy/jobs/{job.id}/" if s.port and job.state is JobState.RUNNING else None,
-        schedule_id=s.schedule_id, secret_env=dict(s.secret_env),
+    tenant = (tenants or {}).get(job.spec.tenant_id) if job.spec.tenant_id else None
+    return JobOut.from_job(
+        job, datetime.now(UTC), pending_reason=pending_reason, position=position, eta=eta, tenant=tenant
     )

@@ -12,9 +12,13 @@ from datetime import UTC, datetime, timedelta
 from corral.core.errors import AuthError, TooManyRequestsError
 from corral.core.login_backoff import BackoffPolicy
 from corral.server.passwords import PasswordPool
-from corral.server.services.directory import PasswordDirectory, is_directory_login, login_through_directory
+from corral.server.services.directory import (
+    DirectoryUserStore,
+    PasswordDirectory,
+    is_directory_login,
+    login_through_directory,
+)
 from corral.store.records import TokenRecord, User
-from corral.store.sql import SqlStore
 
 ADDRESS_FACTOR = 4  # an address (maybe a NAT of many people) may fail 4 times as often as one user name
 WRONG = "wrong user name or password"
@@ -37,7 +41,7 @@ def address_key(address: str) -> str:
 class LoginGuard:
     """What every login path shares: the store, the password pool and the back-off policy."""
 
-    store: SqlStore
+    store: DirectoryUserStore  # users, tokens, login failures; directory users are provisioned through it
     passwords: PasswordPool
     policy: BackoffPolicy
     directory: PasswordDirectory | None = None  # LDAP, for users not local (services/directory.py)

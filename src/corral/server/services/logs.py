@@ -54,7 +54,7 @@ class LogStore:
             size = self.run_size(job_id, attempt, rank)
             if offset > size:
                 raise LogOffsetError(size)
-            fresh = data[size - offset:]
+            fresh = data[size - offset :]
             if fresh:
                 fd = os.open(self.path(job_id, attempt, rank), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
                 with open(fd, "ab") as f:  # jobs' logs are theirs alone: 0600 in a 0700 dir

@@ -3,23 +3,28 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Protocol
 
 from corral.core.errors import NotFoundError
 from corral.core.tenancy import Action
 from corral.server.auth import Principal
 from corral.server.services.audit import record_audit
+from corral.store.protocols import AuditStore, JobStore, NodeStore, OperationsStore
 from corral.store.records import Node
-from corral.store.sql import SqlStore
 
 
-def load_node(store: SqlStore, name: str) -> Node:
+class NodeAdminStore(NodeStore, OperationsStore, JobStore, AuditStore, Protocol):
+    """Operating nodes: their records, admin state and events, the jobs on them, and the audit trail."""
+
+
+def load_node(store: NodeStore, name: str) -> Node:
     node = store.get_node(name)
     if node is None:
         raise NotFoundError("node", name)
     return node
 
 
-def cordon_node(store: SqlStore, caller: Principal, name: str, cordoned: bool) -> Node:
+def cordon_node(store: NodeAdminStore, caller: Principal, name: str, cordoned: bool) -> Node:
     """Cordoned: running jobs stay, nothing new is placed."""
     caller.require(Action.MANAGE_CLUSTER)
     load_node(store, name)
@@ -31,7 +36,7 @@ def cordon_node(store: SqlStore, caller: Principal, name: str, cordoned: bool) -
     return load_node(store, name)
 
 
-def drain_node(store: SqlStore, caller: Principal, name: str) -> list[int]:
+def drain_node(store: NodeAdminStore, caller: Principal, name: str) -> list[int]:
     """Cordon, then send the node's running jobs back to the queue (they restart elsewhere). Returns their ids."""
     cordon_node(store, caller, name, True)
     now = datetime.now(UTC)
@@ -41,7 +46,7 @@ def drain_node(store: SqlStore, caller: Principal, name: str) -> list[int]:
     return moved
 
 
-def set_gpu_enabled(store: SqlStore, caller: Principal, node: str, index: int, enabled: bool) -> Node:
+def set_gpu_enabled(store: NodeAdminStore, caller: Principal, node: str, index: int, enabled: bool) -> Node:
     """Disable takes a GPU out until an admin enables it; enable also clears an UNHEALTHY verdict."""
     caller.require(Action.MANAGE_CLUSTER)
     found = load_node(store, node)

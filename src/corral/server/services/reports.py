@@ -40,9 +40,18 @@ class JobRun:
     def from_columns(cls, row: Sequence[Any]) -> JobRun:
         """From SqlStore.list_runs_between's tuple."""
         (job_id, tenant, user, gpus, milli, nodes, started, finished, node, gpu_indices, parts, util) = row
-        return cls(job_id, tenant, user, gpus, milli, nodes or 1, started, finished,
-                   compute_placed_parts(node, gpu_indices, parts),
-                   None if util is None else float(util))
+        return cls(
+            job_id,
+            tenant,
+            user,
+            gpus,
+            milli,
+            nodes or 1,
+            started,
+            finished,
+            compute_placed_parts(node, gpu_indices, parts),
+            None if util is None else float(util),
+        )
 
 
 @dataclass(slots=True)
@@ -55,8 +64,12 @@ class UsageRow:
 
     def to_dict(self) -> dict[str, Any]:
         avg = self.util_weighted / self.util_hours if self.util_hours else None
-        return {"key": self.key, "gpu_hours": round(self.gpu_hours, 4), "jobs": self.jobs,
-                "avg_util_pct": None if avg is None else round(avg, 2)}
+        return {
+            "key": self.key,
+            "gpu_hours": round(self.gpu_hours, 4),
+            "jobs": self.jobs,
+            "avg_util_pct": None if avg is None else round(avg, 2),
+        }
 
 
 def _days(t0: datetime, t1: datetime) -> list[tuple[str, datetime, datetime]]:
@@ -69,9 +82,16 @@ def _days(t0: datetime, t1: datetime) -> list[tuple[str, datetime, datetime]]:
     return out
 
 
-def compute_usage_rows(jobs: Sequence[JobRun], group_by: str, start: datetime, end: datetime, now: datetime,
-                       tenants: Mapping[int, str], users: Mapping[int, str], gpu_models: Mapping[tuple[str, int], str],
-                       ) -> list[dict[str, Any]]:
+def compute_usage_rows(
+    jobs: Sequence[JobRun],
+    group_by: str,
+    start: datetime,
+    end: datetime,
+    now: datetime,
+    tenants: Mapping[int, str],
+    users: Mapping[int, str],
+    gpu_models: Mapping[tuple[str, int], str],
+) -> list[dict[str, Any]]:
     if group_by not in GROUPS:
         raise ValidationError("group_by", f"one of {', '.join(GROUPS)}")
     rows: dict[str, UsageRow] = {}
@@ -90,8 +110,9 @@ def compute_usage_rows(jobs: Sequence[JobRun], group_by: str, start: datetime, e
             elif group_by == "user":
                 key = users.get(job.user_id or 0, "(none)")
             else:
-                key = next((gpu_models[(n, i)] for n, idxs in job.parts for i in idxs if (n, i) in gpu_models),
-                           "(unknown)")
+                key = next(
+                    (gpu_models[(n, i)] for n, idxs in job.parts for i in idxs if (n, i) in gpu_models), "(unknown)"
+                )
             parts = [(key, run0, run1)]
         util = job.utilization_pct
         for key, a, b in parts:
@@ -102,7 +123,10 @@ def compute_usage_rows(jobs: Sequence[JobRun], group_by: str, start: datetime, e
             if util is not None:
                 row.util_weighted += util * hours
                 row.util_hours += hours
-    return [r.to_dict() for r in sorted(rows.values(), key=lambda r: (-r.gpu_hours, r.key) if group_by != "day" else (r.key,))]
+    return [
+        r.to_dict()
+        for r in sorted(rows.values(), key=lambda r: (-r.gpu_hours, r.key) if group_by != "day" else (r.key,))
+    ]
 
 
 def render_csv(rows: Sequence[Mapping[str, Any]], group_by: str) -> str:

@@ -9,18 +9,18 @@ back (the missed times are counted).
 from __future__ import annotations
 
 import logging
-import threading
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from corral.api.schemas import JobSubmit, ScheduleIn, ScheduleOut, SchedulePatch
 from corral.core.errors import CorralError, NotFoundError, ValidationError
 from corral.core.schedules import ConcurrencyPolicy, ScheduleExpr, plan_firing
 from corral.server.auth import Principal
+from corral.server.background.schedules import ScheduleLoop
 from corral.server.services.jobs import job_spec_for
 from corral.server.services.notify import NodeNotifier, Trigger
+from corral.store.base import StateStore
 from corral.store.records import Job, Schedule
-from corral.store.sql import SqlStore
 
 log = logging.getLogger("corral.schedules")
 UPCOMING = 3
@@ -30,7 +30,7 @@ def _expr(s: Schedule) -> ScheduleExpr:
     return ScheduleExpr.parse(s.expr, s.timezone)
 
 
-def load_schedule(store: SqlStore, schedule_id: int, caller: Principal | None = None) -> Schedule:
+def load_schedule(store: StateStore, schedule_id: int, caller: Principal | None = None) -> Schedule:
     """The schedule, or NotFoundError, also when it belongs to a tenant the caller may not see."""
     s = store.get_schedule(schedule_id)
     if s is None:
@@ -49,7 +49,7 @@ def _nested(e: ValidationError) -> ValidationError:
     return ValidationError(f"job.{e.field}", e.problem)
 
 
-def create_schedule(store: SqlStore, body: ScheduleIn, caller: Principal, now: datetime) -> Schedule:
+def create_schedule(store: StateStore, body: ScheduleIn, caller: Principal, now: datetime) -> Schedule:
     expr = ScheduleExpr.parse(body.schedule, body.timezone)
     user_id = caller.user.id if caller.user else None
     try:
@@ -58,11 +58,21 @@ def create_schedule(store: SqlStore, body: ScheduleIn, caller: Principal, now: d
         raise (e if e.field == "tenant" else _nested(e)) from None
     name = body.name.strip() or spec.name
     assert caller.tenant_id is not None  # job_spec_for refused a caller without a tenant
-    return store.create_schedule(caller.tenant_id, user_id, name, expr.text, body.timezone, body.concurrency,
-                                 body.paused, _job_body(body.job), expr.next_after(now, anchor=now), now)
+    return store.create_schedule(
+        caller.tenant_id,
+        user_id,
+        name,
+        expr.text,
+        body.timezone,
+        body.concurrency,
+        body.paused,
+        _job_body(body.job),
+        expr.next_after(now, anchor=now),
+        now,
+    )
 
 
-def update_schedule(store: SqlStore, schedule: Schedule, body: SchedulePatch, now: datetime) -> Schedule:
+def update_schedule(store: StateStore, schedule: Schedule, body: SchedulePatch, now: datetime) -> Schedule:
     changes: dict[str, Any] = {}
     expr_text = body.schedule if body.schedule is not None else schedule.expr
     tz = body.timezone if body.timezone is not None else schedule.timezone
@@ -95,15 +105,29 @@ def schedule_out(s: Schedule, names: dict[int, str], active: list[int], now: dat
     expr = _expr(s)
     upcoming = [] if s.paused else [s.next_run_at, *expr.upcoming(max(s.next_run_at, now), UPCOMING - 1, s.created_at)]
     return ScheduleOut(
-        id=s.id, name=s.name, tenant=names.get(s.tenant_id), schedule=s.expr, timezone=s.timezone,
-        description=expr.describe(), concurrency=s.concurrency, paused=s.paused, job=s.job, created_at=s.created_at,
-        next_run_at=None if s.paused else s.next_run_at, upcoming=upcoming, last_run_at=s.last_run_at,
-        last_job_id=s.last_job_id, active_job_ids=active, runs=s.runs, skipped=s.skipped, missed=s.missed,
+        id=s.id,
+        name=s.name,
+        tenant=names.get(s.tenant_id),
+        schedule=s.expr,
+        timezone=s.timezone,
+        description=expr.describe(),
+        concurrency=s.concurrency,
+        paused=s.paused,
+        job=s.job,
+        created_at=s.created_at,
+        next_run_at=None if s.paused else s.next_run_at,
+        upcoming=upcoming,
+        last_run_at=s.last_run_at,
+        last_job_id=s.last_job_id,
+        active_job_ids=active,
+        runs=s.runs,
+        skipped=s.skipped,
+        missed=s.missed,
         last_skip_reason=s.last_error,
     )
 
 
-def run_now(store: SqlStore, schedule: Schedule, now: datetime) -> Job:
+def run_now(store: StateStore, schedule: Schedule, now: datetime) -> Job:
     """Start the schedule's job once, now, outside its timetable (like `kubectl create job --from=cronjob/...`)."""
     try:
         spec = job_spec_for(store, JobSubmit(**schedule.job), schedule.tenant_id, schedule.user_id, schedule.id)
@@ -116,43 +140,28 @@ def run_now(store: SqlStore, schedule: Schedule, now: datetime) -> Job:
 
 
 class ScheduleRunner:
-    """Fires due schedules on its own thread: polls the store at most every `interval_s` and sleeps until the
-    next due time otherwise; `wake()` after a schedule was created or changed."""
+    """Fires due schedules: `run_due` once, or start()/stop() its loop (server/background/schedules.py), which polls
+    the store at most every `interval_s` and sleeps until the next due time otherwise; `wake()` after a schedule
+    was created or changed."""
 
-    def __init__(self, store: SqlStore, trigger: Trigger, notifier: NodeNotifier, interval_s: float = 1.0) -> None:
+    def __init__(self, store: StateStore, trigger: Trigger, notifier: NodeNotifier, interval_s: float = 1.0) -> None:
         self.store = store
         self.trigger = trigger  # the job scheduler's: a started job is placed at once
         self.notifier = notifier
         self.interval_s = interval_s
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self.loop = ScheduleLoop(self, interval_s)
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="corral-schedules", daemon=True)
-        self._thread.start()
+        self.loop.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        self._wake.set()
-        if self._thread:
-            self._thread.join(timeout=10)
+        self.loop.stop()
 
     def wake(self) -> None:
-        self._wake.set()
+        self.loop.wake()
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            wait_s = self.interval_s
-            try:
-                self.run_due(datetime.now(UTC))
-                nxt = self.store.next_schedule_due()
-                if nxt is not None:
-                    wait_s = min(wait_s, max((nxt - datetime.now(UTC)).total_seconds(), 0.01))
-            except Exception:  # a failed pass is logged and retried; the loop must survive
-                log.exception("schedule pass failed")
-            self._wake.wait(wait_s)
-            self._wake.clear()
+    def next_due(self) -> datetime | None:
+        return self.store.next_schedule_due()
 
     def run_due(self, now: datetime) -> list[Job]:
         """Fire every due schedule once; returns the jobs started."""
@@ -179,23 +188,27 @@ class ScheduleRunner:
                 spec = job_spec_for(self.store, JobSubmit(**s.job), s.tenant_id, s.user_id, s.id)
             except (CorralError, ValueError) as e:  # e.g. its queue was deleted, or its GPU model left the pool
                 skip = f"skipped: the job is no longer valid: {getattr(e, 'message', e)}"
-        applied, job = self.store.fire_schedule(s.id, s.next_run_at, spec, firing.next_run_at, now,
-                                                firing.missed, skip)
+        applied, job = self.store.fire_schedule(s.id, s.next_run_at, spec, firing.next_run_at, now, firing.missed, skip)
         if not applied:
             return None  # someone else fired or changed it meanwhile
         if firing.missed:
-            log.warning("schedule %s (%s): %d firing(s) missed while the server was down or behind", s.id, s.name,
-                        firing.missed)
+            log.warning(
+                "schedule %s (%s): %d firing(s) missed while the server was down or behind", s.id, s.name, firing.missed
+            )
         if job is None:
             log.info("schedule %s (%s): %s", s.id, s.name, skip)
             return None
         late = (now - s.next_run_at).total_seconds()
-        self.store.add_event(job.id, "scheduled", f"schedule {s.id} ({s.name}) due at {s.next_run_at:%Y-%m-%d %H:%M:%S}Z"
-                             + (f", started {late:.1f} s late" if late >= 1 else ""), now)
+        self.store.add_event(
+            job.id,
+            "scheduled",
+            f"schedule {s.id} ({s.name}) due at {s.next_run_at:%Y-%m-%d %H:%M:%S}Z"
+            + (f", started {late:.1f} s late" if late >= 1 else ""),
+            now,
+        )
         for old in firing.cancel:
             cancelled = self.store.request_cancel(old, now)
             self.store.add_event(old, "replaced", f"replaced by job {job.id} of schedule {s.id}", now)
             if cancelled is not None and cancelled.node and not cancelled.state.terminal:
                 self.notifier.notify(cancelled.node)
         return job
-

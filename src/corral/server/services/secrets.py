@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping
 from datetime import UTC, datetime
+from typing import Protocol
 
 from corral.api.secrets import KeyRotationOut, SecretIn, SecretKind, SecretOut, SecretUpdate
 from corral.core.errors import CorralError, NotFoundError, ValidationError
@@ -14,8 +15,12 @@ from corral.server.auth import Principal
 from corral.server.keyring import Keyring, KeyringError, Sealed
 from corral.server.services.audit import record_audit
 from corral.store.base import StateStore
+from corral.store.protocols import AuditStore, SecretStore, TenancyStore
 from corral.store.records import SecretRecord
-from corral.store.sql import SqlStore
+
+
+class SecretAdminStore(SecretStore, TenancyStore, AuditStore, Protocol):
+    """Tenants' secrets: the secret role, tenant names, and the audit trail."""
 
 
 # Sealing and storing a value is one step against a rotation: a value sealed with the old key and written after
@@ -34,7 +39,7 @@ def secret_context(tenant_id: int, name: str) -> str:
     return f"corral-secret:v1:{tenant_id}:{name}"
 
 
-def resolve_tenant(store: SqlStore, caller: Principal, tenant: str | None) -> int:
+def resolve_tenant(store: TenancyStore, caller: Principal, tenant: str | None) -> int:
     """The tenant a secrets call is about: the caller's own, or (admins) the one named. Another tenant's name is
     reported as not found for everyone else: its existence is private."""
     if tenant is None:
@@ -52,21 +57,31 @@ def _meta(kind: SecretKind, host: str | None, username: str | None) -> dict[str,
     return {"host": host or "", "username": username or ""} if kind is SecretKind.REGISTRY else {}
 
 
-def create_secret(store: SqlStore, keyring: Keyring, caller: Principal, body: SecretIn,
-                  tenant: str | None) -> SecretRecord:
+def create_secret(
+    store: SecretAdminStore, keyring: Keyring, caller: Principal, body: SecretIn, tenant: str | None
+) -> SecretRecord:
     caller.require(Action.SUBMIT)
     tenant_id = resolve_tenant(store, caller, tenant)
     who = caller.user.name if caller.user else caller.token.name
     with _SEALING:
         sealed = keyring.seal(body.value, secret_context(tenant_id, body.name))
-        record = store.create_secret(tenant_id, body.name, body.kind.value, _meta(body.kind, body.host, body.username),
-                                     sealed.key_id, sealed.token, who, datetime.now(UTC))
+        record = store.create_secret(
+            tenant_id,
+            body.name,
+            body.kind.value,
+            _meta(body.kind, body.host, body.username),
+            sealed.key_id,
+            sealed.token,
+            who,
+            datetime.now(UTC),
+        )
     record_audit(store, caller, "secret.create", f"{tenant_id}/{body.name}", f"kind {body.kind.value}")
     return record
 
 
-def update_secret(store: SqlStore, keyring: Keyring, caller: Principal, name: str, body: SecretUpdate,
-                  tenant: str | None) -> SecretRecord:
+def update_secret(
+    store: SecretAdminStore, keyring: Keyring, caller: Principal, name: str, body: SecretUpdate, tenant: str | None
+) -> SecretRecord:
     caller.require(Action.SUBMIT)
     tenant_id = resolve_tenant(store, caller, tenant)
     current = store.find_secrets(tenant_id, [name]).get(name)
@@ -76,8 +91,10 @@ def update_secret(store: SqlStore, keyring: Keyring, caller: Principal, name: st
     if body.host or body.username:
         if current.kind != SecretKind.REGISTRY.value:
             raise ValidationError("host", "host and username are for registry secrets")
-        meta = {"host": body.host or current.meta.get("host", ""),
-                "username": body.username or current.meta.get("username", "")}
+        meta = {
+            "host": body.host or current.meta.get("host", ""),
+            "username": body.username or current.meta.get("username", ""),
+        }
     with _SEALING:
         sealed = keyring.seal(body.value, secret_context(tenant_id, name))
         record = store.update_secret(tenant_id, name, sealed.key_id, sealed.token, datetime.now(UTC), meta)
@@ -87,7 +104,7 @@ def update_secret(store: SqlStore, keyring: Keyring, caller: Principal, name: st
     return record
 
 
-def list_secrets(store: SqlStore, caller: Principal, tenant: str | None) -> list[SecretRecord]:
+def list_secrets(store: SecretAdminStore, caller: Principal, tenant: str | None) -> list[SecretRecord]:
     """The caller's tenant's secrets; an admin naming no tenant sees every tenant's (names only, never values)."""
     caller.require(Action.READ)
     if tenant is None and caller.is_admin:
@@ -95,7 +112,7 @@ def list_secrets(store: SqlStore, caller: Principal, tenant: str | None) -> list
     return store.list_secrets(resolve_tenant(store, caller, tenant))
 
 
-def delete_secret(store: SqlStore, caller: Principal, name: str, tenant: str | None) -> None:
+def delete_secret(store: SecretAdminStore, caller: Principal, name: str, tenant: str | None) -> None:
     caller.require(Action.SUBMIT)
     tenant_id = resolve_tenant(store, caller, tenant)
     if not store.delete_secret(tenant_id, name):
@@ -104,9 +121,16 @@ def delete_secret(store: SqlStore, caller: Principal, name: str, tenant: str | N
 
 
 def secret_out(record: SecretRecord, tenant_names: Mapping[int, str]) -> SecretOut:
-    return SecretOut(name=record.name, tenant=tenant_names.get(record.tenant_id), kind=SecretKind(record.kind),
-                     host=record.meta.get("host") or None, username=record.meta.get("username") or None,
-                     created_by=record.created_by, created_at=record.created_at, updated_at=record.updated_at)
+    return SecretOut(
+        name=record.name,
+        tenant=tenant_names.get(record.tenant_id),
+        kind=SecretKind(record.kind),
+        host=record.meta.get("host") or None,
+        username=record.meta.get("username") or None,
+        created_by=record.created_by,
+        created_at=record.created_at,
+        updated_at=record.updated_at,
+    )
 
 
 def check_secret_refs(store: StateStore, tenant_id: int, refs: Mapping[str, str], env: Mapping[str, str]) -> None:
@@ -123,8 +147,9 @@ def check_secret_refs(store: StateStore, tenant_id: int, refs: Mapping[str, str]
             raise ValidationError("secret_env", f"no secret {name!r} in this tenant (for {var})")
 
 
-def resolve_secret_env(store: StateStore, keyring: Keyring, tenant_id: int | None,
-                       refs: Mapping[str, str]) -> dict[str, str]:
+def resolve_secret_env(
+    store: StateStore, keyring: Keyring, tenant_id: int | None, refs: Mapping[str, str]
+) -> dict[str, str]:
     """VAR -> value for a job being handed to its agent. Raises SecretUnavailable naming the variable and the
     secret (never a value) when one was deleted since submit or cannot be opened."""
     if not refs:
@@ -144,7 +169,7 @@ def resolve_secret_env(store: StateStore, keyring: Keyring, tenant_id: int | Non
     return values
 
 
-def rotate_key(store: SqlStore, keyring: Keyring, caller: Principal) -> KeyRotationOut:
+def rotate_key(store: SecretAdminStore, keyring: Keyring, caller: Principal) -> KeyRotationOut:
     """A new primary key; every stored value sealed again with it; then the old keys leave the key file. The
     old keys stay in the file until no stored value needs them, so a crash midway loses nothing (run it again)."""
     caller.require(Action.MANAGE_CLUSTER)

@@ -3,19 +3,39 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Protocol
 
 from corral.api.schemas import (
-    QueueIn, QueueOut, QuotaIn, QuotaOut, TenantIn, TenantOut, TokenIn, TokenOut, UserIn, UserOut, UserPatch,
+    QueueIn,
+    QueueOut,
+    QuotaIn,
+    QuotaOut,
+    TenantIn,
+    TenantOut,
+    TokenIn,
+    TokenOut,
+    UserIn,
+    UserOut,
+    UserPatch,
 )
 from corral.core.errors import AuthError, ForbiddenError, NotFoundError, ValidationError
 from corral.core.requests import model_matches
 from corral.core.tenancy import Action, Role, check_name, check_quota, parse_role
 from corral.server.auth import Principal, hash_token, new_token
 from corral.server.passwords import PasswordPool, hash_password
-from corral.server.services.login import LoginGuard
 from corral.server.services.audit import record_audit
+from corral.server.services.login import LoginGuard
+from corral.store.protocols import AuditStore, IdentityStore, NodeStore, TenancyStore
 from corral.store.records import Quota, Tenant, TokenRecord, User
-from corral.store.sql import SqlStore
+
+
+class TenancyAdminStore(TenancyStore, NodeStore, AuditStore, Protocol):
+    """Changing tenants, quotas and queues: the tenancy role, the GPU pool (quota checks) and the audit trail."""
+
+
+class UserAdminStore(IdentityStore, TenancyStore, AuditStore, Protocol):
+    """Changing users and tokens: the identity role, tenant names and the audit trail."""
+
 
 LOGIN_TOKEN_TTL = timedelta(hours=12)
 
@@ -24,7 +44,7 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
-def load_tenant(store: SqlStore, name: str, caller: Principal) -> Tenant:
+def load_tenant(store: TenancyStore, name: str, caller: Principal) -> Tenant:
     tenant = store.find_tenant(name)
     if tenant is None:
         raise NotFoundError("tenant", name)
@@ -32,22 +52,27 @@ def load_tenant(store: SqlStore, name: str, caller: Principal) -> Tenant:
     return tenant
 
 
-def tenant_names(store: SqlStore) -> dict[int, str]:
+def tenant_names(store: TenancyStore) -> dict[int, str]:
     return {t.id: t.name for t in store.list_tenants()}
 
 
 def tenant_out(t: Tenant, names: dict[int, str]) -> TenantOut:
-    return TenantOut(id=t.id, name=t.name, parent=names.get(t.parent_id) if t.parent_id else None, weight=t.weight,
-                     created_at=t.created_at)
+    return TenantOut(
+        id=t.id,
+        name=t.name,
+        parent=names.get(t.parent_id) if t.parent_id else None,
+        weight=t.weight,
+        created_at=t.created_at,
+    )
 
 
-def list_tenants(store: SqlStore, caller: Principal) -> list[TenantOut]:
+def list_tenants(store: TenancyStore, caller: Principal) -> list[TenantOut]:
     names = tenant_names(store)
     scope = caller.tenant_scope()
     return [tenant_out(t, names) for t in store.list_tenants() if scope is None or t.id == scope]
 
 
-def create_tenant(store: SqlStore, caller: Principal, body: TenantIn) -> TenantOut:
+def create_tenant(store: TenancyAdminStore, caller: Principal, body: TenantIn) -> TenantOut:
     caller.require(Action.MANAGE_CLUSTER)
     check_name("name", body.name)
     parent_id = None
@@ -61,14 +86,18 @@ def create_tenant(store: SqlStore, caller: Principal, body: TenantIn) -> TenantO
     return tenant_out(t, tenant_names(store))
 
 
-def list_quotas(store: SqlStore, caller: Principal, tenant: str | None) -> list[QuotaOut]:
+def list_quotas(store: TenancyStore, caller: Principal, tenant: str | None) -> list[QuotaOut]:
     names = tenant_names(store)
     tenant_id = load_tenant(store, tenant, caller).id if tenant else caller.tenant_scope()
-    return [QuotaOut(tenant=names[q.tenant_id], gpu_model=q.gpu_model, guaranteed_gpus=q.guaranteed_gpus,
-                     max_gpus=q.max_gpus) for q in store.list_quotas(tenant_id)]
+    return [
+        QuotaOut(
+            tenant=names[q.tenant_id], gpu_model=q.gpu_model, guaranteed_gpus=q.guaranteed_gpus, max_gpus=q.max_gpus
+        )
+        for q in store.list_quotas(tenant_id)
+    ]
 
 
-def check_quota_fits_pool(store: SqlStore, tenant_id: int, gpu_model: str, guaranteed: int) -> None:
+def check_quota_fits_pool(store: TenancyAdminStore, tenant_id: int, gpu_model: str, guaranteed: int) -> None:
     """The guarantees of all tenants for a model (or in total) may not exceed the GPUs the pool has."""
     gpus = [g for n in store.list_nodes() for g in n.gpus]
     if gpu_model:
@@ -79,26 +108,33 @@ def check_quota_fits_pool(store: SqlStore, tenant_id: int, gpu_model: str, guara
         capacity = len(matching)
     else:
         capacity = len(gpus)
-    others = sum(q.guaranteed_gpus for q in store.list_quotas()
-                 if q.gpu_model.lower() == gpu_model.lower() and q.tenant_id != tenant_id)
+    others = sum(
+        q.guaranteed_gpus
+        for q in store.list_quotas()
+        if q.gpu_model.lower() == gpu_model.lower() and q.tenant_id != tenant_id
+    )
     if others + guaranteed > capacity:
         what = f"{gpu_model} GPUs" if gpu_model else "GPUs"
-        raise ValidationError("guaranteed_gpus", f"guarantees would total {others + guaranteed} {what} but the pool "
-                                                 f"has {capacity} (other tenants hold {others})")
+        raise ValidationError(
+            "guaranteed_gpus",
+            f"guarantees would total {others + guaranteed} {what} but the pool "
+            f"has {capacity} (other tenants hold {others})",
+        )
 
 
-def set_quota(store: SqlStore, caller: Principal, tenant: str, body: QuotaIn) -> QuotaOut:
+def set_quota(store: TenancyAdminStore, caller: Principal, tenant: str, body: QuotaIn) -> QuotaOut:
     caller.require(Action.MANAGE_CLUSTER)
     t = load_tenant(store, tenant, caller)
     check_quota(body.guaranteed_gpus, body.max_gpus)
     check_quota_fits_pool(store, t.id, body.gpu_model.strip(), body.guaranteed_gpus)
     q = store.set_quota(Quota(t.id, body.gpu_model.strip(), body.guaranteed_gpus, body.max_gpus))
-    record_audit(store, caller, "quota.set", f"{t.name}/{q.gpu_model or '*'}",
-                 f"guaranteed={q.guaranteed_gpus} max={q.max_gpus}")
+    record_audit(
+        store, caller, "quota.set", f"{t.name}/{q.gpu_model or '*'}", f"guaranteed={q.guaranteed_gpus} max={q.max_gpus}"
+    )
     return QuotaOut(tenant=t.name, gpu_model=q.gpu_model, guaranteed_gpus=q.guaranteed_gpus, max_gpus=q.max_gpus)
 
 
-def delete_quota(store: SqlStore, caller: Principal, tenant: str, gpu_model: str) -> None:
+def delete_quota(store: TenancyAdminStore, caller: Principal, tenant: str, gpu_model: str) -> None:
     caller.require(Action.MANAGE_CLUSTER)
     t = load_tenant(store, tenant, caller)
     if not store.delete_quota(t.id, gpu_model):
@@ -106,14 +142,16 @@ def delete_quota(store: SqlStore, caller: Principal, tenant: str, gpu_model: str
     record_audit(store, caller, "quota.delete", f"{tenant}/{gpu_model or '*'}")
 
 
-def list_queues(store: SqlStore, caller: Principal, tenant: str | None) -> list[QueueOut]:
+def list_queues(store: TenancyStore, caller: Principal, tenant: str | None) -> list[QueueOut]:
     names = tenant_names(store)
     tenant_id = load_tenant(store, tenant, caller).id if tenant else caller.tenant_scope()
-    return [QueueOut(tenant=names[q.tenant_id], name=q.name, mode=q.mode, priority=q.priority)
-            for q in store.list_queues(tenant_id)]
+    return [
+        QueueOut(tenant=names[q.tenant_id], name=q.name, mode=q.mode, priority=q.priority)
+        for q in store.list_queues(tenant_id)
+    ]
 
 
-def set_queue(store: SqlStore, caller: Principal, tenant: str, body: QueueIn) -> QueueOut:
+def set_queue(store: TenancyAdminStore, caller: Principal, tenant: str, body: QueueIn) -> QueueOut:
     t = load_tenant(store, tenant, caller)
     if not (caller.is_admin or caller.role is Role.TENANT_ADMIN):
         raise ForbiddenError(f"role {caller.role.value} may not manage queues")
@@ -125,9 +163,18 @@ def set_queue(store: SqlStore, caller: Principal, tenant: str, body: QueueIn) ->
 
 # ---- users -------------------------------------------------------------------
 def user_out(u: User, names: dict[int, str]) -> UserOut:
-    return UserOut(id=u.id, name=u.name, role=u.role, tenant=names.get(u.tenant_id) if u.tenant_id else None,
-                   has_password=bool(u.password_hash), created_at=u.created_at, directory=u.directory,
-                   disabled=u.disabled, unix_uid=u.unix_uid, unix_gid=u.unix_gid)
+    return UserOut(
+        id=u.id,
+        name=u.name,
+        role=u.role,
+        tenant=names.get(u.tenant_id) if u.tenant_id else None,
+        has_password=bool(u.password_hash),
+        created_at=u.created_at,
+        directory=u.directory,
+        disabled=u.disabled,
+        unix_uid=u.unix_uid,
+        unix_gid=u.unix_gid,
+    )
 
 
 def _check_may_grant(caller: Principal, role: Role) -> None:
@@ -136,13 +183,15 @@ def _check_may_grant(caller: Principal, role: Role) -> None:
         raise ForbiddenError("only an admin may grant the admin role")
 
 
-def list_users(store: SqlStore, caller: Principal) -> list[UserOut]:
+def list_users(store: UserAdminStore, caller: Principal) -> list[UserOut]:
     caller.require(Action.MANAGE_TENANT)
     names = tenant_names(store)
     return [user_out(u, names) for u in store.list_users(caller.tenant_scope())]
 
 
-def create_user(store: SqlStore, caller: Principal, body: UserIn, passwords: PasswordPool | None = None) -> UserOut:
+def create_user(
+    store: UserAdminStore, caller: Principal, body: UserIn, passwords: PasswordPool | None = None
+) -> UserOut:
     role = parse_role(body.role)
     _check_may_grant(caller, role)
     check_name("name", body.name)
@@ -159,7 +208,7 @@ def create_user(store: SqlStore, caller: Principal, body: UserIn, passwords: Pas
     return user_out(u, tenant_names(store))
 
 
-def load_user(store: SqlStore, caller: Principal, name: str) -> User:
+def load_user(store: IdentityStore, caller: Principal, name: str) -> User:
     u = store.find_user(name)
     if u is None:
         raise NotFoundError("user", name)
@@ -182,8 +231,14 @@ def _check_current_password(logins: LoginGuard, user: User, current: str | None,
         raise ValidationError("current_password", "wrong password") from e
 
 
-def update_user(store: SqlStore, caller: Principal, name: str, body: UserPatch, logins: LoginGuard | None = None,
-                address: str = "unknown") -> UserOut:
+def update_user(
+    store: UserAdminStore,
+    caller: Principal,
+    name: str,
+    body: UserPatch,
+    logins: LoginGuard | None = None,
+    address: str = "unknown",
+) -> UserOut:
     """A role, a password or disabling. A new password ends every other login session of the user (the caller's
     own stays when it changes its own password, which takes the current one); disabling ends them all (its tokens
     fail from then on). The last enabled admin can neither lose the role nor be disabled (409, atomically)."""
@@ -208,16 +263,23 @@ def update_user(store: SqlStore, caller: Principal, name: str, body: UserPatch, 
 
 # ---- tokens ------------------------------------------------------------------
 def token_out(t: TokenRecord, users: dict[int, str], secret: str | None = None) -> TokenOut:
-    return TokenOut(id=t.id, name=t.name, user=users.get(t.user_id) if t.user_id else None, created_at=t.created_at,
-                    expires_at=t.expires_at, revoked=t.revoked, token=secret,
-                    kind="session" if t.is_session else t.kind)
+    return TokenOut(
+        id=t.id,
+        name=t.name,
+        user=users.get(t.user_id) if t.user_id else None,
+        created_at=t.created_at,
+        expires_at=t.expires_at,
+        revoked=t.revoked,
+        token=secret,
+        kind="session" if t.is_session else t.kind,
+    )
 
 
-def _user_names(store: SqlStore, caller: Principal) -> dict[int, str]:
+def _user_names(store: IdentityStore, caller: Principal) -> dict[int, str]:
     return {u.id: u.name for u in store.list_users(caller.tenant_scope())}
 
 
-def list_tokens(store: SqlStore, caller: Principal) -> list[TokenOut]:
+def list_tokens(store: IdentityStore, caller: Principal) -> list[TokenOut]:
     users = _user_names(store, caller)
     if caller.is_admin:
         ids: list[int] | None = None
@@ -228,7 +290,7 @@ def list_tokens(store: SqlStore, caller: Principal) -> list[TokenOut]:
     return [token_out(t, users) for t in store.list_tokens(ids)]
 
 
-def create_metrics_token(store: SqlStore, caller: Principal, body: TokenIn) -> TokenOut:
+def create_metrics_token(store: UserAdminStore, caller: Principal, body: TokenIn) -> TokenOut:
     """A token that can only scrape /metrics (for Prometheus): admins only, it belongs to no user."""
     caller.require(Action.MANAGE_CLUSTER)
     if body.user is not None:
@@ -240,7 +302,7 @@ def create_metrics_token(store: SqlStore, caller: Principal, body: TokenIn) -> T
     return token_out(t, {}, secret)
 
 
-def create_token(store: SqlStore, caller: Principal, body: TokenIn) -> TokenOut:
+def create_token(store: UserAdminStore, caller: Principal, body: TokenIn) -> TokenOut:
     if body.metrics:
         return create_metrics_token(store, caller, body)
     owner = caller.user
@@ -256,7 +318,7 @@ def create_token(store: SqlStore, caller: Principal, body: TokenIn) -> TokenOut:
     return token_out(t, {owner.id: owner.name}, secret)
 
 
-def revoke_token(store: SqlStore, caller: Principal, token_id: int) -> None:
+def revoke_token(store: UserAdminStore, caller: Principal, token_id: int) -> None:
     t = store.get_token(token_id)
     if t is None or t.kind == "join":
         raise NotFoundError("token", str(token_id))
@@ -274,6 +336,7 @@ def login(guard: LoginGuard, username: str, password: str, address: str) -> Toke
     message for every failure; failures back off per user name and per address (see LoginGuard)."""
     u = guard.check_password(username, password, address)
     secret = new_token("user")
-    t = guard.store.create_token(hash_token(secret), "user", "login session", u.id, _now(),
-                                 expires_at=_now() + LOGIN_TOKEN_TTL, is_session=True)
+    t = guard.store.create_token(
+        hash_token(secret), "user", "login session", u.id, _now(), expires_at=_now() + LOGIN_TOKEN_TTL, is_session=True
+    )
     return token_out(t, {u.id: u.name}, secret)

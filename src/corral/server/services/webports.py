@@ -28,8 +28,9 @@ def is_head(job: Job, node: str) -> bool:
     return bool(parts) and parts[0][0] == node
 
 
-def assign_web_port(store: StateStore, job: Job, node: str, ports_by_job: dict[int, int], ports: range,
-                    salt: int = 0) -> int | None:
+def assign_web_port(
+    store: StateStore, job: Job, node: str, ports_by_job: dict[int, int], ports: range, salt: int = 0
+) -> int | None:
     """The port `job`'s web UI gets on `node` (None: it has none here, or the range is full), recorded on the job.
     `ports_by_job` (job id -> port) holds this node's other jobs' ports and is updated."""
     if job.spec.port is None or not is_head(job, node):
@@ -46,8 +47,11 @@ def assign_web_port(store: StateStore, job: Job, node: str, ports_by_job: dict[i
 def compute_web_port_checks(jobs: Sequence[Job], node: str) -> list[WebPortCheck]:
     """The runs of `node` whose web-UI port its agent must watch: RUNNING, head here, a port assigned (any port:
     the ownership check is what makes one safe to proxy to, the range only keeps jobs apart)."""
-    return [WebPortCheck(job_id=j.id, attempt=max(j.attempt, 1), rank=0, port=j.spec.port)
-            for j in jobs if j.spec.port and is_head(j, node)]
+    return [
+        WebPortCheck(job_id=j.id, attempt=max(j.attempt, 1), rank=0, port=j.spec.port)
+        for j in jobs
+        if j.spec.port and is_head(j, node)
+    ]
 
 
 @dataclass(frozen=True, slots=True)

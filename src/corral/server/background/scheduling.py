@@ -1,0 +1,189 @@
+"""The scheduling loop: load a snapshot, compute one Plan (pure), apply it guarded, wake the agents.
+
+load (store -> Snapshot) -> compute_plan (corral.scheduler.plan: queueing and placement, the same code the
+simulators run) -> apply_plan (corral.store.applier: each assignment re-checked against the store in its
+transaction; a conflicting one is rejected and tried again next cycle) -> notify the agents of touched nodes.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from datetime import UTC, datetime, timedelta
+from typing import Protocol
+
+from corral.core.states import JobState
+from corral.scheduler.plan import UNRANKED, Plan, Snapshot, compute_plan
+from corral.scheduler.queueing import compute_decayed_usage, get_queueing_policy
+from corral.server.background.loop import Loop
+from corral.server.health.consequences import requeue_after_failure
+from corral.server.services.notify import NodeNotifier
+from corral.store.applier import AppliedPlan, apply_plan
+from corral.store.protocols import OperationsStore, SchedulingStore
+from corral.store.records import Job, Tenant
+from corral.store.snapshot import compute_running_job, load_snapshot
+
+log = logging.getLogger("corral.scheduler")
+USAGE_SAVE_EVERY_S = 30.0  # fair share's history is written this often (and on stop), read back on start
+
+
+class LoopStore(SchedulingStore, OperationsStore, Protocol):
+    """What the loop reads and writes: the scheduling roles, plus node events (a node it finds lost)."""
+
+
+REASON_CONFLICT = "conflict: its GPUs were taken by another writer; placed again next cycle"
+
+
+class Scheduler(Loop):
+    """Runs scheduling passes on its own thread (Loop); `trigger` asks for one soon."""
+
+    def __init__(
+        self,
+        store: LoopStore,
+        notifier: NodeNotifier,
+        policy: str,
+        interval_s: float,
+        node_lost_after_s: float = 60.0,
+        retry_backoff_s: float = 1.0,
+        queueing: str | None = None,
+        cancel_grace_s: float = 10.0,
+    ) -> None:
+        super().__init__("scheduler", interval_s, log=log)
+        self.store = store
+        self.notifier = notifier
+        self.policy = policy
+        self.node_lost_after_s = node_lost_after_s
+        self.retry_backoff_s = retry_backoff_s
+        self.queueing = get_queueing_policy(queueing)
+        self.cancel_grace_s = cancel_grace_s
+        self.pending_info: dict[int, tuple[int, datetime | None]] = {}  # job id -> (queue position, ETA)
+        self.pending_reasons: dict[int, str] = {}
+        self.last_plan: Plan | None = None  # the last cycle's plan (read by tests and diagnostics)
+        self._usage: dict[str, float] = {}
+        self._usage_at: datetime | None = None
+        self._usage_loaded = False
+        self._usage_saved_at: datetime | None = None
+        # job id -> when running jobs were first preempted for it: it gets the freed GPUs first
+        self._nominated: dict[int, float] = {}
+        self._latencies: deque[float] = deque(maxlen=10_000)  # submit -> placement, seconds
+        self._lock = threading.Lock()
+
+    def run_pass(self) -> float | None:
+        self.run_once(datetime.now(UTC))
+        return None
+
+    def on_stop(self) -> None:
+        self._save_usage()  # at most USAGE_SAVE_EVERY_S of history is lost if the store is gone already
+
+    @property
+    def usage_gpu_s(self) -> dict[str, float]:
+        """Fair share's history: decayed GPU-seconds per tenant name, as of the last pass."""
+        return dict(self._usage)
+
+    def latencies_s(self) -> list[float]:
+        """Recent submit-to-placement latencies (for the scheduling-latency histogram)."""
+        return list(self._latencies)
+
+    def reconcile_lost_nodes(self, now: datetime) -> list[str]:
+        """Nodes silent for longer than node_lost_after_s become LOST; their jobs go back to the queue
+        (a job whose cancel was already requested ends CANCELLED instead)."""
+        lost = self.store.mark_nodes_lost(now - timedelta(seconds=self.node_lost_after_s))
+        for name in lost:
+            log.warning("node %s lost: no heartbeat for %.0f s", name, self.node_lost_after_s)
+            self.store.add_node_event(name, None, "lost", f"no heartbeat for {self.node_lost_after_s:g} s", now)
+            for job in self.store.list_node_jobs(name):
+                requeue_after_failure(self.store, job, f"node {name} lost", now, self.retry_backoff_s)
+        return lost
+
+    def run_once(self, now: datetime) -> list[int]:
+        """One pass: load -> compute_plan -> apply_plan -> notify. Returns the ids of the jobs started."""
+        with self._lock:
+            self.reconcile_lost_nodes(now)
+            pending = self.store.list_jobs(states=[JobState.PENDING])
+            running = self.store.list_jobs(states=[JobState.RUNNING])
+            tenants = self.store.list_tenants()
+            self._update_usage(running, tenants, now)
+            if not pending:
+                self.pending_reasons, self.pending_info, self.last_plan = {}, {}, None
+                return []
+            # Jobs in retry backoff wait outside the cycle; the rest (with or without GPUs) go through it.
+            waiting = [j for j in pending if j.not_before is not None and j.not_before > now]
+            ready = [j for j in pending if j.not_before is None or j.not_before <= now]
+            snapshot: Snapshot = load_snapshot(
+                self.store,
+                now,
+                grace_s=self.cancel_grace_s,
+                nominated=self._nominated,
+                usage_gpu_s=self._usage,
+                pending=ready,
+                running=running,
+                tenants=tenants,
+            )
+            plan = compute_plan(snapshot, now.timestamp(), self.policy, self.queueing)
+            applied = apply_plan(self.store, plan, now)
+            self.last_plan = plan
+            self._after_apply(plan, applied, pending, ready, waiting, now)
+            return [int(j) for j in applied.started]
+
+    def _after_apply(
+        self, plan: Plan, applied: AppliedPlan, pending: list[Job], ready: list[Job], waiting: list[Job], now: datetime
+    ) -> None:
+        """Wake the touched nodes' agents, keep nominations, and publish why each job still waits."""
+        for admit in plan.admit:
+            if admit.job_id in applied.started:
+                for p in admit.placements:
+                    self.notifier.notify(p.node)
+        for node in applied.preempted_nodes:
+            self.notifier.notify(node)
+        for victim in plan.preempt:
+            if victim.job_id in applied.preempted:
+                log.info("preempting job %s for job %s (%s)", victim.job_id, victim.for_job_id, victim.kind)
+        # Waiting on GPUs that preempted jobs release: it keeps its claim on them from the first cycle it was nominated.
+        for job_id in plan.nominate:
+            self._nominated.setdefault(int(job_id), now.timestamp())
+        pending_ids = {j.id for j in pending}
+        self._nominated = {k: v for k, v in self._nominated.items() if k in pending_ids}
+        created = {str(j.id): j.created_at for j in ready}
+        for job_id in applied.started:
+            self._latencies.append(max((now - created[job_id]).total_seconds(), 0.0))
+        reasons: dict[int, str] = {}
+        info: dict[int, tuple[int, datetime | None]] = {}
+        for job in waiting:
+            reasons[job.id] = f"retry-backoff: until {job.not_before:%H:%M:%S} ({job.reason})"
+        for job_id in applied.rejected:
+            reasons[int(job_id)] = REASON_CONFLICT
+        for job_id, status in plan.pending.items():
+            jid = int(job_id)
+            reasons.setdefault(jid, f"{status.reason}: {status.detail}" if status.detail else status.reason)
+            if status.position != UNRANKED:
+                eta = datetime.fromtimestamp(status.eta_s, UTC) if status.eta_s is not None else None
+                info[jid] = (status.position, eta)
+        self.pending_reasons, self.pending_info = reasons, info
+
+    def _update_usage(self, running: list[Job], tenants: list[Tenant], now: datetime) -> None:
+        """Decayed GPU-seconds per tenant (fair share's history), advanced to `now`. The history is read from the
+        store on the first pass and written back every USAGE_SAVE_EVERY_S: a restart keeps it (the jobs running
+        across the gap are counted as having run through it)."""
+        names = {t.id: t.name for t in tenants}
+        if not self._usage_loaded:
+            self._usage_loaded = True
+            stored, as_of = self.store.load_usage()
+            if as_of is not None and as_of <= now:
+                self._usage = {names[t]: v for t, v in stored.items() if t in names}
+                self._usage_at = as_of
+                self._usage_saved_at = now
+        if self._usage_at is not None:
+            dt = max((now - self._usage_at).total_seconds(), 0.0)
+            held = [compute_running_job(j, names, (), {}, now, 0.0) for j in running]
+            self._usage = compute_decayed_usage(self._usage, held, dt, self.queueing.half_life_s)
+        self._usage_at = now
+        if self._usage_saved_at is None or (now - self._usage_saved_at).total_seconds() >= USAGE_SAVE_EVERY_S:
+            self._save_usage(names)
+
+    def _save_usage(self, names: dict[int, str] | None = None) -> None:
+        if self._usage_at is None:
+            return
+        ids = {n: i for i, n in (names or {t.id: t.name for t in self.store.list_tenants()}).items()}
+        self.store.save_usage({ids[n]: v for n, v in self._usage.items() if n in ids}, self._usage_at)
+        self._usage_saved_at = self._usage_at

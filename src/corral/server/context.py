@@ -1,0 +1,64 @@
+"""The server's components in one frozen, typed container, built once by the app factory (server/app.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from starlette.applications import Starlette
+
+if TYPE_CHECKING:  # the classes only: importing them here would make auth -> context -> services -> auth a cycle
+    from corral.server.background.scheduling import Scheduler
+    from corral.server.ca import CertificateAuthority
+    from corral.server.directory.ldap import LdapDirectory
+    from corral.server.directory.oidc import OidcClient
+    from corral.server.health import TelemetryService
+    from corral.server.keyring import Keyring
+    from corral.server.passwords import PasswordPool
+    from corral.server.services.alerting import AlertService
+    from corral.server.services.identity import NodeIdentities
+    from corral.server.services.login import LoginGuard
+    from corral.server.services.logs import LogStore
+    from corral.server.services.notify import NodeNotifier
+    from corral.server.services.schedules import ScheduleRunner
+    from corral.server.services.webports import WebPortRegistry
+    from corral.server.settings import Settings
+    from corral.store.base import StateStore
+
+
+@dataclass(frozen=True, slots=True)
+class ServerContext:
+    """Everything a route or service may need, shared by the API, job-UI and agent apps (one per server)."""
+
+    settings: Settings
+    store: StateStore  # every store role (corral.store.protocols); services take the roles they use
+    keyring: Keyring  # seals tenant secrets and stored credentials (docs/secrets.md)
+    notifier: NodeNotifier  # wakes an agent's long poll
+    scheduler: Scheduler
+    telemetry: TelemetryService  # ingest and GPU health (server/health)
+    alerting: AlertService
+    schedules: ScheduleRunner
+    logs: LogStore
+    web_ports: WebPortRegistry  # who listens on jobs' web-UI ports, as agents report it (proxy)
+    ca: CertificateAuthority  # the cluster CA in the data dir (agents' mutual TLS)
+    identities: NodeIdentities  # the node certificates the CA issued
+    node_cert_lifetime: timedelta
+    directory: LdapDirectory | None  # None without CORRAL_LDAP_URL (docs/directory-login.md)
+    oidc: OidcClient | None  # None without CORRAL_OIDC_ISSUER
+    passwords: PasswordPool  # password hashing on a small pool of its own
+    logins: LoginGuard  # the failed-login back-off (server/services/login.py)
+
+
+def context_of(app: object) -> ServerContext:
+    """The context the app factory stored on `app` (the API app, or the job-UI or agent app sharing its state)."""
+    ctx = getattr(getattr(app, "state", None), "ctx", None)
+    if not isinstance(ctx, ServerContext):
+        raise RuntimeError("this app was not built by corral.server.app.create_app (no server context)")
+    return ctx
+
+
+def job_ui_app_of(app: object) -> Starlette | None:
+    """The job-UI app sharing `app`'s state (CORRAL_JOB_UI_PORT), or None when job UIs are on the API port."""
+    ui = getattr(getattr(app, "state", None), "job_ui_app", None)
+    return ui if isinstance(ui, Starlette) else None

@@ -1,0 +1,57 @@
+"""The inventory as the API shows it: a node's and its GPUs' wire shapes with what is in use on them (pure)."""
+
+from __future__ import annotations
+
+from corral.api.schemas import GpuOut, NodeOut
+from corral.store.records import Node
+
+# (node, GPU index) -> (used milli, id of a job on it)
+Usage = dict[tuple[str, int], tuple[int, int]]
+
+
+def node_out(n: Node, usage: Usage) -> NodeOut:
+    free = sum(1 for g in n.gpus if g.healthy and (n.name, g.index) not in usage)
+    return NodeOut(
+        name=n.name,
+        hostname=n.hostname,
+        backend=n.backend,
+        state=n.state,
+        cpu_milli=n.cpu_milli,
+        memory_mib=n.memory_mib,
+        gpus_total=len(n.gpus),
+        gpus_free=free,
+        gpu_models=sorted({g.model for g in n.gpus}),
+        labels=n.labels,
+        registered_at=n.registered_at,
+        last_heartbeat_at=n.last_heartbeat_at,
+        cordoned=n.cordoned,
+        gpus_unhealthy=sum(1 for g in n.gpus if not g.healthy),
+        isolation=n.isolation,
+    )
+
+
+def gpus_out(n: Node, usage: Usage) -> list[GpuOut]:
+    status = {s.index: s for s in n.gpu_status}
+    out = []
+    for g in n.gpus:
+        used, job_id = usage.get((n.name, g.index), (0, None))
+        st = status.get(g.index)
+        health = "DISABLED" if st and st.disabled else ("UNHEALTHY" if st and not st.healthy else "HEALTHY")
+        out.append(
+            GpuOut(
+                node=n.name,
+                index=g.index,
+                uuid=g.uuid,
+                model=g.model,
+                memory_mib=g.memory_mib,
+                pci_bus_id=g.pci_bus_id,
+                numa_node=g.numa_node,
+                nvlink_peers=list(g.nvlink_peers),
+                healthy=g.healthy,
+                job_id=job_id,
+                used_milli=used,
+                health=health,
+                health_reason=st.reason if st else "",
+            )
+        )
+    return out

@@ -1,0 +1,41 @@
+"""A job as the API shows it, with the link to its web UI on the origin job UIs are served from."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from fastapi import Request, WebSocket
+
+from corral.api.schemas import JobOut
+from corral.server.context import context_of
+from corral.server.services.jobs import to_out
+from corral.server.services.tenancy import tenant_names
+from corral.store.base import StateStore
+from corral.store.records import Job
+
+if TYPE_CHECKING:
+    from corral.server.background.scheduling import Scheduler
+
+
+def job_ui_base(request: Request | WebSocket) -> str:
+    """Where job UIs are served: CORRAL_JOB_UI_URL, else this request's host at the job-UI port; "" when they
+    share the API's origin (links stay relative)."""
+    settings = context_of(request.app).settings
+    if not settings.effective_job_ui_port:
+        return ""
+    if settings.job_ui_url:
+        return str(settings.job_ui_url).rstrip("/")
+    host = request.url.hostname or "127.0.0.1"
+    host = f"[{host}]" if ":" in host else host
+    scheme = "https" if request.url.scheme in ("https", "wss") else "http"
+    return f"{scheme}://{host}:{settings.effective_job_ui_port}"
+
+
+def job_out(
+    request: Request, store: StateStore, sched: Scheduler, job: Job, names: dict[int, str] | None = None
+) -> JobOut:
+    """The job's wire shape with the scheduler's pending reason, position and ETA."""
+    out = to_out(job, sched.pending_reasons, names if names is not None else tenant_names(store), sched.pending_info)
+    if out.web_url:  # on the job-UI origin when it has one (CORRAL_JOB_UI_PORT)
+        out.web_url = job_ui_base(request) + out.web_url
+    return out
