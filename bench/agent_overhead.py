@@ -75,12 +75,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(result))
     else:
-        print(f"{result['gpus']} simulated GPUs, {result['interval_s']:g} s interval, {result['duration_s']:g} s, "
-              f"{result['batches']} batches")
-        print(f"agent CPU: {result['cpu_percent_of_one_core']:.3f} % of one core "
-              f"(mean pass {result['mean_pass_ms']:.2f} ms)")
-        print(f"RSS: {result['rss_mib']:.1f} MiB; "
-              f"batch {result['batch_json_bytes']} bytes of JSON")
+        print(
+            f"{result['gpus']} simulated GPUs, {result['interval_s']:g} s interval, {result['duration_s']:g} s, "
+            f"{result['batches']} batches"
+        )
+        print(
+            f"agent CPU: {result['cpu_percent_of_one_core']:.3f} % of one core "
+            f"(mean pass {result['mean_pass_ms']:.2f} ms)"
+        )
+        print(f"RSS: {result['rss_mib']:.1f} MiB; batch {result['batch_json_bytes']} bytes of JSON")
     return 0
 
 

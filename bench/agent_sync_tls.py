@@ -78,8 +78,11 @@ def interleaved(n: int, a: Any, b: Any) -> tuple[list[float], list[float]]:
 
 def summary(ms: list[float]) -> dict[str, float]:
     ms = sorted(ms)
-    return {"median_ms": round(statistics.median(ms), 3), "p99_ms": round(ms[int(len(ms) * 0.99) - 1], 3),
-            "mean_ms": round(statistics.fmean(ms), 3)}
+    return {
+        "median_ms": round(statistics.median(ms), 3),
+        "p99_ms": round(ms[int(len(ms) * 0.99) - 1], 3),
+        "mean_ms": round(statistics.fmean(ms), 3),
+    }
 
 
 def main() -> None:
@@ -88,16 +91,25 @@ def main() -> None:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="corral-sync-tls-"))
-    settings = Settings(data_dir=root / "data", port=free_port(), agent_port=free_port(), job_ui_port=0,
-                        metrics_interval_s=0)
+    settings = Settings(
+        data_dir=root / "data", port=free_port(), agent_port=free_port(), job_ui_port=0, metrics_interval_s=0
+    )
     srv = ServerThread(settings)
     srv.start()
     tls = root / "tls"
     provision_node_files(srv.store, srv.ca, NODE, tls, timedelta(hours=1))
     pem = (tls / "node.crt").read_text()
     plain_port = free_port()
-    plain = uvicorn.Server(uvicorn.Config(PresentCert(create_agent_app(srv.app), pem), host="127.0.0.1",
-                                          port=plain_port, lifespan="off", log_level="warning", access_log=False))
+    plain = uvicorn.Server(
+        uvicorn.Config(
+            PresentCert(create_agent_app(srv.app), pem),
+            host="127.0.0.1",
+            port=plain_port,
+            lifespan="off",
+            log_level="warning",
+            access_log=False,
+        )
+    )
     threading.Thread(target=plain.run, daemon=True).start()
     while not plain.started:
         time.sleep(0.05)
@@ -107,12 +119,17 @@ def main() -> None:
     register = {"name": NODE, "backend": "simulated"}
     results: dict[str, Any] = {"syncs": args.syncs}
     try:
-        with httpx.Client(base_url=f"https://127.0.0.1:{settings.effective_agent_port}", verify=ctx) as mtls, \
-                httpx.Client(base_url=f"http://127.0.0.1:{plain_port}") as http:
+        with (
+            httpx.Client(base_url=f"https://127.0.0.1:{settings.effective_agent_port}", verify=ctx) as mtls,
+            httpx.Client(base_url=f"http://127.0.0.1:{plain_port}") as http,
+        ):
             mtls.post("/api/v1/agents/register", json=register).raise_for_status()
             sync = f"/api/v1/agents/{NODE}/sync"
-            plain_ms, mtls_ms = interleaved(args.syncs, lambda: http.post(sync, json=body).raise_for_status(),
-                                            lambda: mtls.post(sync, json=body).raise_for_status())
+            plain_ms, mtls_ms = interleaved(
+                args.syncs,
+                lambda: http.post(sync, json=body).raise_for_status(),
+                lambda: mtls.post(sync, json=body).raise_for_status(),
+            )
             results["plain_http_keepalive"] = summary(plain_ms)
             results["mtls_keepalive"] = summary(mtls_ms)
 

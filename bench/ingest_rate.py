@@ -29,9 +29,9 @@ import httpx
 
 from corral.agent.gpu.simulated import SimulatedGpuBackend
 from corral.agent.identity import new_key_and_csr
-from corral.sdk.join import join_cluster, trust_ssl_context
 from corral.agent.metrics import collect_host_sample
 from corral.core.telemetry import TelemetryBatch, batch_to_dict
+from corral.sdk.join import join_cluster, trust_ssl_context
 
 CORRAL = str(Path(sys.executable).with_name("corral"))
 
@@ -65,12 +65,20 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="corral-ingest-"))
     port, agent_port = free_port(), free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")}
-    env.update(CORRAL_PORT=str(port), CORRAL_AGENT_PORT=str(agent_port), CORRAL_JOB_UI_PORT="0", CORRAL_DATA_DIR=str(root / "data"), HOME=str(root),
-               XDG_CONFIG_HOME=str(root / ".config"), CORRAL_ALERT_INTERVAL_S="5")
+    env.update(
+        CORRAL_PORT=str(port),
+        CORRAL_AGENT_PORT=str(agent_port),
+        CORRAL_JOB_UI_PORT="0",
+        CORRAL_DATA_DIR=str(root / "data"),
+        HOME=str(root),
+        XDG_CONFIG_HOME=str(root / ".config"),
+        CORRAL_ALERT_INTERVAL_S="5",
+    )
     if args.database_url:
         env["CORRAL_DATABASE_URL"] = args.database_url
-    server = subprocess.Popen([CORRAL, "server"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              start_new_session=True)
+    server = subprocess.Popen(
+        [CORRAL, "server"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
@@ -79,8 +87,9 @@ def main() -> None:
                 sys.exit("server did not start")
             time.sleep(0.1)
         admin = {"Authorization": f"Bearer {(root / 'data' / 'admin-token').read_text().strip()}"}
-        token = httpx.post(f"{url}/api/v1/join-tokens", json={"ttl_s": 3600, "uses": args.agents},
-                           headers=admin).json()["token"]
+        token = httpx.post(
+            f"{url}/api/v1/join-tokens", json={"ttl_s": 3600, "uses": args.agents}, headers=admin
+        ).json()["token"]
         agent_url = f"https://127.0.0.1:{agent_port}"
         backends = {}
         contexts = {}
@@ -90,17 +99,20 @@ def main() -> None:
             b = SimulatedGpuBackend("sim:8xH100-80GB", name)
             b.set_load({g: 0.5 for g in range(4)})
             backends[name] = b
-            gpus = [{"index": g.index, "uuid": g.uuid, "model": g.model, "memory_mib": g.memory_mib}
-                    for g in b.discover()]
+            gpus = [
+                {"index": g.index, "uuid": g.uuid, "model": g.model, "memory_mib": g.memory_mib} for g in b.discover()
+            ]
             with httpx.Client(base_url=agent_url, verify=contexts[name], timeout=60) as c:
-                c.post("/api/v1/agents/register", json={"name": name, "backend": "simulated", "gpus": gpus}).raise_for_status()
+                c.post(
+                    "/api/v1/agents/register", json={"name": name, "backend": "simulated", "gpus": gpus}
+                ).raise_for_status()
         names = sorted(backends)
         counts = {"batches": 0, "samples": 0, "errors": 0}
         lock = threading.Lock()
         stop_at = time.monotonic() + args.seconds
 
         def worker(k: int) -> None:
-            mine = names[k::args.threads]
+            mine = names[k :: args.threads]
             clients = {n: httpx.Client(base_url=agent_url, verify=contexts[n], timeout=60) for n in mine}
             i = 0
             while time.monotonic() < stop_at:
@@ -108,8 +120,14 @@ def main() -> None:
                 i += 1
                 now = time.time()
                 readout = backends[name].sample(now)
-                batch = TelemetryBatch(node=name, ts=now, host=collect_host_sample(now), gpus=readout.samples,
-                                       events=readout.events, gpu_count=len(readout.samples))
+                batch = TelemetryBatch(
+                    node=name,
+                    ts=now,
+                    host=collect_host_sample(now),
+                    gpus=readout.samples,
+                    events=readout.events,
+                    gpu_count=len(readout.samples),
+                )
                 r = clients[name].post(f"/api/v1/agents/{name}/telemetry", json=batch_to_dict(batch))
                 with lock:
                     if r.status_code == 200:
@@ -130,17 +148,24 @@ def main() -> None:
     finally:
         os.killpg(server.pid, signal.SIGINT)
         server.wait(30)
-    result = {"agents": args.agents, "seconds": round(elapsed, 1), "database": args.database_url or "sqlite",
-              "batches_per_s": round(counts["batches"] / elapsed, 1),
-              "samples_per_s": round(counts["samples"] / elapsed, 1), "errors": counts["errors"],
-              "samples_per_batch": round(counts["samples"] / max(counts["batches"], 1), 1),
-              "agent_batches_per_s_at_5s_interval": args.agents / 5}
+    result = {
+        "agents": args.agents,
+        "seconds": round(elapsed, 1),
+        "database": args.database_url or "sqlite",
+        "batches_per_s": round(counts["batches"] / elapsed, 1),
+        "samples_per_s": round(counts["samples"] / elapsed, 1),
+        "errors": counts["errors"],
+        "samples_per_batch": round(counts["samples"] / max(counts["batches"], 1), 1),
+        "agent_batches_per_s_at_5s_interval": args.agents / 5,
+    }
     if args.json:
         print(json.dumps(result, indent=2))
     else:
-        print(f"{args.agents} agents x 8 GPUs, {result['database']}: {result['batches_per_s']} batches/s, "
-              f"{result['samples_per_s']} samples/s stored ({result['samples_per_batch']} per batch, "
-              f"{result['errors']} errors); 200 agents at a 5 s interval send {args.agents / 5:g} batches/s")
+        print(
+            f"{args.agents} agents x 8 GPUs, {result['database']}: {result['batches_per_s']} batches/s, "
+            f"{result['samples_per_s']} samples/s stored ({result['samples_per_batch']} per batch, "
+            f"{result['errors']} errors); 200 agents at a 5 s interval send {args.agents / 5:g} batches/s"
+        )
 
 
 def _up(url: str) -> bool:

@@ -81,15 +81,25 @@ def _up(url: str) -> bool:
 def start_server(root: Path, extra: dict[str, str], baseline_src: Path | None) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")}
-    env.update(CORRAL_PORT=str(port), CORRAL_DATA_DIR=str(root / "data"), HOME=str(root),
-               XDG_CONFIG_HOME=str(root / ".config"), **{k: v for k, v in extra.items() if k != BASELINE})
+    env.update(
+        CORRAL_PORT=str(port),
+        CORRAL_DATA_DIR=str(root / "data"),
+        HOME=str(root),
+        XDG_CONFIG_HOME=str(root / ".config"),
+        **{k: v for k, v in extra.items() if k != BASELINE},
+    )
     cmd = [CORRAL, "server"]
     if BASELINE in extra and baseline_src is not None:
         env["PYTHONPATH"] = str(baseline_src)
-        cmd = [sys.executable, "-c", "import sys; from corral.cli.main import main; sys.argv[0] = 'corral'; main()",
-               "server"]
-    server = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              start_new_session=True)
+        cmd = [
+            sys.executable,
+            "-c",
+            "import sys; from corral.cli.main import main; sys.argv[0] = 'corral'; main()",
+            "server",
+        ]
+    server = subprocess.Popen(
+        cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120
     while not (root / "data" / "admin-token").exists() or not _up(url):
@@ -103,7 +113,9 @@ def seed(url: str, admin_token: str) -> str:
     """A user `alice` with a password and up to 50 pending jobs; returns her API token."""
     admin = {"Authorization": f"Bearer {admin_token}"}
     with httpx.Client(base_url=url, headers=admin, timeout=60) as c:
-        c.post("/api/v1/users", json={"name": "alice", "role": "member", "password": "correct horse"}).raise_for_status()
+        c.post(
+            "/api/v1/users", json={"name": "alice", "role": "member", "password": "correct horse"}
+        ).raise_for_status()
         token = str(c.post("/api/v1/tokens", json={"user": "alice", "name": "bench"}).json()["token"])
     with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=60) as c:
         for i in range(50):  # no agent: they stay pending (or are refused as never fitting: then the list is short)
@@ -123,8 +135,9 @@ def measure(url: str, token: str, seconds: float) -> list[float]:
     return out
 
 
-def run(name: str, extra: dict[str, str] | None, seconds: float, attackers: int,
-        baseline_src: Path | None) -> dict[str, Any]:
+def run(
+    name: str, extra: dict[str, str] | None, seconds: float, attackers: int, baseline_src: Path | None
+) -> dict[str, Any]:
     root = Path(tempfile.mkdtemp(prefix="corral-login-flood-"))
     server, url = start_server(root, extra or {}, baseline_src)
     try:
@@ -149,9 +162,15 @@ def run(name: str, extra: dict[str, str] | None, seconds: float, attackers: int,
             p.join()
         q = statistics.quantiles(lat, n=100) if len(lat) >= 2 else [lat[0]] * 99
         code = "baseline" if extra and BASELINE in extra else "this tree"
-        return {"run": name, "code": code, "requests": len(lat), "p50_ms": round(statistics.median(lat), 1),
-                "p99_ms": round(q[98], 1), "logins": sum(answers.values()),
-                "logins_by_status": {str(k): v for k, v in sorted(answers.items())}}
+        return {
+            "run": name,
+            "code": code,
+            "requests": len(lat),
+            "p50_ms": round(statistics.median(lat), 1),
+            "p99_ms": round(q[98], 1),
+            "logins": sum(answers.values()),
+            "logins_by_status": {str(k): v for k, v in sorted(answers.items())},
+        }
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(30)
@@ -172,8 +191,10 @@ def main() -> None:
     print(f"GET /api/v1/jobs of a normal user while {args.attackers} clients send bad logins ({args.seconds:g} s each)")
     print(f"{'run':<10} {'requests':>8} {'p50 ms':>8} {'p99 ms':>8} {'logins':>7}  answers to the logins")
     for r in rows:
-        print(f"{r['run']:<10} {r['requests']:>8} {r['p50_ms']:>8} {r['p99_ms']:>8} {r['logins']:>7}  "
-              f"{r['logins_by_status']}")
+        print(
+            f"{r['run']:<10} {r['requests']:>8} {r['p50_ms']:>8} {r['p99_ms']:>8} {r['logins']:>7}  "
+            f"{r['logins_by_status']}"
+        )
 
 
 if __name__ == "__main__":

@@ -57,8 +57,13 @@ def compute_summary(statuses: dict[str, str]) -> Summary:
     for pkg, counts in sorted(by_package.items()):
         tested = sum(n for s, n in counts.items() if s in SCORED)
         killed = sum(n for s, n in counts.items() if s in KILLS)
-        packages[pkg] = {"mutants": sum(counts.values()), "tested": tested, "killed": killed,
-                         "score_pct": round(100.0 * killed / tested, 1) if tested else None, "statuses": dict(counts)}
+        packages[pkg] = {
+            "mutants": sum(counts.values()),
+            "tested": tested,
+            "killed": killed,
+            "score_pct": round(100.0 * killed / tested, 1) if tested else None,
+            "statuses": dict(counts),
+        }
     survivors = sorted(n for n, s in statuses.items() if s in SCORED - KILLS)
     return Summary(packages, survivors, sorted(n for n, s in statuses.items() if s == "no tests"))
 
@@ -75,14 +80,17 @@ def main() -> int:
         return 1
     summary = compute_summary(statuses)
     if args.diffs:
-        summary.diffs = {n: subprocess.run([MUTMUT, "show", n], capture_output=True, text=True).stdout
-                         for n in summary.survivors}
+        summary.diffs = {
+            n: subprocess.run([MUTMUT, "show", n], capture_output=True, text=True).stdout for n in summary.survivors
+        }
     if args.json:
         print(json.dumps(asdict(summary), indent=2))
         return 0
     for pkg, p in summary.packages.items():
         score = "n/a" if p["score_pct"] is None else f"{p['score_pct']}%"
-        print(f"{pkg}: {p['killed']} of {p['tested']} tested mutants killed ({score}); {p['mutants']} in all: {p['statuses']}")
+        print(
+            f"{pkg}: {p['killed']} of {p['tested']} tested mutants killed ({score}); {p['mutants']} in all: {p['statuses']}"
+        )
     print(f"\nsurviving mutants ({len(summary.survivors)}):")
     for name in summary.survivors:
         print(f"  {name}")

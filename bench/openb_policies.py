@@ -22,8 +22,21 @@ from corral.sim.openb import load_nodes, load_pods
 from corral.sim.placement import parse_seeds, run_seed
 
 TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces" / "alibaba-openb"
-LISTS = ("default", "cpu050", "cpu100", "cpu200", "gpushare40", "gpushare60", "gpushare80",
-         "gpuspec10", "gpuspec20", "gpuspec25", "multigpu20", "multigpu30", "multigpu40")
+LISTS = (
+    "default",
+    "cpu050",
+    "cpu100",
+    "cpu200",
+    "gpushare40",
+    "gpushare60",
+    "gpushare80",
+    "gpuspec10",
+    "gpuspec20",
+    "gpuspec25",
+    "multigpu20",
+    "multigpu30",
+    "multigpu40",
+)
 # Weng et al., ATC'23 artifact, median of seeds 42-51 (../shared/traces/README.md).
 PUBLISHED = {
     "fgd": (4.77, 5.00, 4.79, 5.18, 6.05, 8.70, 10.91, 5.30, 5.31, 6.08, 4.47, 3.61, 3.10),
@@ -69,7 +82,12 @@ def main() -> None:
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     seeds = parse_seeds(args.seeds)
     nodes_csv = str(args.traces / "openb_node_list_gpu_node.csv")
-    jobs = [(nodes_csv, str(args.traces / f"openb_pod_list_{name}.csv"), p, s) for name in lists for p in policies for s in seeds]
+    jobs = [
+        (nodes_csv, str(args.traces / f"openb_pod_list_{name}.csv"), p, s)
+        for name in lists
+        for p in policies
+        for s in seeds
+    ]
     start = time.perf_counter()
     with ProcessPoolExecutor(args.workers) as pool:
         values = list(pool.map(_unallocated, jobs, chunksize=1))
@@ -84,10 +102,14 @@ def main() -> None:
     if args.json:
         print(json.dumps(table, indent=2))
         return
-    print_table(table, lists, policies, len(seeds), f"seeds {args.seeds}, {len(jobs)} runs, {time.perf_counter() - start:.0f} s")
+    print_table(
+        table, lists, policies, len(seeds), f"seeds {args.seeds}, {len(jobs)} runs, {time.perf_counter() - start:.0f} s"
+    )
 
 
-def print_table(table: dict[str, dict[str, dict[str, object]]], lists: list[str], policies: list[str], seeds: int, note: str) -> None:
+def print_table(
+    table: dict[str, dict[str, dict[str, object]]], lists: list[str], policies: list[str], seeds: int, note: str
+) -> None:
     print(f"Unallocated GPU % at 100% arrived load, median over seeds ({note}); published figures in parentheses")
     print("| pod list | " + " | ".join(policies) + " | corral < fgd (seeds) |")
     print("|---" * (len(policies) + 2) + "|")

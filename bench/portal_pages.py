@@ -41,9 +41,18 @@ def seed_nodes(store: SqlStore, now: datetime) -> list[str]:
     names = []
     for n in range(NODES):
         model = "H100-80GB" if n % 2 == 0 else "A100-80GB"
-        gpus = [GpuInfo(index=i, uuid=f"GPU-{n:03d}-{i}", model=model, memory_mib=81920,
-                        pci_bus_id=f"00000000:{0x18 + i * 0x10:02X}:00.0", numa_node=i // 4,
-                        nvlink_peers=tuple(j for j in range(GPUS_PER_NODE) if j != i)) for i in range(GPUS_PER_NODE)]
+        gpus = [
+            GpuInfo(
+                index=i,
+                uuid=f"GPU-{n:03d}-{i}",
+                model=model,
+                memory_mib=81920,
+                pci_bus_id=f"00000000:{0x18 + i * 0x10:02X}:00.0",
+                numa_node=i // 4,
+                nvlink_peers=tuple(j for j in range(GPUS_PER_NODE) if j != i),
+            )
+            for i in range(GPUS_PER_NODE)
+        ]
         name = f"gpu-{n:03d}"
         store.upsert_node(name, name, "simulated", 64_000, 1_024_000, {"pool": f"pool-{n % 4}"}, gpus, now)
         names.append(name)
@@ -53,13 +62,32 @@ def seed_nodes(store: SqlStore, now: datetime) -> list[str]:
 def seed_schedules(store: SqlStore, tenants: list[int], now: datetime, count: int = 50) -> list[int]:
     """Repeating jobs across the tenants (a tenth of the jobs below were started by them)."""
     exprs = ["0 2 * * *", "*/15 * * * *", "@hourly", "@every 30m", "0 9 * * MON-FRI"]
-    return [store.create_schedule(tenants[i % len(tenants)], None, f"sched-{i}", exprs[i % len(exprs)], "UTC", "forbid",
-                                  False, {"command": ["python", "eval.py"], "gpus": 1}, now + timedelta(minutes=15),
-                                  now).id for i in range(count)]
+    return [
+        store.create_schedule(
+            tenants[i % len(tenants)],
+            None,
+            f"sched-{i}",
+            exprs[i % len(exprs)],
+            "UTC",
+            "forbid",
+            False,
+            {"command": ["python", "eval.py"], "gpus": 1},
+            now + timedelta(minutes=15),
+            now,
+        ).id
+        for i in range(count)
+    ]
 
 
-def seed_jobs(store: SqlStore, nodes: list[str], jobs: int, tenants: list[int], rng: random.Random,
-              now: datetime, schedules: list[int] | None = None) -> tuple[int, int]:
+def seed_jobs(
+    store: SqlStore,
+    nodes: list[str],
+    jobs: int,
+    tenants: list[int],
+    rng: random.Random,
+    now: datetime,
+    schedules: list[int] | None = None,
+) -> tuple[int, int]:
     """Most jobs finished, 600 running (one GPU each), the rest pending. Returns (a running id, a finished id)."""
     running_target, pending_target = 600, 600
     free = [(n, i) for n in nodes for i in range(GPUS_PER_NODE)]
@@ -67,9 +95,15 @@ def seed_jobs(store: SqlStore, nodes: list[str], jobs: int, tenants: list[int], 
     running_id = finished_id = 0
     for k in range(jobs):
         created = now - timedelta(seconds=(jobs - k) * 30)
-        spec = JobSpec(command=("python", "train.py", f"--seed={k}"), name=f"job-{k}", gpus=1 + (k % 3 == 0),
-                       priority=rng.randint(-5, 5), tenant_id=tenants[k % len(tenants)], time_limit_s=3600,
-                       schedule_id=schedules[k % len(schedules)] if schedules and k % 10 == 0 else None)
+        spec = JobSpec(
+            command=("python", "train.py", f"--seed={k}"),
+            name=f"job-{k}",
+            gpus=1 + (k % 3 == 0),
+            priority=rng.randint(-5, 5),
+            tenant_id=tenants[k % len(tenants)],
+            time_limit_s=3600,
+            schedule_id=schedules[k % len(schedules)] if schedules and k % 10 == 0 else None,
+        )
         job = store.create_job(spec, created)
         finished = k < jobs - running_target - pending_target
         running = not finished and k < jobs - pending_target
@@ -80,7 +114,9 @@ def seed_jobs(store: SqlStore, nodes: list[str], jobs: int, tenants: list[int], 
                 running_id = running_id or job.id
             else:
                 state = JobState.SUCCEEDED if k % 7 else JobState.FAILED
-                store.finish_job(job.id, state, 0 if state is JobState.SUCCEEDED else 1, "", created + timedelta(seconds=20))
+                store.finish_job(
+                    job.id, state, 0 if state is JobState.SUCCEEDED else 1, "", created + timedelta(seconds=20)
+                )
                 finished_id = job.id
     return running_id, finished_id
 
@@ -90,14 +126,19 @@ def seed_telemetry(store: SqlStore, nodes: list[str], now_s: float, job_id: int)
     points: list[Point] = []
     for t in range(int(now_s) - 3600, int(now_s), 30):
         for n in nodes:
-            points += [Point(float(t), n, g, "gpu_utilization_percent", float((t + g) % 100)) for g in range(GPUS_PER_NODE)]
+            points += [
+                Point(float(t), n, g, "gpu_utilization_percent", float((t + g) % 100)) for g in range(GPUS_PER_NODE)
+            ]
     detail = nodes[0]
     for t in range(int(now_s) - 3600, int(now_s), 10):
         points += [Point(float(t), detail, HOST_GPU, m, 42.0) for m in HOST_METRICS]
-        points += [Point(float(t), detail, g, m, 50.0, job_id if g == 0 else None)
-                   for g in range(GPUS_PER_NODE) for m in GPU_METRICS[1:]]
+        points += [
+            Point(float(t), detail, g, m, 50.0, job_id if g == 0 else None)
+            for g in range(GPUS_PER_NODE)
+            for m in GPU_METRICS[1:]
+        ]
     for i in range(0, len(points), 20_000):
-        store.insert_points(points[i:i + 20_000])
+        store.insert_points(points[i : i + 20_000])
     return len(points)
 
 
@@ -109,36 +150,95 @@ def page_requests(node: str, running: int, finished: int, paths: set[str]) -> di
     series = lambda m, sel: f"/api/v1/metrics/series?metric={m}&{sel}&{rng}".replace("&&", "&")  # noqa: E731
     # The reports page opens on the last 30 days, whole UTC days (pages/reports.js).
     day = now.replace(hour=0, minute=0, second=0, microsecond=0)
-    report = f"start={(day - timedelta(days=30)).isoformat()}&end={(day + timedelta(days=1)).isoformat()}".replace("+", "%2B")
+    report = f"start={(day - timedelta(days=30)).isoformat()}&end={(day + timedelta(days=1)).isoformat()}".replace(
+        "+", "%2B"
+    )
     pages = {
-        "fleet": ["/", *boot, "/api/v1/nodes", "/api/v1/jobs?state=PENDING&limit=200",
-                  "/api/v1/jobs?state=RUNNING&limit=1", "/api/v1/alerts?state=firing", series("gpu_util_pct", "agg=avg")],
+        "fleet": [
+            "/",
+            *boot,
+            "/api/v1/nodes",
+            "/api/v1/jobs?state=PENDING&limit=200",
+            "/api/v1/jobs?state=RUNNING&limit=1",
+            "/api/v1/alerts?state=firing",
+            series("gpu_util_pct", "agg=avg"),
+        ],
         "nodes": ["/nodes", *boot, "/api/v1/nodes"],
-        "node": [f"/nodes/{node}", *boot, f"/api/v1/nodes/{node}", f"/api/v1/gpus?node={node}", f"/api/v1/jobs?node={node}",
-                 f"/api/v1/metrics/latest?node={node}", f"/api/v1/nodes/{node}/events",
-                 *(series(m, f"node={node}") for m in ("cpu_pct", "mem_used_pct", "disk_used_pct", "net_rx_bps", "net_tx_bps"))],
-        "gpu": [f"/gpus/{node}/0", *boot, f"/api/v1/gpus?node={node}", f"/api/v1/gpus/{node}/0/events",
-                *(series(m, f"node={node}&gpu=0") for m in ("gpu_util_pct", "gpu_mem_used_mib", "gpu_power_w", "gpu_temp_c"))],
-        "jobs (queue)": ["/jobs", *boot, "/api/v1/jobs?state=PENDING&limit=200", "/api/v1/jobs?state=RUNNING&limit=200"],
+        "node": [
+            f"/nodes/{node}",
+            *boot,
+            f"/api/v1/nodes/{node}",
+            f"/api/v1/gpus?node={node}",
+            f"/api/v1/jobs?node={node}",
+            f"/api/v1/metrics/latest?node={node}",
+            f"/api/v1/nodes/{node}/events",
+            *(
+                series(m, f"node={node}")
+                for m in ("cpu_pct", "mem_used_pct", "disk_used_pct", "net_rx_bps", "net_tx_bps")
+            ),
+        ],
+        "gpu": [
+            f"/gpus/{node}/0",
+            *boot,
+            f"/api/v1/gpus?node={node}",
+            f"/api/v1/gpus/{node}/0/events",
+            *(
+                series(m, f"node={node}&gpu=0")
+                for m in ("gpu_util_pct", "gpu_mem_used_mib", "gpu_power_w", "gpu_temp_c")
+            ),
+        ],
+        "jobs (queue)": [
+            "/jobs",
+            *boot,
+            "/api/v1/jobs?state=PENDING&limit=200",
+            "/api/v1/jobs?state=RUNNING&limit=200",
+        ],
         "jobs (history)": ["/jobs", *boot, "/api/v1/jobs?all=true&limit=50&newest_first=true"],
-        "job (running)": [f"/jobs/{running}", *boot, f"/api/v1/jobs/{running}", f"/api/v1/jobs/{running}/events",
-                          f"/api/v1/jobs/{running}/logs?offset=0", series("gpu_util_pct", f"job={running}")],
-        "job (finished)": [f"/jobs/{finished}", *boot, f"/api/v1/jobs/{finished}", f"/api/v1/jobs/{finished}/events",
-                           f"/api/v1/jobs/{finished}/logs?offset=0"],
+        "job (running)": [
+            f"/jobs/{running}",
+            *boot,
+            f"/api/v1/jobs/{running}",
+            f"/api/v1/jobs/{running}/events",
+            f"/api/v1/jobs/{running}/logs?offset=0",
+            series("gpu_util_pct", f"job={running}"),
+        ],
+        "job (finished)": [
+            f"/jobs/{finished}",
+            *boot,
+            f"/api/v1/jobs/{finished}",
+            f"/api/v1/jobs/{finished}/events",
+            f"/api/v1/jobs/{finished}/logs?offset=0",
+        ],
         "submit": ["/submit", *boot, "/api/v1/queues"],
-        "alerts": ["/alerts", *boot, "/api/v1/alerts?state=firing", "/api/v1/alerts?state=pending",
-                   "/api/v1/alerts?history=true&limit=100", "/api/v1/alert-rules", "/api/v1/silences"],
-        "admin": ["/admin", *boot, "/api/v1/tenants", "/api/v1/users", "/api/v1/quotas", "/api/v1/tokens",
-                  "/api/v1/audit?limit=100"],
+        "alerts": [
+            "/alerts",
+            *boot,
+            "/api/v1/alerts?state=firing",
+            "/api/v1/alerts?state=pending",
+            "/api/v1/alerts?history=true&limit=100",
+            "/api/v1/alert-rules",
+            "/api/v1/silences",
+        ],
+        "admin": [
+            "/admin",
+            *boot,
+            "/api/v1/tenants",
+            "/api/v1/users",
+            "/api/v1/quotas",
+            "/api/v1/tokens",
+            "/api/v1/audit?limit=100",
+        ],
         "schedules": ["/schedules", *boot, "/api/v1/schedules"],
         "reports": ["/reports", *boot, f"/api/v1/reports/usage?group_by=tenant&{report}&format=json"],
     }
+
     # Calls to endpoints this server does not have are left out (the page shows "not available").
     def present(url: str) -> bool:
         path = url.split("?")[0]
         if not path.startswith("/api/"):
             return True
         return any(_matches(template, path) for template in paths)
+
     return {page: [u for u in urls if present(u)] for page, urls in pages.items()}
 
 
@@ -153,8 +253,10 @@ def explain_reports(store: SqlStore) -> None:
     t0 = time.perf_counter()
     runs = store.list_runs_between(end - timedelta(days=31), end)
     t1 = time.perf_counter()
-    print(f"\n/api/v1/reports/usage over 31 days: list_runs_between {(t1 - t0) * 1000:.0f} ms ({len(runs)} runs, "
-          "columns only, GPU summaries included)")
+    print(
+        f"\n/api/v1/reports/usage over 31 days: list_runs_between {(t1 - t0) * 1000:.0f} ms ({len(runs)} runs, "
+        "columns only, GPU summaries included)"
+    )
 
 
 def measure(call: Callable[[], Any]) -> float:
@@ -187,8 +289,10 @@ def main() -> None:
         schedules = seed_schedules(store, tenants, now) if hasattr(store, "create_schedule") else []
         running, finished = seed_jobs(store, nodes, args.jobs, tenants, rng, now, schedules)
         npoints = seed_telemetry(store, nodes, time.time(), running)
-        print(f"seeded {len(nodes)} nodes, {len(nodes) * GPUS_PER_NODE} GPUs, {args.jobs} jobs, {len(schedules)} schedules, {npoints} telemetry "
-              f"points in {time.perf_counter() - t0:.0f} s (SQLite)")
+        print(
+            f"seeded {len(nodes)} nodes, {len(nodes) * GPUS_PER_NODE} GPUs, {args.jobs} jobs, {len(schedules)} schedules, {npoints} telemetry "
+            f"points in {time.perf_counter() - t0:.0f} s (SQLite)"
+        )
         app = create_app(Settings(data_dir=Path(tmp), database_url=url), store)
         client = TestClient(app)  # no `with`: the scheduler and alert loops stay off
         client.headers["Authorization"] = f"Bearer {creds.admin_token}"
@@ -206,23 +310,32 @@ def main() -> None:
                 no_series[page].append(sum(t for u, t in zip(urls, times, strict=True) if "/metrics/series" not in u))
         for key in per_call:
             per_call[key] = per_call[key][1:]
-        print("\nms per page: all its requests, and without the graphs' /metrics/series calls (which the pages load"
-              "\nseparately after the rest, every 10-30 s)")
-        print(f"{'page':<16} {'requests':>8} {'median':>8} {'p95':>8} {'no-graphs':>10} {'p95':>8}   slowest request (median ms)")
+        print(
+            "\nms per page: all its requests, and without the graphs' /metrics/series calls (which the pages load"
+            "\nseparately after the rest, every 10-30 s)"
+        )
+        print(
+            f"{'page':<16} {'requests':>8} {'median':>8} {'p95':>8} {'no-graphs':>10} {'p95':>8}   slowest request (median ms)"
+        )
         for page, urls in pages.items():
             totals, rest = per_page[page][1:], no_series[page][1:]
             slow = max(urls, key=lambda u: statistics.median(per_call[u]))
             short = slow if len(slow) < 60 else slow[:57] + "..."
-            print(f"{page:<16} {len(urls):>8} {statistics.median(totals):>8.1f} {p95(totals):>8.1f} "
-                  f"{statistics.median(rest):>10.1f} {p95(rest):>8.1f}   {short} ({statistics.median(per_call[slow]):.1f})")
+            print(
+                f"{page:<16} {len(urls):>8} {statistics.median(totals):>8.1f} {p95(totals):>8.1f} "
+                f"{statistics.median(rest):>10.1f} {p95(rest):>8.1f}   {short} ({statistics.median(per_call[slow]):.1f})"
+            )
         print("\nper request (median / p95 ms):")
         for u, ts in sorted(per_call.items(), key=lambda kv: -statistics.median(kv[1])):
             short = u if len(u) < 90 else u[:87] + "..."
             print(f"  {statistics.median(ts):7.1f} {p95(ts):7.1f}  {short}")
         if "/api/v1/reports/usage" in paths:
             explain_reports(store)
-        missing = [p for p in ("/api/v1/reports/usage", "/api/v1/metrics/series", "/api/v1/alerts", "/api/v1/audit")
-                   if p not in paths]
+        missing = [
+            p
+            for p in ("/api/v1/reports/usage", "/api/v1/metrics/series", "/api/v1/alerts", "/api/v1/audit")
+            if p not in paths
+        ]
         if missing:
             print("\nnot on this server (not measured):", ", ".join(missing))
         store.close()

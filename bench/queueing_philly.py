@@ -37,11 +37,17 @@ def run_one(trace: str, policy: str, cluster: str) -> dict[str, object]:
     windows = compute_tenant_windows(result)
     worst = min(windows, key=lambda w: w.ratio)
     return {
-        "trace": Path(trace).stem.removeprefix("trace_job_"), "policy": policy,
-        "avg_jct_s": report["avg_jct_s"], "p99_jct_s": report["p99_jct_s"], "avg_wait_s": report["avg_wait_s"],
-        "gpu_util_pct": report["gpu_util_pct"], "preemptions": result.preemptions,
-        "min_tenant_hour_ratio": round(worst.ratio, 3), "worst_tenant_hour": f"{worst.tenant}@h{worst.window}",
-        "tenant_hours_below_90pct": sum(w.ratio < 0.9 for w in windows), "tenant_hours": len(windows),
+        "trace": Path(trace).stem.removeprefix("trace_job_"),
+        "policy": policy,
+        "avg_jct_s": report["avg_jct_s"],
+        "p99_jct_s": report["p99_jct_s"],
+        "avg_wait_s": report["avg_wait_s"],
+        "gpu_util_pct": report["gpu_util_pct"],
+        "preemptions": result.preemptions,
+        "min_tenant_hour_ratio": round(worst.ratio, 3),
+        "worst_tenant_hour": f"{worst.tenant}@h{worst.window}",
+        "tenant_hours_below_90pct": sum(w.ratio < 0.9 for w in windows),
+        "tenant_hours": len(windows),
     }
 
 
@@ -85,8 +91,13 @@ def main() -> None:
     ap.add_argument("--policies", default=",".join(POLICIES))
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--json", action="store_true")
-    ap.add_argument("--derived", type=int, default=0, metavar="N",
-                    help="instead, run N Philly-derived traces (seeds 1..N) built from --traces")
+    ap.add_argument(
+        "--derived",
+        type=int,
+        default=0,
+        metavar="N",
+        help="instead, run N Philly-derived traces (seeds 1..N) built from --traces",
+    )
     args = ap.parse_args()
     if not args.traces:
         sys.exit(f"no traces found in {TRACES}")
@@ -107,9 +118,11 @@ def main() -> None:
     head = f"{'trace':<12}{'policy':<8}{'avg JCT s':>10}{'vs FIFO':>9}{'p99 JCT':>9}{'avg wait':>9}{'util%':>7}{'preempt':>8}{'min share':>10}{'<90% h':>8}"
     print(f"cluster {args.cluster}\n{head}")
     for r in rows:
-        print(f"{r['trace']:<12}{r['policy']:<8}{r['avg_jct_s']:>10.1f}{_pct(r['jct_vs_fifo_pct']):>9}{r['p99_jct_s']:>9.0f}"
-              f"{r['avg_wait_s']:>9.1f}{r['gpu_util_pct']:>7.1f}{r['preemptions']:>8}{r['min_tenant_hour_ratio']:>10.3f}"
-              f"{r['tenant_hours_below_90pct']:>5}/{r['tenant_hours']}")
+        print(
+            f"{r['trace']:<12}{r['policy']:<8}{r['avg_jct_s']:>10.1f}{_pct(r['jct_vs_fifo_pct']):>9}{r['p99_jct_s']:>9.0f}"
+            f"{r['avg_wait_s']:>9.1f}{r['gpu_util_pct']:>7.1f}{r['preemptions']:>8}{r['min_tenant_hour_ratio']:>10.3f}"
+            f"{r['tenant_hours_below_90pct']:>5}/{r['tenant_hours']}"
+        )
 
 
 if __name__ == "__main__":

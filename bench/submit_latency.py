@@ -49,10 +49,16 @@ def main() -> None:
     marks.chmod(0o1777)
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")}
-    env.update(CORRAL_PORT=str(port), CORRAL_DATA_DIR=str(root / "data"), CORRAL_GPUS="sim:8xH100-80GB",
-               HOME=str(root), XDG_CONFIG_HOME=str(root / ".config"))
-    proc = subprocess.Popen([CORRAL, "up"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+    env.update(
+        CORRAL_PORT=str(port),
+        CORRAL_DATA_DIR=str(root / "data"),
+        CORRAL_GPUS="sim:8xH100-80GB",
+        HOME=str(root),
+        XDG_CONFIG_HOME=str(root / ".config"),
+    )
+    proc = subprocess.Popen(
+        [CORRAL, "up"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
@@ -96,7 +102,10 @@ def main() -> None:
         proc.wait(30)
     result = {
         "jobs": args.jobs,
-        "submit_to_process_start_ms": {"median": statistics.median(to_process) * 1000, "p99": pct(to_process, 99) * 1000},
+        "submit_to_process_start_ms": {
+            "median": statistics.median(to_process) * 1000,
+            "p99": pct(to_process, 99) * 1000,
+        },
         "submit_to_api_running_ms": {"median": statistics.median(to_running) * 1000, "p99": pct(to_running, 99) * 1000},
     }
     if args.json:

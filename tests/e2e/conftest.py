@@ -60,10 +60,17 @@ class Corral:
         self.agent_port = free_port()  # agents: mutual TLS with certificates from the cluster CA
         self.agent_url = f"https://127.0.0.1:{self.agent_port}"
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")}
-        self.env.update(HOME=str(self.home), XDG_CONFIG_HOME=str(self.home / ".config"), CORRAL_PORT=str(self.port),
-                        CORRAL_JOB_UI_PORT=str(self.ui_port), CORRAL_AGENT_PORT=str(self.agent_port),
-                        CORRAL_DATA_DIR=str(self.data_dir), CORRAL_GPUS=gpus, CORRAL_NODE_NAME=node,
-                        PYTHONUNBUFFERED="1")
+        self.env.update(
+            HOME=str(self.home),
+            XDG_CONFIG_HOME=str(self.home / ".config"),
+            CORRAL_PORT=str(self.port),
+            CORRAL_JOB_UI_PORT=str(self.ui_port),
+            CORRAL_AGENT_PORT=str(self.agent_port),
+            CORRAL_DATA_DIR=str(self.data_dir),
+            CORRAL_GPUS=gpus,
+            CORRAL_NODE_NAME=node,
+            PYTHONUNBUFFERED="1",
+        )
         # Jobs run as their users' Unix identities (the tests run as root): their own dirs must lie where those
         # users can reach them, which tmp_path (under a 0700 dir) is not. `shared` is a dir any job may write.
         self.jobs_dir = Path(tempfile.mkdtemp(prefix="corral-e2e-jobs-"))
@@ -78,7 +85,9 @@ class Corral:
         self.up_proc: subprocess.Popen[bytes] | None = None
 
     # ---- processes ------------------------------------------------------------
-    def spawn(self, args: list[str], env: dict[str, str] | None = None, log_name: str = "proc") -> subprocess.Popen[bytes]:
+    def spawn(
+        self, args: list[str], env: dict[str, str] | None = None, log_name: str = "proc"
+    ) -> subprocess.Popen[bytes]:
         log = open(self.root / f"{log_name}-{len(self.procs)}.log", "wb")
         p = subprocess.Popen(args, env=env or self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         self.procs.append(p)
@@ -131,6 +140,7 @@ class Corral:
 
     def agent_tls_dir(self, node: str) -> Path:
         return self.root / f"agent-{node}" / "agent" / node / "tls"
+
     def close(self) -> None:
         for p in self.procs:
             if p.poll() is None:
@@ -152,7 +162,9 @@ class Corral:
         shutil.rmtree(self.jobs_dir, ignore_errors=True)
 
     # ---- the CLI ----------------------------------------------------------------
-    def cli(self, *args: str, env: dict[str, str] | None = None, timeout_s: float = 60) -> subprocess.CompletedProcess[str]:
+    def cli(
+        self, *args: str, env: dict[str, str] | None = None, timeout_s: float = 60
+    ) -> subprocess.CompletedProcess[str]:
         return subprocess.run([CORRAL, *args], env=env or self.env, capture_output=True, text=True, timeout=timeout_s)
 
     def cli_json(self, *args: str) -> Any:

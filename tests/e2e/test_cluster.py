@@ -64,11 +64,23 @@ def test_corral_up_on_postgresql(corral_factory: Any, postgres_url: str) -> None
 def test_make_up_starts_and_answers_healthz(tmp_path: Path) -> None:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")}
-    env.update(CORRAL_PORT=str(port), CORRAL_DATA_DIR=str(tmp_path / "data"), HOME=str(tmp_path),
-               XDG_CONFIG_HOME=str(tmp_path / ".config"), CORRAL_GPUS="sim:4xA100-80GB")
-    proc = subprocess.Popen(["make", "-s", "up"], cwd=REPO, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, start_new_session=True)
+    env.update(
+        CORRAL_PORT=str(port),
+        CORRAL_DATA_DIR=str(tmp_path / "data"),
+        HOME=str(tmp_path),
+        XDG_CONFIG_HOME=str(tmp_path / ".config"),
+        CORRAL_GPUS="sim:4xA100-80GB",
+    )
+    proc = subprocess.Popen(
+        ["make", "-s", "up"],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
+
         def healthy() -> bool:
             try:
                 return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).json()["status"] == "ok"
@@ -92,8 +104,16 @@ def test_multi_node_job_runs_one_part_per_node(corral_factory: Any) -> None:
     c.start()
     c.start_agent("node-b", "sim:2xH100-80GB")
     wait_for(lambda: len(c.cli_json("nodes")) == 2, 30, "second node registered")
-    job = c.submit("--nodes", "2", "--gpus", "2", "--", "sh", "-c",
-                   "echo rank $CORRAL_NODE_RANK of $CORRAL_NUM_NODES on $CUDA_VISIBLE_DEVICES master $CORRAL_MASTER_ADDR")
+    job = c.submit(
+        "--nodes",
+        "2",
+        "--gpus",
+        "2",
+        "--",
+        "sh",
+        "-c",
+        "echo rank $CORRAL_NODE_RANK of $CORRAL_NUM_NODES on $CUDA_VISIBLE_DEVICES master $CORRAL_MASTER_ADDR",
+    )
     r = c.cli("wait", str(job), "--timeout", "60")
     assert r.returncode == 0, (r.stderr, c.job(job)["reason"], c.cli("show", str(job)).stdout)
     shown = c.job(job)

@@ -45,8 +45,12 @@ class Receiver:
 def test_xid_fault_requeues_job_on_healthy_gpus_and_alerts(corral_factory: Any) -> None:
     hook = Receiver()
     c: Corral = corral_factory(gpus="sim:4xH100-80GB", node="node-a")
-    c.env.update(CORRAL_METRICS_INTERVAL_S="1", CORRAL_ALERT_INTERVAL_S="1", CORRAL_ALERT_WEBHOOKS=hook.url,
-                 CORRAL_HEALTH_RECOVERY_CHECKS="2")
+    c.env.update(
+        CORRAL_METRICS_INTERVAL_S="1",
+        CORRAL_ALERT_INTERVAL_S="1",
+        CORRAL_ALERT_WEBHOOKS=hook.url,
+        CORRAL_HEALTH_RECOVERY_CHECKS="2",
+    )
     c.start()
     c.start_agent("node-b", "sim:4xH100-80GB")
     wait_for(lambda: len(c.cli_json("nodes")) == 2, 30, "two nodes")
@@ -60,8 +64,9 @@ def test_xid_fault_requeues_job_on_healthy_gpus_and_alerts(corral_factory: Any) 
         return next(g["health"] for g in c.cli_json("gpus") if g["node"] == bad_node and g["index"] == bad_gpu)
 
     wait_for(lambda: gpu_health() == "UNHEALTHY", 10, "GPU marked unhealthy within 10 s")
-    again = wait_for(lambda: (j := c.job(job))["state"] == "RUNNING" and j["attempt"] == 2 and j, 30,
-                     "job running again within 30 s")
+    again = wait_for(
+        lambda: (j := c.job(job))["state"] == "RUNNING" and j["attempt"] == 2 and j, 30, "job running again within 30 s"
+    )
     assert again["node"] != bad_node  # the only node with 4 healthy GPUs
     kinds = [e["kind"] for e in c.cli_json("nodes", "events", bad_node)]
     assert "gpu_unhealthy" in kinds
@@ -92,9 +97,11 @@ def test_xid_fault_requeues_job_on_healthy_gpus_and_alerts(corral_factory: Any) 
 def test_fault_injection_is_refused_for_bad_input(corral_factory: Any) -> None:
     c: Corral = corral_factory(gpus="sim:2xA100-40GB", node="node-a")
     c.start()
-    cases = [(["sim", "fault", "node-a", "9", "--xid", "79"], "gpu_index"),
-             (["sim", "fault", "ghost", "0", "--xid", "79"], "ghost"),
-             (["sim", "fault", "node-a", "0", "--xid", "79", "--clear"], "clear")]
+    cases = [
+        (["sim", "fault", "node-a", "9", "--xid", "79"], "gpu_index"),
+        (["sim", "fault", "ghost", "0", "--xid", "79"], "ghost"),
+        (["sim", "fault", "node-a", "0", "--xid", "79", "--clear"], "clear"),
+    ]
     for args, needle in cases:
         r = c.cli(*args)
         assert r.returncode != 0 and needle in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr

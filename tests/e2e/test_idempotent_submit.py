@@ -15,6 +15,7 @@ import pytest
 
 from corral.api.schemas import JobSubmit
 from corral.sdk.client import CorralClient
+
 from .conftest import CORRAL, Corral, wait_for
 
 pytestmark = pytest.mark.e2e
@@ -26,7 +27,9 @@ class CrashAfterAcceptRelay:
     def __init__(self, upstream_port: int, crash: Callable[[], None]) -> None:
         self.upstream_port = upstream_port
         self.crash = crash
-        self.replies: list[bytes] = []  # the first bytes of every read of a reply to a submission, swallowed one included
+        self.replies: list[
+            bytes
+        ] = []  # the first bytes of every read of a reply to a submission, swallowed one included
         self._crashed = threading.Event()
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = self._listener.getsockname()[1]

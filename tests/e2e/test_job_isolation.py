@@ -19,8 +19,24 @@ from .conftest import Corral, wait_for
 
 pytestmark = pytest.mark.e2e
 
-ALLOWED_ENV = {"PATH", "LANG", "HOME", "USER", "LOGNAME", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES",
-               "CORRAL_JOB_ID", "CORRAL_ATTEMPT", "CORRAL_CHECKPOINT_DIR", "PWD", "SHLVL", "_", "D", "BOB_DIR", "BOB_LOG"}
+ALLOWED_ENV = {
+    "PATH",
+    "LANG",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "CUDA_VISIBLE_DEVICES",
+    "NVIDIA_VISIBLE_DEVICES",
+    "CORRAL_JOB_ID",
+    "CORRAL_ATTEMPT",
+    "CORRAL_CHECKPOINT_DIR",
+    "PWD",
+    "SHLVL",
+    "_",
+    "D",
+    "BOB_DIR",
+    "BOB_LOG",
+}
 
 
 @pytest.fixture
@@ -63,10 +79,23 @@ def test_a_members_job_reads_nothing_of_the_agent_or_another_user(corral: Corral
         assert c.cli("tenants", "create", tenant).returncode == 0
     alice, alice_id = _user(c, "alice", "vision")
     bob, _ = _user(c, "bob", "nlp")
-    victim = _submit_as(c, bob, "--env", "BOB_SECRET=hunter2", "--",
-                        "sh", "-c", 'echo "bob at $PWD"; echo s3cret > notes; exec sleep 120')
-    bob_dir = wait_for(lambda: next((line.split(" at ", 1)[1] for line in _log(c, victim).splitlines()
-                                     if line.startswith("bob at ")), None), 60, "bob's job running")
+    victim = _submit_as(
+        c,
+        bob,
+        "--env",
+        "BOB_SECRET=hunter2",
+        "--",
+        "sh",
+        "-c",
+        'echo "bob at $PWD"; echo s3cret > notes; exec sleep 120',
+    )
+    bob_dir = wait_for(
+        lambda: next(
+            (line.split(" at ", 1)[1] for line in _log(c, victim).splitlines() if line.startswith("bob at ")), None
+        ),
+        60,
+        "bob's job running",
+    )
     bob_log = c.data_dir / "agent" / "node-a" / "logs" / f"{victim}.1.log"
     assert bob_log.exists()
     attack = r"""
@@ -79,8 +108,20 @@ def test_a_members_job_reads_nothing_of_the_agent_or_another_user(corral: Corral
         echo "uid=$(id -u) gid=$(id -g) groups=$(id -G)"
         env
     """
-    job = _submit_as(c, alice, "--env", f"D={c.data_dir}", "--env", f"BOB_DIR={bob_dir}", "--env",
-                     f"BOB_LOG={bob_log}", "--", "sh", "-c", attack)
+    job = _submit_as(
+        c,
+        alice,
+        "--env",
+        f"D={c.data_dir}",
+        "--env",
+        f"BOB_DIR={bob_dir}",
+        "--env",
+        f"BOB_LOG={bob_log}",
+        "--",
+        "sh",
+        "-c",
+        attack,
+    )
     assert c.cli("wait", str(job), "--timeout", "60").returncode == 0
     out = _log(c, job)
     assert "CORRAL_DATA_DIR=[unset]" in out

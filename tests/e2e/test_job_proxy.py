@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -17,9 +16,14 @@ def test_job_web_ui_through_the_proxy(corral_factory: Any) -> None:
     c: Corral = corral_factory()
     c.start()
     # (in the job's own dir: the job runs as a user of its own, who cannot read the test's tmp_path)
-    job = c.submit("--web-ui", "--", "sh", "-c",
-                   "echo prefix=$CORRAL_PROXY_PREFIX port=$PORT; printf 'hello from the job' > index.html; "
-                   "exec python3 -m http.server $CORRAL_JOB_PORT --bind 127.0.0.1")
+    job = c.submit(
+        "--web-ui",
+        "--",
+        "sh",
+        "-c",
+        "echo prefix=$CORRAL_PROXY_PREFIX port=$PORT; printf 'hello from the job' > index.html; "
+        "exec python3 -m http.server $CORRAL_JOB_PORT --bind 127.0.0.1",
+    )
     shown = wait_for(lambda: (j := c.job(job))["state"] == "RUNNING" and j, 30, "running")
     assert shown["web_url"] == f"{c.ui_url}/proxy/jobs/{job}/"  # the job-UI origin, apart from the API's
     token = (c.data_dir / "admin-token").read_text().strip()
@@ -52,7 +56,7 @@ def test_the_proxy_reaches_only_a_port_the_jobs_own_processes_hold(corral_factor
     c: Corral = corral_factory()
     c.start()
     auth = {"Authorization": f"Bearer {(c.data_dir / 'admin-token').read_text().strip()}"}
-    serve = "printf \"the victim's notebook\" > index.html; exec python3 -m http.server {} --bind 127.0.0.1"
+    serve = 'printf "the victim\'s notebook" > index.html; exec python3 -m http.server {} --bind 127.0.0.1'
 
     def proxied(job: int) -> httpx.Response:
         return httpx.get(f"{c.ui_url}/proxy/jobs/{job}/index.html", headers=auth)

@@ -30,8 +30,13 @@ def test_guessing_backs_off_and_a_password_change_ends_the_cli_session(corral_fa
     # that changed it goes on.
     r = c.cli("users", "set", "alice", "--password", env=dict(alice, CORRAL_PASSWORD="alice-secret-2"))
     assert r.returncode != 0 and "current" in r.stderr  # no current password to give: refused, nothing changed
-    r = c.cli("users", "set", "alice", "--password",
-              env=dict(alice, CORRAL_PASSWORD="alice-secret-2", CORRAL_CURRENT_PASSWORD="alice-secret-1"))
+    r = c.cli(
+        "users",
+        "set",
+        "alice",
+        "--password",
+        env=dict(alice, CORRAL_PASSWORD="alice-secret-2", CORRAL_CURRENT_PASSWORD="alice-secret-1"),
+    )
     assert r.returncode == 0, r.stderr
     assert c.cli_json_as(alice, "whoami")["user"] == "alice"
 

@@ -61,8 +61,11 @@ def test_an_agent_joins_over_mutual_tls_runs_work_restarts_without_a_token_and_i
     assert r.returncode == 0, r.stderr
     assert node(c, "w1")["state"] == "LOST"  # type: ignore[index]
     assert c.job(long_job)["state"] == "PENDING"
-    wait_for(lambda: "revoked" in (c.root / f"agent-w1-{c.procs.index(restarted)}.log").read_text(), 30,
-             "the agent told it was revoked")
+    wait_for(
+        lambda: "revoked" in (c.root / f"agent-w1-{c.procs.index(restarted)}.log").read_text(),
+        30,
+        "the agent told it was revoked",
+    )
     assert node(c, "w1")["state"] == "LOST"  # type: ignore[index]
 
 
@@ -74,8 +77,12 @@ def test_without_a_client_certificate_the_agent_port_refuses_and_argv_tokens_are
     r = httpx.post(f"{c.agent_url}/api/v1/agents/register", json={"name": "x", "backend": "simulated"}, verify=ctx)
     assert r.status_code == 401
     admin = (c.data_dir / "admin-token").read_text().strip()
-    r = httpx.post(f"{c.agent_url}/api/v1/agents/register", json={"name": "x", "backend": "simulated"}, verify=ctx,
-                   headers={"Authorization": f"Bearer {admin}"})
+    r = httpx.post(
+        f"{c.agent_url}/api/v1/agents/register",
+        json={"name": "x", "backend": "simulated"},
+        verify=ctx,
+        headers={"Authorization": f"Bearer {admin}"},
+    )
     assert r.status_code == 401  # an admin's token does not make anyone a node
     out = c.cli("agent", "--join", c.agent_url, "--token", "crj1.1.abcdefghijklmnopqrstuvwxyz.00")
     assert out.returncode != 0 and out.stderr.count("error:") == 1 and "--token-file" in out.stderr
@@ -84,8 +91,18 @@ def test_without_a_client_certificate_the_agent_port_refuses_and_argv_tokens_are
     token_id = int(token_file.read_text().split(".")[1])
     assert any(t["id"] == token_id and t["state"] == "usable" for t in c.cli_json("tokens", "join", "list"))
     assert c.cli("tokens", "join", "revoke", str(token_id)).returncode == 0
-    late = c.cli("agent", "--join", c.agent_url, "--token-file", str(token_file), "--node-name", "late", "--gpus",
-                 "none", env=c.agent_env("late"))
+    late = c.cli(
+        "agent",
+        "--join",
+        c.agent_url,
+        "--token-file",
+        str(token_file),
+        "--node-name",
+        "late",
+        "--gpus",
+        "none",
+        env=c.agent_env("late"),
+    )
     assert late.returncode != 0 and "revoked" in late.stderr and late.stderr.count("error:") == 1
 
 
@@ -99,8 +116,11 @@ def test_an_agent_renews_its_certificate_before_it_expires(corral_factory: Any) 
     wait_for(lambda: serial(c, "w1") != first, 30, "certificate renewed")
     # past the first certificate's expiry the node still heartbeats, with the renewed one
     beat = node(c, "w1")["last_heartbeat_at"]  # type: ignore[index]
-    wait_for(lambda: node(c, "w1")["last_heartbeat_at"] != beat and node(c, "w1")["state"] == "READY", 30,
-             "w1 heartbeating after renewal")
+    wait_for(
+        lambda: node(c, "w1")["last_heartbeat_at"] != beat and node(c, "w1")["state"] == "READY",
+        30,
+        "w1 heartbeating after renewal",
+    )
     job = c.submit("--gpus", "1", "--", "sh", "-c", "echo renewed")
     assert c.cli("wait", str(job), "--timeout", "60").returncode == 0
 

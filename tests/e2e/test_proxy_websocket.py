@@ -21,8 +21,9 @@ ECHO_APP = Path(__file__).with_name("ws_echo_app.py")
 
 
 def _ws(c: Corral, job: int, path: str = "ws", **kw: Any) -> ClientConnection:
-    return connect(f"ws://127.0.0.1:{c.ui_port}/proxy/jobs/{job}/{path}", open_timeout=10, proxy=None,
-                   max_size=None, **kw)
+    return connect(
+        f"ws://127.0.0.1:{c.ui_port}/proxy/jobs/{job}/{path}", open_timeout=10, proxy=None, max_size=None, **kw
+    )
 
 
 def _refused(c: Corral, job: int, **kw: Any) -> tuple[int, dict[str, Any]]:
@@ -54,14 +55,20 @@ def test_websocket_echo_through_the_proxy(corral_factory: Any) -> None:
     c: Corral = corral_factory()
     c.start()
     bearer = {"Authorization": f"Bearer {_admin(c)}"}
-    job = c.submit("--web-ui", "--name", "ws-echo", "--env", f"PYTHONPATH={JOB_PYTHONPATH}", "--", JOB_PYTHON,
-                   str(ECHO_APP))
+    job = c.submit(
+        "--web-ui", "--name", "ws-echo", "--env", f"PYTHONPATH={JOB_PYTHONPATH}", "--", JOB_PYTHON, str(ECHO_APP)
+    )
     wait_for(lambda: c.job(job)["state"] == "RUNNING", 30, "running")
 
     def hello() -> dict[str, Any] | None:
         try:
-            with _ws(c, job, "ws?x=1&y=%20z", additional_headers=dict(bearer, **{"X-Test": "yes"}),
-                     subprotocols=["other", "corral-test"]) as ws:
+            with _ws(
+                c,
+                job,
+                "ws?x=1&y=%20z",
+                additional_headers=dict(bearer, **{"X-Test": "yes"}),
+                subprotocols=["other", "corral-test"],
+            ) as ws:
                 ws.send("hello?")
                 seen = json.loads(ws.recv(timeout=10))
                 assert ws.subprotocol == "corral-test"
@@ -101,8 +108,11 @@ def test_websocket_echo_through_the_proxy(corral_factory: Any) -> None:
         ws.send("ping")
         assert ws.recv(timeout=10) == "ping"
         ws.close(4002, "bye from the client")
-    wait_for(lambda: "client closed 4002 bye from the client" in c.cli("logs", str(job)).stdout, 15,
-             "the job's app saw the client's close code")
+    wait_for(
+        lambda: "client closed 4002 bye from the client" in c.cli("logs", str(job)).stdout,
+        15,
+        "the job's app saw the client's close code",
+    )
 
     # without credentials, or a wrong token: 401
     status, body = _refused(c, job)
@@ -129,8 +139,15 @@ def test_websocket_echo_through_the_proxy(corral_factory: Any) -> None:
 
     # another tenant's user: the job does not exist for them, by token or by cookie
     assert c.cli("tenants", "create", "vision").returncode == 0
-    r = c.cli("users", "create", "alice", "--tenant", "vision", "--password",
-              env=dict(c.env, CORRAL_PASSWORD="alice-secret-1"))
+    r = c.cli(
+        "users",
+        "create",
+        "alice",
+        "--tenant",
+        "vision",
+        "--password",
+        env=dict(c.env, CORRAL_PASSWORD="alice-secret-1"),
+    )
     assert r.returncode == 0, r.stderr
     alice = _session(c, username="alice", password="alice-secret-1")
     status, body = _refused(c, job, additional_headers={"Authorization": f"Bearer {alice}"})
@@ -158,8 +175,13 @@ def test_websocket_to_a_job_app_that_fails(corral_factory: Any) -> None:
     c.start()
     bearer = {"Authorization": f"Bearer {_admin(c)}"}
     silent = c.submit("--web-ui", "--", "sleep", "600")  # has a web UI, listens on nothing
-    plain = c.submit("--web-ui", "--", "sh", "-c",  # answers HTTP, not WebSocket
-                     f"exec {JOB_PYTHON} -m http.server $CORRAL_JOB_PORT --bind 127.0.0.1 --directory {c.shared}")
+    plain = c.submit(
+        "--web-ui",
+        "--",
+        "sh",
+        "-c",  # answers HTTP, not WebSocket
+        f"exec {JOB_PYTHON} -m http.server $CORRAL_JOB_PORT --bind 127.0.0.1 --directory {c.shared}",
+    )
     no_port = c.submit("--", "sleep", "600")
     for job in (silent, plain, no_port):
         wait_for(lambda: c.job(job)["state"] == "RUNNING", 30, f"job {job} running")
@@ -190,8 +212,9 @@ def _closed_within(ws: ClientConnection, timeout_s: float = 20.0) -> Close:
 def test_a_revoked_token_or_a_logout_closes_open_websockets(corral_factory: Any) -> None:
     c: Corral = corral_factory()
     c.start()
-    job = c.submit("--web-ui", "--name", "ws-echo", "--env", f"PYTHONPATH={JOB_PYTHONPATH}", "--", JOB_PYTHON,
-                   str(ECHO_APP))
+    job = c.submit(
+        "--web-ui", "--name", "ws-echo", "--env", f"PYTHONPATH={JOB_PYTHONPATH}", "--", JOB_PYTHON, str(ECHO_APP)
+    )
     wait_for(lambda: c.job(job)["state"] == "RUNNING", 30, "running")
     token = c.cli_json("tokens", "create", "--name", "notebook")
     bearer = {"Authorization": f"Bearer {token['token']}"}
@@ -211,8 +234,10 @@ def test_a_revoked_token_or_a_logout_closes_open_websockets(corral_factory: Any)
     r = httpx.post(f"{c.url}/web/login", json={"token": _admin(c)})
     assert r.status_code == 200, r.text
     session, csrf = r.cookies["corral_session"], r.json()["csrf"]
-    with _ws(c, job, additional_headers=bearer) as by_token, \
-            _ws(c, job, additional_headers={"Cookie": f"corral_session={session}"}, origin=c.ui_url) as by_cookie:
+    with (
+        _ws(c, job, additional_headers=bearer) as by_token,
+        _ws(c, job, additional_headers={"Cookie": f"corral_session={session}"}, origin=c.ui_url) as by_cookie,
+    ):
         for ws in (by_token, by_cookie):
             ws.send("hello")
             assert ws.recv(timeout=10) == "hello"
@@ -228,5 +253,8 @@ def test_a_revoked_token_or_a_logout_closes_open_websockets(corral_factory: Any)
         assert r.status_code == 204, r.text
         closed = _closed_within(by_cookie)
         assert (closed.code, closed.reason) == (1008, "your Corral session ended")
-    wait_for(lambda: c.cli("logs", str(job)).stdout.count("client closed 1001 the Corral session ended") == 2, 15,
-             "the job's app saw both sockets closed by the proxy")
+    wait_for(
+        lambda: c.cli("logs", str(job)).stdout.count("client closed 1001 the Corral session ended") == 2,
+        15,
+        "the job's app saw both sockets closed by the proxy",
+    )

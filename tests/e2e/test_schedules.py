@@ -23,7 +23,11 @@ def _due_times(c: Corral, job_ids: list[int]) -> list[str]:
     out = []
     for jid in job_ids:
         events = c.api_events(jid)
-        out += [m.group(1) for e in events if e["kind"] == "scheduled" and (m := re.search(r"due at (\S+ \S+)", e["message"]))]
+        out += [
+            m.group(1)
+            for e in events
+            if e["kind"] == "scheduled" and (m := re.search(r"due at (\S+ \S+)", e["message"]))
+        ]
     return out
 
 
@@ -66,7 +70,9 @@ def test_repeating_job_survives_a_server_kill_and_is_paused_run_and_deleted(corr
     witness = int(m.group(1))
     witness_runs = wait_for(lambda: c.cli_json("schedules", "show", str(witness))["runs"], 60, "the witness fired")
     paused_runs = c.cli_json("schedules", "show", str(sid))["runs"]
-    wait_for(lambda: c.cli_json("schedules", "show", str(witness))["runs"] >= witness_runs + 3, 60, "three more firings")
+    wait_for(
+        lambda: c.cli_json("schedules", "show", str(witness))["runs"] >= witness_runs + 3, 60, "three more firings"
+    )
     assert c.cli_json("schedules", "show", str(sid))["runs"] == paused_runs
     assert c.cli("schedules", "delete", str(witness)).returncode == 0
     listed = c.cli("schedules")

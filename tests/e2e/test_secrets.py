@@ -33,14 +33,21 @@ def _files_holding(root: Path, needle: bytes) -> list[Path]:
 def test_a_job_gets_its_secret_and_the_value_stays_out_of_everything_else(corral_factory: Any) -> None:
     c: Corral = corral_factory()
     c.start()
-    made = subprocess.run([CORRAL, "secrets", "create", "wandb"], input=VALUE + "\n", env=c.env, capture_output=True,
-                          text=True, timeout=60)
+    made = subprocess.run(
+        [CORRAL, "secrets", "create", "wandb"],
+        input=VALUE + "\n",
+        env=c.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert made.returncode == 0, made.stderr
     listed = c.cli("secrets", "--json")
     assert listed.returncode == 0 and '"wandb"' in listed.stdout and VALUE not in listed.stdout, listed.stderr
 
     job = c.submit("--secret-env", "WANDB_API_KEY=wandb", "--", "sh", "-c", 'echo "key=[$WANDB_API_KEY]"')
     assert c.cli("wait", str(job), "--timeout", "60").returncode == 0
+
     def job_log() -> str | None:
         out = c.cli("logs", str(job)).stdout
         return out if "key=" in out else None
@@ -74,11 +81,13 @@ def test_secrets_cli_mistakes_are_one_line_errors(corral_factory: Any, tmp_path:
     value_file = tmp_path / "token.txt"
     value_file.write_text(VALUE)
     assert c.cli("secrets", "create", "db", "--from-file", str(value_file)).returncode == 0
-    for args, needle in ((("submit", "--secret-env", "DB=nope", "--", "true"), "no secret 'nope'"),
-                         (("submit", "--secret-env", "DB", "--", "true"), "--secret-env"),
-                         (("secrets", "create", "db", "--from-file", str(value_file)), "already exists"),
-                         (("secrets", "create", "x", "--from-file", str(tmp_path / "missing")), "--from-file"),
-                         (("secrets", "delete", "nope"), "not found")):
+    for args, needle in (
+        (("submit", "--secret-env", "DB=nope", "--", "true"), "no secret 'nope'"),
+        (("submit", "--secret-env", "DB", "--", "true"), "--secret-env"),
+        (("secrets", "create", "db", "--from-file", str(value_file)), "already exists"),
+        (("secrets", "create", "x", "--from-file", str(tmp_path / "missing")), "--from-file"),
+        (("secrets", "delete", "nope"), "not found"),
+    ):
         r = c.cli(*args)
         assert r.returncode != 0 and r.stderr.startswith("error: ") and needle in r.stderr, (args, r.stderr)
         assert r.stderr.count("\n") == 1 and VALUE not in r.stderr
@@ -89,8 +98,9 @@ def test_secrets_cli_mistakes_are_one_line_errors(corral_factory: Any, tmp_path:
 def test_a_missing_wrong_or_open_key_file_stops_the_start_with_one_line(corral_factory: Any) -> None:
     c: Corral = corral_factory()
     c.start()
-    made = subprocess.run([CORRAL, "secrets", "create", "db"], input=VALUE, env=c.env, capture_output=True, text=True,
-                          timeout=60)
+    made = subprocess.run(
+        [CORRAL, "secrets", "create", "db"], input=VALUE, env=c.env, capture_output=True, text=True, timeout=60
+    )
     assert made.returncode == 0, made.stderr
     assert c.interrupt() == 0
     key_file = c.data_dir / "secrets.key"

@@ -29,7 +29,13 @@ def test_three_four_gpu_jobs_cancel_wait_and_restart(corral_factory: Any) -> Non
     assert set(running[0]["gpus"]).isdisjoint(running[1]["gpus"])
     assert len(running[0]["gpus"]) == len(running[1]["gpus"]) == 4
     third = next(j for j in jobs if j["state"] == "PENDING")
-    assert third["pending_reason"]
+    # once a cycle has looked at it (before that it shows a placeholder), the reason names the cause a user can act on
+    reason = wait_for(
+        lambda: (r := c.job(third["id"]).get("pending_reason") or "") != "waiting for the scheduler" and r,
+        30,
+        "the third job's pending reason",
+    )
+    assert re.fullmatch(r"capacity: 1 node: not enough free GPUs", reason), reason
 
     # the third runs after one of the first two finished; `wait` returns the exit code
     for i in ids:

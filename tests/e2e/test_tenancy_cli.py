@@ -17,16 +17,28 @@ def test_admin_creates_tenant_user_and_quota_user_logs_in(corral_factory: Any) -
     assert c.cli("tenants", "create", "vision", "--weight", "2").returncode == 0
     assert c.cli("tenants", "quota", "vision", "--guaranteed", "4", "--max", "8", "--gpu-model", "H100").returncode == 0
     assert c.cli_json("tenants", "quotas", "vision") == [
-        {"tenant": "vision", "gpu_model": "H100", "guaranteed_gpus": 4, "max_gpus": 8}]
-    r = c.cli("users", "create", "alice", "--tenant", "vision", "--password",
-              env=dict(c.env, CORRAL_PASSWORD="alice-secret-1"))
+        {"tenant": "vision", "gpu_model": "H100", "guaranteed_gpus": 4, "max_gpus": 8}
+    ]
+    r = c.cli(
+        "users",
+        "create",
+        "alice",
+        "--tenant",
+        "vision",
+        "--password",
+        env=dict(c.env, CORRAL_PASSWORD="alice-secret-1"),
+    )
     assert r.returncode == 0, r.stderr
     admin_job = c.submit("--", "true")
 
     alice_home = c.root / "alice"
     alice_env = {k: v for k, v in c.env.items() if k not in ("CORRAL_PORT",)}
-    alice_env.update(HOME=str(alice_home), XDG_CONFIG_HOME=str(alice_home / ".config"), CORRAL_URL=c.url,
-                     CORRAL_PASSWORD="alice-secret-1")
+    alice_env.update(
+        HOME=str(alice_home),
+        XDG_CONFIG_HOME=str(alice_home / ".config"),
+        CORRAL_URL=c.url,
+        CORRAL_PASSWORD="alice-secret-1",
+    )
     r = c.cli("login", "alice", env=alice_env)
     assert r.returncode == 0, r.stderr
     alice_env.pop("CORRAL_PASSWORD")

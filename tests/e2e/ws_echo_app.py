@@ -37,8 +37,15 @@ async def handler(ws: ServerConnection) -> None:
         async for message in ws:
             if message == "hello?":
                 assert ws.request is not None
-                await ws.send(json.dumps({"path": ws.request.path, "subprotocol": ws.subprotocol,
-                                          "headers": {k.lower(): v for k, v in ws.request.headers.raw_items()}}))
+                await ws.send(
+                    json.dumps(
+                        {
+                            "path": ws.request.path,
+                            "subprotocol": ws.subprotocol,
+                            "headers": {k.lower(): v for k, v in ws.request.headers.raw_items()},
+                        }
+                    )
+                )
             elif isinstance(message, str) and message.startswith("close "):
                 code, _, reason = message.removeprefix("close ").partition(" ")
                 await ws.close(int(code), reason)
@@ -50,8 +57,14 @@ async def handler(ws: ServerConnection) -> None:
 
 async def main() -> None:
     port = int(os.environ["CORRAL_JOB_PORT"])
-    async with serve(handler, "127.0.0.1", port, process_request=process_request,
-                     select_subprotocol=select_subprotocol, max_size=None) as server:
+    async with serve(
+        handler,
+        "127.0.0.1",
+        port,
+        process_request=process_request,
+        select_subprotocol=select_subprotocol,
+        max_size=None,
+    ) as server:
         print(f"listening on {port}", flush=True)
         await server.serve_forever()
 

@@ -12,8 +12,9 @@ from corral.cli.output import print_json, print_table
 
 JSON = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
-directory_app = typer.Typer(help="Directory login (LDAP, OpenID Connect): group -> tenant and role mappings.",
-                            no_args_is_help=True)
+directory_app = typer.Typer(
+    help="Directory login (LDAP, OpenID Connect): group -> tenant and role mappings.", no_args_is_help=True
+)
 
 
 @directory_app.command("groups")
@@ -27,10 +28,12 @@ def groups(as_json: JSON = False) -> None:
 
 
 @directory_app.command("map")
-def map_group(group: Annotated[str, typer.Argument(help="Group name (LDAP cn or DN, or an OIDC groups value).")],
-              tenant: Annotated[str, typer.Option("--tenant", help="Tenant its members belong to.")],
-              role: Annotated[str, typer.Option("--role", help="admin, tenant-admin, member or viewer.")] = "member",
-              as_json: JSON = False) -> None:
+def map_group(
+    group: Annotated[str, typer.Argument(help="Group name (LDAP cn or DN, or an OIDC groups value).")],
+    tenant: Annotated[str, typer.Option("--tenant", help="Tenant its members belong to.")],
+    role: Annotated[str, typer.Option("--role", help="admin, tenant-admin, member or viewer.")] = "member",
+    as_json: JSON = False,
+) -> None:
     """Map a directory group to a tenant and role (admins). Highest role wins; see docs/directory-login.md."""
     with make_client() as c:
         m = c.create_group_mapping(GroupMappingIn(group=group, tenant=tenant, role=role))

@@ -13,8 +13,9 @@ from corral.cli.output import print_json, print_table, short_time
 
 JSON = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
-join_tokens_app = typer.Typer(help="Join tokens for new nodes: short-lived, limited uses, revocable (admins).",
-                              no_args_is_help=True)
+join_tokens_app = typer.Typer(
+    help="Join tokens for new nodes: short-lived, limited uses, revocable (admins).", no_args_is_help=True
+)
 
 
 def parse_duration_s(text: str) -> int:
@@ -29,10 +30,12 @@ def parse_duration_s(text: str) -> int:
 
 
 @join_tokens_app.command("create")
-def create(ttl: Annotated[str, typer.Option("--ttl", help="How long it is valid: 90s, 15m, 1h, 2d (60 s to 30 d).")] = "1h",
-           uses: Annotated[int, typer.Option("--uses", min=1, max=10_000, help="How many nodes may join with it.")] = 1,
-           description: Annotated[str, typer.Option(help="What it is for.")] = "",
-           as_json: JSON = False) -> None:
+def create(
+    ttl: Annotated[str, typer.Option("--ttl", help="How long it is valid: 90s, 15m, 1h, 2d (60 s to 30 d).")] = "1h",
+    uses: Annotated[int, typer.Option("--uses", min=1, max=10_000, help="How many nodes may join with it.")] = 1,
+    description: Annotated[str, typer.Option(help="What it is for.")] = "",
+    as_json: JSON = False,
+) -> None:
     """Make a join token; prints it once (it carries the CA's fingerprint). Keep it in a file: never on argv."""
     with make_client() as c:
         t = c.create_join_token(JoinTokenIn(ttl_s=parse_duration_s(ttl), uses=uses, description=description))
@@ -46,9 +49,14 @@ def list_tokens(as_json: JSON = False) -> None:
         items = c.join_tokens()
     if as_json:
         return print_json(items)
-    print_table(None, ["ID", "STATE", "USES", "EXPIRES", "CREATED BY", "DESCRIPTION"],
-                [(t.id, t.state, f"{t.uses}/{t.max_uses}", short_time(t.expires_at), t.created_by, t.description)
-                 for t in items])
+    print_table(
+        None,
+        ["ID", "STATE", "USES", "EXPIRES", "CREATED BY", "DESCRIPTION"],
+        [
+            (t.id, t.state, f"{t.uses}/{t.max_uses}", short_time(t.expires_at), t.created_by, t.description)
+            for t in items
+        ],
+    )
 
 
 @join_tokens_app.command("revoke")

@@ -13,8 +13,7 @@ import typer
 from typer._click import exceptions as click_exc  # typer vendors click; its errors live here
 
 from corral import __version__
-from corral.cli import alerts, jobs, nodes, run, schedules, tenancy
-from corral.cli import directory
+from corral.cli import alerts, directory, jobs, nodes, run, schedules, tenancy
 from corral.cli import identity as identity_cli
 from corral.cli import secrets as secrets_cli
 from corral.cli.config import ConfigError
@@ -22,8 +21,14 @@ from corral.cli.simulate import simulate_app
 from corral.core.errors import CorralError
 from corral.sdk.client import CorralAPIError, CorralSDKError
 
-app = typer.Typer(name="corral", help="Corral: one pool of GPUs, many users.", no_args_is_help=True,
-                  add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
+app = typer.Typer(
+    name="corral",
+    help="Corral: one pool of GPUs, many users.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
 
 app.command("up")(run.up)
 app.command("server")(run.server)

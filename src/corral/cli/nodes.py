@@ -26,11 +26,22 @@ def nodes(ctx: typer.Context, as_json: JSON = False) -> None:
         items = c.nodes()
     if as_json:
         return print_json(items)
-    rows = [(n.name, n.state + (" (cordoned)" if n.cordoned else ""), n.backend, f"{n.gpus_free}/{n.gpus_total}",
-             n.gpus_unhealthy or "", ", ".join(n.gpu_models), n.isolation or "?", short_time(n.last_heartbeat_at))
-            for n in items]
-    print_table(None, ["NODE", "STATE", "BACKEND", "GPUS FREE", "UNHEALTHY", "MODELS", "JOBS RUN AS", "HEARTBEAT"],
-                rows)
+    rows = [
+        (
+            n.name,
+            n.state + (" (cordoned)" if n.cordoned else ""),
+            n.backend,
+            f"{n.gpus_free}/{n.gpus_total}",
+            n.gpus_unhealthy or "",
+            ", ".join(n.gpu_models),
+            n.isolation or "?",
+            short_time(n.last_heartbeat_at),
+        )
+        for n in items
+    ]
+    print_table(
+        None, ["NODE", "STATE", "BACKEND", "GPUS FREE", "UNHEALTHY", "MODELS", "JOBS RUN AS", "HEARTBEAT"], rows
+    )
 
 
 def _node_action(action: str, node: str) -> None:
@@ -78,9 +89,21 @@ def gpus(ctx: typer.Context, as_json: JSON = False) -> None:
         items = c.gpus()
     if as_json:
         return print_json(items)
-    rows = [(g.node, g.index, g.model, f"{g.memory_mib} MiB", g.numa_node, ",".join(map(str, g.nvlink_peers)),
-             g.health.lower() + (f" ({g.health_reason})" if g.health_reason else "") if g.health != "HEALTHY"
-             else ("used" if g.job_id else "free"), g.job_id) for g in items]
+    rows = [
+        (
+            g.node,
+            g.index,
+            g.model,
+            f"{g.memory_mib} MiB",
+            g.numa_node,
+            ",".join(map(str, g.nvlink_peers)),
+            g.health.lower() + (f" ({g.health_reason})" if g.health_reason else "")
+            if g.health != "HEALTHY"
+            else ("used" if g.job_id else "free"),
+            g.job_id,
+        )
+        for g in items
+    ]
     print_table(None, ["NODE", "GPU", "MODEL", "MEMORY", "NUMA", "NVLINK", "STATUS", "JOB"], rows)
 
 
@@ -101,12 +124,15 @@ def disable(node: str, index: int) -> None:
 
 
 @sim_app.command("fault")
-def fault(node: str, gpu_index: int,
-          xid: Annotated[int | None, typer.Option(help="Raise this Xid (e.g. 79: fallen off the bus).")] = None,
-          ecc: Annotated[bool, typer.Option("--ecc", help="A double-bit ECC error.")] = False,
-          off_bus: Annotated[bool, typer.Option("--off-bus", help="The GPU falls off the bus.")] = False,
-          temp: Annotated[float | None, typer.Option("--temp", help="Temperature in C.")] = None,
-          clear: Annotated[bool, typer.Option("--clear", help="Remove the GPU's faults.")] = False) -> None:
+def fault(
+    node: str,
+    gpu_index: int,
+    xid: Annotated[int | None, typer.Option(help="Raise this Xid (e.g. 79: fallen off the bus).")] = None,
+    ecc: Annotated[bool, typer.Option("--ecc", help="A double-bit ECC error.")] = False,
+    off_bus: Annotated[bool, typer.Option("--off-bus", help="The GPU falls off the bus.")] = False,
+    temp: Annotated[float | None, typer.Option("--temp", help="Temperature in C.")] = None,
+    clear: Annotated[bool, typer.Option("--clear", help="Remove the GPU's faults.")] = False,
+) -> None:
     """Inject a fault into a simulated GPU (refused for nodes with real GPUs) (admins)."""
     body: dict[str, Any] = {}
     if xid is not None:

@@ -16,7 +16,9 @@ import typer
 Host = Annotated[str | None, typer.Option(help="Address to listen on [env CORRAL_HOST, default 127.0.0.1].")]
 Port = Annotated[int | None, typer.Option(help="Port to listen on [env CORRAL_PORT, default 8600].")]
 DataDir = Annotated[Path | None, typer.Option(help="Data dir [env CORRAL_DATA_DIR, default ~/.local/share/corral].")]
-DbUrl = Annotated[str | None, typer.Option(help="Database URL [env CORRAL_DATABASE_URL; default SQLite in the data dir].")]
+DbUrl = Annotated[
+    str | None, typer.Option(help="Database URL [env CORRAL_DATABASE_URL; default SQLite in the data dir].")
+]
 Gpus = Annotated[str | None, typer.Option(help="GPU backend: auto, nvml, none or sim:8xH100-80GB [env CORRAL_GPUS].")]
 NodeName = Annotated[str | None, typer.Option(help="Node name of the agent [env CORRAL_NODE_NAME, default hostname].")]
 Policy = Annotated[str | None, typer.Option(help="Placement policy [env CORRAL_POLICY].")]
@@ -33,6 +35,7 @@ def _logging() -> None:
 
 def _wait_for_signal(stop: threading.Event, alive: Any = None) -> None:
     """Block until SIGINT/SIGTERM (or `alive()` turns false)."""
+
     def handler(signum: int, _frame: Any) -> None:
         stop.set()
 
@@ -43,8 +46,15 @@ def _wait_for_signal(stop: threading.Event, alive: Any = None) -> None:
             break
 
 
-def up(host: Host = None, port: Port = None, data_dir: DataDir = None, database_url: DbUrl = None,
-       gpus: Gpus = None, node_name: NodeName = None, policy: Policy = None) -> None:
+def up(
+    host: Host = None,
+    port: Port = None,
+    data_dir: DataDir = None,
+    database_url: DbUrl = None,
+    gpus: Gpus = None,
+    node_name: NodeName = None,
+    policy: Policy = None,
+) -> None:
     """Start the server and one local agent in the foreground; Ctrl-C stops both."""
     from corral.agent.identity import usable_identity
     from corral.agent.main import AgentSettings, AgentThread
@@ -53,12 +63,24 @@ def up(host: Host = None, port: Port = None, data_dir: DataDir = None, database_
     from corral.server.settings import build_settings
 
     _logging()
-    settings = build_settings(host=host, port=port, data_dir=data_dir, database_url=database_url, gpus=gpus,
-                              node_name=node_name, policy=policy)
+    settings = build_settings(
+        host=host,
+        port=port,
+        data_dir=data_dir,
+        database_url=database_url,
+        gpus=gpus,
+        node_name=node_name,
+        policy=policy,
+    )
     server = ServerThread(settings)
-    agent_settings = AgentSettings(server_url=settings.agent_url, gpus=settings.gpus, node_name=settings.node_name,
-                                   data_dir=settings.data_dir, poll_wait_s=5.0,
-                                   metrics_interval_s=settings.metrics_interval_s)
+    agent_settings = AgentSettings(
+        server_url=settings.agent_url,
+        gpus=settings.gpus,
+        node_name=settings.node_name,
+        data_dir=settings.data_dir,
+        poll_wait_s=5.0,
+        metrics_interval_s=settings.metrics_interval_s,
+    )
     # The local agent speaks mutual TLS too; its certificate comes straight from the CA (kept while valid).
     if usable_identity(agent_settings.tls_files, settings.node_name) is not None:
         server.provision_local_agent(settings.node_name, agent_settings.tls_files.directory)
@@ -66,15 +88,20 @@ def up(host: Host = None, port: Port = None, data_dir: DataDir = None, database_
     server.start()
     # The CLI verifies an https:// server with the cluster CA, unless the operator's own certificate is served
     # (then with the system's CAs, or CORRAL_CA_FILE).
-    config = write_cli_config(settings.url, server.credentials.admin_token,
-                              "" if settings.tls_cert else server.ca.cert_pem)
+    config = write_cli_config(
+        settings.url, server.credentials.admin_token, "" if settings.tls_cert else server.ca.cert_pem
+    )
     agent.start()
     print(f"Corral is up at {settings.url}  (node {settings.node_name}, GPUs: {agent.agent.backend.name})", flush=True)
     print(f"  admin token: {settings.data_dir / ADMIN_TOKEN_FILE}; CLI configured in {config}", flush=True)
     if settings.effective_job_ui_port:
         print(f"  jobs' own web UIs: port {settings.effective_job_ui_port} (CORRAL_JOB_UI_PORT)", flush=True)
-    _print_join_hint(settings.agent_url, server.ca.fingerprint, settings.data_dir / JOIN_TOKEN_FILE,
-                     bool(server.credentials.join_token))
+    _print_join_hint(
+        settings.agent_url,
+        server.ca.fingerprint,
+        settings.data_dir / JOIN_TOKEN_FILE,
+        bool(server.credentials.join_token),
+    )
     stop = threading.Event()
     _wait_for_signal(stop, lambda: server.alive)
     print("stopping...", flush=True)
@@ -86,13 +113,13 @@ def _print_join_hint(agent_url: str, fingerprint: str, token_file: Path, fresh: 
     print(f"  agents join at {agent_url} (mutual TLS; CA {fingerprint})", flush=True)
     if fresh:
         print(f"  a first join token (1 day, 10 nodes) is in {token_file}", flush=True)
-    print("  more nodes: corral tokens join create --ttl 1h --uses 10 > join-token   (then, on each node)",
-          flush=True)
+    print("  more nodes: corral tokens join create --ttl 1h --uses 10 > join-token   (then, on each node)", flush=True)
     print(f"              corral agent --join {agent_url} --token-file join-token", flush=True)
 
 
-def server(host: Host = None, port: Port = None, data_dir: DataDir = None, database_url: DbUrl = None,
-           policy: Policy = None) -> None:
+def server(
+    host: Host = None, port: Port = None, data_dir: DataDir = None, database_url: DbUrl = None, policy: Policy = None
+) -> None:
     """Start only the server in the foreground (agents join with `corral agent --join`)."""
     from corral.server.bootstrap import JOIN_TOKEN_FILE
     from corral.server.runtime import ServerThread
@@ -103,8 +130,9 @@ def server(host: Host = None, port: Port = None, data_dir: DataDir = None, datab
     srv = ServerThread(settings)
     srv.start()
     print(f"Corral server at {settings.url}", flush=True)
-    _print_join_hint(settings.agent_url, srv.ca.fingerprint, settings.data_dir / JOIN_TOKEN_FILE,
-                     bool(srv.credentials.join_token))
+    _print_join_hint(
+        settings.agent_url, srv.ca.fingerprint, settings.data_dir / JOIN_TOKEN_FILE, bool(srv.credentials.join_token)
+    )
     _wait_for_signal(threading.Event(), lambda: srv.alive)
     srv.stop()
 
@@ -123,14 +151,24 @@ def read_token_file(path: str) -> str:
     return token
 
 
-def agent(join_url: Annotated[str | None, typer.Option("--join", help="The server's agent port URL, as `corral up` "
-                                                                        "prints it [env CORRAL_SERVER_URL].")] = None,
-          token_file: Annotated[str | None, typer.Option("--token-file", help="File with a join token, `-` for stdin "
-                                                         "[env CORRAL_JOIN_TOKEN_FILE]; only the first start needs "
-                                                         "it.")] = None,
-          token: Annotated[str | None, typer.Option("--token", hidden=True)] = None,
-          server_url: Annotated[str | None, typer.Option("--server", hidden=True)] = None,
-          gpus: Gpus = None, node_name: NodeName = None, data_dir: DataDir = None) -> None:
+def agent(
+    join_url: Annotated[
+        str | None,
+        typer.Option("--join", help="The server's agent port URL, as `corral up` prints it [env CORRAL_SERVER_URL]."),
+    ] = None,
+    token_file: Annotated[
+        str | None,
+        typer.Option(
+            "--token-file",
+            help="File with a join token, `-` for stdin [env CORRAL_JOIN_TOKEN_FILE]; only the first start needs it.",
+        ),
+    ] = None,
+    token: Annotated[str | None, typer.Option("--token", hidden=True)] = None,
+    server_url: Annotated[str | None, typer.Option("--server", hidden=True)] = None,
+    gpus: Gpus = None,
+    node_name: NodeName = None,
+    data_dir: DataDir = None,
+) -> None:
     """Run an agent for this machine in the foreground: join (once), register, take work, run it, report."""
     import os
 
@@ -138,11 +176,18 @@ def agent(join_url: Annotated[str | None, typer.Option("--join", help="The serve
     from corral.sdk.client import CorralSDKError
 
     if token is not None or os.environ.get("CORRAL_JOIN_TOKEN"):
-        _fail("a join token on the command line or in CORRAL_JOIN_TOKEN is visible to every user (ps, "
-              "/proc); put it in a file and pass --token-file FILE (or - for stdin, or CORRAL_JOIN_TOKEN_FILE)")
+        _fail(
+            "a join token on the command line or in CORRAL_JOIN_TOKEN is visible to every user (ps, "
+            "/proc); put it in a file and pass --token-file FILE (or - for stdin, or CORRAL_JOIN_TOKEN_FILE)"
+        )
     _logging()
-    flags: dict[str, Any] = {"server_url": join_url or server_url, "join_token_file": token_file, "gpus": gpus,
-                             "node_name": node_name, "data_dir": data_dir}
+    flags: dict[str, Any] = {
+        "server_url": join_url or server_url,
+        "join_token_file": token_file,
+        "gpus": gpus,
+        "node_name": node_name,
+        "data_dir": data_dir,
+    }
     settings = AgentSettings(**{k: v for k, v in flags.items() if v is not None})
     secret: str | None = None
     if settings.join_token_file:

@@ -8,14 +8,17 @@ from typing import Annotated
 
 import typer
 
-from corral.api.schemas import SchedulePatch, ScheduleOut
+from corral.api.schemas import ScheduleOut, SchedulePatch
 from corral.cli.config import make_client
 from corral.cli.output import print_fields, print_json, print_table, short_time
 
 JSON = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 ID = Annotated[int, typer.Argument(help="Schedule id.")]
-schedules_app = typer.Typer(help="Repeating jobs: list them (no subcommand), show, pause, resume, run now, delete. "
-                                 "Create one with `corral submit --repeat`.", invoke_without_command=True)
+schedules_app = typer.Typer(
+    help="Repeating jobs: list them (no subcommand), show, pause, resume, run now, delete. "
+    "Create one with `corral submit --repeat`.",
+    invoke_without_command=True,
+)
 
 
 @schedules_app.callback()
@@ -27,20 +30,42 @@ def schedules(ctx: typer.Context, as_json: JSON = False) -> None:
         items = c.schedules()
     if as_json:
         return print_json(items)
-    print_table(None, ["ID", "NAME", "TENANT", "SCHEDULE", "CONCURRENCY", "NEXT RUN", "LAST JOB", "RUNS", "SKIPPED"],
-                [(s.id, s.name, s.tenant, s.schedule + ("" if s.timezone == "UTC" else f" ({s.timezone})"),
-                  s.concurrency, "paused" if s.paused else short_time(s.next_run_at), s.last_job_id or "", s.runs,
-                  s.skipped) for s in items])
+    print_table(
+        None,
+        ["ID", "NAME", "TENANT", "SCHEDULE", "CONCURRENCY", "NEXT RUN", "LAST JOB", "RUNS", "SKIPPED"],
+        [
+            (
+                s.id,
+                s.name,
+                s.tenant,
+                s.schedule + ("" if s.timezone == "UTC" else f" ({s.timezone})"),
+                s.concurrency,
+                "paused" if s.paused else short_time(s.next_run_at),
+                s.last_job_id or "",
+                s.runs,
+                s.skipped,
+            )
+            for s in items
+        ],
+    )
 
 
 def _print(s: ScheduleOut) -> None:
-    fields = [("id", s.id), ("name", s.name), ("tenant", s.tenant), ("schedule", f"{s.schedule}  ({s.description})"),
-              ("timezone", s.timezone), ("concurrency", s.concurrency), ("paused", "yes" if s.paused else "no"),
-              ("command", " ".join(s.job.get("command", []))),
-              ("next runs", ", ".join(short_time(t) or "" for t in s.upcoming) or "-"),
-              ("last run", short_time(s.last_run_at)), ("last job", s.last_job_id),
-              ("active", ", ".join(map(str, s.active_job_ids)) or "-"),
-              ("runs", f"{s.runs} started, {s.skipped} skipped, {s.missed} missed")]
+    fields = [
+        ("id", s.id),
+        ("name", s.name),
+        ("tenant", s.tenant),
+        ("schedule", f"{s.schedule}  ({s.description})"),
+        ("timezone", s.timezone),
+        ("concurrency", s.concurrency),
+        ("paused", "yes" if s.paused else "no"),
+        ("command", " ".join(s.job.get("command", []))),
+        ("next runs", ", ".join(short_time(t) or "" for t in s.upcoming) or "-"),
+        ("last run", short_time(s.last_run_at)),
+        ("last job", s.last_job_id),
+        ("active", ", ".join(map(str, s.active_job_ids)) or "-"),
+        ("runs", f"{s.runs} started, {s.skipped} skipped, {s.missed} missed"),
+    ]
     if s.last_skip_reason:
         fields.append(("last skip", s.last_skip_reason))
     print_fields(fields, 11)
@@ -63,9 +88,21 @@ def jobs(schedule_id: ID, as_json: JSON = False) -> None:
         items = c.schedule_jobs(schedule_id)
     if as_json:
         return print_json(items)
-    print_table(None, ["ID", "STATE", "EXIT", "CREATED", "STARTED", "FINISHED"],
-                [(j.id, j.state.value, j.exit_code, short_time(j.created_at), short_time(j.started_at),
-                  short_time(j.finished_at)) for j in items])
+    print_table(
+        None,
+        ["ID", "STATE", "EXIT", "CREATED", "STARTED", "FINISHED"],
+        [
+            (
+                j.id,
+                j.state.value,
+                j.exit_code,
+                short_time(j.created_at),
+                short_time(j.started_at),
+                short_time(j.finished_at),
+            )
+            for j in items
+        ],
+    )
 
 
 def _patch(schedule_id: int, body: SchedulePatch, verb: str) -> None:

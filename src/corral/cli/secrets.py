@@ -20,7 +20,9 @@ FromFile = Annotated[Path | None, typer.Option("--from-file", help="Read the val
 
 secrets_app = typer.Typer(
     help="Tenant secrets for jobs (`corral submit --secret-env VAR=NAME`). Values go in from stdin or a file "
-         "and never come back out: listings show names only.", invoke_without_command=True)
+    "and never come back out: listings show names only.",
+    invoke_without_command=True,
+)
 
 
 def read_value(from_file: Path | None) -> str:
@@ -51,16 +53,31 @@ def secrets_list(as_json: JSON = False, tenant: Tenant = None) -> None:
         items = c.secrets(tenant)
     if as_json:
         return print_json(items)
-    print_table(None, ["NAME", "TENANT", "KIND", "CREATED BY", "CREATED", "UPDATED"],
-                [(s.name, s.tenant, s.kind.value + (f" {s.username}@{s.host}" if s.host else ""), s.created_by,
-                  short_time(s.created_at), short_time(s.updated_at)) for s in items])
+    print_table(
+        None,
+        ["NAME", "TENANT", "KIND", "CREATED BY", "CREATED", "UPDATED"],
+        [
+            (
+                s.name,
+                s.tenant,
+                s.kind.value + (f" {s.username}@{s.host}" if s.host else ""),
+                s.created_by,
+                short_time(s.created_at),
+                short_time(s.updated_at),
+            )
+            for s in items
+        ],
+    )
 
 
 @secrets_app.command("create")
 def secrets_create(
     name: Annotated[str, typer.Argument(help="Unique in the tenant: letters, digits, . _ -")],
-    from_file: FromFile = None, tenant: Tenant = None,
-    kind: Annotated[SecretKind, typer.Option(help="generic, or registry (a container registry login).")] = SecretKind.GENERIC,
+    from_file: FromFile = None,
+    tenant: Tenant = None,
+    kind: Annotated[
+        SecretKind, typer.Option(help="generic, or registry (a container registry login).")
+    ] = SecretKind.GENERIC,
     host: Annotated[str | None, typer.Option(help="Registry host (--kind registry).")] = None,
     username: Annotated[str | None, typer.Option(help="Registry user (--kind registry).")] = None,
     as_json: JSON = False,
@@ -73,10 +90,14 @@ def secrets_create(
 
 
 @secrets_app.command("update")
-def secrets_update(name: str, from_file: FromFile = None, tenant: Tenant = None,
-                   host: Annotated[str | None, typer.Option(help="New registry host.")] = None,
-                   username: Annotated[str | None, typer.Option(help="New registry user.")] = None,
-                   as_json: JSON = False) -> None:
+def secrets_update(
+    name: str,
+    from_file: FromFile = None,
+    tenant: Tenant = None,
+    host: Annotated[str | None, typer.Option(help="New registry host.")] = None,
+    username: Annotated[str | None, typer.Option(help="New registry user.")] = None,
+    as_json: JSON = False,
+) -> None:
     """Give a secret a new value (stdin or --from-file); jobs started from now on get it."""
     body = SecretUpdate(value=read_value(from_file), host=host, username=username)
     with make_client() as c:
@@ -99,5 +120,7 @@ def secrets_rotate_key(as_json: JSON = False) -> None:
         out = c.rotate_secrets_key()
     if as_json:
         return print_json(out)
-    print(f"new key {out.key_id}: {out.resealed} value(s) sealed again; retired key(s): "
-          f"{', '.join(out.retired_keys) or 'none'}")
+    print(
+        f"new key {out.key_id}: {out.resealed} value(s) sealed again; retired key(s): "
+        f"{', '.join(out.retired_keys) or 'none'}"
+    )

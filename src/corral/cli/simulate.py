@@ -32,7 +32,10 @@ def _fail(message: str) -> typer.Exit:
 
 
 def _plot(results: list[PolicyResult], out: Path, title: str) -> None:
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:  # an extra since issue 12: the base install carries no plotting
+        raise _fail("--plot needs matplotlib: pip install 'corral[plot]'") from None
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -40,7 +43,9 @@ def _plot(results: list[PolicyResult], out: Path, title: str) -> None:
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for r in results:
         xs = [int(k) for k in r.alloc_pct]
-        ax.plot(xs, list(r.alloc_pct.values()), marker="o", label=f"{r.policy} ({r.unallocated_pct_at_100:.2f}% unalloc.)")
+        ax.plot(
+            xs, list(r.alloc_pct.values()), marker="o", label=f"{r.policy} ({r.unallocated_pct_at_100:.2f}% unalloc.)"
+        )
     ax.plot([min(CHECKPOINTS), 100, max(CHECKPOINTS)], [min(CHECKPOINTS), 100, 100], "k:", lw=0.8, label="ideal")
     ax.set_xlabel("arrived GPU request (% of capacity)")
     ax.set_ylabel("GPU allocation (% of capacity)")
@@ -56,14 +61,22 @@ def _plot(results: list[PolicyResult], out: Path, title: str) -> None:
 def openb(
     nodes: Annotated[Path, typer.Option("--nodes", help="openb_node_list_*.csv")],
     pods: Annotated[Path, typer.Option("--pods", help="openb_pod_list_*.csv")],
-    policy: Annotated[str, typer.Option(help="policy, or several comma-separated (fgd,bestfit,corral); "
-                                        "a weighted mix is written fgd:1+packing:0.5")] = DEFAULT_POLICY,
+    policy: Annotated[
+        str,
+        typer.Option(
+            help="policy, or several comma-separated (fgd,bestfit,corral); a weighted mix is written fgd:1+packing:0.5"
+        ),
+    ] = DEFAULT_POLICY,
     seeds: Annotated[str, typer.Option(help="seeds: 42-51 or 42,43")] = "42-51",
     inflate: Annotated[float, typer.Option(help="resample pods until the GPU request is this x capacity")] = 1.3,
-    as_json: Annotated[bool, typer.Option("--json", help="print JSON: one object, or a list for several policies")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="print JSON: one object, or a list for several policies")
+    ] = False,
     plot: Annotated[Path | None, typer.Option(help="write allocation-vs-load curves to this PNG")] = None,
     workers: Annotated[int, typer.Option(help="processes running seeds in parallel")] = 1,
-    skip_bad_rows: Annotated[bool, typer.Option(help="skip malformed pod rows (counted in the output) instead of failing")] = False,
+    skip_bad_rows: Annotated[
+        bool, typer.Option(help="skip malformed pod rows (counted in the output) instead of failing")
+    ] = False,
 ) -> None:
     """The FGD artifact's protocol (Weng et al., ATC'23): shuffle, resample to INFLATE x capacity per seed,
     place one pod at a time with no departures, record GPU allocation as arrived load crosses k%."""
@@ -82,8 +95,11 @@ def openb(
     except CorralError as e:
         raise _fail(e.message) from e
     if load_report.skipped:
-        typer.echo(f"skipped {sum(load_report.skipped.values())} of {load_report.rows} pod rows: "
-                   + "; ".join(f"{n} x {r}" for r, n in load_report.skipped.items()), err=True)
+        typer.echo(
+            f"skipped {sum(load_report.skipped.values())} of {load_report.rows} pod rows: "
+            + "; ".join(f"{n} x {r}" for r, n in load_report.skipped.items()),
+            err=True,
+        )
     jobs = [(p, s) for p in policies for s in seed_list]
     done: dict[tuple[str, int], SeedResult] = {}
     show = sys.stderr.isatty()
@@ -109,5 +125,8 @@ def openb(
     out = Console()
     for result, r in zip(results, reports, strict=True):
         curve = "  ".join(f"{k}%:{v:.2f}" for k, v in result.alloc_pct.items())
-        out.print(f"{r['policy']:>10}  unallocated at 100%: {r['unallocated_pct_at_100']:.2f}%   alloc {curve}",
-                  markup=False, highlight=False)
+        out.print(
+            f"{r['policy']:>10}  unallocated at 100%: {r['unallocated_pct_at_100']:.2f}%   alloc {curve}",
+            markup=False,
+            highlight=False,
+        )

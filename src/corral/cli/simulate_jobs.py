@@ -1,4 +1,4 @@
-"""`corral simulate jobs`: replay a job trace through the queueing core in simulated time."""
+"""`corral simulate jobs`: replay a job trace through the server's scheduling cycle in simulated time."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from rich.progress import Progress
 
 from corral.cli.simulate import simulate_app
 from corral.core.errors import CorralError, ValidationError
-from corral.scheduler.queueing import POLICIES, get_queueing_policy
+from corral.scheduler.plugins import DEFAULT_POLICY, policy_names
+from corral.scheduler.queueing import POLICIES, QuotaBook, get_queueing_policy
 from corral.sim.jobs import SimConfig, SimResult, simulate_jobs
 from corral.sim.jobs_metrics import compute_report
 from corral.sim.jobs_trace import FORMATS, load_trace, parse_cluster_spec
@@ -28,7 +29,10 @@ def _fail(message: str) -> typer.Exit:
 
 def _plot(result: SimResult, out: Path, title: str) -> None:
     """GPUs held per tenant over time (stacked), one point a minute."""
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:  # an extra since issue 12: the base install carries no plotting
+        raise _fail("--plot needs matplotlib: pip install 'corral[plot]'") from None
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -59,14 +63,34 @@ def _plot(result: SimResult, out: Path, title: str) -> None:
 @simulate_app.command("jobs")
 def jobs(
     trace: Annotated[Path, typer.Option("--trace", help="job trace CSV")],
-    cluster: Annotated[str, typer.Option("--cluster", help="NODESxGPUSxMODEL (e.g. 32x8xV100-32GB, groups joined by +) or a nodes CSV")],
+    cluster: Annotated[
+        str, typer.Option("--cluster", help="NODESxGPUSxMODEL (e.g. 32x8xV100-32GB, groups joined by +) or a nodes CSV")
+    ],
     fmt: Annotated[str, typer.Option("--format", help=f"trace format: {'|'.join(FORMATS)}")] = "corral",
     queueing: Annotated[str | None, typer.Option("--queueing", help=f"{'|'.join(POLICIES)} (default: corral)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the figures as JSON")] = False,
-    plot: Annotated[Path | None, typer.Option("--plot", help="write GPUs held per tenant over time to this PNG")] = None,
+    plot: Annotated[
+        Path | None, typer.Option("--plot", help="write GPUs held per tenant over time to this PNG")
+    ] = None,
     cycle_s: Annotated[float, typer.Option(help="seconds between admission cycles")] = 1.0,
     grace_s: Annotated[float, typer.Option(help="a preempted job keeps its GPUs this long")] = 5.0,
     restart_s: Annotated[float, typer.Option(help="overhead of each restart after preemption")] = 5.0,
+    placement: Annotated[
+        str, typer.Option("--placement", help=f"placement policy (default: {DEFAULT_POLICY}, the server's)")
+    ] = DEFAULT_POLICY,
+    seed: Annotated[
+        int | None,
+        typer.Option("--seed", help="seeded tie-breaking (default: the first node in the list, as the server does)"),
+    ] = None,
+    quotas: Annotated[
+        str,
+        typer.Option(
+            "--quotas",
+            help="equal: each tenant guaranteed an equal part when the "
+            "queueing does fair share; none: no quotas (a server without quotas)",
+        ),
+    ] = "equal",
+    starts: Annotated[bool, typer.Option("--starts", help="with --json: list every start and its placements")] = False,
 ) -> None:
     """Discrete-event replay of a job trace through Corral's queueing (the server's code), in simulated time."""
     try:
@@ -74,6 +98,12 @@ def jobs(
         if fmt not in FORMATS:
             raise ValidationError("--format", f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
         pool = parse_cluster_spec(cluster)
+        if placement not in policy_names():
+            raise ValidationError(
+                "--placement", f"unknown policy {placement!r}; expected one of {', '.join(policy_names())}"
+            )
+        if quotas not in ("equal", "none"):
+            raise ValidationError("--quotas", f"expected equal or none, got {quotas!r}")
         if cycle_s <= 0 or grace_s < 0 or restart_s < 0:
             raise ValidationError("--cycle-s", "cycle must be > 0; grace and restart >= 0")
         trace_jobs, report = load_trace(trace, fmt)
@@ -81,11 +111,28 @@ def jobs(
         raise _fail(e.message) from e
     if report.skipped:
         typer.echo(report.summary(), err=True)
-    cfg = SimConfig(policy, cycle_s=cycle_s, grace_s=grace_s, restart_overhead_s=restart_s)
+    cfg = SimConfig(
+        policy,
+        cycle_s=cycle_s,
+        grace_s=grace_s,
+        restart_overhead_s=restart_s,
+        placement=placement,
+        seed=seed,
+        quotas=QuotaBook() if quotas == "none" else None,
+    )
     with Progress(console=_err, disable=not sys.stderr.isatty(), transient=True) as progress:
         task = progress.add_task(f"{policy.name} on {pool.gpus} GPUs", total=len(trace_jobs))
         result = simulate_jobs(trace_jobs, pool, cfg, progress=lambda n: progress.advance(task, n))
     figures = compute_report(result)
+    if starts:
+        figures["starts"] = [
+            {
+                "job": s.job_id,
+                "start_s": s.start_s,
+                "placements": [{"node": p.node, "gpu_indices": list(p.gpu_indices)} for p in s.placements],
+            }
+            for s in result.starts
+        ]
     if plot is not None:
         _plot(result, plot, f"{trace.name}, {policy.name}, {pool.describe()}")
     if as_json:
@@ -93,9 +140,22 @@ def jobs(
         return
     out = Console()
     out.print(f"{trace.name} on {pool.describe()}, queueing {policy.name}", markup=False, highlight=False)
-    for key in ("jobs", "avg_jct_s", "p50_jct_s", "p99_jct_s", "avg_wait_s", "p99_wait_s", "makespan_s", "gpu_util_pct"):
+    for key in (
+        "jobs",
+        "avg_jct_s",
+        "p50_jct_s",
+        "p99_jct_s",
+        "avg_wait_s",
+        "p99_wait_s",
+        "makespan_s",
+        "gpu_util_pct",
+    ):
         out.print(f"  {key:<14}{figures[key]}", markup=False, highlight=False)
     out.print(f"  {'tenant':<16}{'share %':>9}{'entitled %':>11}{'avg wait s':>11}", markup=False, highlight=False)
     tenants: dict[str, dict[str, float]] = figures["tenants"]  # type: ignore[assignment]
     for t, v in tenants.items():
-        out.print(f"  {t:<16}{v['share_pct']:>9.2f}{v['entitled_pct']:>11.2f}{v['avg_wait_s']:>11.1f}", markup=False, highlight=False)
+        out.print(
+            f"  {t:<16}{v['share_pct']:>9.2f}{v['entitled_pct']:>11.2f}{v['avg_wait_s']:>11.1f}",
+            markup=False,
+            highlight=False,
+        )

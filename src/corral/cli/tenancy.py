@@ -30,13 +30,20 @@ def tenants_list(as_json: JSON = False) -> None:
         items = c.tenants()
     if as_json:
         return print_json(items)
-    print_table(None, ["TENANT", "PARENT", "WEIGHT", "CREATED"],
-                [(t.name, t.parent, f"{t.weight:g}", short_time(t.created_at)) for t in items])
+    print_table(
+        None,
+        ["TENANT", "PARENT", "WEIGHT", "CREATED"],
+        [(t.name, t.parent, f"{t.weight:g}", short_time(t.created_at)) for t in items],
+    )
 
 
 @tenants_app.command("create")
-def tenants_create(name: str, parent: Annotated[str | None, typer.Option(help="Parent tenant (department).")] = None,
-                   weight: Annotated[float, typer.Option(help="Fair-share weight.")] = 1.0, as_json: JSON = False) -> None:
+def tenants_create(
+    name: str,
+    parent: Annotated[str | None, typer.Option(help="Parent tenant (department).")] = None,
+    weight: Annotated[float, typer.Option(help="Fair-share weight.")] = 1.0,
+    as_json: JSON = False,
+) -> None:
     """Create a tenant (admins)."""
     with make_client() as c:
         t = c.create_tenant(TenantIn(name=name, parent=parent, weight=weight))
@@ -44,11 +51,13 @@ def tenants_create(name: str, parent: Annotated[str | None, typer.Option(help="P
 
 
 @tenants_app.command("quota")
-def tenants_quota(tenant: str,
-                  guaranteed: Annotated[int, typer.Option("--guaranteed", help="GPUs guaranteed to the tenant.")],
-                  max_gpus: Annotated[int | None, typer.Option("--max", help="Most GPUs it may hold by borrowing.")] = None,
-                  gpu_model: Annotated[str, typer.Option(help="GPU model the quota counts (default: all).")] = "",
-                  as_json: JSON = False) -> None:
+def tenants_quota(
+    tenant: str,
+    guaranteed: Annotated[int, typer.Option("--guaranteed", help="GPUs guaranteed to the tenant.")],
+    max_gpus: Annotated[int | None, typer.Option("--max", help="Most GPUs it may hold by borrowing.")] = None,
+    gpu_model: Annotated[str, typer.Option(help="GPU model the quota counts (default: all).")] = "",
+    as_json: JSON = False,
+) -> None:
     """Set a tenant's quota (admins)."""
     with make_client() as c:
         q = c.set_quota(tenant, QuotaIn(gpu_model=gpu_model, guaranteed_gpus=guaranteed, max_gpus=max_gpus))
@@ -64,14 +73,21 @@ def tenants_quotas(tenant: Annotated[str | None, typer.Argument()] = None, as_js
         items = c.quotas(tenant)
     if as_json:
         return print_json(items)
-    print_table(None, ["TENANT", "GPU MODEL", "GUARANTEED", "MAX"],
-                [(q.tenant, q.gpu_model or "(all)", q.guaranteed_gpus, q.max_gpus or "pool") for q in items])
+    print_table(
+        None,
+        ["TENANT", "GPU MODEL", "GUARANTEED", "MAX"],
+        [(q.tenant, q.gpu_model or "(all)", q.guaranteed_gpus, q.max_gpus or "pool") for q in items],
+    )
 
 
 @tenants_app.command("queue")
-def tenants_queue(tenant: str, name: str,
-                  strict: Annotated[bool, typer.Option("--strict/--best-effort", help="A blocked head blocks the queue.")] = False,
-                  priority: Annotated[int, typer.Option(help="Queue priority.")] = 0, as_json: JSON = False) -> None:
+def tenants_queue(
+    tenant: str,
+    name: str,
+    strict: Annotated[bool, typer.Option("--strict/--best-effort", help="A blocked head blocks the queue.")] = False,
+    priority: Annotated[int, typer.Option(help="Queue priority.")] = 0,
+    as_json: JSON = False,
+) -> None:
     """Create or change a queue of a tenant (admins, tenant admins)."""
     with make_client() as c:
         q = c.set_queue(tenant, QueueIn(name=name, mode="strict" if strict else "best-effort", priority=priority))
@@ -95,9 +111,21 @@ def users_list(as_json: JSON = False) -> None:
         items = c.users()
     if as_json:
         return print_json(items)
-    print_table(None, ["USER", "ROLE", "TENANT", "PASSWORD", "UNIX", "CREATED"],
-                [(u.name, u.role + (" (disabled)" if u.disabled else ""), u.tenant, "set" if u.has_password else "", _unix_column(u.unix_uid, u.unix_gid),
-                  short_time(u.created_at)) for u in items])
+    print_table(
+        None,
+        ["USER", "ROLE", "TENANT", "PASSWORD", "UNIX", "CREATED"],
+        [
+            (
+                u.name,
+                u.role + (" (disabled)" if u.disabled else ""),
+                u.tenant,
+                "set" if u.has_password else "",
+                _unix_column(u.unix_uid, u.unix_gid),
+                short_time(u.created_at),
+            )
+            for u in items
+        ],
+    )
 
 
 def _unix_column(uid: int | None, gid: int | None) -> str:
@@ -105,13 +133,18 @@ def _unix_column(uid: int | None, gid: int | None) -> str:
 
 
 @users_app.command("unix")
-def users_unix(name: str,
-               uid: Annotated[int | None, typer.Option("--uid", help="Map the user to this existing account's uid "
-                                                                    "(admins; >= 1000, outside CORRAL_JOB_UIDS).")] = None,
-               gid: Annotated[int | None, typer.Option("--gid", help="Its gid (default: the uid).")] = None,
-               clear: Annotated[bool, typer.Option("--clear", help="Remove the mapping: a UID from the range "
-                                                                   "again.")] = False,
-               as_json: JSON = False) -> None:
+def users_unix(
+    name: str,
+    uid: Annotated[
+        int | None,
+        typer.Option(
+            "--uid", help="Map the user to this existing account's uid (admins; >= 1000, outside CORRAL_JOB_UIDS)."
+        ),
+    ] = None,
+    gid: Annotated[int | None, typer.Option("--gid", help="Its gid (default: the uid).")] = None,
+    clear: Annotated[bool, typer.Option("--clear", help="Remove the mapping: a UID from the range again.")] = False,
+    as_json: JSON = False,
+) -> None:
     """Show or set the Unix identity a user's jobs run as on every node."""
     if clear and (uid is not None or gid is not None):
         raise typer.BadParameter("--clear takes no --uid or --gid", param_hint="--clear")
@@ -136,11 +169,15 @@ def _password(prompt: bool) -> str | None:
 
 
 @users_app.command("create")
-def users_create(name: str, role: Annotated[str, typer.Option(help="admin, tenant-admin, member or viewer.")] = "member",
-                 tenant: Annotated[str | None, typer.Option(help="Tenant (default: yours).")] = None,
-                 password: Annotated[bool, typer.Option("--password", help="Set a password for web login "
-                                                        "(asked, or from CORRAL_PASSWORD).")] = False,
-                 as_json: JSON = False) -> None:
+def users_create(
+    name: str,
+    role: Annotated[str, typer.Option(help="admin, tenant-admin, member or viewer.")] = "member",
+    tenant: Annotated[str | None, typer.Option(help="Tenant (default: yours).")] = None,
+    password: Annotated[
+        bool, typer.Option("--password", help="Set a password for web login (asked, or from CORRAL_PASSWORD).")
+    ] = False,
+    as_json: JSON = False,
+) -> None:
     """Create a user."""
     with make_client() as c:
         u = c.create_user(UserIn(name=name, role=role, tenant=tenant, password=_password(password)))
@@ -148,12 +185,19 @@ def users_create(name: str, role: Annotated[str, typer.Option(help="admin, tenan
 
 
 @users_app.command("set")
-def users_set(name: str, role: Annotated[str | None, typer.Option(help="New role.")] = None,
-              password: Annotated[bool, typer.Option("--password", help="Set a new password (ends the user's other "
-                                                     "login sessions).")] = False,
-              disabled: Annotated[bool | None, typer.Option("--disable/--enable", help="Disable the user (no login, "
-                                                            "its tokens stop working) or enable it again.")] = None,
-              ) -> None:
+def users_set(
+    name: str,
+    role: Annotated[str | None, typer.Option(help="New role.")] = None,
+    password: Annotated[
+        bool, typer.Option("--password", help="Set a new password (ends the user's other login sessions).")
+    ] = False,
+    disabled: Annotated[
+        bool | None,
+        typer.Option(
+            "--disable/--enable", help="Disable the user (no login, its tokens stop working) or enable it again."
+        ),
+    ] = None,
+) -> None:
     """Change a user's role or password, or disable it. The last admin keeps the role. Your own new password
     takes your current one (asked, or from CORRAL_CURRENT_PASSWORD)."""
     patch = UserPatch(role=role, password=_password(password), disabled=disabled)
@@ -176,19 +220,34 @@ def tokens_list(as_json: JSON = False) -> None:
         items = c.tokens()
     if as_json:
         return print_json(items)
-    print_table(None, ["ID", "NAME", "KIND", "USER", "CREATED", "EXPIRES", "REVOKED"],
-                [(t.id, t.name, t.kind, t.user, short_time(t.created_at), short_time(t.expires_at),
-                  "yes" if t.revoked else "")
-                 for t in items])
+    print_table(
+        None,
+        ["ID", "NAME", "KIND", "USER", "CREATED", "EXPIRES", "REVOKED"],
+        [
+            (
+                t.id,
+                t.name,
+                t.kind,
+                t.user,
+                short_time(t.created_at),
+                short_time(t.expires_at),
+                "yes" if t.revoked else "",
+            )
+            for t in items
+        ],
+    )
 
 
 @tokens_app.command("create")
-def tokens_create(name: Annotated[str, typer.Option(help="What the token is for.")] = "api",
-                  user: Annotated[str | None, typer.Option(help="Whose token (default: yours).")] = None,
-                  expires_in: Annotated[int | None, typer.Option(help="Seconds until it expires.")] = None,
-                  metrics: Annotated[bool, typer.Option("--metrics", help="A token that can only scrape /metrics "
-                                                        "(for Prometheus; admins).")] = False,
-                  as_json: JSON = False) -> None:
+def tokens_create(
+    name: Annotated[str, typer.Option(help="What the token is for.")] = "api",
+    user: Annotated[str | None, typer.Option(help="Whose token (default: yours).")] = None,
+    expires_in: Annotated[int | None, typer.Option(help="Seconds until it expires.")] = None,
+    metrics: Annotated[
+        bool, typer.Option("--metrics", help="A token that can only scrape /metrics (for Prometheus; admins).")
+    ] = False,
+    as_json: JSON = False,
+) -> None:
     """Create an API token; prints the secret once."""
     with make_client() as c:
         t = c.create_token(TokenIn(name=name, user=user, expires_in_s=expires_in, metrics=metrics))
@@ -203,10 +262,18 @@ def tokens_revoke(token_id: int) -> None:
     print(f"token {token_id} revoked")
 
 
-def login(username: str, url: Annotated[str | None, typer.Option(help="Server URL [env CORRAL_URL].")] = None,
-          ca_fingerprint: Annotated[str | None, typer.Option(
-              "--ca-fingerprint", help="SHA-256 of the cluster CA (sha256:..., printed by `corral up`): trust an "
-                                       "https:// server whose CA the CLI does not know yet.")] = None) -> None:
+def login(
+    username: str,
+    url: Annotated[str | None, typer.Option(help="Server URL [env CORRAL_URL].")] = None,
+    ca_fingerprint: Annotated[
+        str | None,
+        typer.Option(
+            "--ca-fingerprint",
+            help="SHA-256 of the cluster CA (sha256:..., printed by `corral up`): trust an "
+            "https:// server whose CA the CLI does not know yet.",
+        ),
+    ] = None,
+) -> None:
     """Log in with a password; saves the session token (and the server's CA) in the CLI's config."""
     from corral.cli.identity import login_ca
 

@@ -1,19 +1,37 @@
-"""Discrete-event job simulator: replays a job trace through the queueing core (compute_admission),
-the same code the server calls, in simulated time. Preempted jobs keep their progress (checkpoint on
+"""Discrete-event job simulator: replays a job trace through the server's cycle (`compute_plan` on a live
+`Cluster` of the trace's nodes) in simulated time. Preempted jobs keep their progress (checkpoint on
 SIGTERM), hold their GPUs for the grace period, and pay a restart overhead when they run again."""
 
 from __future__ import annotations
 
 import heapq
+import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
 
+from corral.core.resources import Placement
+from corral.core.states import JobState
+from corral.scheduler.cluster import Cluster
+from corral.scheduler.plan import Plan, Snapshot, compute_plan
+from corral.scheduler.plugins import DEFAULT_POLICY
 from corral.scheduler.queueing import (
-    TOTAL, CountLedger, QueuedJob, QueueingPolicy, QueueState, QuotaBook, RunningJob, TenantQuota,
-    compute_admission, compute_decayed_usage,
+    TOTAL,
+    QueuedJob,
+    QueueingPolicy,
+    QueueState,
+    QuotaBook,
+    RunningJob,
+    TenantQuota,
+    compute_decayed_usage,
 )
 from corral.scheduler.queueing.admission import with_attained
-from corral.sim.jobs_trace import SimCluster, TraceJob
+from corral.sim.jobs_trace import SimCluster, TraceJob, compute_gang
+from corral.store.applier import apply_plan
+from corral.store.memory import MemoryStore
+from corral.store.records import JobSpec
+
+EPOCH = datetime(2026, 1, 1, tzinfo=UTC)  # simulated second 0 on the store's clock
 
 ARRIVE, FINISH, EXIT, CYCLE = 0, 1, 2, 3
 
@@ -27,6 +45,8 @@ class SimConfig:
 
     policy: QueueingPolicy
     cycle_s: float = 1.0
+    placement: str = DEFAULT_POLICY  # the placement policy (the server's default)
+    seed: int | None = None  # None: ties go to the first node in the list, as on the server; else seeded draws
     grace_s: float = 5.0
     restart_overhead_s: float = 5.0
     quotas: QuotaBook | None = None
@@ -73,6 +93,16 @@ class SimResult:
     weights: dict[str, float]
     cycles: int = 0
     preemptions: int = 0
+    starts: list[Start] = field(default_factory=list)  # every start (restarts too), in start order
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    """A job started at `start_s` on these placements (one per gang part)."""
+
+    job_id: str
+    start_s: float
+    placements: tuple[Placement, ...]
 
 
 def equal_quotas(tenants: Sequence[str], pool_milli: dict[str, int]) -> QuotaBook:
@@ -87,6 +117,10 @@ class _Sim:
     cfg: SimConfig
     cluster: SimCluster
     quotas: QuotaBook
+    engine: Cluster
+    store: MemoryStore  # the server's commit path: every start is a guarded assign_job_parts, as on the server
+    store_id: dict[str, int] = field(default_factory=dict)  # trace job id -> its id in the store
+    trace_id: dict[str, str] = field(default_factory=dict)  # str(store id) -> trace job id
     events: list[tuple[float, int, int, str, int]] = field(default_factory=list)
     seq: int = 0
     pending: dict[str, QueuedJob] = field(default_factory=dict)
@@ -97,6 +131,7 @@ class _Sim:
     first_start: dict[str, float] = field(default_factory=dict)
     restarts: dict[str, int] = field(default_factory=dict)
     overhead: dict[str, float] = field(default_factory=dict)  # restart overhead of the current run
+    placed: dict[str, tuple[Placement, ...]] = field(default_factory=dict)  # where running jobs hold GPUs
     usage: dict[str, float] = field(default_factory=dict)
     usage_t: float = 0.0
     last_cycle: float = -1e18
@@ -115,15 +150,22 @@ class _Sim:
 
 
 def simulate_jobs(
-    trace: Sequence[TraceJob], cluster: SimCluster, cfg: SimConfig,
+    trace: Sequence[TraceJob],
+    cluster: SimCluster,
+    cfg: SimConfig,
     progress: Callable[[int], None] | None = None,
 ) -> SimResult:
     """Run the trace to completion; `progress(n)` is told each finished job."""
     tenants = sorted({t.job.tenant for t in trace})
-    quotas = cfg.quotas if cfg.quotas is not None else (
-        equal_quotas(tenants, cluster.pool_milli) if cfg.policy.fair_share else QuotaBook())
+    quotas = (
+        cfg.quotas
+        if cfg.quotas is not None
+        else (equal_quotas(tenants, cluster.pool_milli) if cfg.policy.fair_share else QuotaBook())
+    )
     weights = {t: (q.fair_weight() if (q := quotas.get(t)) else 1.0) for t in tenants}
-    sim = _Sim(cfg, cluster, quotas)
+    engine = Cluster(cluster.infos(), cfg.placement, rng=None if cfg.seed is None else random.Random(cfg.seed))
+    sim = _Sim(cfg, cluster, quotas, engine, load_store(engine))
+    per_node = cluster.max_gpus_per_node()
     sim.result = SimResult([], [], [], sum(cluster.pool_milli.values()), weights)
     jobs = {t.job.id: t for t in trace}
     for t in trace:
@@ -137,7 +179,10 @@ def simulate_jobs(
         if kind == ARRIVE:
             tj = jobs[job_id]
             job = tj.job if cfg.policy.order == "sjf" else replace(tj.job, known_duration_s=None)
+            job = compute_gang(job, per_node)
             sim.pending[job_id] = job
+            sim.store_id[job_id] = submit_job(sim.store, job, now)
+            sim.trace_id[str(sim.store_id[job_id])] = job_id
             sim.version[job_id] = 0
             sim.want_cycle(now)
         elif kind in (FINISH, EXIT):
@@ -157,14 +202,33 @@ def simulate_jobs(
 
 def _leave(sim: _Sim, job_id: str, now: float, finished: bool) -> None:
     r = sim.running.pop(job_id)
+    for p in sim.placed.pop(job_id, ()):
+        sim.engine.release(p)
+    sid, at = sim.store_id[job_id], _at(now)
+    ok = (
+        sim.store.finish_job(sid, JobState.SUCCEEDED, 0, "", at)
+        if finished
+        else sim.store.requeue_job(sid, "preempted", at, preempted=True)
+    )
+    assert ok, f"the store refused the end of job {job_id}"
     res = sim.result
     assert res is not None
     res.held.append(Interval(job_id, r.job.tenant, r.start_s, now, r.job.need_milli, r.model))
     if finished:
         job = r.job
         res.present.append(Interval(job.id, job.tenant, job.submit_s, now, job.need_milli))
-        res.records.append(JobRecord(job.id, job.tenant, job.need_milli / 1000, job.submit_s,
-                                     sim.first_start[job_id], now, sim.duration[job_id], sim.restarts.get(job_id, 0)))
+        res.records.append(
+            JobRecord(
+                job.id,
+                job.tenant,
+                job.need_milli / 1000,
+                job.submit_s,
+                sim.first_start[job_id],
+                now,
+                sim.duration[job_id],
+                sim.restarts.get(job_id, 0),
+            )
+        )
     else:
         sim.pending[job_id] = with_attained(r.job, r, now)  # keeps its submit time: its place in line
 
@@ -180,7 +244,8 @@ def _cycle(sim: _Sim, now: float) -> None:
         return
     running = list(sim.running.values())
     state = QueueState(list(sim.pending.values()), running, {}, sim.quotas, sim.usage, sim.cluster.pool_milli)
-    plan = compute_admission(state, CountLedger(sim.cluster.pool_milli, running), cfg.policy, now, explain=False)
+    plan = compute_plan(Snapshot((), state), now, sim.engine.policy, cfg.policy, explain=False, cluster=sim.engine)
+    plan = _commit(sim, plan, now)
     for p in plan.preempt:
         _preempt(sim, p.job_id, p.for_job_id, now)
     for job_id in plan.nominate:  # waiting on GPUs that preempted jobs release: it keeps its claim on them
@@ -192,6 +257,8 @@ def _cycle(sim: _Sim, now: float) -> None:
         restart = a.job_id in sim.first_start
         sim.first_start.setdefault(a.job_id, now)
         sim.running[a.job_id] = RunningJob(job, now, a.model)
+        sim.placed[a.job_id] = a.placements
+        res.starts.append(Start(a.job_id, now, a.placements))
         overhead = cfg.restart_overhead_s if restart else 0.0
         sim.overhead[a.job_id] = overhead
         sim.version[a.job_id] += 1
@@ -206,7 +273,9 @@ def _preempt(sim: _Sim, job_id: str, for_job_id: str, now: float) -> None:
     done = max(now - r.start_s - overhead, 0.0)
     finish_at = r.start_s + overhead + sim.remaining[job_id]
     if finish_at <= now + sim.cfg.grace_s:
-        sim.running[job_id] = replace(r, exit_s=finish_at, preempted_for=for_job_id)  # it ends within the grace period anyway
+        sim.running[job_id] = replace(
+            r, exit_s=finish_at, preempted_for=for_job_id
+        )  # it ends within the grace period anyway
         return
     sim.remaining[job_id] -= done
     sim.restarts[job_id] = sim.restarts.get(job_id, 0) + 1
@@ -215,3 +284,53 @@ def _preempt(sim: _Sim, job_id: str, for_job_id: str, now: float) -> None:
     sim.push(now + sim.cfg.grace_s, EXIT, job_id, sim.version[job_id])
     assert sim.result is not None
     sim.result.preemptions += 1
+
+
+def load_store(engine: Cluster) -> MemoryStore:
+    """An in-memory store with the cluster's nodes registered (READY, not cordoned)."""
+    store = MemoryStore()
+    for n in engine.infos:
+        store.upsert_node(n.name, n.name, "sim", n.cpu_milli, n.memory_mib, dict(n.labels), n.gpus, EPOCH)
+    return store
+
+
+def submit_job(store: MemoryStore, job: QueuedJob, now: float) -> int:
+    """The trace job as the server would have accepted it (its per-node request, gang size and priority)."""
+    r = job.to_request()
+    spec = JobSpec(
+        command=("sim",),
+        name=job.id,
+        gpus=r.gpus,
+        gpu_milli=r.gpu_milli,
+        gpu_models=r.gpu_models,
+        min_gpu_memory_mib=r.min_gpu_memory_mib,
+        cpu_milli=r.cpu_milli,
+        memory_mib=r.memory_mib,
+        priority=job.priority,
+        nodes=job.nodes,
+    )
+    return store.create_job(spec, _at(now)).id
+
+
+def _at(t: float) -> datetime:
+    return EPOCH + timedelta(seconds=t)
+
+
+def _commit(sim: _Sim, plan: Plan, now: float) -> Plan:
+    """Apply `plan` to the store with the server's applier (ids translated to the store's); what the store
+    rejects is released from the engine and stays pending. Returns the plan of what the store accepted."""
+    sid = sim.store_id
+    as_stored = replace(
+        plan,
+        admit=tuple(replace(a, job_id=str(sid[a.job_id])) for a in plan.admit),
+        preempt=tuple(replace(p, job_id=str(sid[p.job_id])) for p in plan.preempt),
+    )
+    applied = apply_plan(sim.store, as_stored, _at(now))
+    started = {sim.trace_id[j] for j in applied.started}
+    for a in plan.admit:
+        if (
+            a.job_id not in started
+        ):  # another writer cannot exist here: a rejection is a bug, but handled as on the server
+            for p in a.placements:
+                sim.engine.release(p)
+    return replace(plan, admit=tuple(a for a in plan.admit if a.job_id in started))

@@ -38,8 +38,14 @@ class Scenario:
     job_class: dict[str, str]
 
 
-def kueue_baseline(cohorts: int = 2, queues_per_cohort: int = 3, nominal_gpus: int = 8, borrowing_limit_gpus: int = 8,
-                   horizon_s: float = 3600.0, classes: tuple[WorkloadClass, ...] = KUEUE_CLASSES) -> Scenario:
+def kueue_baseline(
+    cohorts: int = 2,
+    queues_per_cohort: int = 3,
+    nominal_gpus: int = 8,
+    borrowing_limit_gpus: int = 8,
+    horizon_s: float = 3600.0,
+    classes: tuple[WorkloadClass, ...] = KUEUE_CLASSES,
+) -> Scenario:
     """Each queue (a tenant) is guaranteed `nominal_gpus`, may borrow up to `borrowing_limit_gpus` more from
     idle guarantees of its own cohort; the pool is exactly the sum of the guarantees."""
     quotas: dict[str, TenantQuota] = {}
@@ -48,8 +54,12 @@ def kueue_baseline(cohorts: int = 2, queues_per_cohort: int = 3, nominal_gpus: i
     for c in range(cohorts):
         for q in range(queues_per_cohort):
             tenant = f"cohort{c}-q{q}"
-            quotas[tenant] = TenantQuota(tenant, {TOTAL: nominal_gpus * 1000},
-                                         {TOTAL: (nominal_gpus + borrowing_limit_gpus) * 1000}, cohort=f"cohort{c}")
+            quotas[tenant] = TenantQuota(
+                tenant,
+                {TOTAL: nominal_gpus * 1000},
+                {TOTAL: (nominal_gpus + borrowing_limit_gpus) * 1000},
+                cohort=f"cohort{c}",
+            )
             for wc in classes:
                 # Queue q submits at (2q + 1) / queues_per_cohort times the base rate: the first queues leave
                 # guarantees idle for the busier ones in their cohort to borrow.
@@ -57,8 +67,14 @@ def kueue_baseline(cohorts: int = 2, queues_per_cohort: int = 3, nominal_gpus: i
                 k, t = 0, float((q * 7 + c * 3) % wc.every_s)
                 while t < horizon_s:
                     jid = f"{tenant}-{wc.name}-{k}"
-                    trace.append(TraceJob(QueuedJob(jid, tenant, wc.gpus, priority=wc.priority, submit_s=t,
-                                                    time_limit_s=wc.duration_s * 1.5), wc.duration_s))
+                    trace.append(
+                        TraceJob(
+                            QueuedJob(
+                                jid, tenant, wc.gpus, priority=wc.priority, submit_s=t, time_limit_s=wc.duration_s * 1.5
+                            ),
+                            wc.duration_s,
+                        )
+                    )
                     job_class[jid] = wc.name
                     k, t = k + 1, t + every
     trace.sort(key=lambda tj: (tj.job.submit_s, tj.job.id))
@@ -72,7 +88,12 @@ def compute_class_waits(result: SimResult, job_class: dict[str, str]) -> dict[st
     for r in result.records:
         waits.setdefault(job_class[r.id], []).append(r.first_start_s - r.submit_s)
     return {
-        name: {"jobs": len(ws), "mean_s": round(sum(ws) / len(ws), 1), "p50_s": round(percentile(ws, 50), 1),
-               "p90_s": round(percentile(ws, 90), 1), "max_s": round(max(ws), 1)}
+        name: {
+            "jobs": len(ws),
+            "mean_s": round(sum(ws) / len(ws), 1),
+            "p50_s": round(percentile(ws, 50), 1),
+            "p90_s": round(percentile(ws, 90), 1),
+            "max_s": round(max(ws), 1),
+        }
         for name, ws in sorted(waits.items())
     }

@@ -11,13 +11,13 @@ import math
 import re
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from corral.core.errors import ValidationError
 from corral.core.gpuspec import DEFAULT_MEMORY_GB
-from corral.core.resources import FULL_GPU_MILLI
+from corral.core.resources import FULL_GPU_MILLI, GpuInfo, NodeInfo
 from corral.scheduler.queueing.jobs import QueuedJob
 from corral.sim.openb import TraceError, load_nodes
 
@@ -51,15 +51,24 @@ class _Skip(Exception):
     pass
 
 
-def _num(row: dict[str, str], name: str, path: Path, line: int, kind: type[int] | type[float] = float,
-         minimum: float = 0.0, default: float | None = None) -> float:
+def _num(
+    row: dict[str, str],
+    name: str,
+    path: Path,
+    line: int,
+    kind: type[int] | type[float] = float,
+    minimum: float = 0.0,
+    default: float | None = None,
+) -> float:
     raw = (row.get(name) or "").strip()
     if not raw and default is not None:
         return default
     try:
         value = float(kind(raw))
     except ValueError:
-        raise TraceError(path, line, name, f"expected {'an integer' if kind is int else 'a number'}, got {raw!r}") from None
+        raise TraceError(
+            path, line, name, f"expected {'an integer' if kind is int else 'a number'}, got {raw!r}"
+        ) from None
     if not math.isfinite(value) or value < minimum:
         raise TraceError(path, line, name, f"must be >= {minimum:g}, got {raw}")
     return value
@@ -76,8 +85,16 @@ def _tiresias(row: dict[str, str], path: Path, line: int) -> TraceJob:
     return _common(row, path, line, "default", "num_gpu", "submit_time", "duration")
 
 
-def _common(row: dict[str, str], path: Path, line: int, tenant: str, gpus_col: str, submit_col: str,
-            duration_col: str, **extra: Any) -> TraceJob:  # extra: more QueuedJob fields, checked by it
+def _common(
+    row: dict[str, str],
+    path: Path,
+    line: int,
+    tenant: str,
+    gpus_col: str,
+    submit_col: str,
+    duration_col: str,
+    **extra: Any,
+) -> TraceJob:  # extra: more QueuedJob fields, checked by it
     gpus = int(_num(row, gpus_col, path, line, int))
     submit = _num(row, submit_col, path, line)
     duration = _num(row, duration_col, path, line)
@@ -104,16 +121,26 @@ def _corral(row: dict[str, str], path: Path, line: int) -> TraceJob:
     if milli < FULL_GPU_MILLI and (row.get("gpus") or "").strip() not in ("1", "0"):
         raise TraceError(path, line, "gpu_fraction", "a GPU fraction below 1 needs gpus=1")
     return _common(
-        row, path, line, (row.get("tenant") or "").strip() or "default", "gpus", "submit_s", "duration_s",
-        gpu_milli=milli, model=(row.get("model") or "").strip(),
+        row,
+        path,
+        line,
+        (row.get("tenant") or "").strip() or "default",
+        "gpus",
+        "submit_s",
+        "duration_s",
+        gpu_milli=milli,
+        model=(row.get("model") or "").strip(),
         priority=int(_num(row, "priority", path, line, int, minimum=-(10**9), default=0)),
-        time_limit_s=limit, queue=(row.get("queue") or "").strip(),
+        time_limit_s=limit,
+        queue=(row.get("queue") or "").strip(),
         nodes=int(_num(row, "nodes", path, line, int, minimum=1, default=1)),
     )
 
 
 PARSERS: dict[str, Callable[[dict[str, str], Path, int], TraceJob]] = {
-    "chronus": _chronus, "tiresias": _tiresias, "corral": _corral,
+    "chronus": _chronus,
+    "tiresias": _tiresias,
+    "corral": _corral,
 }
 
 
@@ -129,7 +156,9 @@ def load_trace(path: Path, fmt: str) -> tuple[list[TraceJob], LoadReport]:
             reader = csv.DictReader(f)
             missing = [c for c in COLUMNS[fmt] if c not in (reader.fieldnames or [])]
             if missing:
-                raise TraceError(path, 1, missing[0], f"missing column for format {fmt!r} (header has {reader.fieldnames})")
+                raise TraceError(
+                    path, 1, missing[0], f"missing column for format {fmt!r} (header has {reader.fieldnames})"
+                )
             for row in reader:
                 report.rows += 1
                 try:
@@ -153,10 +182,13 @@ def load_trace(path: Path, fmt: str) -> tuple[list[TraceJob], LoadReport]:
 
 @dataclass(frozen=True, slots=True)
 class SimCluster:
-    """GPU pool for the job simulator: milli-GPUs per model, and the node count."""
+    """The job simulator's machines: `node_list` (names `n000`.. or the CSV's `sn`), the node count and
+    milli-GPUs per model. A SimCluster built by hand without `node_list` gets `nodes` nodes with each model's
+    GPUs split as evenly as possible among them (`infos()`)."""
 
     nodes: int
     pool_milli: dict[str, int]
+    node_list: tuple[NodeInfo, ...] = ()
 
     @property
     def gpus(self) -> int:
@@ -165,13 +197,56 @@ class SimCluster:
     def describe(self) -> str:
         return f"{self.nodes} nodes, " + ", ".join(f"{m // 1000} x {k}" for k, m in self.pool_milli.items())
 
+    def infos(self) -> tuple[NodeInfo, ...]:
+        if self.node_list:
+            return self.node_list
+        n = max(self.nodes, 1)
+        per_node: list[list[str]] = [[] for _ in range(n)]
+        for model, milli in self.pool_milli.items():
+            count = milli // FULL_GPU_MILLI
+            for i in range(n):
+                per_node[i] += [model] * (count // n + (i < count % n))
+        return tuple(compute_node(f"n{i:03d}", models) for i, models in enumerate(per_node))
+
+    def max_gpus_per_node(self) -> int:
+        return max((n.gpu_count for n in self.infos()), default=0)
+
+
+# Host resources of a simulated node: the trace jobs ask for none, so these never bind.
+SIM_NODE_CPU_MILLI = 1_000_000
+SIM_NODE_MEMORY_MIB = 16 * 1024 * 1024
+
+
+def compute_node(name: str, models: list[str]) -> NodeInfo:
+    """A simulated node with one GPU per entry of `models`."""
+    gpus = tuple(GpuInfo(i, f"{name}-gpu{i}", m, _memory_gb(m) * 1024) for i, m in enumerate(models))
+    return NodeInfo(name, gpus, SIM_NODE_CPU_MILLI, SIM_NODE_MEMORY_MIB)
+
+
+def _memory_gb(model: str) -> int:
+    m = re.search(r"-(\d+)GB$", model)
+    return int(m[1]) if m else DEFAULT_MEMORY_GB.get(model.upper(), 16)
+
+
+def compute_gang(job: QueuedJob, per_node: int) -> QueuedJob:
+    """A job asking more GPUs than a node has becomes a gang: the fewest nodes n >= ceil(gpus / per_node)
+    such that n divides gpus (gpus / n per node, all nodes alike, as a gang part must be). E.g. 16 on
+    8-GPU nodes -> 2 x 8, 12 -> 2 x 6, 9 -> 3 x 3, 11 (prime) -> 11 x 1. Jobs that fit one node, gangs
+    already, and GPU shares are unchanged."""
+    if per_node <= 0 or job.nodes > 1 or job.gpus <= per_node:
+        return job
+    n = -(-job.gpus // per_node)
+    while job.gpus % n:
+        n += 1
+    return replace(job, gpus=job.gpus // n, nodes=n)
+
 
 _GROUP = re.compile(r"^(?P<nodes>\d+)x(?P<gpus>\d+)x(?P<model>[A-Za-z0-9][A-Za-z0-9._-]*)$")
 
 
 def parse_cluster_spec(spec: str) -> SimCluster:
-    """`32x8xV100-32GB` (nodes x GPUs per node x model), groups joined by `+`, or a nodes CSV
-    (`sn,cpu_milli,memory_mib,gpu,model`, the openb node list format)."""
+    """`32x8xV100-32GB` (nodes x GPUs per node x model; nodes named n000, n001.. in order), groups joined by
+    `+`, or a nodes CSV (`sn,cpu_milli,memory_mib,gpu,model`, the openb node list format)."""
     if spec.endswith(".csv") or Path(spec).is_file():
         nodes = load_nodes(Path(spec))
         pool: dict[str, int] = {}
@@ -180,9 +255,9 @@ def parse_cluster_spec(spec: str) -> SimCluster:
                 pool[g.model] = pool.get(g.model, 0) + FULL_GPU_MILLI
         if not pool:
             raise ValidationError("cluster", f"{spec}: no GPUs in the node list")
-        return SimCluster(len(nodes), pool)
+        return SimCluster(len(nodes), pool, tuple(nodes))
     pool = {}
-    count = 0
+    infos: list[NodeInfo] = []
     for group in spec.split("+"):
         m = _GROUP.match(group.strip())
         if not m:
@@ -193,5 +268,5 @@ def parse_cluster_spec(spec: str) -> SimCluster:
         if "-" not in model and model.upper() in DEFAULT_MEMORY_GB:
             model = f"{model}-{DEFAULT_MEMORY_GB[model.upper()]}GB"
         pool[model] = pool.get(model, 0) + nodes_n * per_node * FULL_GPU_MILLI
-        count += nodes_n
-    return SimCluster(count, pool)
+        infos += [compute_node(f"n{len(infos) + i:03d}", [model] * per_node) for i in range(nodes_n)]
+    return SimCluster(len(infos), pool, tuple(infos))

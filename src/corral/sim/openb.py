@@ -104,8 +104,9 @@ def _pod(row: dict[str, str], path: Path, line: int) -> TracePod:
     spec = (row.get("gpu_spec") or "").strip()
     models = tuple(m for m in spec.split("|") if m) if spec else ()
     try:
-        request = ResourceRequest(gpus=gpus, gpu_milli=milli if gpus else FULL_GPU_MILLI, gpu_models=models,
-                                  cpu_milli=cpu, memory_mib=mem)
+        request = ResourceRequest(
+            gpus=gpus, gpu_milli=milli if gpus else FULL_GPU_MILLI, gpu_models=models, cpu_milli=cpu, memory_mib=mem
+        )
     except ValidationError as e:
         raise TraceError(path, line, e.field, e.problem) from e
     return TracePod(name, request, line)
@@ -141,7 +142,9 @@ def check_gpu_models(
         if not unknown:
             out.append(pod)
             continue
-        error = TraceError(path, pod.line, "gpu_spec", f"unknown GPU model {unknown[0]!r}; the nodes have {', '.join(known)}")
+        error = TraceError(
+            path, pod.line, "gpu_spec", f"unknown GPU model {unknown[0]!r}; the nodes have {', '.join(known)}"
+        )
         if not skip_bad_rows:
             raise error
         report.skipped[f"gpu_spec: unknown GPU model {unknown[0]!r}"] += 1

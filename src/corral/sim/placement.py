@@ -1,10 +1,15 @@
-"""The FGD artifact's placement protocol (Weng et al., ATC'23), run on the real scheduler (pure).
+"""The FGD artifact's placement protocol (Weng et al., ATC'23), run through the server's cycle (in memory).
 
 Per seed: shuffle the pods, then resample (with replacement) until the requested GPUs reach `inflate` x
 the cluster's GPUs, as the artifact's workload tuning does (hkust-adsl/kubernetes-scheduler-simulator,
 `TunePodsByNodeTotalResource`: the shuffled list first, random copies appended; a list already above the
-target loses random pods). Place one at a time with no departures (a pod that fits nowhere stays
-unplaced) and record the allocation ratio each time the arrived GPU request crosses k% of capacity.
+target loses random pods). Pods arrive in that order and are submitted as jobs to an in-memory store;
+one cycle (`scheduler.plan.compute_plan`, best-effort FIFO, on a live `Cluster`, committed by
+`store.applier.apply_plan`) runs over all pods that arrived since the last one, with no departures (a
+pod left pending after its cycle is cancelled: it fits nowhere), and the allocation ratio is
+recorded each time the arrived GPU request crosses k% of capacity. The server places jobs without GPUs
+first within a cycle, so a CPU-only pod arriving after GPU pods starts the next cycle: the batches then
+give exactly the allocations of placing one pod at a time (`run_seed_sequential`, tested equal).
 """
 
 from __future__ import annotations
@@ -13,16 +18,25 @@ import random
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from corral.core.resources import NodeInfo
+from corral.core.states import JobState
 from corral.scheduler.cluster import Cluster
 from corral.scheduler.cycle import Unschedulable
 from corral.scheduler.framework import ScoreContext
+from corral.scheduler.plan import Snapshot, compute_plan
 from corral.scheduler.plugins import get_policy
+from corral.scheduler.queueing import QueuedJob, QueueingPolicy, QueueState
 from corral.scheduler.workload import compute_workload_profile
 from corral.sim.openb import TracePod
+from corral.store.applier import apply_plan
+from corral.store.memory import MemoryStore
+from corral.store.records import JobSpec
 
 CHECKPOINTS = (90, 95, 100, 110, 120, 130)
+# Pods arrive in order and none waits: FIFO rank, no head blocking, no quotas, no preemption.
+ARRIVAL_ORDER = QueueingPolicy("arrival", "fifo")
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +63,9 @@ class PolicyResult:
         return round(100.0 - statistics.median(s.alloc_pct[100] for s in self.seeds), 2)
 
 
-def compute_arrivals(pods: Sequence[TracePod], capacity_milli: int, inflate: float, rng: random.Random) -> list[TracePod]:
+def compute_arrivals(
+    pods: Sequence[TracePod], capacity_milli: int, inflate: float, rng: random.Random
+) -> list[TracePod]:
     """The artifact's workload tuning: shuffle the whole list, then while its GPU request exceeds
     `inflate` x capacity drop a random pod, and while it falls short append a random pod (sampled with
     replacement), so every listed pod arrives once before the copies and the request reaches the target."""
@@ -68,10 +84,117 @@ def compute_arrivals(pods: Sequence[TracePod], capacity_milli: int, inflate: flo
     return order
 
 
+EPOCH = datetime(2026, 1, 1, tzinfo=UTC)  # the store's clock: openb has no time, every pod arrives "now"
+
+
+def compute_pod_job(index: int, pod: TracePod, job_id: str = "") -> QueuedJob:
+    """The job a pod is submitted as: its full request, ranked by arrival."""
+    r = pod.request
+    return QueuedJob(
+        id=job_id or f"{index:07d}",
+        tenant="openb",
+        gpus=r.gpus,
+        gpu_milli=r.gpu_milli,
+        submit_s=float(index),
+        request=r,
+    )
+
+
+def load_store(nodes: Sequence[NodeInfo]) -> MemoryStore:
+    """An in-memory store with the trace's nodes registered (READY, not cordoned)."""
+    store = MemoryStore()
+    for n in nodes:
+        store.upsert_node(n.name, n.name, "sim", n.cpu_milli, n.memory_mib, dict(n.labels), n.gpus, EPOCH)
+    return store
+
+
+def submit_pod(store: MemoryStore, pod: TracePod) -> str:
+    r = pod.request
+    spec = JobSpec(
+        command=("pod",),
+        name=pod.name,
+        gpus=r.gpus,
+        gpu_milli=r.gpu_milli,
+        gpu_models=r.gpu_models,
+        min_gpu_memory_mib=r.min_gpu_memory_mib,
+        cpu_milli=r.cpu_milli,
+        memory_mib=r.memory_mib,
+    )
+    return str(store.create_job(spec, EPOCH).id)
+
+
 def run_seed(
-    nodes: Sequence[NodeInfo], pods: Sequence[TracePod], policy: str, seed: int, inflate: float = 1.3,
+    nodes: Sequence[NodeInfo],
+    pods: Sequence[TracePod],
+    policy: str,
+    seed: int,
+    inflate: float = 1.3,
+    checkpoints: Sequence[int] = CHECKPOINTS,
+    cycles: list[int] | None = None,
+) -> SeedResult:
+    """One cycle per checkpoint interval (split where a CPU-only pod follows GPU pods); `cycles`, when
+    given, is told each cycle's batch size."""
+    rng = random.Random(seed)
+    ctx = ScoreContext(workload=compute_workload_profile(p.request for p in pods))
+    cluster = Cluster(nodes, get_policy(policy), ctx, rng)
+    store = load_store(nodes)
+    capacity = cluster.gpu_capacity_milli
+    arrivals = compute_arrivals(pods, capacity, inflate, rng)
+    pending = sorted(checkpoints)
+    alloc: dict[int, float] = {}
+    arrived = failed = 0
+    batch: list[QueuedJob] = []
+
+    def cycle() -> int:
+        if not batch:
+            return 0
+        plan = compute_plan(
+            Snapshot((), QueueState(list(batch))),
+            batch[-1].submit_s,
+            cluster.policy,
+            ARRIVAL_ORDER,
+            ctx=ctx,
+            explain=False,
+            cluster=cluster,
+        )
+        applied = apply_plan(store, plan, EPOCH)  # the store re-checks every GPU, as the server's does
+        for a in plan.admit:
+            if a.job_id in applied.rejected:
+                for p in a.placements:
+                    cluster.release(p)
+        started = set(applied.started)
+        for job in batch:  # fits nowhere: the artifact drops it
+            if job.id not in started:
+                store.finish_job(int(job.id), JobState.CANCELLED, None, "fits nowhere", EPOCH)
+        if cycles is not None:
+            cycles.append(len(batch))
+        left = len(batch) - len(started)
+        batch.clear()
+        return left
+
+    for i, pod in enumerate(arrivals):
+        if pod.request.gpus == 0 and batch and batch[-1].gpus > 0:
+            failed += cycle()
+        batch.append(compute_pod_job(i, pod, submit_pod(store, pod)))
+        arrived += pod.request.total_gpu_milli
+        if pending and arrived >= pending[0] / 100 * capacity:
+            failed += cycle()
+        while pending and arrived >= pending[0] / 100 * capacity:
+            alloc[pending.pop(0)] = 100.0 * cluster.gpu_allocated_milli / capacity
+    failed += cycle()
+    return SeedResult(seed, alloc, len(arrivals), failed)
+
+
+def run_seed_sequential(
+    nodes: Sequence[NodeInfo],
+    pods: Sequence[TracePod],
+    policy: str,
+    seed: int,
+    inflate: float = 1.3,
     checkpoints: Sequence[int] = CHECKPOINTS,
 ) -> SeedResult:
+    """The artifact's protocol placing one pod at a time with `Cluster.place` (the reference the
+    batched cycle must equal)."""
     rng = random.Random(seed)
     ctx = ScoreContext(workload=compute_workload_profile(p.request for p in pods))
     cluster = Cluster(nodes, get_policy(policy), ctx, rng)
@@ -90,7 +213,11 @@ def run_seed(
 
 
 def run_policy(
-    nodes: Sequence[NodeInfo], pods: Sequence[TracePod], policy: str, seeds: Sequence[int], inflate: float = 1.3,
+    nodes: Sequence[NodeInfo],
+    pods: Sequence[TracePod],
+    policy: str,
+    seeds: Sequence[int],
+    inflate: float = 1.3,
     on_seed_done: Callable[[SeedResult], None] | None = None,
 ) -> PolicyResult:
     results = []

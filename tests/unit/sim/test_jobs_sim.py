@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 import pytest
-from realparts import missing_real_part
 from typer.testing import CliRunner
 
 import corral.cli.simulate_jobs  # noqa: F401  (registers `simulate jobs`)
@@ -16,6 +15,7 @@ from corral.scheduler.queueing import POLICIES, get_queueing_policy
 from corral.sim.jobs import SimConfig, simulate_jobs
 from corral.sim.jobs_metrics import compute_report
 from corral.sim.jobs_trace import load_trace, parse_cluster_spec
+from realparts import missing_real_part
 
 TRACES = Path(__file__).resolve().parents[4] / "shared" / "traces"
 TIRESIAS = TRACES / "tiresias" / "60_job.csv"
@@ -31,7 +31,17 @@ def traces_present() -> None:
 
 
 needs_traces = pytest.mark.usefixtures("traces_present")
-KEYS = {"jobs", "avg_jct_s", "p50_jct_s", "p99_jct_s", "avg_wait_s", "p99_wait_s", "makespan_s", "gpu_util_pct", "tenants"}
+KEYS = {
+    "jobs",
+    "avg_jct_s",
+    "p50_jct_s",
+    "p99_jct_s",
+    "avg_wait_s",
+    "p99_wait_s",
+    "makespan_s",
+    "gpu_util_pct",
+    "tenants",
+}
 
 
 @needs_traces
@@ -69,19 +79,35 @@ def test_corral_beats_fifo_on_a_philly_subset() -> None:
 
 @needs_traces
 def test_cli_json_has_the_documented_keys() -> None:
-    out = CliRunner().invoke(simulate_app, ["jobs", "--trace", str(TIRESIAS), "--format", "tiresias",
-                                            "--cluster", "4x4xV100-32GB", "--queueing", "sjf", "--json"])
+    out = CliRunner().invoke(
+        simulate_app,
+        [
+            "jobs",
+            "--trace",
+            str(TIRESIAS),
+            "--format",
+            "tiresias",
+            "--cluster",
+            "4x4xV100-32GB",
+            "--queueing",
+            "sjf",
+            "--json",
+        ],
+    )
     assert out.exit_code == 0, out.output
     figures = json.loads(out.stdout)
     assert set(figures) == KEYS and figures["jobs"] == 60
     assert set(figures["tenants"]["default"]) == {"share_pct", "entitled_pct", "avg_wait_s"}
 
 
-@pytest.mark.parametrize("args,needle", [
-    (["--format", "yaml"], "unknown format 'yaml'"),
-    (["--queueing", "lottery"], "unknown queueing 'lottery'"),
-    (["--cluster", "8xV100"], "bad cluster spec"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["--format", "yaml"], "unknown format 'yaml'"),
+        (["--queueing", "lottery"], "unknown queueing 'lottery'"),
+        (["--cluster", "8xV100"], "bad cluster spec"),
+    ],
+)
 def test_cli_bad_input_is_one_clear_error(tmp_path: Path, args: list[str], needle: str) -> None:
     trace = tmp_path / "t.csv"
     trace.write_text("job_id,submit_s,duration_s,gpus\na,0,10,1\n")
@@ -109,7 +135,9 @@ def test_cli_reports_skipped_rows(tmp_path: Path) -> None:
 @needs_traces
 def test_cli_writes_a_plot(tmp_path: Path) -> None:
     png = tmp_path / "held.png"
-    out = CliRunner().invoke(simulate_app, ["jobs", "--trace", str(TIRESIAS), "--format", "tiresias",
-                                            "--cluster", "4x4xV100-32GB", "--plot", str(png)])
+    out = CliRunner().invoke(
+        simulate_app,
+        ["jobs", "--trace", str(TIRESIAS), "--format", "tiresias", "--cluster", "4x4xV100-32GB", "--plot", str(png)],
+    )
     assert out.exit_code == 0, out.output
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -23,15 +23,26 @@ def write(tmp_path: Path, text: str) -> Path:
 
 
 def test_corral_format_loads_every_field(tmp_path: Path) -> None:
-    jobs, report = load_trace(write(tmp_path, CORRAL_HEADER + "a,5,60,1,0.5,V100,team-a,3,120\nb,1,10,2,,,,,\n"), "corral")
+    jobs, report = load_trace(
+        write(tmp_path, CORRAL_HEADER + "a,5,60,1,0.5,V100,team-a,3,120\nb,1,10,2,,,,,\n"), "corral"
+    )
     assert [j.job.id for j in jobs] == ["b", "a"]  # sorted by submit time
     a = jobs[1].job
-    assert (a.gpu_milli, a.model, a.tenant, a.priority, a.time_limit_s, jobs[1].duration_s) == (500, "V100", "team-a", 3, 120.0, 60.0)
+    assert (a.gpu_milli, a.model, a.tenant, a.priority, a.time_limit_s, jobs[1].duration_s) == (
+        500,
+        "V100",
+        "team-a",
+        3,
+        120.0,
+        60.0,
+    )
     assert jobs[0].job.tenant == "default" and jobs[0].job.time_limit_s is None and not report.skipped
 
 
 def test_chronus_rows_without_gpus_are_skipped_and_counted(tmp_path: Path) -> None:
-    jobs, report = load_trace(write(tmp_path, CHRONUS_HEADER + "0,vc_a,1,5,1,m,60,1\n1,vc_b,0,6,1,m,60,1\n2,vc_b,4,7,1,m,0,1\n"), "chronus")
+    jobs, report = load_trace(
+        write(tmp_path, CHRONUS_HEADER + "0,vc_a,1,5,1,m,60,1\n1,vc_b,0,6,1,m,60,1\n2,vc_b,4,7,1,m,0,1\n"), "chronus"
+    )
     assert [j.job.id for j in jobs] == ["0"]
     assert report.rows == 3 and report.skipped == {"no GPUs (CPU-only job)": 1, "zero duration": 1}
     assert "skipped 2 of 3 rows" in report.summary()
@@ -75,10 +86,13 @@ def test_unknown_format_and_missing_file(tmp_path: Path) -> None:
         load_trace(tmp_path / "x.csv", "corral")
 
 
-@pytest.mark.parametrize("spec,gpus,pool", [
-    ("32x8xV100-32GB", 256, {"V100-32GB": 256_000}),
-    ("2x8xH100+4x4xT4", 32, {"H100-80GB": 16_000, "T4-16GB": 16_000}),
-])
+@pytest.mark.parametrize(
+    "spec,gpus,pool",
+    [
+        ("32x8xV100-32GB", 256, {"V100-32GB": 256_000}),
+        ("2x8xH100+4x4xT4", 32, {"H100-80GB": 16_000, "T4-16GB": 16_000}),
+    ],
+)
 def test_cluster_specs(spec: str, gpus: int, pool: dict[str, int]) -> None:
     c = parse_cluster_spec(spec)
     assert c.gpus == gpus and c.pool_milli == pool

@@ -22,8 +22,13 @@ def write(tmp_path: Path, name: str, text: str) -> Path:
 
 def test_loads_nodes_and_pods(tmp_path: Path) -> None:
     nodes = load_nodes(write(tmp_path, "n.csv", NODE_HEADER + "a,64000,262144,2,V100M16\nb,32000,131072,0,\n"))
-    assert [(n.name, n.gpu_count, n.gpus[0].model if n.gpus else None) for n in nodes] == [("a", 2, "V100M16"), ("b", 0, None)]
-    pods, report = load_pods(write(tmp_path, "p.csv", POD_HEADER + "p0,4000,1024,1,460,V100M16|V100M32\np1,1000,0,0,0,\np2,8000,0,2,1000,\n"))
+    assert [(n.name, n.gpu_count, n.gpus[0].model if n.gpus else None) for n in nodes] == [
+        ("a", 2, "V100M16"),
+        ("b", 0, None),
+    ]
+    pods, report = load_pods(
+        write(tmp_path, "p.csv", POD_HEADER + "p0,4000,1024,1,460,V100M16|V100M32\np1,1000,0,0,0,\np2,8000,0,2,1000,\n")
+    )
     assert report.rows == 3 and not report.skipped
     assert pods[0].request.gpu_milli == 460 and pods[0].request.gpu_models == ("V100M16", "V100M32")
     assert pods[1].request.gpus == 0 and pods[2].request.total_gpu_milli == 2000

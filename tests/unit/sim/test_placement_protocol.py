@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 
 import pytest
-from realparts import missing_real_part
 from typer.testing import CliRunner
 
 from corral.cli.simulate import simulate_app
 from corral.core.errors import ValidationError
 from corral.sim.openb import load_nodes, load_pods
-import random
-
 from corral.sim.placement import CHECKPOINTS, compute_arrivals, parse_seeds, run_policy, run_seed
+from realparts import missing_real_part
 
 TRACES = Path(__file__).resolve().parents[3].parent / "shared" / "traces" / "alibaba-openb"
 
@@ -22,12 +21,16 @@ TRACES = Path(__file__).resolve().parents[3].parent / "shared" / "traces" / "ali
 @pytest.fixture
 def tiny(tmp_path: Path) -> tuple[Path, Path]:
     nodes = tmp_path / "nodes.csv"
-    nodes.write_text("sn,cpu_milli,memory_mib,gpu,model\n" + "".join(
-        f"n{i},64000,262144,{8 if i % 2 else 2},{'G2' if i % 2 else 'T4'}\n" for i in range(12)))
+    nodes.write_text(
+        "sn,cpu_milli,memory_mib,gpu,model\n"
+        + "".join(f"n{i},64000,262144,{8 if i % 2 else 2},{'G2' if i % 2 else 'T4'}\n" for i in range(12))
+    )
     pods = tmp_path / "pods.csv"
-    pods.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\n"
-                    "a,4000,1024,1,500,\nb,8000,2048,1,1000,\nc,16000,4096,2,1000,\nd,2000,512,1,250,T4\n"
-                    "e,1000,512,0,0,\nf,32000,8192,8,1000,G2\n")
+    pods.write_text(
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\n"
+        "a,4000,1024,1,500,\nb,8000,2048,1,1000,\nc,16000,4096,2,1000,\nd,2000,512,1,250,T4\n"
+        "e,1000,512,0,0,\nf,32000,8192,8,1000,G2\n"
+    )
     return nodes, pods
 
 
@@ -52,7 +55,9 @@ def test_arrivals_keep_every_listed_pod_then_resample_to_the_target(tiny: tuple[
         assert total - order[-1].request.total_gpu_milli < inflate * capacity  # stops at the first crossing
         if inflate == 5.0:
             assert sorted(p.name for p in order[: len(pods)]) == sorted(p.name for p in pods)
-    assert compute_arrivals(pods, capacity, 2.0, random.Random(7)) == compute_arrivals(pods, capacity, 2.0, random.Random(7))
+    assert compute_arrivals(pods, capacity, 2.0, random.Random(7)) == compute_arrivals(
+        pods, capacity, 2.0, random.Random(7)
+    )
 
 
 def test_protocol_records_every_checkpoint_and_is_deterministic(tiny: tuple[Path, Path]) -> None:
@@ -67,7 +72,9 @@ def test_protocol_records_every_checkpoint_and_is_deterministic(tiny: tuple[Path
 
 
 def test_cli_json_one_policy(tiny: tuple[Path, Path]) -> None:
-    out = CliRunner().invoke(simulate_app, ["openb", "--nodes", str(tiny[0]), "--pods", str(tiny[1]), "--seeds", "1-2", "--json"])
+    out = CliRunner().invoke(
+        simulate_app, ["openb", "--nodes", str(tiny[0]), "--pods", str(tiny[1]), "--seeds", "1-2", "--json"]
+    )
     assert out.exit_code == 0, out.output
     data = json.loads(out.stdout)
     assert data["policy"] == "corral" and data["seeds"] == [1, 2]
@@ -77,8 +84,23 @@ def test_cli_json_one_policy(tiny: tuple[Path, Path]) -> None:
 
 def test_cli_several_policies_and_plot(tiny: tuple[Path, Path], tmp_path: Path) -> None:
     png = tmp_path / "out.png"
-    out = CliRunner().invoke(simulate_app, ["openb", "--nodes", str(tiny[0]), "--pods", str(tiny[1]), "--seeds", "1",
-                                            "--policy", "fgd,bestfit,corral", "--json", "--plot", str(png)])
+    out = CliRunner().invoke(
+        simulate_app,
+        [
+            "openb",
+            "--nodes",
+            str(tiny[0]),
+            "--pods",
+            str(tiny[1]),
+            "--seeds",
+            "1",
+            "--policy",
+            "fgd,bestfit,corral",
+            "--json",
+            "--plot",
+            str(png),
+        ],
+    )
     assert out.exit_code == 0, out.output
     assert [d["policy"] for d in json.loads(out.stdout)] == ["fgd", "bestfit", "corral"]
     assert png.stat().st_size > 0
@@ -111,8 +133,10 @@ def test_cli_bad_row_names_file_and_line(tiny: tuple[Path, Path]) -> None:
         f.write("bad,1000,0,1,2000,\n")
     out = CliRunner().invoke(simulate_app, ["openb", "--nodes", str(tiny[0]), "--pods", str(tiny[1]), "--seeds", "1"])
     assert out.exit_code == 1 and f"{tiny[1]}:8: gpu_milli:" in out.stderr
-    out = CliRunner().invoke(simulate_app, ["openb", "--nodes", str(tiny[0]), "--pods", str(tiny[1]), "--seeds", "1",
-                                            "--skip-bad-rows", "--json"])
+    out = CliRunner().invoke(
+        simulate_app,
+        ["openb", "--nodes", str(tiny[0]), "--pods", str(tiny[1]), "--seeds", "1", "--skip-bad-rows", "--json"],
+    )
     assert out.exit_code == 0 and json.loads(out.stdout)["pod_rows_skipped"] == 1
     assert "skipped 1 of 7 pod rows" in out.stderr
 
@@ -120,7 +144,9 @@ def test_cli_bad_row_names_file_and_line(tiny: tuple[Path, Path]) -> None:
 @pytest.mark.slow
 def test_real_default_trace_corral_beats_fgd() -> None:
     if not TRACES.is_dir():
-        missing_real_part(f"the openb traces at {TRACES}", "put the public traces in ../shared/traces (see its README.md)")
+        missing_real_part(
+            f"the openb traces at {TRACES}", "put the public traces in ../shared/traces (see its README.md)"
+        )
     nodes = load_nodes(TRACES / "openb_node_list_gpu_node.csv")
     pods, _ = load_pods(TRACES / "openb_pod_list_default.csv")
     policies = ("corral", "fgd", "bestfit", "packing", "random")
