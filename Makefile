@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: up test test-fast test-e2e typecheck bench clean browser-deps directory-deps mutate
+.PHONY: up test test-fast test-e2e typecheck lint bench clean browser-deps directory-deps mutate
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -49,11 +49,17 @@ $(OIDC_OP)/node_modules/.installed: $(OIDC_OP)/package.json $(OIDC_OP)/package-l
 typecheck: $(VENV)/.dev-installed
 	$(BIN)/python -m mypy
 
-# As prerequisites, the type check finishes before pytest starts (with -j as well).
-test: $(VENV)/.dev-installed browser-deps directory-deps typecheck
+# ruff (lint rules, import order, formatting; config in pyproject's [tool.ruff]) over src, tests and bench; < 2 s.
+# To fix what it reports: $(BIN)/ruff check --fix src tests bench && $(BIN)/ruff format src tests bench
+lint: $(VENV)/.dev-installed
+	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check src tests bench
+
+# As prerequisites, lint and the type check finish before pytest starts (with -j as well).
+test: $(VENV)/.dev-installed browser-deps directory-deps lint typecheck
 	$(BIN)/python -m pytest -q -ra
 
-test-fast: $(VENV)/.dev-installed directory-deps typecheck
+test-fast: $(VENV)/.dev-installed directory-deps lint typecheck
 	$(BIN)/python -m pytest -q -ra -m "not e2e and not slow"
 
 test-e2e: $(VENV)/.dev-installed directory-deps
