@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
+
 from realparts import missing_real_part  # noqa: F401  (re-exported for fixtures here)
 
 # No per-example deadline: on a busy 2-core CI machine timings vary tenfold, and speed is measured in bench/.

@@ -12,11 +12,18 @@ from typing import Any
 import httpx
 import pytest
 
-from realparts import missing_real_part
 from e2e.conftest import Corral, wait_for
+from realparts import missing_real_part
 
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run", "--disable-quic"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+]
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "artifacts" / "screenshots"
 EXPECTED_404 = re.compile(r"Failed to load resource: the server responded with a status of 404")
 
@@ -93,15 +100,24 @@ class Tab:
         self.page = self.context.new_page()
         self.errors: list[str] = []
         self.allowed: list[re.Pattern[str]] = []
-        self.page.on("console", lambda m: self.errors.append(f"{self.page.url}: {m.text}") if m.type == "error" else None)
+        self.page.on(
+            "console", lambda m: self.errors.append(f"{self.page.url}: {m.text}") if m.type == "error" else None
+        )
         self.page.on("pageerror", lambda e: self.errors.append(f"{self.page.url}: uncaught {e}"))
 
     def sibling(self) -> Tab:
         """Another page in this tab's context (same session); its console errors count as this tab's."""
         other = Tab.__new__(Tab)
-        other.cluster, other.context, other.errors, other.allowed = self.cluster, self.context, self.errors, self.allowed
+        other.cluster, other.context, other.errors, other.allowed = (
+            self.cluster,
+            self.context,
+            self.errors,
+            self.allowed,
+        )
         other.page = self.context.new_page()
-        other.page.on("console", lambda m: self.errors.append(f"{other.page.url}: {m.text}") if m.type == "error" else None)
+        other.page.on(
+            "console", lambda m: self.errors.append(f"{other.page.url}: {m.text}") if m.type == "error" else None
+        )
         other.page.on("pageerror", lambda e: self.errors.append(f"{other.page.url}: uncaught {e}"))
         return other
 

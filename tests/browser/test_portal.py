@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 import uuid
-from datetime import UTC, datetime, timedelta
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -36,7 +36,8 @@ def test_login_rejects_a_bad_token_inline_then_logs_in_and_out(tabs: Tabs, clust
     t.page.fill("#token-login input[name=token]", "crl_not-a-real-token")
     t.page.click("#token-login button[type=submit]")
     expect(t.page.locator("#token-login .field-error[data-for=token], #token-login .form-error")).to_contain_text(
-        ["invalid or revoked token"])
+        ["invalid or revoked token"]
+    )
     t.page.fill("#token-login input[name=token]", cluster.admin_token)
     t.page.click("#token-login button[type=submit]")
     t.page.wait_for_url(re.compile(r"/jobs$"))  # back where the user wanted to go
@@ -59,16 +60,20 @@ def test_fleet_shows_both_nodes_gpus_by_model(admin_tab: Tab) -> None:
 
 
 def test_submit_from_form_pending_running_succeeded_with_streaming_logs_and_cancel_another(
-        admin_tab: Tab, cluster: Cluster) -> None:
+    admin_tab: Tab, cluster: Cluster
+) -> None:
     page = admin_tab.page
     gate = cluster.shared / f"go-{uuid.uuid4().hex[:8]}"  # where the job (its own user) can see it
     # A blocker holds all 8 H100s, so the job from the form must wait: PENDING is observable, not a race.
-    blocker = cluster.api("POST", "/jobs", json={"command": ["sleep", "300"], "gpus": 8, "gpu_model": "H100",
-                                                 "name": "blocker"}).json()["id"]
+    blocker = cluster.api(
+        "POST", "/jobs", json={"command": ["sleep", "300"], "gpus": 8, "gpu_model": "H100", "name": "blocker"}
+    ).json()["id"]
     wait_for(lambda: cluster.api("GET", f"/jobs/{blocker}").json()["state"] == "RUNNING", 30, "blocker running")
 
     admin_tab.goto("/submit")
-    page.fill("input[name=command]", f"sh -c 'echo first-line; while [ ! -e {gate} ]; do sleep 0.2; done; echo second-line'")
+    page.fill(
+        "input[name=command]", f"sh -c 'echo first-line; while [ ! -e {gate} ]; do sleep 0.2; done; echo second-line'"
+    )
     page.fill("input[name=name]", "from-the-form")
     page.fill("input[name=gpus]", "2")
     page.fill("input[name=gpu_model]", "H100")
@@ -108,11 +113,14 @@ def test_submit_from_form_pending_running_succeeded_with_streaming_logs_and_canc
     assert job["env"] == {"GREETING": "hello"} and job["time_limit_s"] == 600 and job["gpu_count"] == 2
 
 
-@pytest.mark.parametrize("field,value,message", [
-    ("gpus", "64", "largest node has 8"),  # only the API knows the fleet: checked there, shown here
-    ("queue", "no-such-queue", "no queue 'no-such-queue'"),
-    ("gpu_model", "B200", "no node has"),
-])
+@pytest.mark.parametrize(
+    "field,value,message",
+    [
+        ("gpus", "64", "largest node has 8"),  # only the API knows the fleet: checked there, shown here
+        ("queue", "no-such-queue", "no queue 'no-such-queue'"),
+        ("gpu_model", "B200", "no node has"),
+    ],
+)
 def test_api_field_errors_show_inline(admin_tab: Tab, field: str, value: str, message: str) -> None:
     page = admin_tab.page
     admin_tab.allowed.append(re.compile(r"status of 400"))
@@ -181,10 +189,15 @@ def test_node_and_gpu_graphs_have_data(admin_tab: Tab, cluster: Cluster) -> None
     page = admin_tab.page
     admin_tab.goto("/nodes/node-a")
     for chart in ("cpu", "mem"):
-        wait_for(lambda: int(page.get_attribute(f"[data-chart={chart}] svg", "data-points") or 0) > 0, 60,
-                 f"{chart} graph has points")
+        wait_for(
+            lambda: int(page.get_attribute(f"[data-chart={chart}] svg", "data-points") or 0) > 0,
+            60,
+            f"{chart} graph has points",
+        )
     admin_tab.goto("/gpus/node-a/0")
-    wait_for(lambda: int(page.get_attribute("[data-chart=util] svg", "data-points") or 0) > 0, 60, "GPU graph has points")
+    wait_for(
+        lambda: int(page.get_attribute("[data-chart=util] svg", "data-points") or 0) > 0, 60, "GPU graph has points"
+    )
     page.hover("[data-chart=util] svg")
     expect(page.locator("[data-chart=util] .tip")).to_contain_text("%")
     # Drag across the graph to zoom into that stretch; double-click to go back to the rolling range.
@@ -306,9 +319,18 @@ def test_reports_page(admin_tab: Tab, cluster: Cluster) -> None:
 
 
 def test_every_page_renders_without_console_errors(admin_tab: Tab) -> None:
-    pages = {"/": "#by-model table", "/nodes": "#nodes table", "/nodes/node-a": "#gpus .gpu-card",
-             "/gpus/node-a/0": "#info table", "/jobs": "#list table", "/submit": "#submit-form", "/alerts": "h1",
-             "/admin": "#tokens table", "/reports": "h1", "/schedules": "#list table"}
+    pages = {
+        "/": "#by-model table",
+        "/nodes": "#nodes table",
+        "/nodes/node-a": "#gpus .gpu-card",
+        "/gpus/node-a/0": "#info table",
+        "/jobs": "#list table",
+        "/submit": "#submit-form",
+        "/alerts": "h1",
+        "/admin": "#tokens table",
+        "/reports": "h1",
+        "/schedules": "#list table",
+    }
     for path, ready in pages.items():
         admin_tab.goto(path)
         expect(admin_tab.page.locator(ready).first).to_be_visible()
@@ -335,7 +357,12 @@ def test_submit_form_splits_commands_like_a_shell(admin_tab: Tab, name: str, tex
 
 BODY_CASES = [
     ("defaults left to the API", {"command": "true"}, {"command": ["true"], "env": {}}, []),
-    ("numbers parsed", {"command": "x", "gpus": "2", "priority": "-3"}, {"command": ["x"], "gpus": 2, "priority": -3, "env": {}}, []),
+    (
+        "numbers parsed",
+        {"command": "x", "gpus": "2", "priority": "-3"},
+        {"command": ["x"], "gpus": 2, "priority": -3, "env": {}},
+        [],
+    ),
     ("env lines", {"command": "x", "env": "A=1\nB=x=y\n"}, {"command": ["x"], "env": {"A": "1", "B": "x=y"}}, []),
     ("gpus out of range", {"command": "x", "gpus": "2000"}, None, ["gpus"]),
     ("fraction out of range", {"command": "x", "gpu_milli": "0"}, None, ["gpu_milli"]),
@@ -349,8 +376,9 @@ BODY_CASES = [
 
 
 @pytest.mark.parametrize("name,values,body,fields", BODY_CASES, ids=[c[0] for c in BODY_CASES])
-def test_submit_form_checks_fields_like_the_api(admin_tab: Tab, name: str, values: dict[str, str],
-                                                body: dict[str, Any] | None, fields: list[str]) -> None:
+def test_submit_form_checks_fields_like_the_api(
+    admin_tab: Tab, name: str, values: dict[str, str], body: dict[str, Any] | None, fields: list[str]
+) -> None:
     admin_tab.goto("/submit")
     got = admin_tab.page.evaluate("async (v) => (await import('/static/pages/submit.js')).buildBody(v)", values)
     assert [f for f, _ in got["errors"]] == fields, name
@@ -360,14 +388,23 @@ def test_submit_form_checks_fields_like_the_api(admin_tab: Tab, name: str, value
 
 def test_topology_matrix_cells(admin_tab: Tab) -> None:
     admin_tab.goto("/nodes")
-    gpus = [{"index": 0, "nvlink_peers": [1], "numa_node": 0, "pci_bus_id": "a"},
-            {"index": 1, "nvlink_peers": [0], "numa_node": 0, "pci_bus_id": "b"},
-            {"index": 2, "nvlink_peers": [], "numa_node": 0, "pci_bus_id": "c"},
-            {"index": 3, "nvlink_peers": [], "numa_node": 1, "pci_bus_id": "d"}]
-    cells = admin_tab.page.evaluate("""async (gpus) => {
+    gpus = [
+        {"index": 0, "nvlink_peers": [1], "numa_node": 0, "pci_bus_id": "a"},
+        {"index": 1, "nvlink_peers": [0], "numa_node": 0, "pci_bus_id": "b"},
+        {"index": 2, "nvlink_peers": [], "numa_node": 0, "pci_bus_id": "c"},
+        {"index": 3, "nvlink_peers": [], "numa_node": 1, "pci_bus_id": "d"},
+    ]
+    cells = admin_tab.page.evaluate(
+        """async (gpus) => {
         const div = document.createElement('div');
         div.innerHTML = (await import('/static/pages/nodes.js')).topology(gpus);
         return [...div.querySelectorAll('tbody tr')].map((tr) => [...tr.querySelectorAll('td')].slice(0, 4).map((td) => td.textContent));
-    }""", gpus)
-    assert cells == [["X", "NV", "NODE", "SYS"], ["NV", "X", "NODE", "SYS"], ["NODE", "NODE", "X", "SYS"],
-                     ["SYS", "SYS", "SYS", "X"]]
+    }""",
+        gpus,
+    )
+    assert cells == [
+        ["X", "NV", "NODE", "SYS"],
+        ["NV", "X", "NODE", "SYS"],
+        ["NODE", "NODE", "X", "SYS"],
+        ["SYS", "SYS", "SYS", "X"],
+    ]

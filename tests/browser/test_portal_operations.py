@@ -52,7 +52,9 @@ def cleanup(cluster: Cluster) -> Iterator[list[int]]:
 def _tenant_member_token(cluster: Cluster, tenant: str) -> str:
     assert cluster.api("POST", "/tenants", json={"name": tenant}).status_code == 201
     user = f"{tenant}-user"
-    r = cluster.api("POST", "/users", json={"name": user, "role": "member", "tenant": tenant, "password": "pw-" + tenant})
+    r = cluster.api(
+        "POST", "/users", json={"name": user, "role": "member", "tenant": tenant, "password": "pw-" + tenant}
+    )
     assert r.status_code == 201, r.text
     r = cluster.api("POST", "/login", json={"username": user, "password": "pw-" + tenant})
     assert r.status_code == 200, r.text
@@ -95,15 +97,21 @@ def test_reports_chart_table_and_csv_export_for_a_job_that_ran(admin_tab: Tab, c
     admin_tab.shot("reports-user")
 
 
-def test_job_web_ui_opens_through_the_proxy_with_the_session(admin_tab: Tab, cluster: Cluster, tmp_path: Path,
-                                                             cleanup: list[int]) -> None:
+def test_job_web_ui_opens_through_the_proxy_with_the_session(
+    admin_tab: Tab, cluster: Cluster, tmp_path: Path, cleanup: list[int]
+) -> None:
     _needs(cluster, "/api/v1/jobs")
     marker = f"served by job {uuid.uuid4().hex[:8]}"
     site = cluster.shared / f"site-{uuid.uuid4().hex[:8]}"  # the job runs as its user: not in root's tmp_path
     site.mkdir(mode=0o755)
     (site / "index.html").write_text(f'<!doctype html><link rel="icon" href="data:,"><h1 id="hello">{marker}</h1>')
-    job = _submit(cluster, command=["sh", "-c", "exec python3 -m http.server $CORRAL_JOB_PORT --bind 127.0.0.1"],
-                  web_ui=True, workdir=str(site), name="web-ui")
+    job = _submit(
+        cluster,
+        command=["sh", "-c", "exec python3 -m http.server $CORRAL_JOB_PORT --bind 127.0.0.1"],
+        web_ui=True,
+        workdir=str(site),
+        name="web-ui",
+    )
     cleanup.append(job)
 
     page = admin_tab.page
@@ -111,8 +119,11 @@ def test_job_web_ui_opens_through_the_proxy_with_the_session(admin_tab: Tab, clu
     link = page.locator("#open-webui")
     expect(link).to_have_attribute("href", f"{cluster.ui_url}/proxy/jobs/{job}/", timeout=30_000)
     # The link shows as soon as the job runs; its server may take a moment more to listen (the proxy says 409).
-    wait_for(lambda: admin_tab.context.request.get(f"{cluster.ui_url}/proxy/jobs/{job}/").status == 200, 30,
-             "the job's server answers through the proxy")
+    wait_for(
+        lambda: admin_tab.context.request.get(f"{cluster.ui_url}/proxy/jobs/{job}/").status == 200,
+        30,
+        "the job's server answers through the proxy",
+    )
     with admin_tab.context.expect_page() as opened:
         link.click()
     web = opened.value
@@ -154,8 +165,9 @@ def test_admin_disables_and_enables_a_gpu(admin_tab: Tab, cluster: Cluster) -> N
         cluster.api("POST", "/gpus/node-b/3/enable")
 
 
-def test_admin_drains_a_node_its_job_is_requeued_then_enables_it(admin_tab: Tab, cluster: Cluster,
-                                                                 cleanup: list[int]) -> None:
+def test_admin_drains_a_node_its_job_is_requeued_then_enables_it(
+    admin_tab: Tab, cluster: Cluster, cleanup: list[int]
+) -> None:
     _needs(cluster, "/api/v1/nodes/{name}/drain", "/api/v1/nodes/{name}/uncordon")
     job = _submit(cluster, command=["sleep", "300"], gpus=1, gpu_model="A100", name="to-drain")
     cleanup.append(job)
@@ -200,8 +212,11 @@ def test_queue_shows_the_schedulers_position_and_eta(admin_tab: Tab, cluster: Cl
     wait_for(lambda: _state(cluster, holder) == "RUNNING", 30, "the holder runs")
     waiting = _submit(cluster, command=["true"], gpus=4, gpu_model="A100", name="waits-for-a100")
     cleanup.append(waiting)
-    shown = wait_for(lambda: (j := cluster.api("GET", f"/jobs/{waiting}").json())["eta"] and j, 30,
-                     "the scheduler gave the waiting job an ETA")
+    shown = wait_for(
+        lambda: (j := cluster.api("GET", f"/jobs/{waiting}").json())["eta"] and j,
+        30,
+        "the scheduler gave the waiting job an ETA",
+    )
 
     page = admin_tab.page
     admin_tab.goto("/jobs")
@@ -210,7 +225,9 @@ def test_queue_shows_the_schedulers_position_and_eta(admin_tab: Tab, cluster: Cl
     expect(row.locator("[data-position]")).to_have_text(str(shown["queue_position"] + 1))
     expect(row.locator("[data-eta]")).to_have_attribute("data-eta", re.compile(re.escape(shown["eta"][:19])))
     expect(row.locator("[data-eta]")).to_have_text(re.compile(r"^~(9|10)m"))  # 600 s limit, just started
-    reason = page.evaluate("async (r) => (await import('/static/pages/jobs.js')).reasonText(r)", shown["pending_reason"])
+    reason = page.evaluate(
+        "async (r) => (await import('/static/pages/jobs.js')).reasonText(r)", shown["pending_reason"]
+    )
     assert shown["pending_reason"] and reason != shown["pending_reason"], reason  # a known code, put in words
     expect(row).to_contain_text(reason)
     admin_tab.shot("jobs-queue-eta")
@@ -222,14 +239,30 @@ def test_queue_shows_the_schedulers_position_and_eta(admin_tab: Tab, cluster: Cl
 def test_fleet_counts_models_from_the_nodes_and_mixed_nodes_gpu_by_gpu(admin_tab: Tab) -> None:
     admin_tab.goto("/nodes")
     node = lambda name, pool, models, total, free, bad: {  # noqa: E731
-        "name": name, "labels": {"pool": pool} if pool else {}, "gpu_models": models, "gpus_total": total,
-        "gpus_free": free, "gpus_unhealthy": bad}
-    nodes = [node("a", "p1", ["H100"], 8, 5, 1), node("b", "p1", ["H100"], 8, 8, 0), node("m", None, ["A100", "V100"], 3, 1, 1)]
+        "name": name,
+        "labels": {"pool": pool} if pool else {},
+        "gpu_models": models,
+        "gpus_total": total,
+        "gpus_free": free,
+        "gpus_unhealthy": bad,
+    }
+    nodes = [
+        node("a", "p1", ["H100"], 8, 5, 1),
+        node("b", "p1", ["H100"], 8, 8, 0),
+        node("m", None, ["A100", "V100"], 3, 1, 1),
+    ]
     gpu = lambda n, model, healthy, job: {"node": n, "model": model, "healthy": healthy, "job_id": job, "used_milli": 0}  # noqa: E731
-    gpus = [gpu("m", "A100", True, 7), gpu("m", "A100", False, None), gpu("m", "V100", True, None),
-            gpu("a", "H100", True, None)]  # a single-model node's GPUs are not counted twice
-    got = admin_tab.page.evaluate("""async ([nodes, gpus]) =>
-        Object.fromEntries((await import('/static/pages/fleet.js')).summarise(nodes, gpus))""", [nodes, gpus])
+    gpus = [
+        gpu("m", "A100", True, 7),
+        gpu("m", "A100", False, None),
+        gpu("m", "V100", True, None),
+        gpu("a", "H100", True, None),
+    ]  # a single-model node's GPUs are not counted twice
+    got = admin_tab.page.evaluate(
+        """async ([nodes, gpus]) =>
+        Object.fromEntries((await import('/static/pages/fleet.js')).summarise(nodes, gpus))""",
+        [nodes, gpus],
+    )
     assert got == {
         "pool:p1": {"total": 16, "used": 2, "free": 13, "unhealthy": 1},
         "model:H100": {"total": 16, "used": 2, "free": 13, "unhealthy": 1},

@@ -32,8 +32,9 @@ def schedules_cleanup(cluster: Cluster) -> Iterator[None]:
             cluster.api("POST", f"/jobs/{job}/cancel")
 
 
-def test_repeating_job_from_the_form_fires_and_is_paused_run_and_deleted(admin_tab: Tab, cluster: Cluster,
-                                                                         schedules_cleanup: None) -> None:
+def test_repeating_job_from_the_form_fires_and_is_paused_run_and_deleted(
+    admin_tab: Tab, cluster: Cluster, schedules_cleanup: None
+) -> None:
     page = admin_tab.page
     name = f"tick-{uuid.uuid4().hex[:6]}"
     admin_tab.goto("/submit")
@@ -54,6 +55,7 @@ def test_repeating_job_from_the_form_fires_and_is_paused_run_and_deleted(admin_t
     def finished() -> list[dict[str, Any]]:
         jobs = cluster.api("GET", f"/schedules/{sid}/jobs").json()
         return [j for j in jobs if j["state"] == "SUCCEEDED"]
+
     done = wait_for(lambda: len(finished()) >= 2 and finished(), 60, "two runs of the schedule succeeded")
     assert all(j["schedule_id"] == sid and j["name"] == name for j in done)
     expect(row.locator("td").nth(7)).to_have_text(re.compile(r"^[2-9]|\d\d"), timeout=10_000)  # Runs, live
@@ -80,15 +82,19 @@ def test_repeating_job_from_the_form_fires_and_is_paused_run_and_deleted(admin_t
     assert cluster.api("GET", f"/schedules/{sid}").status_code == 404
 
 
-@pytest.mark.parametrize("fields,error_for,message", [
-    ({"repeat": "61 * * * *"}, "repeat", "Bad minute"),  # the cron grammar is the server's: its error, inline
-    ({"repeat": "@fortnightly"}, "repeat", "unknown nickname"),
-    ({"repeat": "@daily", "timezone": "Mars/Olympus"}, "timezone", "unknown time zone"),  # checked in the browser
-    ({"repeat": "@daily", "gpus": "64"}, "gpus", "largest node has 8"),  # the API's job.gpus, on the GPUs field
-    ({"repeat": "@daily", "queue": "nope"}, "queue", "no queue 'nope'"),
-])
-def test_schedule_errors_show_on_the_form_fields(admin_tab: Tab, schedules_cleanup: None, fields: dict[str, str],
-                                                 error_for: str, message: str) -> None:
+@pytest.mark.parametrize(
+    "fields,error_for,message",
+    [
+        ({"repeat": "61 * * * *"}, "repeat", "Bad minute"),  # the cron grammar is the server's: its error, inline
+        ({"repeat": "@fortnightly"}, "repeat", "unknown nickname"),
+        ({"repeat": "@daily", "timezone": "Mars/Olympus"}, "timezone", "unknown time zone"),  # checked in the browser
+        ({"repeat": "@daily", "gpus": "64"}, "gpus", "largest node has 8"),  # the API's job.gpus, on the GPUs field
+        ({"repeat": "@daily", "queue": "nope"}, "queue", "no queue 'nope'"),
+    ],
+)
+def test_schedule_errors_show_on_the_form_fields(
+    admin_tab: Tab, schedules_cleanup: None, fields: dict[str, str], error_for: str, message: str
+) -> None:
     page = admin_tab.page
     admin_tab.allowed.append(re.compile(r"status of 400"))
     admin_tab.goto("/submit")
@@ -103,23 +109,35 @@ def test_schedule_errors_show_on_the_form_fields(admin_tab: Tab, schedules_clean
 
 SCHEDULE_CASES = [
     ("no repeat: a one-off job", {"command": "x"}, None, []),
-    ("cron with zone", {"repeat": "0 2 * * *", "timezone": "Europe/Paris", "concurrency": "replace", "name": "n"},
-     {"schedule": "0 2 * * *", "timezone": "Europe/Paris", "concurrency": "replace", "name": "n"}, []),
-    ("zone defaults to UTC", {"repeat": "@hourly", "timezone": " "}, {"schedule": "@hourly", "timezone": "UTC",
-                                                                       "concurrency": "forbid"}, []),
+    (
+        "cron with zone",
+        {"repeat": "0 2 * * *", "timezone": "Europe/Paris", "concurrency": "replace", "name": "n"},
+        {"schedule": "0 2 * * *", "timezone": "Europe/Paris", "concurrency": "replace", "name": "n"},
+        [],
+    ),
+    (
+        "zone defaults to UTC",
+        {"repeat": "@hourly", "timezone": " "},
+        {"schedule": "@hourly", "timezone": "UTC", "concurrency": "forbid"},
+        [],
+    ),
     ("unknown zone", {"repeat": "@hourly", "timezone": "Nowhere/Else"}, None, ["timezone"]),
     ("every without duration", {"repeat": "@every "}, None, ["repeat"]),
 ]
 
 
 @pytest.mark.parametrize("name,values,schedule,fields", SCHEDULE_CASES, ids=[c[0] for c in SCHEDULE_CASES])
-def test_submit_form_builds_schedules_like_the_api(admin_tab: Tab, name: str, values: dict[str, str],
-                                                    schedule: dict[str, Any] | None, fields: list[str]) -> None:
+def test_submit_form_builds_schedules_like_the_api(
+    admin_tab: Tab, name: str, values: dict[str, str], schedule: dict[str, Any] | None, fields: list[str]
+) -> None:
     admin_tab.goto("/submit")
-    got = admin_tab.page.evaluate("""async (v) => { const m = await import('/static/pages/submit.js');
+    got = admin_tab.page.evaluate(
+        """async (v) => { const m = await import('/static/pages/submit.js');
         const job = {command: ['x'], ...(v.name ? {name: v.name} : {})};
         const r = m.buildSchedule(v, job); return {schedule: r.schedule, errors: r.errors,
-        mapped: ['schedule', 'job.gpus', 'timezone', null].map(m.formField)}; }""", values)
+        mapped: ['schedule', 'job.gpus', 'timezone', null].map(m.formField)}; }""",
+        values,
+    )
     assert [f for f, _ in got["errors"]] == fields, name
     assert got["mapped"] == ["repeat", "gpus", "timezone", None]
     if not fields:

@@ -42,8 +42,16 @@ ROUND_TRIP = """async (url) => {
 
 @pytest.fixture
 def echo_job(cluster: Cluster) -> Iterator[int]:
-    r = cluster.api("POST", "/jobs", json={"command": [JOB_PYTHON, str(ECHO_APP)], "port": free_port(),
-                                           "env": {"PYTHONPATH": JOB_PYTHONPATH}, "name": "ws-echo"})
+    r = cluster.api(
+        "POST",
+        "/jobs",
+        json={
+            "command": [JOB_PYTHON, str(ECHO_APP)],
+            "port": free_port(),
+            "env": {"PYTHONPATH": JOB_PYTHONPATH},
+            "name": "ws-echo",
+        },
+    )
     assert r.status_code == 201, r.text
     job = int(r.json()["id"])
     wait_for(lambda: cluster.api("GET", f"/jobs/{job}").json()["state"] == "RUNNING", 30, "echo job running")
@@ -55,6 +63,7 @@ def echo_job(cluster: Cluster) -> Iterator[int]:
 @pytest.fixture
 def other_origin() -> Iterator[str]:
     """A page on the same host as Corral, another port: another origin, but the same site."""
+
     class Page(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802
             body = b'<!doctype html><link rel="icon" href="data:,"><p>another app on this host</p>'
@@ -73,8 +82,9 @@ def other_origin() -> Iterator[str]:
     server.shutdown()
 
 
-def test_browser_websocket_with_the_session_cookie(admin_tab: Tab, cluster: Cluster, echo_job: int,
-                                                   other_origin: str) -> None:
+def test_browser_websocket_with_the_session_cookie(
+    admin_tab: Tab, cluster: Cluster, echo_job: int, other_origin: str
+) -> None:
     url = f"ws://127.0.0.1:{cluster.ui_port}/proxy/jobs/{echo_job}/ws"
     page = admin_tab.page
     admin_tab.goto(f"/jobs/{echo_job}")  # logs in: the session cookie is the host's, on every port
@@ -86,8 +96,7 @@ def test_browser_websocket_with_the_session_cookie(admin_tab: Tab, cluster: Clus
     admin_tab.allowed += [re.compile(r"status of 409"), re.compile(r"/proxy/jobs/\d+/page: .*status of 404")]
     wait_for(job_page, 30, "the job's app serves its page through the proxy")
     result = page.evaluate(ROUND_TRIP, url)
-    assert result == {"opened": True, "code": 4003, "got": ["from the browser", [0, 1, 255]],
-                      "protocol": "corral-test"}
+    assert result == {"opened": True, "code": 4003, "got": ["from the browser", [0, 1, 255]], "protocol": "corral-test"}
 
     # Another origin on the same host sends the cookie too, and is refused (403). (The portal's own pages may
     # not even try: their Content-Security-Policy allows connections to the portal's origin only.)
@@ -118,10 +127,17 @@ PROBE_API = """async (api) => {
 def test_a_jobs_page_cannot_use_the_session_of_who_opens_it(admin_tab: Tab, cluster: Cluster, echo_job: int) -> None:
     page = admin_tab.page
     admin_tab.goto(f"/jobs/{echo_job}")
-    admin_tab.allowed += [re.compile(r"status of 409"), re.compile(r"status of 404"), re.compile(r"CORS"),
-                          re.compile(r"Failed to load resource")]
-    wait_for(lambda: page.goto(f"{cluster.ui_url}/proxy/jobs/{echo_job}/page").status == 200, 30,  # type: ignore[union-attr]
-             "the job's page")
+    admin_tab.allowed += [
+        re.compile(r"status of 409"),
+        re.compile(r"status of 404"),
+        re.compile(r"CORS"),
+        re.compile(r"Failed to load resource"),
+    ]
+    wait_for(
+        lambda: page.goto(f"{cluster.ui_url}/proxy/jobs/{echo_job}/page").status == 200,
+        30,  # type: ignore[union-attr]
+        "the job's page",
+    )
     got = page.evaluate(PROBE_API, cluster.url)
     assert got == {"sameOriginApi": 404, "readApi": "blocked", "writeApi": "blocked"}, got
     assert "evil" not in {t["name"] for t in cluster.api("GET", "/tenants").json()}

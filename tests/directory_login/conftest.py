@@ -23,8 +23,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from realparts import missing_real_part
 from e2e.conftest import free_port, wait_for
+from realparts import missing_real_part
 
 BASE_DN = "dc=corral,dc=test"
 PEOPLE = f"ou=people,{BASE_DN}"
@@ -44,25 +44,40 @@ def _write_ca_and_cert(d: Path) -> tuple[Path, Path, Path]:
     now = datetime.now(UTC)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "corral test LDAP CA")])
-    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
-          .serial_number(x509.random_serial_number()).not_valid_before(now - timedelta(minutes=5))
-          .not_valid_after(now + timedelta(days=1))
-          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-          .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True)
-          .sign(ca_key, hashes.SHA256()))
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - timedelta(minutes=5))
+        .not_valid_after(now + timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True)
+        .sign(ca_key, hashes.SHA256())
+    )
     key = ec.generate_private_key(ec.SECP256R1())
-    cert = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]))
-            .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - timedelta(minutes=5)).not_valid_after(now + timedelta(days=1))
-            .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost"),
-                                                        x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .sign(ca_key, hashes.SHA256()))
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]))
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - timedelta(minutes=5))
+        .not_valid_after(now + timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .sign(ca_key, hashes.SHA256())
+    )
     paths = d / "ca.pem", d / "server.pem", d / "server.key"
     paths[0].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
     paths[1].write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    paths[2].write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
+    paths[2].write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
     return paths
 
 
@@ -71,13 +86,16 @@ def _hash(password: str) -> str:
 
 
 def _person(uid: str, password: str) -> str:
-    return (f"dn: uid={uid},{PEOPLE}\nobjectClass: inetOrgPerson\nuid: {uid}\ncn: {uid.title()}\nsn: {uid[0].upper()}\n"
-            f"mail: {uid}@corral.test\nuserPassword: {_hash(password)}\n")
+    return (
+        f"dn: uid={uid},{PEOPLE}\nobjectClass: inetOrgPerson\nuid: {uid}\ncn: {uid.title()}\nsn: {uid[0].upper()}\n"
+        f"mail: {uid}@corral.test\nuserPassword: {_hash(password)}\n"
+    )
 
 
 def _group(cn: str, *members: str) -> str:
-    return (f"dn: cn={cn},{GROUPS}\nobjectClass: groupOfNames\ncn: {cn}\n"
-            + "".join(f"member: uid={m},{PEOPLE}\n" for m in members))
+    return f"dn: cn={cn},{GROUPS}\nobjectClass: groupOfNames\ncn: {cn}\n" + "".join(
+        f"member: uid={m},{PEOPLE}\n" for m in members
+    )
 
 
 SEED_USERS = {"alice": "alicepw-1", "bob": "bobpw-123", "carol": "carolpw-1", "dave": "davepw-12"}
@@ -118,30 +136,41 @@ memberof-memberof-ad memberOf
 access to attrs=userPassword by self write by anonymous auth by * none
 access to * by * read
 """)
-    seed = [f"dn: {BASE_DN}\nobjectClass: dcObject\nobjectClass: organization\no: corral\ndc: corral\n",
-            f"dn: {PEOPLE}\nobjectClass: organizationalUnit\nou: people\n",
-            f"dn: {GROUPS}\nobjectClass: organizationalUnit\nou: groups\n"]
+    seed = [
+        f"dn: {BASE_DN}\nobjectClass: dcObject\nobjectClass: organization\no: corral\ndc: corral\n",
+        f"dn: {PEOPLE}\nobjectClass: organizationalUnit\nou: people\n",
+        f"dn: {GROUPS}\nobjectClass: organizationalUnit\nou: groups\n",
+    ]
     seed += [_person(u, p) for u, p in SEED_USERS.items()]
     (d / "seed.ldif").write_text("\n".join(seed))
     # groups are added once slapd runs, so its memberof overlay fills the people's memberOf (slapadd skips overlays)
     (d / "groups.ldif").write_text("\n".join(_group(g, *m) for g, m in SEED_GROUPS.items()))
-    subprocess.run(["slapadd", "-f", str(d / "slapd.conf"), "-l", str(d / "seed.ldif")], check=True,
-                   capture_output=True)
+    subprocess.run(
+        ["slapadd", "-f", str(d / "slapd.conf"), "-l", str(d / "seed.ldif")], check=True, capture_output=True
+    )
     port, tls_port = free_port(), free_port()
     url, ldaps_url = f"ldap://127.0.0.1:{port}", f"ldaps://127.0.0.1:{tls_port}"
-    proc = subprocess.Popen([slapd_bin, "-d", "0", "-f", str(d / "slapd.conf"), "-h", f"{url}/ {ldaps_url}/"],
-                            stdout=subprocess.DEVNULL, stderr=open(d / "slapd.log", "wb"))
+    proc = subprocess.Popen(
+        [slapd_bin, "-d", "0", "-f", str(d / "slapd.conf"), "-h", f"{url}/ {ldaps_url}/"],
+        stdout=subprocess.DEVNULL,
+        stderr=open(d / "slapd.log", "wb"),
+    )
 
     def answers() -> bool:
         if proc.poll() is not None:
             raise AssertionError(f"slapd exited: {(d / 'slapd.log').read_text()[-2000:]}")
-        return subprocess.run(["ldapsearch", "-x", "-H", url, "-b", BASE_DN, "-s", "base"],
-                              capture_output=True).returncode == 0
+        return (
+            subprocess.run(["ldapsearch", "-x", "-H", url, "-b", BASE_DN, "-s", "base"], capture_output=True).returncode
+            == 0
+        )
 
     try:
         wait_for(answers, 20, "slapd answering")
-        subprocess.run(["ldapadd", "-x", "-H", url, "-D", f"cn=admin,{BASE_DN}", "-w", "adminpw", "-f",
-                        str(d / "groups.ldif")], check=True, capture_output=True)
+        subprocess.run(
+            ["ldapadd", "-x", "-H", url, "-D", f"cn=admin,{BASE_DN}", "-w", "adminpw", "-f", str(d / "groups.ldif")],
+            check=True,
+            capture_output=True,
+        )
         yield Slapd(url=url, ldaps_url=ldaps_url, ca_file=ca)
     finally:
         proc.terminate()
@@ -154,18 +183,25 @@ access to * by * read
 
 def ldap_env(s: Slapd) -> dict[str, str]:
     """The server settings (as CORRAL_* variables) of a DN-template LDAP login against the test slapd."""
-    return {"CORRAL_LDAP_URL": s.url, "CORRAL_LDAP_USER_DN_TEMPLATE": f"uid={{username}},{PEOPLE}",
-            "CORRAL_LDAP_GROUP_SEARCH_BASE": GROUPS}
+    return {
+        "CORRAL_LDAP_URL": s.url,
+        "CORRAL_LDAP_USER_DN_TEMPLATE": f"uid={{username}},{PEOPLE}",
+        "CORRAL_LDAP_GROUP_SEARCH_BASE": GROUPS,
+    }
 
 
 # ---- OpenID Connect -----------------------------------------------------------------------------------------
 OP_DIR = Path(__file__).resolve().parent / "oidc_provider"
-HOW_OP = ("node 20+ and the provider's npm package: `make oidc-provider` (npm ci in tests/directory_login/oidc_provider; "
-          "`make test` does it)")
-OIDC_ACCOUNTS = {"alice": {"password": "alice-op-pw", "groups": ["vision"]},
-                 "bob": {"password": "bob-op-pw", "groups": ["nlp", "staff"]},
-                 "carol": {"password": "carol-op-pw", "groups": ["interns"]},
-                 "mallory": {"password": "mallory-op-pw", "groups": ["vision"], "username": "Mallory@evil"}}
+HOW_OP = (
+    "node 20+ and the provider's npm package: `make oidc-provider` (npm ci in tests/directory_login/oidc_provider; "
+    "`make test` does it)"
+)
+OIDC_ACCOUNTS = {
+    "alice": {"password": "alice-op-pw", "groups": ["vision"]},
+    "bob": {"password": "bob-op-pw", "groups": ["nlp", "staff"]},
+    "carol": {"password": "carol-op-pw", "groups": ["interns"]},
+    "mallory": {"password": "mallory-op-pw", "groups": ["vision"], "username": "Mallory@evil"},
+}
 
 
 @dataclass(frozen=True)
@@ -188,14 +224,27 @@ def start_oidc_provider(d: Path, redirect_uris: list[str]) -> tuple[Provider, su
     key = RSAKey.generate_key(2048, parameters={"kid": "test-key-1", "use": "sig", "alg": "RS256"})
     jwk = key.as_dict(private=True)
     port = free_port()
-    op = Provider(issuer=f"http://127.0.0.1:{port}", client_id="corral", client_secret="corral-client-secret",
-                  other_client_id="other-app", other_client_secret="other-app-secret", signing_jwk=jwk)
-    clients = [{"client_id": op.client_id, "client_secret": op.client_secret, "redirect_uris": redirect_uris},
-               {"client_id": op.other_client_id, "client_secret": op.other_client_secret, "redirect_uris": redirect_uris}]
-    env = dict(os.environ, OIDC_ACCOUNTS=json.dumps(OIDC_ACCOUNTS), OIDC_CLIENTS=json.dumps(clients),
-               OIDC_JWK=json.dumps(jwk))
-    proc = subprocess.Popen([node, str(OP_DIR / "server.mjs"), str(port)], env=env, stdout=subprocess.DEVNULL,
-                            stderr=open(d / f"oidc-provider-{port}.log", "wb"))
+    op = Provider(
+        issuer=f"http://127.0.0.1:{port}",
+        client_id="corral",
+        client_secret="corral-client-secret",
+        other_client_id="other-app",
+        other_client_secret="other-app-secret",
+        signing_jwk=jwk,
+    )
+    clients = [
+        {"client_id": op.client_id, "client_secret": op.client_secret, "redirect_uris": redirect_uris},
+        {"client_id": op.other_client_id, "client_secret": op.other_client_secret, "redirect_uris": redirect_uris},
+    ]
+    env = dict(
+        os.environ, OIDC_ACCOUNTS=json.dumps(OIDC_ACCOUNTS), OIDC_CLIENTS=json.dumps(clients), OIDC_JWK=json.dumps(jwk)
+    )
+    proc = subprocess.Popen(
+        [node, str(OP_DIR / "server.mjs"), str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=open(d / f"oidc-provider-{port}.log", "wb"),
+    )
 
     def answers() -> bool:
         if proc.poll() is not None:
@@ -240,7 +289,9 @@ def provider_login(http: httpx.Client, authorize_url: str, user: str, password: 
     origin = httpx.URL(authorize_url).copy_with(path="/", query=None)
 
     def follow(r: httpx.Response) -> httpx.Response:
-        while r.status_code in (302, 303) and r.url.join(r.headers["location"]).copy_with(path="/", query=None) == origin:
+        while (
+            r.status_code in (302, 303) and r.url.join(r.headers["location"]).copy_with(path="/", query=None) == origin
+        ):
             r = http.get(r.url.join(r.headers["location"]))
         return r
 

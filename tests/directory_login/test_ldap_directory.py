@@ -9,23 +9,44 @@ from ldap3 import SUBTREE, Connection, Server
 
 from corral.core.errors import UnavailableError, ValidationError
 from corral.server.directory.ldap import LdapConfig, LdapDirectory, fill_filter, user_dn_from_template
-
-from .conftest import BASE_DN, GROUPS, PEOPLE, SEED_USERS, Slapd
 from e2e.conftest import free_port
 
-INJECTIONS = ["*", "al*", "*)(uid=*", "alice)(uid=*", "alice)(|(uid=*", "alice\x00", "alice\x00)(uid=*",
-              "alice,ou=people", "uid=alice", "alice\\2a", "(uid=alice)", "ALICE "]
+from .conftest import BASE_DN, GROUPS, PEOPLE, SEED_USERS, Slapd
+
+INJECTIONS = [
+    "*",
+    "al*",
+    "*)(uid=*",
+    "alice)(uid=*",
+    "alice)(|(uid=*",
+    "alice\x00",
+    "alice\x00)(uid=*",
+    "alice,ou=people",
+    "uid=alice",
+    "alice\\2a",
+    "(uid=alice)",
+    "ALICE ",
+]
 
 
 def template(s: Slapd, **kw: object) -> LdapDirectory:
-    return LdapDirectory(LdapConfig(url=s.url, user_dn_template=f"uid={{username}},{PEOPLE}",
-                                    group_search_base=GROUPS, **kw))  # type: ignore[arg-type]
+    return LdapDirectory(
+        LdapConfig(url=s.url, user_dn_template=f"uid={{username}},{PEOPLE}", group_search_base=GROUPS, **kw)
+    )  # type: ignore[arg-type]
 
 
 def search(s: Slapd, **kw: object) -> LdapDirectory:
-    return LdapDirectory(LdapConfig(url=s.url, user_search_base=PEOPLE, user_filter="(uid={username})",
-                                    bind_dn=f"cn=admin,{BASE_DN}", bind_password="adminpw",
-                                    group_search_base=GROUPS, **kw))  # type: ignore[arg-type]
+    return LdapDirectory(
+        LdapConfig(
+            url=s.url,
+            user_search_base=PEOPLE,
+            user_filter="(uid={username})",
+            bind_dn=f"cn=admin,{BASE_DN}",
+            bind_password="adminpw",
+            group_search_base=GROUPS,
+            **kw,
+        )
+    )  # type: ignore[arg-type]
 
 
 def member_of(s: Slapd) -> LdapDirectory:
@@ -43,10 +64,19 @@ def test_a_right_password_gives_the_user_and_its_groups(slapd: Slapd, how: str) 
 
 
 @pytest.mark.parametrize("how", ["template", "search"])
-@pytest.mark.parametrize(("user", "password"), [("alice", "wrong-password"), ("alice", SEED_USERS["bob"]),
-                                                ("nobody", "whatever-1"), ("alice", ""), ("", SEED_USERS["alice"])])
-def test_wrong_password_unknown_user_and_empty_password_are_refused(slapd: Slapd, how: str, user: str,
-                                                                    password: str) -> None:
+@pytest.mark.parametrize(
+    ("user", "password"),
+    [
+        ("alice", "wrong-password"),
+        ("alice", SEED_USERS["bob"]),
+        ("nobody", "whatever-1"),
+        ("alice", ""),
+        ("", SEED_USERS["alice"]),
+    ],
+)
+def test_wrong_password_unknown_user_and_empty_password_are_refused(
+    slapd: Slapd, how: str, user: str, password: str
+) -> None:
     directory = template(slapd) if how == "template" else search(slapd)
     assert directory.authenticate(user, password) is None
 
@@ -81,34 +111,45 @@ def test_start_tls_with_the_ca_works_and_an_unknown_ca_is_a_clear_error(slapd: S
 
 
 def test_ldaps_with_the_ca_works(slapd: Slapd) -> None:
-    d = LdapDirectory(LdapConfig(url=slapd.ldaps_url, ca_file=str(slapd.ca_file),
-                                 user_dn_template=f"uid={{username}},{PEOPLE}", group_search_base=GROUPS))
+    d = LdapDirectory(
+        LdapConfig(
+            url=slapd.ldaps_url,
+            ca_file=str(slapd.ca_file),
+            user_dn_template=f"uid={{username}},{PEOPLE}",
+            group_search_base=GROUPS,
+        )
+    )
     me = d.authenticate("bob", SEED_USERS["bob"])
     assert me is not None and "nlp" in me.groups
 
 
 def test_an_unreachable_directory_is_an_error_not_a_refusal() -> None:
-    d = LdapDirectory(LdapConfig(url=f"ldap://127.0.0.1:{free_port()}", user_dn_template="uid={username},o=x",
-                                 timeout_s=2))
+    d = LdapDirectory(
+        LdapConfig(url=f"ldap://127.0.0.1:{free_port()}", user_dn_template="uid={username},o=x", timeout_s=2)
+    )
     with pytest.raises(UnavailableError, match="cannot be reached"):
         d.authenticate("alice", "alicepw-1")
 
 
 def test_a_wrong_service_account_is_an_error(slapd: Slapd, tmp_path: Path) -> None:
-    d = LdapDirectory(LdapConfig(url=slapd.url, user_search_base=PEOPLE, bind_dn=f"cn=admin,{BASE_DN}",
-                                 bind_password="not-it"))
+    d = LdapDirectory(
+        LdapConfig(url=slapd.url, user_search_base=PEOPLE, bind_dn=f"cn=admin,{BASE_DN}", bind_password="not-it")
+    )
     with pytest.raises(UnavailableError, match="service account"):
         d.authenticate("alice", SEED_USERS["alice"])
 
 
-@pytest.mark.parametrize(("config", "field"), [
-    (LdapConfig(url="http://x"), "ldap_url"),
-    (LdapConfig(url="ldaps://x", start_tls=True, user_dn_template="uid={username}"), "ldap_start_tls"),
-    (LdapConfig(url="ldap://x"), "ldap_user_dn_template"),
-    (LdapConfig(url="ldap://x", user_dn_template="uid=x", user_search_base="o=x"), "ldap_user_dn_template"),
-    (LdapConfig(url="ldap://x", user_dn_template="uid=alice,o=x"), "ldap_user_dn_template"),
-    (LdapConfig(url="ldap://x", user_search_base="o=x", user_filter="(uid=alice)"), "ldap_user_filter"),
-])
+@pytest.mark.parametrize(
+    ("config", "field"),
+    [
+        (LdapConfig(url="http://x"), "ldap_url"),
+        (LdapConfig(url="ldaps://x", start_tls=True, user_dn_template="uid={username}"), "ldap_start_tls"),
+        (LdapConfig(url="ldap://x"), "ldap_user_dn_template"),
+        (LdapConfig(url="ldap://x", user_dn_template="uid=x", user_search_base="o=x"), "ldap_user_dn_template"),
+        (LdapConfig(url="ldap://x", user_dn_template="uid=alice,o=x"), "ldap_user_dn_template"),
+        (LdapConfig(url="ldap://x", user_search_base="o=x", user_filter="(uid=alice)"), "ldap_user_filter"),
+    ],
+)
 def test_contradictory_settings_are_refused_naming_the_setting(config: LdapConfig, field: str) -> None:
     with pytest.raises(ValidationError) as e:
         LdapDirectory(config)

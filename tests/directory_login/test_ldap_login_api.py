@@ -16,10 +16,10 @@ from corral.server.app import create_app
 from corral.server.bootstrap import ensure_credentials
 from corral.server.settings import Settings
 from corral.store.sql import SqlStore, open_store
+from e2e.conftest import free_port
 
 from .conftest import GROUPS, PEOPLE, SEED_USERS, Slapd
 from .test_ldap_directory import INJECTIONS
-from e2e.conftest import free_port
 
 
 @dataclass
@@ -37,8 +37,9 @@ class Cluster:
         return {"Authorization": f"Bearer {r.json()['token']}"}
 
     def map(self, group: str, tenant: str, role: str = "member") -> int:
-        r = self.api.post("/api/v1/directory/groups", json={"group": group, "tenant": tenant, "role": role},
-                          headers=self.admin)
+        r = self.api.post(
+            "/api/v1/directory/groups", json={"group": group, "tenant": tenant, "role": role}, headers=self.admin
+        )
         assert r.status_code == 201, r.text
         return int(r.json()["id"])
 
@@ -114,8 +115,11 @@ def test_a_user_in_no_mapped_group_is_refused(cluster: Cluster) -> None:
 
 def test_removed_from_every_mapped_group_the_user_is_cut_off(cluster: Cluster) -> None:
     bob = cluster.token("bob")
-    nlp = next(m["id"] for m in cluster.api.get("/api/v1/directory/groups", headers=cluster.admin).json()
-               if m["group"] == "nlp")
+    nlp = next(
+        m["id"]
+        for m in cluster.api.get("/api/v1/directory/groups", headers=cluster.admin).json()
+        if m["group"] == "nlp"
+    )
     assert cluster.api.delete(f"/api/v1/directory/groups/{nlp}", headers=cluster.admin).status_code == 204
     assert cluster.login("bob", SEED_USERS["bob"]).status_code == 401
     assert cluster.api.get("/api/v1/whoami", headers=bob).status_code == 401  # the session it held is revoked
@@ -128,8 +132,11 @@ def test_several_mapped_groups_the_highest_role_wins_and_picks_the_tenant(cluste
 
 
 def test_a_group_may_be_mapped_by_its_dn_and_mappings_follow_the_directory(cluster: Cluster) -> None:
-    vision = next(m["id"] for m in cluster.api.get("/api/v1/directory/groups", headers=cluster.admin).json()
-                  if m["group"] == "vision")
+    vision = next(
+        m["id"]
+        for m in cluster.api.get("/api/v1/directory/groups", headers=cluster.admin).json()
+        if m["group"] == "vision"
+    )
     cluster.api.delete(f"/api/v1/directory/groups/{vision}", headers=cluster.admin)
     cluster.map(f"CN=Vision,{GROUPS}", "vision", "viewer")  # DNs compare without case
     assert whoami(cluster, cluster.token("alice"))["role"] == "viewer"
@@ -144,8 +151,9 @@ def test_ldap_injection_strings_are_refused(cluster: Cluster) -> None:
 
 
 def test_a_local_user_is_never_taken_over_by_the_directory(cluster: Cluster) -> None:
-    r = cluster.api.post("/api/v1/users", json={"name": "bob", "tenant": "vision", "password": "local-password"},
-                         headers=cluster.admin)
+    r = cluster.api.post(
+        "/api/v1/users", json={"name": "bob", "tenant": "vision", "password": "local-password"}, headers=cluster.admin
+    )
     assert r.status_code == 201, r.text
     assert cluster.login("bob", SEED_USERS["bob"]).status_code == 401  # bob's LDAP password
     assert whoami(cluster, cluster.token("bob", "local-password"))["tenant"] == "vision"
@@ -154,11 +162,13 @@ def test_a_local_user_is_never_taken_over_by_the_directory(cluster: Cluster) -> 
 def test_only_admins_manage_mappings(cluster: Cluster) -> None:
     alice = cluster.token("alice")
     assert cluster.api.get("/api/v1/directory/groups", headers=alice).status_code == 403
-    r = cluster.api.post("/api/v1/directory/groups", json={"group": "interns", "tenant": "vision", "role": "admin"},
-                         headers=alice)
+    r = cluster.api.post(
+        "/api/v1/directory/groups", json={"group": "interns", "tenant": "vision", "role": "admin"}, headers=alice
+    )
     assert r.status_code == 403
-    r = cluster.api.post("/api/v1/directory/groups", json={"group": "x", "tenant": "vision", "role": "king"},
-                         headers=cluster.admin)
+    r = cluster.api.post(
+        "/api/v1/directory/groups", json={"group": "x", "tenant": "vision", "role": "king"}, headers=cluster.admin
+    )
     assert r.status_code == 400 and r.json()["error"]["field"] == "role"
     r = cluster.api.post("/api/v1/directory/groups", json={"group": "x", "tenant": "nope"}, headers=cluster.admin)
     assert r.status_code == 400 and r.json()["error"]["field"] == "tenant"
@@ -167,11 +177,17 @@ def test_only_admins_manage_mappings(cluster: Cluster) -> None:
 
 
 def test_directory_down_is_a_clear_error_and_local_logins_still_work(tmp_path: Path, database_url: str) -> None:
-    c, store = make_cluster(tmp_path, database_url, ldap_url=f"ldap://127.0.0.1:{free_port()}",
-                            ldap_user_dn_template=f"uid={{username}},{PEOPLE}", ldap_timeout_s=2)
+    c, store = make_cluster(
+        tmp_path,
+        database_url,
+        ldap_url=f"ldap://127.0.0.1:{free_port()}",
+        ldap_user_dn_template=f"uid={{username}},{PEOPLE}",
+        ldap_timeout_s=2,
+    )
     try:
-        r = c.api.post("/api/v1/users", json={"name": "root2", "role": "admin", "password": "local-password"},
-                       headers=c.admin)
+        r = c.api.post(
+            "/api/v1/users", json={"name": "root2", "role": "admin", "password": "local-password"}, headers=c.admin
+        )
         assert r.status_code == 201, r.text
         r = c.login("alice", SEED_USERS["alice"])
         assert r.status_code == 503 and "cannot be reached" in r.json()["error"]["message"], r.text

@@ -8,8 +8,9 @@ from collections.abc import Callable
 
 import pytest
 
-from .conftest import SEED_USERS, Slapd, ldap_env
 from e2e.conftest import Corral, corral_factory  # noqa: F401  (the fixture)
+
+from .conftest import SEED_USERS, Slapd, ldap_env
 
 pytestmark = pytest.mark.e2e
 
@@ -18,12 +19,17 @@ def test_corral_login_with_ldap_lands_in_the_mapped_tenant(slapd: Slapd, corral_
     c = corral_factory("c")
     c.env.update(ldap_env(slapd))
     c.start()
-    for args in (["tenants", "create", "vision"], ["directory", "map", "vision", "--tenant", "vision"],
-                 ["directory", "map", "nlp", "--tenant", "vision", "--role", "viewer"]):
+    for args in (
+        ["tenants", "create", "vision"],
+        ["directory", "map", "vision", "--tenant", "vision"],
+        ["directory", "map", "nlp", "--tenant", "vision", "--role", "viewer"],
+    ):
         r = c.cli(*args)
         assert r.returncode == 0, r.stderr
     assert [(m["group"], m["tenant"], m["role"]) for m in c.cli_json("directory", "groups")] == [
-        ("vision", "vision", "member"), ("nlp", "vision", "viewer")]
+        ("vision", "vision", "member"),
+        ("nlp", "vision", "viewer"),
+    ]
 
     home = c.root / "alice-home"
     alice = dict(c.env, HOME=str(home), XDG_CONFIG_HOME=str(home / ".config"), CORRAL_PASSWORD=SEED_USERS["alice"])

@@ -51,8 +51,13 @@ class Portal:
 def portal(oidc_provider: Callable[[list[str]], Provider], tmp_path: Path, database_url: str) -> Iterator[Portal]:
     op = oidc_provider([CALLBACK])
     (tmp_path / "oidc-secret").write_text(op.client_secret + "\n")
-    cluster, store = make_cluster(tmp_path, database_url, oidc_issuer=op.issuer, oidc_client_id=op.client_id,
-                                  oidc_client_secret_file=str(tmp_path / "oidc-secret"))
+    cluster, store = make_cluster(
+        tmp_path,
+        database_url,
+        oidc_issuer=op.issuer,
+        oidc_client_id=op.client_id,
+        oidc_client_secret_file=str(tmp_path / "oidc-secret"),
+    )
     cluster.map("vision", "vision")
     cluster.map("nlp", "nlp", "tenant-admin")
     with httpx.Client(timeout=10) as at_provider:
@@ -142,8 +147,16 @@ def rp(oidc_provider: Callable[[list[str]], Provider]) -> tuple[OidcClient, Prov
 def mint(op: Provider, key: Any = None, alg: str = "RS256", **override: Any) -> str:
     """An ID token as the provider would make it (signed with its own key unless `key` is given)."""
     now = int(time.time())
-    claims = {"iss": op.issuer, "aud": op.client_id, "sub": "alice", "preferred_username": "alice",
-              "groups": ["vision"], "nonce": "n-1", "iat": now, "exp": now + 300} | override
+    claims = {
+        "iss": op.issuer,
+        "aud": op.client_id,
+        "sub": "alice",
+        "preferred_username": "alice",
+        "groups": ["vision"],
+        "nonce": "n-1",
+        "iat": now,
+        "exp": now + 300,
+    } | override
     claims = {k: v for k, v in claims.items() if v is not None}
     key = key or RSAKey.import_key(op.signing_jwk)
     return jwt.encode({"alg": alg, "kid": "test-key-1"}, claims, key, algorithms=[alg])
@@ -154,17 +167,21 @@ def test_a_token_the_provider_signed_is_accepted(rp: tuple[OidcClient, Provider]
     assert client.identity(client.verify_id_token(mint(op), "n-1")).groups == {"vision"}
 
 
-@pytest.mark.parametrize(("case", "override"), [
-    ("expired", {"exp": int(time.time()) - 3600, "iat": int(time.time()) - 7200}),
-    ("wrong audience", {"aud": "other-app"}),
-    ("several audiences, azp not ours", {"aud": ["other-app", "corral"], "azp": "other-app"}),
-    ("wrong issuer", {"iss": "https://evil.example"}),
-    ("wrong nonce", {"nonce": "n-2"}),
-    ("no nonce", {"nonce": None}),
-    ("no expiry", {"exp": None}),
-])
-def test_id_tokens_with_wrong_claims_are_refused(rp: tuple[OidcClient, Provider], case: str,
-                                                  override: dict[str, Any]) -> None:
+@pytest.mark.parametrize(
+    ("case", "override"),
+    [
+        ("expired", {"exp": int(time.time()) - 3600, "iat": int(time.time()) - 7200}),
+        ("wrong audience", {"aud": "other-app"}),
+        ("several audiences, azp not ours", {"aud": ["other-app", "corral"], "azp": "other-app"}),
+        ("wrong issuer", {"iss": "https://evil.example"}),
+        ("wrong nonce", {"nonce": "n-2"}),
+        ("no nonce", {"nonce": None}),
+        ("no expiry", {"exp": None}),
+    ],
+)
+def test_id_tokens_with_wrong_claims_are_refused(
+    rp: tuple[OidcClient, Provider], case: str, override: dict[str, Any]
+) -> None:
     client, op = rp
     with pytest.raises(AuthError, match="refused"):
         client.verify_id_token(mint(op, **override), "n-1")
@@ -197,9 +214,16 @@ def test_a_token_issued_to_another_client_through_the_real_flow_is_refused(rp: t
     callback = httpx.URL(r.headers["location"])
     state, code = callback.params["state"], callback.params["code"]
     pending = other._take_pending(state, browser)  # noqa: SLF001  (the code exchange, by hand, to get the token)
-    token = httpx.post(str(other.metadata()["token_endpoint"]), auth=(op.other_client_id, op.other_client_secret),
-                       data={"grant_type": "authorization_code", "code": code, "redirect_uri": CALLBACK,
-                             "code_verifier": pending.verifier}).json()["id_token"]
+    token = httpx.post(
+        str(other.metadata()["token_endpoint"]),
+        auth=(op.other_client_id, op.other_client_secret),
+        data={
+            "grant_type": "authorization_code",
+            "code": code,
+            "redirect_uri": CALLBACK,
+            "code_verifier": pending.verifier,
+        },
+    ).json()["id_token"]
     assert other.verify_id_token(token, nonce)["aud"] == op.other_client_id  # valid for the app it was made for
     with pytest.raises(AuthError, match="refused"):
         client.verify_id_token(token, nonce)
@@ -213,8 +237,11 @@ def test_settings_are_checked_at_start() -> None:
         build_oidc_client(Settings(oidc_issuer="https://idp.example", oidc_client_id="c", oidc_scopes="profile"))
     assert e.value.field == "oidc_scopes"
     with pytest.raises(ValidationError) as e:
-        build_oidc_client(Settings(oidc_issuer="https://idp.example", oidc_client_id="c",
-                                   oidc_client_secret_file="/nonexistent/secret"))
+        build_oidc_client(
+            Settings(
+                oidc_issuer="https://idp.example", oidc_client_id="c", oidc_client_secret_file="/nonexistent/secret"
+            )
+        )
     assert e.value.field == "oidc_client_secret_file"
 
 

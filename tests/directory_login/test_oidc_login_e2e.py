@@ -8,19 +8,24 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from .conftest import OIDC_ACCOUNTS, Provider, provider_login
 from e2e.conftest import Corral, corral_factory  # noqa: F401  (the fixture)
+
+from .conftest import OIDC_ACCOUNTS, Provider, provider_login
 
 pytestmark = pytest.mark.e2e
 
 
-def test_portal_login_through_the_provider(oidc_provider: Callable[[list[str]], Provider],
-                                           corral_factory: Callable[..., Corral]) -> None:  # noqa: F811
+def test_portal_login_through_the_provider(
+    oidc_provider: Callable[[list[str]], Provider], corral_factory: Callable[..., Corral]
+) -> None:  # noqa: F811
     c = corral_factory("c")
     op = oidc_provider([f"{c.url}/web/oidc/callback"])
     (c.root / "oidc-secret").write_text(op.client_secret)
-    c.env.update(CORRAL_OIDC_ISSUER=op.issuer, CORRAL_OIDC_CLIENT_ID=op.client_id,
-                 CORRAL_OIDC_CLIENT_SECRET_FILE=str(c.root / "oidc-secret"))
+    c.env.update(
+        CORRAL_OIDC_ISSUER=op.issuer,
+        CORRAL_OIDC_CLIENT_ID=op.client_id,
+        CORRAL_OIDC_CLIENT_SECRET_FILE=str(c.root / "oidc-secret"),
+    )
     c.start()
     for args in (["tenants", "create", "vision"], ["directory", "map", "vision", "--tenant", "vision"]):
         r = c.cli(*args)

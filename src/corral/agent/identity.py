@@ -64,10 +64,14 @@ def _write_private(path: Path, data: bytes) -> None:
 def new_key_and_csr(node: str) -> tuple[bytes, str]:
     """A fresh P-256 key (PEM) and a CSR for `node` over it."""
     key = ec.generate_private_key(ec.SECP256R1())
-    csr = (x509.CertificateSigningRequestBuilder()
-           .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, node)])).sign(key, hashes.SHA256()))
-    key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                serialization.NoEncryption())
+    csr = (
+        x509.CertificateSigningRequestBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, node)]))
+        .sign(key, hashes.SHA256())
+    )
+    key_pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
     return key_pem, csr.public_bytes(serialization.Encoding.PEM).decode()
 
 
@@ -109,8 +113,9 @@ class CertRenewer:
     """Renews the node's certificate at 2/3 of its lifetime, over mutual TLS with the current one, then
     loads it into the client's SSLContext and moves the client to new connections."""
 
-    def __init__(self, files: NodeTlsFiles, client: AgentClient, ctx: ssl.SSLContext, node: str,
-                 check_interval_s: float = 60.0) -> None:
+    def __init__(
+        self, files: NodeTlsFiles, client: AgentClient, ctx: ssl.SSLContext, node: str, check_interval_s: float = 60.0
+    ) -> None:
         self.files, self.client, self.ctx, self.node = files, client, ctx, node
         self.check_interval_s = check_interval_s
         self.renewals = 0

@@ -30,21 +30,34 @@ class AgentSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="CORRAL_", extra="ignore")
 
-    server_url: str = Field("https://127.0.0.1:8602", description="The server's agent port (mutual TLS), as "
-                                                                 "`corral up` prints it; `corral agent --join URL`.")
-    join_token_file: str = Field("", description="File holding a join token (`-`: stdin), needed only until the node "
-                                                 "has its certificate (`corral tokens join create`).")
+    server_url: str = Field(
+        "https://127.0.0.1:8602",
+        description="The server's agent port (mutual TLS), as `corral up` prints it; `corral agent --join URL`.",
+    )
+    join_token_file: str = Field(
+        "",
+        description="File holding a join token (`-`: stdin), needed only until the node "
+        "has its certificate (`corral tokens join create`).",
+    )
     gpus: str = Field("auto", description="GPU backend: auto, nvml, none, or a simulated spec like sim:8xH100-80GB.")
     node_name: str = Field(default_factory=socket.gethostname, description="Name this node registers under.")
-    data_dir: Path = Field(default_factory=default_data_dir, description="Agent state: job dirs and logs (under agent/).")
+    data_dir: Path = Field(
+        default_factory=default_data_dir, description="Agent state: job dirs and logs (under agent/)."
+    )
     poll_wait_s: float = Field(20.0, gt=0, le=60, description="Long-poll length of the agent's sync with the server.")
     metrics_interval_s: float = Field(5.0, ge=0, description="Seconds between telemetry batches (0: no telemetry).")
-    advertise_address: str = Field("", description="Host or IP the server reaches this node at (jobs' web UIs); "
-                                                   "default: 127.0.0.1 for a server on loopback, else the hostname.")
-    jobs_dir: Path | None = Field(None, description="Where jobs' own dirs (HOME, default workdir, checkpoints) live, "
-                                                    "under <jobs_dir>/<node>; outside the data dir, and reachable by "
-                                                    "the users jobs run as (default: /var/lib/corral-jobs as root, "
-                                                    "else jobs/ in the data dir).")
+    advertise_address: str = Field(
+        "",
+        description="Host or IP the server reaches this node at (jobs' web UIs); "
+        "default: 127.0.0.1 for a server on loopback, else the hostname.",
+    )
+    jobs_dir: Path | None = Field(
+        None,
+        description="Where jobs' own dirs (HOME, default workdir, checkpoints) live, "
+        "under <jobs_dir>/<node>; outside the data dir, and reachable by "
+        "the users jobs run as (default: /var/lib/corral-jobs as root, "
+        "else jobs/ in the data dir).",
+    )
 
     @property
     def effective_address(self) -> str:
@@ -86,8 +99,10 @@ def ensure_identity(settings: AgentSettings, token: str | None, retry_for_s: flo
     if why is None:
         return files
     if not token:
-        raise JoinNeeded(f"node {settings.node_name}: {why}; join with a token: corral agent --join URL "
-                         "--token-file FILE (or CORRAL_JOIN_TOKEN_FILE)")
+        raise JoinNeeded(
+            f"node {settings.node_name}: {why}; join with a token: corral agent --join URL "
+            "--token-file FILE (or CORRAL_JOIN_TOKEN_FILE)"
+        )
     deadline = time.monotonic() + retry_for_s
     while True:
         try:
@@ -111,14 +126,25 @@ def build_agent(settings: AgentSettings) -> tuple[Agent, AgentClient, ProcessExe
     secure_data_dir(settings.data_dir, skip=(settings.work_root,))
     executor = ProcessExecutor(settings.agent_dir / "jobs", work_root=settings.work_root)
     if executor.isolation != "users":
-        log.warning("SINGLE-USER MODE: the agent is not root, so every job runs as %s and can read everything that "
-                    "user can (the agent's data dir and its credentials too); run the agent as root to run each job "
-                    "as its user's own Unix identity", getpass.getuser())
+        log.warning(
+            "SINGLE-USER MODE: the agent is not root, so every job runs as %s and can read everything that "
+            "user can (the agent's data dir and its credentials too); run the agent as root to run each job "
+            "as its user's own Unix identity",
+            getpass.getuser(),
+        )
     ctx = mtls_context(settings.tls_files)
     client = AgentClient(settings.server_url, "", verify=ctx)
-    agent = Agent(client, settings.node_name, backend, executor, settings.agent_dir / "logs",
-                  poll_wait_s=settings.poll_wait_s, metrics_interval_s=settings.metrics_interval_s,
-                  checkpoint_dir=executor.work_root / CHECKPOINTS, address=settings.effective_address)
+    agent = Agent(
+        client,
+        settings.node_name,
+        backend,
+        executor,
+        settings.agent_dir / "logs",
+        poll_wait_s=settings.poll_wait_s,
+        metrics_interval_s=settings.metrics_interval_s,
+        checkpoint_dir=executor.work_root / CHECKPOINTS,
+        address=settings.effective_address,
+    )
     return agent, client, executor
 
 

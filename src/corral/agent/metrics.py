@@ -40,12 +40,17 @@ def collect_host_sample(now: float, disk_path: str = "/") -> HostSample:
         ts=now,
         cpu_percent=float(psutil.cpu_percent(interval=None)),
         cpu_count=psutil.cpu_count() or 1,
-        load_1m=load[0], load_5m=load[1], load_15m=load[2],
+        load_1m=load[0],
+        load_5m=load[1],
+        load_15m=load[2],
         memory_used_mib=int(memory.total - memory.available) // _MIB,
         memory_total_mib=int(memory.total) // _MIB,
-        disk_used_bytes=int(disk.used), disk_total_bytes=int(disk.total),
-        disk_read_bytes=int(io.read_bytes) if io else 0, disk_write_bytes=int(io.write_bytes) if io else 0,
-        net_rx_bytes=int(net.bytes_recv) if net else 0, net_tx_bytes=int(net.bytes_sent) if net else 0,
+        disk_used_bytes=int(disk.used),
+        disk_total_bytes=int(disk.total),
+        disk_read_bytes=int(io.read_bytes) if io else 0,
+        disk_write_bytes=int(io.write_bytes) if io else 0,
+        net_rx_bytes=int(net.bytes_recv) if net else 0,
+        net_tx_bytes=int(net.bytes_sent) if net else 0,
     )
 
 
@@ -64,10 +69,20 @@ class Collector:
     next batch's `dropped_events`.
     """
 
-    def __init__(self, backend: GpuBackend, sink: BatchSink, *, node: str, interval_s: float = 5.0,
-                 clock: Callable[[], float] = time.time, host_reader: HostReader | None = collect_host_sample,
-                 max_pending_events: int = 1000, collect_on_event: bool = True,
-                 on_error: Callable[[Exception], None] | None = None, event_wait_s: float = 1.0) -> None:
+    def __init__(
+        self,
+        backend: GpuBackend,
+        sink: BatchSink,
+        *,
+        node: str,
+        interval_s: float = 5.0,
+        clock: Callable[[], float] = time.time,
+        host_reader: HostReader | None = collect_host_sample,
+        max_pending_events: int = 1000,
+        collect_on_event: bool = True,
+        on_error: Callable[[Exception], None] | None = None,
+        event_wait_s: float = 1.0,
+    ) -> None:
         if interval_s <= 0:
             raise ValueError("interval_s must be positive")
         self.backend = backend
@@ -114,8 +129,15 @@ class Collector:
                 events = tuple(self._pending) + readout.events
                 self._pending.clear()
                 dropped, self._dropped = self._dropped, 0
-            batch = TelemetryBatch(node=self.node, ts=now, host=host, gpus=readout.samples, events=events,
-                                   gpu_count=compute_gpu_count(readout), dropped_events=dropped)
+            batch = TelemetryBatch(
+                node=self.node,
+                ts=now,
+                host=host,
+                gpus=readout.samples,
+                events=events,
+                gpu_count=compute_gpu_count(readout),
+                dropped_events=dropped,
+            )
             self._sink(batch)
             return batch
 

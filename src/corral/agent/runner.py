@@ -22,12 +22,18 @@ from corral.agent.logship import LogShipper
 from corral.agent.metrics import Collector
 from corral.agent.webports import WebPortWatch
 from corral.api.schemas import (
-    AgentRegister, AgentSync, Assignment, ExitReport, GpuReport, RunRef, SimFaultCommand,
+    AgentRegister,
+    AgentSync,
+    Assignment,
+    ExitReport,
+    GpuReport,
+    RunRef,
+    SimFaultCommand,
 )
 from corral.core.errors import CorralError
 from corral.core.simfault import parse_sim_fault
-from corral.core.unix_identity import JobIdentity
 from corral.core.telemetry import TelemetryBatch, batch_to_dict
+from corral.core.unix_identity import JobIdentity
 from corral.executors.base import Executor, ExitRecord, LaunchSpec
 from corral.sdk.client import AgentClient, CorralAPIError, CorralSDKError
 
@@ -38,9 +44,20 @@ TELEMETRY_QUEUE = 120  # batches kept while the server is unreachable (10 min at
 class Agent:
     """One node's agent. `run()` blocks until `stop()`; jobs keep running across agent restarts."""
 
-    def __init__(self, client: AgentClient, node: str, backend: GpuBackend, executor: Executor, log_dir: Path,
-                 poll_wait_s: float = 20.0, watch_interval_s: float = 0.25, labels: dict[str, str] | None = None,
-                 metrics_interval_s: float = 5.0, checkpoint_dir: Path | None = None, address: str = "") -> None:
+    def __init__(
+        self,
+        client: AgentClient,
+        node: str,
+        backend: GpuBackend,
+        executor: Executor,
+        log_dir: Path,
+        poll_wait_s: float = 20.0,
+        watch_interval_s: float = 0.25,
+        labels: dict[str, str] | None = None,
+        metrics_interval_s: float = 5.0,
+        checkpoint_dir: Path | None = None,
+        address: str = "",
+    ) -> None:
         self.client = client
         self.node = node
         self.backend = backend
@@ -64,14 +81,33 @@ class Agent:
 
     # ---- registration -------------------------------------------------------
     def registration(self) -> AgentRegister:
-        gpus = [GpuReport(index=g.index, uuid=g.uuid, model=g.model, memory_mib=g.memory_mib, pci_bus_id=g.pci_bus_id,
-                          numa_node=g.numa_node, nvlink_peers=list(g.nvlink_peers), pcie_switch=g.pcie_switch,
-                          ecc_enabled=g.ecc_enabled, healthy=g.healthy) for g in self.backend.discover()]
-        return AgentRegister(name=self.node, hostname=socket.gethostname(), address=self.address, backend=self.backend.name,
-                             cpu_milli=(os.cpu_count() or 1) * 1000,
-                             memory_mib=psutil.virtual_memory().total // (1 << 20),
-                             labels=self.labels, gpus=gpus, agent_version=__version__,
-                             isolation=self.executor.isolation)
+        gpus = [
+            GpuReport(
+                index=g.index,
+                uuid=g.uuid,
+                model=g.model,
+                memory_mib=g.memory_mib,
+                pci_bus_id=g.pci_bus_id,
+                numa_node=g.numa_node,
+                nvlink_peers=list(g.nvlink_peers),
+                pcie_switch=g.pcie_switch,
+                ecc_enabled=g.ecc_enabled,
+                healthy=g.healthy,
+            )
+            for g in self.backend.discover()
+        ]
+        return AgentRegister(
+            name=self.node,
+            hostname=socket.gethostname(),
+            address=self.address,
+            backend=self.backend.name,
+            cpu_milli=(os.cpu_count() or 1) * 1000,
+            memory_mib=psutil.virtual_memory().total // (1 << 20),
+            labels=self.labels,
+            gpus=gpus,
+            agent_version=__version__,
+            isolation=self.executor.isolation,
+        )
 
     def register(self, retry_s: float = 1.0) -> None:
         """Register, retrying while the server is unreachable; auth and validation errors are fatal."""
@@ -90,13 +126,16 @@ class Agent:
     # ---- loops ----------------------------------------------------------------
     def run(self) -> None:
         self.register()
-        threads = [threading.Thread(target=self._watch_loop, name="corral-agent-watch", daemon=True),
-                   threading.Thread(target=self._telemetry_loop, name="corral-agent-telemetry", daemon=True)]
+        threads = [
+            threading.Thread(target=self._watch_loop, name="corral-agent-watch", daemon=True),
+            threading.Thread(target=self._telemetry_loop, name="corral-agent-telemetry", daemon=True),
+        ]
         for t in threads:
             t.start()
         if self.metrics_interval_s > 0:
-            self.collector = Collector(self.backend, self._enqueue_batch, node=self.node,
-                                       interval_s=self.metrics_interval_s)
+            self.collector = Collector(
+                self.backend, self._enqueue_batch, node=self.node, interval_s=self.metrics_interval_s
+            )
             self.collector.start()
         try:
             self._poll_loop()
@@ -179,8 +218,12 @@ class Agent:
         for ex in exits:  # the whole log reaches the server before the exit does
             run = RunRef.from_key(ex.job_id)
             self.shipper.ship(run.job_id, run.attempt, self.log_path(run), run.rank)
-        reply = self.client.sync(self.node, AgentSync(running=running, exits=[_report(e) for e in exits], wait_s=wait_s,
-                                                      web_ports=self.web_ports.reports()))
+        reply = self.client.sync(
+            self.node,
+            AgentSync(
+                running=running, exits=[_report(e) for e in exits], wait_s=wait_s, web_ports=self.web_ports.reports()
+            ),
+        )
         self.web_ports.set_checks(reply.web_ports)
         for run in reply.acked_exits:
             self.executor.ack(run.key)
@@ -202,10 +245,18 @@ class Agent:
         run = a.run
         # The server resolved whom the job runs as; the executor creates its dirs owned by that identity.
         identity = JobIdentity(a.uid, a.gid if a.gid is not None else a.uid, a.unix_user) if a.uid is not None else None
-        spec = LaunchSpec(job_id=run.key, command=tuple(a.command), env=dict(a.env), workdir=a.workdir,
-                          gpu_indices=tuple(a.gpu_indices), gpu_uuids=tuple(a.gpu_uuids),
-                          log_path=self.log_path(run), identity=identity,
-                          checkpoint_dir=self.checkpoint_dir / str(a.job_id), secret_env=dict(a.secret_env))
+        spec = LaunchSpec(
+            job_id=run.key,
+            command=tuple(a.command),
+            env=dict(a.env),
+            workdir=a.workdir,
+            gpu_indices=tuple(a.gpu_indices),
+            gpu_uuids=tuple(a.gpu_uuids),
+            log_path=self.log_path(run),
+            identity=identity,
+            checkpoint_dir=self.checkpoint_dir / str(a.job_id),
+            secret_env=dict(a.secret_env),
+        )
         with self._lock:
             if run in self._run_gpus:  # two syncs in flight can both carry a new assignment: launch once
                 return

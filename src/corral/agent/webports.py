@@ -59,7 +59,7 @@ def load_process_table(proc: str = "/proc") -> ProcessTable:
                 stat = f.read()
         except OSError:
             continue
-        rest = stat[stat.rfind(")") + 2:].split()  # after "pid (comm) ": state ppid pgrp session ...
+        rest = stat[stat.rfind(")") + 2 :].split()  # after "pid (comm) ": state ppid pgrp session ...
         if len(rest) >= 4:
             table[int(name)] = (int(rest[1]), int(rest[2]), int(rest[3]))
     return table
@@ -134,10 +134,18 @@ class WebPortWatch:
 
     def reports(self) -> list[WebPortReport]:
         with self._lock:
-            return [WebPortReport(job_id=run.job_id, attempt=run.attempt, rank=run.rank, port=port,
-                                  listening=found[1] if found and found[0] == port else False,
-                                  detail=(found[2] if found and found[0] == port else "not checked yet")[:500])
-                    for run, port in self._checks.items() for found in [self._found.get(run)]]
+            return [
+                WebPortReport(
+                    job_id=run.job_id,
+                    attempt=run.attempt,
+                    rank=run.rank,
+                    port=port,
+                    listening=found[1] if found and found[0] == port else False,
+                    detail=(found[2] if found and found[0] == port else "not checked yet")[:500],
+                )
+                for run, port in self._checks.items()
+                for found in [self._found.get(run)]
+            ]
 
     def refresh(self) -> bool:
         """Look again when due; whether any run's verdict changed (then the agent reports at once)."""
@@ -150,7 +158,9 @@ class WebPortWatch:
         try:
             found = self._look(checks)
         except OSError as e:  # not verified is the safe answer: the proxy then refuses
-            found = {run: (port, False, f"the agent cannot read the node's sockets: {e}") for run, port in checks.items()}
+            found = {
+                run: (port, False, f"the agent cannot read the node's sockets: {e}") for run, port in checks.items()
+            }
         with self._lock:
             changed = found != {r: f for r, f in self._found.items() if r in checks}
             self._found = found

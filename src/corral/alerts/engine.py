@@ -29,9 +29,14 @@ class AlertEngine:
     """`submit` receives the changes to notify, if any (NotificationDispatcher.submit); `act` each action request
     (cordon a node, stop a job). Both are called outside the engine's lock."""
 
-    def __init__(self, rules: Sequence[AlertRule] = DEFAULT_RULES, *,
-                 submit: Callable[[Sequence[AlertChange]], None] | None = None,
-                 act: Callable[[ActionRequest], None] | None = None, resolved_keep_s: float = 3600.0) -> None:
+    def __init__(
+        self,
+        rules: Sequence[AlertRule] = DEFAULT_RULES,
+        *,
+        submit: Callable[[Sequence[AlertChange]], None] | None = None,
+        act: Callable[[ActionRequest], None] | None = None,
+        resolved_keep_s: float = 3600.0,
+    ) -> None:
         self._rules = list(rules)
         self._silences: list[Silence] = []
         self._alerts: dict[str, Alert] = {}

@@ -115,8 +115,14 @@ class _Missing(dict[str, object]):
         return "?"
 
 
-def evaluate_rules(rules: Sequence[AlertRule], series: Iterable[SeriesPoint], previous: Mapping[str, Alert],
-                   now: float, silences: Sequence[Silence] = (), resolved_keep_s: float = 3600.0) -> Evaluation:
+def evaluate_rules(
+    rules: Sequence[AlertRule],
+    series: Iterable[SeriesPoint],
+    previous: Mapping[str, Alert],
+    now: float,
+    silences: Sequence[Silence] = (),
+    resolved_keep_s: float = 3600.0,
+) -> Evaluation:
     """One evaluation round over every enabled rule (pure)."""
     by_metric: dict[str, list[SeriesPoint]] = {}
     for point in series:
@@ -148,8 +154,9 @@ def evaluate_rules(rules: Sequence[AlertRule], series: Iterable[SeriesPoint], pr
             continue
         if old.state is AlertState.FIRING:  # FIRING -> RESOLVED: the condition no longer holds
             muted = _muting(old, now, silences)
-            resolved = dataclasses.replace(old, state=AlertState.RESOLVED, resolved_at=now, updated_at=now,
-                                           silenced_by=muted)
+            resolved = dataclasses.replace(
+                old, state=AlertState.RESOLVED, resolved_at=now, updated_at=now, silenced_by=muted
+            )
             alerts[fingerprint] = resolved
             changes.append(AlertChange(resolved, AlertState.FIRING, muted is None))
         elif old.state is AlertState.RESOLVED and _resolved_recently(old, now, resolved_keep_s):
@@ -158,8 +165,9 @@ def evaluate_rules(rules: Sequence[AlertRule], series: Iterable[SeriesPoint], pr
     return Evaluation(alerts, changes, actions)
 
 
-def _advance(rule: AlertRule, point: SeriesPoint, fingerprint: str, old: Alert | None, now: float,
-             silences: Sequence[Silence]) -> Alert:
+def _advance(
+    rule: AlertRule, point: SeriesPoint, fingerprint: str, old: Alert | None, now: float, silences: Sequence[Silence]
+) -> Alert:
     """The alert for a series whose condition holds now."""
     if old is None or old.state is AlertState.RESOLVED:
         since = now  # (re)starts: a resolved alert that holds again is a new episode
@@ -170,9 +178,17 @@ def _advance(rule: AlertRule, point: SeriesPoint, fingerprint: str, old: Alert |
     if state is AlertState.FIRING and fired_at is None:
         fired_at = now
     alert = Alert(
-        rule=rule.name, fingerprint=fingerprint, labels=point.labels, state=state, severity=rule.severity,
-        value=point.value, summary=compute_summary(rule, point.labels, point.value), active_since=since,
-        updated_at=now, fired_at=fired_at, tenant=compute_alert_tenant(rule, point.labels),
+        rule=rule.name,
+        fingerprint=fingerprint,
+        labels=point.labels,
+        state=state,
+        severity=rule.severity,
+        value=point.value,
+        summary=compute_summary(rule, point.labels, point.value),
+        active_since=since,
+        updated_at=now,
+        fired_at=fired_at,
+        tenant=compute_alert_tenant(rule, point.labels),
     )
     return dataclasses.replace(alert, silenced_by=_muting(alert, now, silences))
 

@@ -31,9 +31,16 @@ class NotifierError(CorralError):
 def render_alert(change: AlertChange) -> dict[str, Any]:
     a = change.alert
     return {
-        "status": a.state.value, "rule": a.rule, "severity": a.severity.value, "summary": a.summary,
-        "labels": a.label_map, "value": a.value, "fingerprint": a.fingerprint,
-        "active_since": a.active_since, "fired_at": a.fired_at, "resolved_at": a.resolved_at,
+        "status": a.state.value,
+        "rule": a.rule,
+        "severity": a.severity.value,
+        "summary": a.summary,
+        "labels": a.label_map,
+        "value": a.value,
+        "fingerprint": a.fingerprint,
+        "active_since": a.active_since,
+        "fired_at": a.fired_at,
+        "resolved_at": a.resolved_at,
     }
 
 
@@ -84,8 +91,15 @@ class Notifier(Protocol):
 class WebhookNotifier:
     """POSTs render_webhook_body() as JSON. Any 2xx is success. `transport` is for tests."""
 
-    def __init__(self, name: str, url: str, *, timeout_s: float = 5.0, headers: dict[str, str] | None = None,
-                 transport: httpx.BaseTransport | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        url: str,
+        *,
+        timeout_s: float = 5.0,
+        headers: dict[str, str] | None = None,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
         self.name = name
         self.url = url
         self._client = httpx.Client(timeout=timeout_s, headers=headers or {}, transport=transport)
@@ -106,9 +120,19 @@ class WebhookNotifier:
 class EmailNotifier:
     """Sends render_email() through an SMTP server. `tls`: "none", "starttls" or "ssl" (SMTPS)."""
 
-    def __init__(self, name: str, host: str, port: int, sender: str, recipients: Sequence[str], *,
-                 username: str | None = None, password: str | None = None, tls: str = "none",
-                 timeout_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        name: str,
+        host: str,
+        port: int,
+        sender: str,
+        recipients: Sequence[str],
+        *,
+        username: str | None = None,
+        password: str | None = None,
+        tls: str = "none",
+        timeout_s: float = 10.0,
+    ) -> None:
         if tls not in ("none", "starttls", "ssl"):
             raise ValueError(f"tls must be none, starttls or ssl, not {tls!r}")
         if not recipients:
@@ -131,8 +155,7 @@ class EmailNotifier:
 
     def _connect(self) -> smtplib.SMTP:
         if self._tls == "ssl":
-            return smtplib.SMTP_SSL(self.host, self.port, timeout=self._timeout_s,
-                                    context=ssl.create_default_context())
+            return smtplib.SMTP_SSL(self.host, self.port, timeout=self._timeout_s, context=ssl.create_default_context())
         return smtplib.SMTP(self.host, self.port, timeout=self._timeout_s)
 
 
@@ -176,9 +199,17 @@ class NotificationDispatcher:
     waits between tries (default: an interruptible wait that stop() cuts short).
     """
 
-    def __init__(self, notifiers: Sequence[Notifier], *, attempts: int = 5, base_backoff_s: float = 1.0,
-                 max_backoff_s: float = 60.0, queue_size: int = 1000, clock: Callable[[], float] = time.time,
-                 sleep: Callable[[float], object] | None = None) -> None:
+    def __init__(
+        self,
+        notifiers: Sequence[Notifier],
+        *,
+        attempts: int = 5,
+        base_backoff_s: float = 1.0,
+        max_backoff_s: float = 60.0,
+        queue_size: int = 1000,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], object] | None = None,
+    ) -> None:
         self._workers = [_Worker(n, queue_size) for n in notifiers]
         self._attempts, self._base_s, self._max_s = max(attempts, 1), base_backoff_s, max_backoff_s
         self._clock = clock
@@ -225,8 +256,9 @@ class NotificationDispatcher:
         self._stop.clear()
         for i, w in enumerate(self._workers):
             if w.thread is None:
-                w.thread = threading.Thread(target=self._run, args=(i,), name=f"corral-notify-{w.notifier.name}",
-                                            daemon=True)
+                w.thread = threading.Thread(
+                    target=self._run, args=(i,), name=f"corral-notify-{w.notifier.name}", daemon=True
+                )
                 w.thread.start()
 
     def stop(self, timeout_s: float = 5.0) -> None:
@@ -243,8 +275,19 @@ class NotificationDispatcher:
 
     def status(self) -> list[DeliveryStatus]:
         with self._lock:
-            return [DeliveryStatus(w.notifier.name, w.delivered, w.failed, w.dropped, w.retries, w.last_error,
-                                   w.last_error_at, w.last_success_at) for w in self._workers]
+            return [
+                DeliveryStatus(
+                    w.notifier.name,
+                    w.delivered,
+                    w.failed,
+                    w.dropped,
+                    w.retries,
+                    w.last_error,
+                    w.last_error_at,
+                    w.last_success_at,
+                )
+                for w in self._workers
+            ]
 
     def _run(self, index: int) -> None:
         w = self._workers[index]

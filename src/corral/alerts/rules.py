@@ -40,9 +40,12 @@ class Comparison(StrEnum):
 
     def holds(self, value: float, threshold: float) -> bool:
         return {
-            Comparison.GT: value > threshold, Comparison.GE: value >= threshold,
-            Comparison.LT: value < threshold, Comparison.LE: value <= threshold,
-            Comparison.EQ: value == threshold, Comparison.NE: value != threshold,
+            Comparison.GT: value > threshold,
+            Comparison.GE: value >= threshold,
+            Comparison.LT: value < threshold,
+            Comparison.LE: value <= threshold,
+            Comparison.EQ: value == threshold,
+            Comparison.NE: value != threshold,
         }[self]
 
 
@@ -108,7 +111,7 @@ def parse_selector(text: str) -> tuple[LabelMatcher, ...]:
     while pos < len(text):
         m = _MATCHER.match(text, pos)
         if m is None or m.end() == pos:
-            raise ValidationError("selector", f"cannot parse {text[pos:]!r}; expected like node=\"n1\", gpu=~\"0|1\"")
+            raise ValidationError("selector", f'cannot parse {text[pos:]!r}; expected like node="n1", gpu=~"0|1"')
         value = re.sub(r"\\(.)", r"\1", m[3])
         matchers.append(LabelMatcher(m[1], MatchOp(m[2]), value))
         pos = m.end()
@@ -176,7 +179,7 @@ def parse_rule(data: Mapping[str, Any]) -> AlertRule:
         raise ValidationError("for_s", f"expected seconds, got {for_s!r}")
     selector = data.get("selector", "")
     if not isinstance(selector, str):
-        raise ValidationError("selector", "expected a string such as node=\"n1\"")
+        raise ValidationError("selector", 'expected a string such as node="n1"')
     actions = data.get("actions", [])
     if not isinstance(actions, list):
         raise ValidationError("actions", "expected a list")
@@ -199,10 +202,18 @@ def parse_rule(data: Mapping[str, Any]) -> AlertRule:
 def rule_to_dict(rule: AlertRule) -> dict[str, Any]:
     """The inverse of parse_rule (what the API returns and a store keeps)."""
     return {
-        "name": rule.name, "metric": rule.metric, "comparison": rule.comparison.value,
-        "threshold": rule.threshold, "for_s": rule.for_s, "severity": rule.severity.value,
-        "selector": format_selector(rule.selector), "scope": rule.scope.value, "tenant": rule.tenant,
-        "actions": [a.value for a in rule.actions], "summary": rule.summary, "enabled": rule.enabled,
+        "name": rule.name,
+        "metric": rule.metric,
+        "comparison": rule.comparison.value,
+        "threshold": rule.threshold,
+        "for_s": rule.for_s,
+        "severity": rule.severity.value,
+        "selector": format_selector(rule.selector),
+        "scope": rule.scope.value,
+        "tenant": rule.tenant,
+        "actions": [a.value for a in rule.actions],
+        "summary": rule.summary,
+        "enabled": rule.enabled,
     }
 
 

@@ -50,17 +50,21 @@ def compute_batch_series(batch: TelemetryBatch, jobs: Sequence[JobPlacement] = (
 
 def compute_health_series(node: str, unhealthy: Mapping[int, str], uuids: Mapping[int, str]) -> list[SeriesPoint]:
     """gpu_unhealthy = 1 for each GPU index -> reason in `unhealthy`."""
-    return [SeriesPoint("gpu_unhealthy", make_labels({"node": node, "gpu": i, "uuid": uuids.get(i, ""),
-                                                      "reason": reason}), 1.0)
-            for i, reason in sorted(unhealthy.items())]
+    return [
+        SeriesPoint(
+            "gpu_unhealthy", make_labels({"node": node, "gpu": i, "uuid": uuids.get(i, ""), "reason": reason}), 1.0
+        )
+        for i, reason in sorted(unhealthy.items())
+    ]
 
 
 def compute_node_lost_series(lost_nodes: Iterable[str]) -> list[SeriesPoint]:
     return [SeriesPoint("node_lost", make_labels({"node": n}), 1.0) for n in sorted(set(lost_nodes))]
 
 
-def compute_job_utilization_series(jobs: Sequence[JobPlacement],
-                                   utilization: Mapping[tuple[str, int], float]) -> list[SeriesPoint]:
+def compute_job_utilization_series(
+    jobs: Sequence[JobPlacement], utilization: Mapping[tuple[str, int], float]
+) -> list[SeriesPoint]:
     """job_gpu_utilization_percent: mean of the latest utilisation of each job's GPUs.
 
     `utilization` maps (node, gpu index) to percent; a job none of whose GPUs has a value yet is
@@ -75,5 +79,7 @@ def compute_job_utilization_series(jobs: Sequence[JobPlacement],
 
 
 def compute_queue_series(queue_length_by_tenant: Mapping[str, int]) -> list[SeriesPoint]:
-    return [SeriesPoint("queue_length", make_labels({"tenant": t}), float(n))
-            for t, n in sorted(queue_length_by_tenant.items())]
+    return [
+        SeriesPoint("queue_length", make_labels({"tenant": t}), float(n))
+        for t, n in sorted(queue_length_by_tenant.items())
+    ]

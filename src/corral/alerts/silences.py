@@ -54,7 +54,7 @@ def parse_silence(data: Mapping[str, Any], *, id: str, now: float, created_by: s
         raise ValidationError("silence", "expected an object")
     matchers = data.get("matchers", "")
     if not isinstance(matchers, str):
-        raise ValidationError("matchers", "expected a selector string such as alertname=\"gpu_temperature\"")
+        raise ValidationError("matchers", 'expected a selector string such as alertname="gpu_temperature"')
     starts_at = _seconds(data.get("starts_at", now), "starts_at")
     if "ends_at" in data:
         ends_at = _seconds(data["ends_at"], "ends_at")
@@ -65,22 +65,38 @@ def parse_silence(data: Mapping[str, Any], *, id: str, now: float, created_by: s
         raise ValidationError("tenant", "expected a tenant's name")
     longest = MAX_SILENCE_S if tenant is None else MAX_TENANT_SILENCE_S
     if ends_at - starts_at > longest:
-        raise ValidationError("ends_at", f"a{' tenant' if tenant else ''} silence lasts at most {longest // 86400} days")
+        raise ValidationError(
+            "ends_at", f"a{' tenant' if tenant else ''} silence lasts at most {longest // 86400} days"
+        )
     comment = data.get("comment", "")
     if not isinstance(comment, str) or len(comment) > MAX_COMMENT:
         raise ValidationError("comment", f"expected text of at most {MAX_COMMENT} characters")
-    return Silence(id=id, matchers=parse_selector(matchers), starts_at=starts_at, ends_at=ends_at,
-                   created_by=created_by, comment=comment, tenant=tenant)
+    return Silence(
+        id=id,
+        matchers=parse_selector(matchers),
+        starts_at=starts_at,
+        ends_at=ends_at,
+        created_by=created_by,
+        comment=comment,
+        tenant=tenant,
+    )
 
 
 def silence_to_dict(silence: Silence) -> dict[str, Any]:
-    return {"id": silence.id, "matchers": format_selector(silence.matchers), "starts_at": silence.starts_at,
-            "ends_at": silence.ends_at, "created_by": silence.created_by, "comment": silence.comment,
-            "tenant": silence.tenant}
+    return {
+        "id": silence.id,
+        "matchers": format_selector(silence.matchers),
+        "starts_at": silence.starts_at,
+        "ends_at": silence.ends_at,
+        "created_by": silence.created_by,
+        "comment": silence.comment,
+        "tenant": silence.tenant,
+    }
 
 
-def select_silence(silences: Iterable[Silence], labels: Mapping[str, str], now: float,
-                   alert_tenant: str = "") -> Silence | None:
+def select_silence(
+    silences: Iterable[Silence], labels: Mapping[str, str], now: float, alert_tenant: str = ""
+) -> Silence | None:
     """The first active silence that mutes an alert with `labels` belonging to `alert_tenant`, if any."""
     return next((s for s in silences if s.mutes(labels, now, alert_tenant)), None)
 

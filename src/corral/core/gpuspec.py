@@ -11,8 +11,18 @@ _SPEC = re.compile(r"^(?P<count>\d+)x(?P<model>[A-Za-z0-9][A-Za-z0-9._]*?)(?:-(?
 
 # Memory (GiB) of well-known models when the spec leaves it out.
 DEFAULT_MEMORY_GB = {
-    "H100": 80, "H200": 141, "A100": 80, "A10": 24, "A30": 24, "L4": 24, "L40S": 48,
-    "V100": 32, "T4": 16, "P100": 16, "B200": 192, "RTX4090": 24,
+    "H100": 80,
+    "H200": 141,
+    "A100": 80,
+    "A10": 24,
+    "A30": 24,
+    "L4": 24,
+    "L40S": 48,
+    "V100": 32,
+    "T4": 16,
+    "P100": 16,
+    "B200": 192,
+    "RTX4090": 24,
 }
 
 

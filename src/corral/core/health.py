@@ -111,8 +111,9 @@ class HealthTransition:
     detail: str
 
 
-def compute_gpu_failures(state: NodeHealthState, samples: Sequence[GpuSample], events: Sequence[GpuEvent],
-                         policy: HealthPolicy) -> dict[int, GpuFailure]:
+def compute_gpu_failures(
+    state: NodeHealthState, samples: Sequence[GpuSample], events: Sequence[GpuEvent], policy: HealthPolicy
+) -> dict[int, GpuFailure]:
     """The failures found in one check, first cause per GPU (pure)."""
     known = {g.index: g for g in state.gpus}
     failures: dict[int, GpuFailure] = {}
@@ -127,14 +128,21 @@ def compute_gpu_failures(state: NodeHealthState, samples: Sequence[GpuSample], e
             continue  # cannot be pinned on a GPU; the samples will show which one it was
         if e.kind is GpuEventKind.XID:
             if e.xid in policy.fatal_xids:
-                fail(e.gpu_index, e.kind.value, f"fatal Xid {e.xid}" + (f": {e.detail}" if e.detail else ""),
-                     sticky=e.xid in policy.sticky_xids)
+                fail(
+                    e.gpu_index,
+                    e.kind.value,
+                    f"fatal Xid {e.xid}" + (f": {e.detail}" if e.detail else ""),
+                    sticky=e.xid in policy.sticky_xids,
+                )
         else:
             fail(e.gpu_index, e.kind.value, e.detail or e.kind.value)
     for s in samples:
         if s.temperature_c is not None and s.temperature_c >= policy.temperature_limit_c:
-            fail(s.index, GpuEventKind.TEMPERATURE.value,
-                 f"{s.temperature_c:.0f} C at or over the {policy.temperature_limit_c:.0f} C limit")
+            fail(
+                s.index,
+                GpuEventKind.TEMPERATURE.value,
+                f"{s.temperature_c:.0f} C at or over the {policy.temperature_limit_c:.0f} C limit",
+            )
         seen = known[s.index].ecc_dbe_seen if s.index in known else None
         if s.ecc_dbe_total is not None and seen is not None and s.ecc_dbe_total > seen:
             fail(s.index, GpuEventKind.ECC_DBE.value, f"{s.ecc_dbe_total - seen} new double-bit ECC errors")
@@ -145,8 +153,14 @@ def compute_gpu_failures(state: NodeHealthState, samples: Sequence[GpuSample], e
     return failures
 
 
-def compute_health(state: NodeHealthState, samples: Sequence[GpuSample], events: Sequence[GpuEvent],
-                   gpu_count: int, now: float, policy: HealthPolicy) -> tuple[NodeHealthState, list[HealthTransition]]:
+def compute_health(
+    state: NodeHealthState,
+    samples: Sequence[GpuSample],
+    events: Sequence[GpuEvent],
+    gpu_count: int,
+    now: float,
+    policy: HealthPolicy,
+) -> tuple[NodeHealthState, list[HealthTransition]]:
     """One health check: the next state and the transitions it caused (pure)."""
     failures = compute_gpu_failures(state, samples, events, policy)
     dbe = {s.index: s.ecc_dbe_total for s in samples if s.ecc_dbe_total is not None}
@@ -161,20 +175,34 @@ def compute_health(state: NodeHealthState, samples: Sequence[GpuSample], events:
     low = gpu_count < state.registered_gpu_count
     if low != state.gpu_count_low:
         old, new_health = (GpuHealth.HEALTHY, GpuHealth.UNHEALTHY) if low else (GpuHealth.UNHEALTHY, GpuHealth.HEALTHY)
-        transitions.append(HealthTransition(
-            now, None, old, new_health, GpuEventKind.GPU_MISSING.value if low else REASON_RECOVERED,
-            f"{gpu_count} of {state.registered_gpu_count} GPUs present",
-        ))
+        transitions.append(
+            HealthTransition(
+                now,
+                None,
+                old,
+                new_health,
+                GpuEventKind.GPU_MISSING.value if low else REASON_RECOVERED,
+                f"{gpu_count} of {state.registered_gpu_count} GPUs present",
+            )
+        )
     return dataclasses.replace(state, gpus=tuple(gpus), gpu_count_low=low), transitions
 
 
-def _step(g: GpuHealthState, failure: GpuFailure | None, now: float,
-          policy: HealthPolicy) -> tuple[GpuHealthState, HealthTransition | None]:
+def _step(
+    g: GpuHealthState, failure: GpuFailure | None, now: float, policy: HealthPolicy
+) -> tuple[GpuHealthState, HealthTransition | None]:
     """One GPU's edge of the state machine."""
     if failure is not None:
         if g.health is GpuHealth.HEALTHY:  # HEALTHY -> UNHEALTHY: any failure, at once
-            new = dataclasses.replace(g, health=GpuHealth.UNHEALTHY, reason=failure.reason, detail=failure.detail,
-                                      since=now, healthy_streak=0, admin_disabled=failure.sticky)
+            new = dataclasses.replace(
+                g,
+                health=GpuHealth.UNHEALTHY,
+                reason=failure.reason,
+                detail=failure.detail,
+                since=now,
+                healthy_streak=0,
+                admin_disabled=failure.sticky,
+            )
             return new, HealthTransition(now, g.index, g.health, new.health, failure.reason, failure.detail)
         # still failing: the streak starts over (and a sticky failure now needs an admin)
         return dataclasses.replace(g, healthy_streak=0, admin_disabled=g.admin_disabled or failure.sticky), None
@@ -189,24 +217,34 @@ def _step(g: GpuHealthState, failure: GpuFailure | None, now: float,
     return new, HealthTransition(now, g.index, g.health, new.health, REASON_RECOVERED, detail)
 
 
-def apply_admin_enable(state: NodeHealthState, index: int, now: float,
-                       by: str = "admin") -> tuple[NodeHealthState, list[HealthTransition]]:
+def apply_admin_enable(
+    state: NodeHealthState, index: int, now: float, by: str = "admin"
+) -> tuple[NodeHealthState, list[HealthTransition]]:
     """An admin puts GPU `index` back in the pool now. Raises KeyError for an unknown GPU."""
     g = state.gpu(index)
-    new = dataclasses.replace(g, health=GpuHealth.HEALTHY, reason="", detail="", since=now, healthy_streak=0,
-                              admin_disabled=False)
+    new = dataclasses.replace(
+        g, health=GpuHealth.HEALTHY, reason="", detail="", since=now, healthy_streak=0, admin_disabled=False
+    )
     transitions = []
     if g.health is GpuHealth.UNHEALTHY:
         transitions.append(HealthTransition(now, index, g.health, new.health, REASON_ADMIN_ENABLE, f"enabled by {by}"))
     return _replace_gpu(state, new), transitions
 
 
-def apply_admin_disable(state: NodeHealthState, index: int, now: float,
-                        by: str = "admin") -> tuple[NodeHealthState, list[HealthTransition]]:
+def apply_admin_disable(
+    state: NodeHealthState, index: int, now: float, by: str = "admin"
+) -> tuple[NodeHealthState, list[HealthTransition]]:
     """An admin takes GPU `index` out until enabled again. Raises KeyError for an unknown GPU."""
     g = state.gpu(index)
-    new = dataclasses.replace(g, health=GpuHealth.UNHEALTHY, reason=REASON_ADMIN_DISABLE,
-                              detail=f"disabled by {by}", since=now, healthy_streak=0, admin_disabled=True)
+    new = dataclasses.replace(
+        g,
+        health=GpuHealth.UNHEALTHY,
+        reason=REASON_ADMIN_DISABLE,
+        detail=f"disabled by {by}",
+        since=now,
+        healthy_streak=0,
+        admin_disabled=True,
+    )
     transitions = []
     if g.health is GpuHealth.HEALTHY:
         transitions.append(HealthTransition(now, index, g.health, new.health, REASON_ADMIN_DISABLE, new.detail))
@@ -230,8 +268,9 @@ class HealthChecker:
         with self._lock:
             return self._state
 
-    def check(self, samples: Sequence[GpuSample], events: Sequence[GpuEvent], gpu_count: int,
-              now: float) -> list[HealthTransition]:
+    def check(
+        self, samples: Sequence[GpuSample], events: Sequence[GpuEvent], gpu_count: int, now: float
+    ) -> list[HealthTransition]:
         with self._lock:
             self._state, transitions = compute_health(self._state, samples, events, gpu_count, now, self.policy)
             return transitions

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import re
-from functools import lru_cache
 from dataclasses import dataclass
+from functools import lru_cache
 
 from corral.core.errors import ValidationError
 from corral.core.resources import FULL_GPU_MILLI

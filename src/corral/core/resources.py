@@ -62,11 +62,7 @@ class NodeState:
 
     def free_gpu_positions(self) -> list[int]:
         """Positions of healthy GPUs with nothing allocated on them."""
-        return [
-            i
-            for i, (g, used) in enumerate(zip(self.info.gpus, self.gpu_used_milli))
-            if g.healthy and used == 0
-        ]
+        return [i for i, (g, used) in enumerate(zip(self.info.gpus, self.gpu_used_milli)) if g.healthy and used == 0]
 
 
 @dataclass(frozen=True, slots=True)

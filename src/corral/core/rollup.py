@@ -82,8 +82,9 @@ def merge_rollup(a: Rollup, b: Rollup) -> Rollup:
     if a.start != b.start:
         raise ValueError("rollups of different buckets")
     later = b if b.last_ts >= a.last_ts else a
-    return Rollup(a.start, a.count + b.count, min(a.min, b.min), max(a.max, b.max), a.sum + b.sum, later.last,
-                  later.last_ts)
+    return Rollup(
+        a.start, a.count + b.count, min(a.min, b.min), max(a.max, b.max), a.sum + b.sum, later.last, later.last_ts
+    )
 
 
 def compute_coarser_rollups(rollups: Sequence[Rollup], bucket_s: float) -> list[Rollup]:
@@ -102,8 +103,9 @@ def compute_closed_before(now: float, bucket_s: float = 60.0, grace_s: float = 1
     return compute_bucket_start(now - grace_s, bucket_s)
 
 
-def compute_keyed_rollups(points: Iterable[tuple[K, RawPoint]], closed_before: float,
-                          bucket_s: float = 60.0) -> dict[K, list[Rollup]]:
+def compute_keyed_rollups(
+    points: Iterable[tuple[K, RawPoint]], closed_before: float, bucket_s: float = 60.0
+) -> dict[K, list[Rollup]]:
     """Rollups per series key over closed buckets only (points in open buckets are left for later)."""
     by_key: dict[K, list[RawPoint]] = {}
     for key, p in points:
@@ -120,7 +122,8 @@ def compute_retention_cutoffs(now: float, policy: RetentionPolicy = RetentionPol
     )
 
 
-def select_resolution(start: float, now: float,
-                      policy: RetentionPolicy = RetentionPolicy()) -> Literal["raw", "rollup"]:
+def select_resolution(
+    start: float, now: float, policy: RetentionPolicy = RetentionPolicy()
+) -> Literal["raw", "rollup"]:
     """Which table answers a query from `start` to now: raw while it still holds `start`, else rollups."""
     return "raw" if start >= compute_retention_cutoffs(now, policy).raw_before else "rollup"

@@ -26,8 +26,13 @@ from cronsim import CronSim, CronSimError
 from corral.core.errors import ValidationError
 
 NICKNAMES = {
-    "@yearly": "0 0 1 1 *", "@annually": "0 0 1 1 *", "@monthly": "0 0 1 * *", "@weekly": "0 0 * * 0",
-    "@daily": "0 0 * * *", "@midnight": "0 0 * * *", "@hourly": "0 * * * *",
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+    "@monthly": "0 0 1 * *",
+    "@weekly": "0 0 * * 0",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@hourly": "0 * * * *",
 }
 _DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 MIN_INTERVAL_S = 1
@@ -58,7 +63,9 @@ def zone(name: str) -> ZoneInfo:
     try:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError) as e:
-        raise ValidationError("timezone", f"unknown time zone {name!r} (use an IANA name like UTC or Europe/Paris)") from e
+        raise ValidationError(
+            "timezone", f"unknown time zone {name!r} (use an IANA name like UTC or Europe/Paris)"
+        ) from e
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +85,7 @@ class ScheduleExpr:
         if not raw:
             raise ValidationError("schedule", "a schedule is required, e.g. '0 * * * *', '@daily' or '@every 30m'")
         if raw.lower().startswith("@every"):
-            arg = raw[len("@every"):].strip()
+            arg = raw[len("@every") :].strip()
             try:
                 every = parse_duration(arg)
             except ValueError as e:
@@ -89,12 +96,16 @@ class ScheduleExpr:
             return cls(text=raw, timezone=timezone, every=every)
         cron = NICKNAMES.get(raw.lower(), raw)
         if cron.startswith("@"):
-            raise ValidationError("schedule", f"unknown nickname {raw!r}; known: {', '.join(NICKNAMES)}, @every DURATION")
+            raise ValidationError(
+                "schedule", f"unknown nickname {raw!r}; known: {', '.join(NICKNAMES)}, @every DURATION"
+            )
         try:
             it = CronSim(cron, datetime(2000, 1, 1))
             next(it)
         except CronSimError as e:
-            raise ValidationError("schedule", f"{raw!r} is not a cron line (minute hour day month weekday): {e}") from None
+            raise ValidationError(
+                "schedule", f"{raw!r} is not a cron line (minute hour day month weekday): {e}"
+            ) from None
         except StopIteration:
             raise ValidationError("schedule", f"{raw!r} never fires") from None
         return cls(text=raw, timezone=timezone, cron=cron)
@@ -127,7 +138,7 @@ class ScheduleExpr:
     def describe(self) -> str:
         """Plain words, e.g. 'At 09:00 on every day-of-week from Monday through Friday' or 'every 15m'."""
         if self.every is not None:
-            return f"every {self.text[len('@every'):].strip()}"
+            return f"every {self.text[len('@every') :].strip()}"
         try:
             words = CronSim(self.cron or "", datetime(2000, 1, 1)).explain()
         except Exception:  # explain() is best effort; the expression itself is valid
@@ -159,14 +170,25 @@ def count_missed(expr: ScheduleExpr, due_at: datetime, now: datetime, anchor: da
     return n
 
 
-def plan_firing(expr: ScheduleExpr, policy: ConcurrencyPolicy, due_at: datetime, now: datetime,
-                active_job_ids: list[int], anchor: datetime | None = None) -> Firing:
+def plan_firing(
+    expr: ScheduleExpr,
+    policy: ConcurrencyPolicy,
+    due_at: datetime,
+    now: datetime,
+    active_job_ids: list[int],
+    anchor: datetime | None = None,
+) -> Firing:
     """Decide one due firing: missed times since `due_at` fold into it, the next time is after `now`."""
     missed = count_missed(expr, due_at, now, anchor)
     nxt = expr.next_after(now, anchor)
     if active_job_ids and policy is ConcurrencyPolicy.FORBID:
         ids = ", ".join(str(i) for i in active_job_ids)
-        return Firing(start=False, cancel=(), next_run_at=nxt, missed=missed,
-                      skip_reason=f"skipped: the previous run (job {ids}) is still active and concurrency is forbid")
+        return Firing(
+            start=False,
+            cancel=(),
+            next_run_at=nxt,
+            missed=missed,
+            skip_reason=f"skipped: the previous run (job {ids}) is still active and concurrency is forbid",
+        )
     cancel = tuple(active_job_ids) if policy is ConcurrencyPolicy.REPLACE else ()
     return Firing(start=True, cancel=cancel, next_run_at=nxt, missed=missed)

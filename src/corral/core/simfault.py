@@ -46,8 +46,12 @@ def parse_sim_fault(data: Mapping[str, object]) -> SimFault | None:
         raise ValidationError("xid", f"expected an Xid code 1..999, got {xid!r}")
     if temp is not None and (isinstance(temp, bool) or not isinstance(temp, int | float) or not 0 <= temp <= 150):
         raise ValidationError("temperature_c", f"expected degrees C 0..150, got {temp!r}")
-    fault = SimFault(xid=xid, ecc=data.get("ecc") is True, off_bus=data.get("off_bus") is True,
-                     temperature_c=float(temp) if temp is not None else None)
+    fault = SimFault(
+        xid=xid,
+        ecc=data.get("ecc") is True,
+        off_bus=data.get("off_bus") is True,
+        temperature_c=float(temp) if temp is not None else None,
+    )
     if fault == SimFault():
         raise ValidationError("fault", "name a fault: xid, ecc, off_bus or temperature_c (or clear)")
     return fault

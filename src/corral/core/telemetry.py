@@ -147,6 +147,7 @@ def compute_throttle_reason_names(mask: int) -> tuple[str, ...]:
 
 # ----- wire form: plain JSON-able dicts, validated on the way in -----
 
+
 def batch_to_dict(batch: TelemetryBatch) -> dict[str, Any]:
     """JSON-able form of a batch (what the agent POSTs)."""
     return asdict(batch)
@@ -180,12 +181,24 @@ def _host_from_dict(data: Any) -> HostSample:
 
 
 _GPU_INT_FIELDS = {
-    "memory_used_mib", "memory_total_mib", "sm_clock_mhz", "memory_clock_mhz", "ecc_sbe_total",
-    "ecc_dbe_total", "retired_pages", "remapped_rows_correctable", "remapped_rows_uncorrectable",
-    "nvlink_rx_kib", "nvlink_tx_kib",
+    "memory_used_mib",
+    "memory_total_mib",
+    "sm_clock_mhz",
+    "memory_clock_mhz",
+    "ecc_sbe_total",
+    "ecc_dbe_total",
+    "retired_pages",
+    "remapped_rows_correctable",
+    "remapped_rows_uncorrectable",
+    "nvlink_rx_kib",
+    "nvlink_tx_kib",
 }
 _GPU_FLOAT_FIELDS = {
-    "utilization_percent", "memory_utilization_percent", "power_w", "temperature_c", "pcie_rx_kib_s",
+    "utilization_percent",
+    "memory_utilization_percent",
+    "power_w",
+    "temperature_c",
+    "pcie_rx_kib_s",
     "pcie_tx_kib_s",
 }
 
@@ -206,9 +219,13 @@ def _gpu_from_dict(data: Any) -> GpuSample:
         for p in _list(data, "processes", 1024)
     )
     return GpuSample(
-        ts=_num(data, "ts"), index=int(_num(data, "index")), uuid=_str(data, "uuid"),
-        throttle_reasons=int(_num(data, "throttle_reasons", 0)), remap_pending=bool(data.get("remap_pending")),
-        processes=processes, **optional,
+        ts=_num(data, "ts"),
+        index=int(_num(data, "index")),
+        uuid=_str(data, "uuid"),
+        throttle_reasons=int(_num(data, "throttle_reasons", 0)),
+        remap_pending=bool(data.get("remap_pending")),
+        processes=processes,
+        **optional,
     )
 
 
@@ -222,8 +239,11 @@ def _event_from_dict(data: Any) -> GpuEvent:
     index = data.get("gpu_index")
     xid = data.get("xid")
     return GpuEvent(
-        ts=_num(data, "ts"), kind=kind, gpu_index=None if index is None else int(_num(data, "gpu_index")),
-        detail=str(data.get("detail", ""))[:1000], xid=None if xid is None else int(_num(data, "xid")),
+        ts=_num(data, "ts"),
+        kind=kind,
+        gpu_index=None if index is None else int(_num(data, "gpu_index")),
+        detail=str(data.get("detail", ""))[:1000],
+        xid=None if xid is None else int(_num(data, "xid")),
     )
 
 
@@ -316,6 +336,7 @@ def compute_host_series(host: HostSample) -> dict[str, float]:
 
 # ----- per-job GPU usage, kept with the job's history -----
 
+
 @dataclass(frozen=True, slots=True)
 class JobGpuSummary:
     """Running totals over the samples of a job's GPUs (one sample = one GPU at one instant)."""
@@ -368,6 +389,7 @@ def merge_job_gpu_summary(summary: JobGpuSummary, samples: Iterable[GpuSample]) 
 
 
 # ----- ingest budget: one agent cannot flood the server -----
+
 
 @dataclass(frozen=True, slots=True)
 class IngestBudget:

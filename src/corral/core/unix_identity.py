@@ -45,8 +45,9 @@ def parse_uid_range(text: str, field: str = "job_uids") -> UidRange:
     return UidRange(start, end)
 
 
-def compute_job_identity(user_id: int | None, user_name: str, mapped: tuple[int, int] | None,
-                         uids: UidRange) -> JobIdentity:
+def compute_job_identity(
+    user_id: int | None, user_name: str, mapped: tuple[int, int] | None, uids: UidRange
+) -> JobIdentity:
     """The admin's mapping wins; else start + user id. A user id the range cannot hold is an error, never a wrap."""
     if mapped is not None:
         return JobIdentity(uid=mapped[0], gid=mapped[1], user=user_name)
@@ -54,8 +55,11 @@ def compute_job_identity(user_id: int | None, user_name: str, mapped: tuple[int,
         return JobIdentity(uid=uids.start, gid=uids.start, user=ANONYMOUS_JOB_USER)
     uid = uids.start + user_id
     if user_id < 1 or uid > uids.end:
-        raise ValidationError("job_uids", f"user {user_name!r} (id {user_id}) has no UID in {uids.start}-{uids.end}: "
-                                          "widen CORRAL_JOB_UIDS or map the user to an account (corral users unix)")
+        raise ValidationError(
+            "job_uids",
+            f"user {user_name!r} (id {user_id}) has no UID in {uids.start}-{uids.end}: "
+            "widen CORRAL_JOB_UIDS or map the user to an account (corral users unix)",
+        )
     return JobIdentity(uid=uid, gid=uid, user=user_name)
 
 
@@ -63,8 +67,14 @@ def check_mapped_identity(uid: int, gid: int, uids: UidRange) -> None:
     """An admin-set mapping: never a system account, never a UID or GID Corral gives another user from the range."""
     for field, value in (("uid", uid), ("gid", gid)):
         if value < MIN_MAPPED_ID or value > MAX_ID:
-            raise ValidationError(field, f"{value} is not allowed: mapped ids are {MIN_MAPPED_ID}..{MAX_ID} "
-                                         "(0 and system accounts never run jobs)")
+            raise ValidationError(
+                field,
+                f"{value} is not allowed: mapped ids are {MIN_MAPPED_ID}..{MAX_ID} "
+                "(0 and system accounts never run jobs)",
+            )
         if value in uids:
-            raise ValidationError(field, f"{value} lies in CORRAL_JOB_UIDS ({uids.start}-{uids.end}), which Corral "
-                                         "gives to users without a mapping")
+            raise ValidationError(
+                field,
+                f"{value} lies in CORRAL_JOB_UIDS ({uids.start}-{uids.end}), which Corral "
+                "gives to users without a mapping",
+            )

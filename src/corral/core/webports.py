@@ -21,8 +21,7 @@ def parse_port_range(text: str, field: str = "job_ports") -> range:
     return range(first, last + 1)
 
 
-def select_job_port(job_id: int, current: int | None, held: Set[int], ports: range,
-                    salt: int = 0) -> int | None:
+def select_job_port(job_id: int, current: int | None, held: Set[int], ports: range, salt: int = 0) -> int | None:
     """The port a job's web UI gets on a node where `held` are the ports of its other jobs: the job's `current`
     port when it is in the range and free there (a repeated hand-over gives the same port), else the first free
     port from a point that depends on the job id and the cluster's `salt` only (two computations agree; two

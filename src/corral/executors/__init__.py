@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from corral.executors.base import ExitRecord, Executor, LaunchSpec
+from corral.executors.base import Executor, ExitRecord, LaunchSpec
 from corral.executors.process import ProcessExecutor
 
 __all__ = ["ExitRecord", "Executor", "LaunchSpec", "ProcessExecutor"]

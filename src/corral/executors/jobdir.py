@@ -47,21 +47,25 @@ class JobDir:
     def job_id(self) -> str:
         return self.path.name
 
-    def write_spec(self, spec: LaunchSpec, *, workdir: str, child_env: dict[str, str],
-                   run_as: tuple[int, int] | None) -> None:
+    def write_spec(
+        self, spec: LaunchSpec, *, workdir: str, child_env: dict[str, str], run_as: tuple[int, int] | None
+    ) -> None:
         """What the shim runs: `run_as` (uid, gid) when it must switch users, None to run as itself."""
         self.path.mkdir(mode=0o700, parents=True, exist_ok=True)  # spec.json may hold secrets from env
         os.chmod(self.path, 0o700)
-        write_json_atomic(self.path / SPEC_FILE, {
-            "job_id": spec.job_id,
-            "command": list(spec.command),
-            "workdir": workdir,
-            "gpu_indices": list(spec.gpu_indices),
-            "gpu_uuids": list(spec.gpu_uuids),
-            "log_path": str(spec.log_path),
-            "child_env": child_env,
-            "run_as": list(run_as) if run_as is not None else None,
-        })
+        write_json_atomic(
+            self.path / SPEC_FILE,
+            {
+                "job_id": spec.job_id,
+                "command": list(spec.command),
+                "workdir": workdir,
+                "gpu_indices": list(spec.gpu_indices),
+                "gpu_uuids": list(spec.gpu_uuids),
+                "log_path": str(spec.log_path),
+                "child_env": child_env,
+                "run_as": list(run_as) if run_as is not None else None,
+            },
+        )
         if spec.secret_env:  # apart from spec.json: the shim deletes it as soon as it has read it
             write_json_atomic(self.path / SECRET_ENV_FILE, dict(spec.secret_env))
 

@@ -48,9 +48,12 @@ def prepare_work_root(root: Path, shared: bool) -> None:
     if shared:
         blocked = find_unreachable_parent(root)
         if blocked is not None:
-            raise ValidationError("jobs_dir", f"{root} cannot be reached by the users jobs run as: {blocked} is "
-                                              f"mode {stat.S_IMODE(blocked.stat().st_mode):04o}; set CORRAL_JOBS_DIR "
-                                              "to a directory whose parents others may traverse")
+            raise ValidationError(
+                "jobs_dir",
+                f"{root} cannot be reached by the users jobs run as: {blocked} is "
+                f"mode {stat.S_IMODE(blocked.stat().st_mode):04o}; set CORRAL_JOBS_DIR "
+                "to a directory whose parents others may traverse",
+            )
 
 
 def prepare_owned_dir(path: Path, identity: JobIdentity | None, fresh: bool) -> None:
@@ -110,12 +113,14 @@ def compute_child_env(spec: LaunchSpec, home: str, user: str) -> dict[str, str]:
     (which the job's env cannot override). Nothing comes from the agent's environment."""
     env = {"PATH": SAFE_PATH, "LANG": "C.UTF-8", "HOME": home, "USER": user, "LOGNAME": user}
     env.update(spec.env)
-    env.update({
-        # An empty list hides every GPU: a job without GPUs must not see the node's GPUs.
-        "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in spec.gpu_indices),
-        "NVIDIA_VISIBLE_DEVICES": ",".join(spec.gpu_uuids) if spec.gpu_uuids else "void",
-        "CORRAL_JOB_ID": spec.job_id,
-    })
+    env.update(
+        {
+            # An empty list hides every GPU: a job without GPUs must not see the node's GPUs.
+            "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in spec.gpu_indices),
+            "NVIDIA_VISIBLE_DEVICES": ",".join(spec.gpu_uuids) if spec.gpu_uuids else "void",
+            "CORRAL_JOB_ID": spec.job_id,
+        }
+    )
     if spec.checkpoint_dir is not None:
         env["CORRAL_CHECKPOINT_DIR"] = str(spec.checkpoint_dir)
     return env

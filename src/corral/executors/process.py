@@ -20,6 +20,14 @@ from pathlib import Path
 from corral.core.errors import ValidationError
 from corral.executors import shim as shim_module
 from corral.executors.base import EXIT_CANNOT_EXECUTE, EXIT_LOST, ExitRecord, LaunchSpec
+from corral.executors.jobdir import (
+    JobDir,
+    ShimIdentity,
+    check_job_id,
+    find_shim,
+    identify,
+    is_alive,
+)
 from corral.executors.jobhome import (
     CHECKPOINTS,
     compute_child_env,
@@ -28,14 +36,6 @@ from corral.executors.jobhome import (
     prepare_owned_dir,
     prepare_work_root,
     remove_tree,
-)
-from corral.executors.jobdir import (
-    JobDir,
-    ShimIdentity,
-    check_job_id,
-    find_shim,
-    identify,
-    is_alive,
 )
 
 _SHIM_PATH = str(Path(shim_module.__file__).resolve())
@@ -65,8 +65,14 @@ class ProcessExecutor:
     jobs' users could not reach `work_root`.
     """
 
-    def __init__(self, state_dir: Path, *, work_root: Path | None = None, python: str = sys.executable,
-                 switch_users: bool | None = None) -> None:
+    def __init__(
+        self,
+        state_dir: Path,
+        *,
+        work_root: Path | None = None,
+        python: str = sys.executable,
+        switch_users: bool | None = None,
+    ) -> None:
         self._state_dir = state_dir
         self._work_root = work_root or state_dir.parent / "work"
         self._python = python
@@ -188,15 +194,21 @@ class ProcessExecutor:
         prepare_log(spec.log_path, identity)
         uid = identity.uid if identity is not None else os.getuid()
         home, user = compute_home_and_user(uid, spec.identity.user if spec.identity else "", run_dir)
-        job_dir.write_spec(spec, workdir=spec.workdir or str(run_dir), child_env=compute_child_env(spec, home, user),
-                           run_as=(identity.uid, identity.gid) if identity is not None else None)
+        job_dir.write_spec(
+            spec,
+            workdir=spec.workdir or str(run_dir),
+            child_env=compute_child_env(spec, home, user),
+            run_as=(identity.uid, identity.gid) if identity is not None else None,
+        )
 
     def _start_shim(self, job_dir: JobDir, log_path: Path) -> subprocess.Popen[bytes]:
         fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
         with open(fd, "ab") as log:  # the shim's own errors (a traceback) land in the job log
             return subprocess.Popen(
                 [self._python, "-I", _SHIM_PATH, str(job_dir.path)],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=log,
                 env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"},  # none of the agent's secrets
                 start_new_session=True,  # the shim leads a new process group; the agent's death spares it
             )

@@ -108,8 +108,14 @@ def start_and_wait(spec: dict[str, Any], log: int) -> tuple[int, str]:
         drop = {"user": run_as[0], "group": run_as[1], "extra_groups": [], "preexec_fn": lambda: os.chdir(workdir)}
     try:
         child = subprocess.Popen(
-            command, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env, umask=0o077,
-            cwd=None if run_as is not None else workdir, **drop,
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            env=env,
+            umask=0o077,
+            cwd=None if run_as is not None else workdir,
+            **drop,
         )
     except FileNotFoundError:
         return 127, f"command not found: {command[0]}"

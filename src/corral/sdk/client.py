@@ -10,14 +10,39 @@ from urllib.parse import quote
 
 import httpx
 
-from corral.api.secrets import KeyRotationOut, SecretIn, SecretOut, SecretUpdate
 from corral.api.schemas import (
-    AgentRegister, AgentSync, AgentSyncReply, GpuOut, JobOut, JobSubmit, NodeOut, QueueIn, QueueOut, QuotaIn, QuotaOut, ScheduleIn,
-    ScheduleOut, SchedulePatch, TenantIn, TenantOut, TokenIn, TokenOut, UserIn, UserOut, UserPatch, WhoAmI,
+    AgentRegister,
+    AgentSync,
+    AgentSyncReply,
+    GpuOut,
+    GroupMappingIn,
+    GroupMappingOut,
+    JobOut,
+    JobSubmit,
+    JoinTokenIn,
+    JoinTokenOut,
+    NodeCertOut,
+    NodeOut,
+    NodeRevokeOut,
+    QueueIn,
+    QueueOut,
+    QuotaIn,
+    QuotaOut,
+    ScheduleIn,
+    ScheduleOut,
+    SchedulePatch,
+    TenantIn,
+    TenantOut,
+    TokenIn,
+    TokenOut,
+    UnixIdentityIn,
+    UnixIdentityOut,
+    UserIn,
+    UserOut,
+    UserPatch,
+    WhoAmI,
 )
-from corral.api.schemas import GroupMappingIn, GroupMappingOut
-from corral.api.schemas import JoinTokenIn, JoinTokenOut, NodeCertOut, NodeRevokeOut
-from corral.api.schemas import UnixIdentityIn, UnixIdentityOut
+from corral.api.secrets import KeyRotationOut, SecretIn, SecretOut, SecretUpdate
 
 
 class CorralSDKError(Exception):
@@ -35,15 +60,22 @@ class CorralAPIError(CorralSDKError):
 
 
 class _Base:
-    def __init__(self, url: str, token: str, timeout_s: float = 30.0, transport: httpx.BaseTransport | None = None,
-                 verify: ssl.SSLContext | bool = True) -> None:
+    def __init__(
+        self,
+        url: str,
+        token: str,
+        timeout_s: float = 30.0,
+        transport: httpx.BaseTransport | None = None,
+        verify: ssl.SSLContext | bool = True,
+    ) -> None:
         """`verify`: an SSLContext that trusts the cluster CA (and, for agents, holds the node's certificate);
         True: the system's CAs."""
         self.url = url.rstrip("/")
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.verify = verify
-        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout_s, transport=transport,
-                                  verify=verify)
+        self._http = httpx.Client(
+            base_url=self.url, headers=headers, timeout=timeout_s, transport=transport, verify=verify
+        )
 
     def close(self) -> None:
         self._http.close()
@@ -63,7 +95,8 @@ class _Base:
             if "CERTIFICATE_VERIFY_FAILED" in str(e):
                 raise CorralConnectionError(
                     f"the certificate of {self.url} is not trusted here ({e}); get the cluster CA's fingerprint from "
-                    "the operator and run `corral login USER --ca-fingerprint sha256:...`, or set CORRAL_CA_FILE") from e
+                    "the operator and run `corral login USER --ca-fingerprint sha256:...`, or set CORRAL_CA_FILE"
+                ) from e
             raise CorralConnectionError(f"cannot reach the Corral server at {self.url}: {e}") from e
         if r.status_code >= 400:
             raise _api_error(r)
@@ -277,8 +310,12 @@ class CorralClient(IdentityClientMixin):
         return SecretOut.model_validate(r.json())
 
     def update_secret(self, name: str, body: SecretUpdate, tenant: str | None = None) -> SecretOut:
-        r = self._request("PUT", f"/api/v1/secrets/{quote(name, safe='')}", params=_tenant(tenant),
-                          json=body.model_dump(exclude_none=True))
+        r = self._request(
+            "PUT",
+            f"/api/v1/secrets/{quote(name, safe='')}",
+            params=_tenant(tenant),
+            json=body.model_dump(exclude_none=True),
+        )
         return SecretOut.model_validate(r.json())
 
     def delete_secret(self, name: str, tenant: str | None = None) -> None:
@@ -309,15 +346,15 @@ class AgentClient(_Base):
 
     def renew(self, node: str, csr_pem: str) -> NodeCertOut:
         """A new certificate for this node, requested with the current one."""
-        return NodeCertOut.model_validate(self._request("POST", f"/api/v1/agents/{node}/renew",
-                                                        json={"csr": csr_pem}).json())
+        return NodeCertOut.model_validate(
+            self._request("POST", f"/api/v1/agents/{node}/renew", json={"csr": csr_pem}).json()
+        )
 
     def recycle_connections(self, grace_s: float = 90.0) -> None:
         """New connections from now on (after the SSLContext's certificate was replaced); requests in
         flight on the old ones (a long poll) finish first, the old pool is closed after `grace_s`."""
         old = self._http
-        self._http = httpx.Client(base_url=old.base_url, headers=old.headers, timeout=old.timeout,
-                                  verify=self.verify)
+        self._http = httpx.Client(base_url=old.base_url, headers=old.headers, timeout=old.timeout, verify=self.verify)
         timer = threading.Timer(grace_s, old.close)
         timer.daemon = True
         timer.start()
@@ -336,9 +373,13 @@ class AgentClient(_Base):
     def upload_logs(self, node: str, job_id: int, offset: int, data: bytes, attempt: int = 1, rank: int = 0) -> int:
         """Returns the size the server now holds for that run; on a gap, the size to resend from."""
         try:
-            r = self._request("POST", f"/api/v1/agents/{node}/jobs/{job_id}/logs",
-                              params={"offset": offset, "attempt": attempt, "rank": rank},
-                              content=data, headers={"content-type": "application/octet-stream"})
+            r = self._request(
+                "POST",
+                f"/api/v1/agents/{node}/jobs/{job_id}/logs",
+                params={"offset": offset, "attempt": attempt, "rank": rank},
+                content=data,
+                headers={"content-type": "application/octet-stream"},
+            )
         except CorralAPIError as e:
             if e.status == 409 and "expected" in e.body:
                 return int(e.body["expected"])

@@ -38,8 +38,10 @@ def fetch_pinned_ca(url: str, fingerprint: str, timeout_s: float = 15.0, path: s
     except ValueError as e:
         raise JoinError(f"the server at {url} sent no CA certificate") from e
     if got != fingerprint:
-        raise JoinError(f"the server at {url} presents CA {got}, not the {fingerprint} of the join token: "
-                        "refusing to join (wrong server, or someone in between)")
+        raise JoinError(
+            f"the server at {url} presents CA {got}, not the {fingerprint} of the join token: "
+            "refusing to join (wrong server, or someone in between)"
+        )
     return ca
 
 

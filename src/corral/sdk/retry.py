@@ -20,9 +20,15 @@ def is_retryable(error: Exception) -> bool:
     return isinstance(error, CorralAPIError) and error.status in RETRY_STATUSES
 
 
-def call_with_retries(call: Callable[[], T], retry_for_s: float, *, first_delay_s: float = 0.25,
-                      max_delay_s: float = 4.0, sleep: Callable[[float], None] = time.sleep,
-                      clock: Callable[[], float] = time.monotonic) -> T:
+def call_with_retries(
+    call: Callable[[], T],
+    retry_for_s: float,
+    *,
+    first_delay_s: float = 0.25,
+    max_delay_s: float = 4.0,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> T:
     """`call()`, again after each retryable error until `retry_for_s` has passed; then its last error is raised."""
     deadline = clock() + retry_for_s
     delay = first_delay_s

@@ -4,6 +4,7 @@ of raising on every pass (which would hold back the run's exit report forever); 
 from __future__ import annotations
 
 from pathlib import Path
+
 import pytest
 
 from corral.agent.logship import LogShipper

@@ -96,8 +96,9 @@ def test_sink_errors_are_reported_and_collection_goes_on() -> None:
         if len(calls) == 1:
             raise ConnectionError("server down")
 
-    collector = Collector(sim, flaky, node="n1", host_reader=None, interval_s=3600, on_error=errors.append,
-                          event_wait_s=0.05)
+    collector = Collector(
+        sim, flaky, node="n1", host_reader=None, interval_s=3600, on_error=errors.append, event_wait_s=0.05
+    )
     collector.start()
     try:
         assert _poll(lambda: len(errors) == 1)

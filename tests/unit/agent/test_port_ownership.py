@@ -25,13 +25,17 @@ def test_the_jobs_processes_are_its_session_group_and_tree() -> None:
     assert compute_job_pids(200, TABLE) == {200, 201}
 
 
-@pytest.mark.parametrize(("name", "leader", "listeners", "mine", "verdict"), [
-    ("the job's own socket", 100, {7}, {7, 8}, (True, "")),
-    ("not running here", None, {7}, set(), (False, "the job is not running on this node")),
-    ("nothing listens", 100, set(), {8}, (False, "nothing listens on port 20000")),
-    ("another's socket", 100, {9}, {7}, (False, "port 20000 is held by a process that is not the job's")),
-    ("its own and another's", 100, {7, 9}, {7}, (False, "port 20000 is held by a process that is not the job's")),
-])
-def test_port_verdict(name: str, leader: int | None, listeners: set[int], mine: set[int],
-                      verdict: tuple[bool, str]) -> None:
+@pytest.mark.parametrize(
+    ("name", "leader", "listeners", "mine", "verdict"),
+    [
+        ("the job's own socket", 100, {7}, {7, 8}, (True, "")),
+        ("not running here", None, {7}, set(), (False, "the job is not running on this node")),
+        ("nothing listens", 100, set(), {8}, (False, "nothing listens on port 20000")),
+        ("another's socket", 100, {9}, {7}, (False, "port 20000 is held by a process that is not the job's")),
+        ("its own and another's", 100, {7, 9}, {7}, (False, "port 20000 is held by a process that is not the job's")),
+    ],
+)
+def test_port_verdict(
+    name: str, leader: int | None, listeners: set[int], mine: set[int], verdict: tuple[bool, str]
+) -> None:
     assert compute_port_verdict(20000, leader, listeners, mine) == verdict, name

@@ -20,19 +20,35 @@ def test_rounds_notify_and_act() -> None:
     sent: list[Any] = []
     acted: list[ActionRequest] = []
     engine = AlertEngine(submit=sent.append, act=acted.append)
-    engine.set_custom_rules([parse_rule({"name": "node_lost", "metric": "node_lost", "comparison": ">",
-                                         "threshold": 0, "actions": ["cordon_node"]})])
+    engine.set_custom_rules(
+        [
+            parse_rule(
+                {
+                    "name": "node_lost",
+                    "metric": "node_lost",
+                    "comparison": ">",
+                    "threshold": 0,
+                    "actions": ["cordon_node"],
+                }
+            )
+        ]
+    )
     engine.evaluate([LOST, HOT], now=0.0)
     assert [[c.alert.rule for c in batch] for batch in sent] == [["node_lost"]]  # pending: nothing to say
     assert [(a.action, a.node) for a in acted] == [(RuleAction.CORDON_NODE, "n2")]
     assert [(a.rule, a.state) for a in engine.alerts()] == [
-        ("node_lost", AlertState.FIRING), ("gpu_temperature", AlertState.PENDING)]
+        ("node_lost", AlertState.FIRING),
+        ("gpu_temperature", AlertState.PENDING),
+    ]
     engine.evaluate([HOT], now=130.0)
     assert [(a.rule, a.state) for a in engine.alerts()] == [
-        ("gpu_temperature", AlertState.FIRING), ("node_lost", AlertState.RESOLVED)]
+        ("gpu_temperature", AlertState.FIRING),
+        ("node_lost", AlertState.RESOLVED),
+    ]
     assert [a.rule for a in engine.alerts([AlertState.RESOLVED])] == ["node_lost"]
     assert [[(c.alert.rule, c.alert.state) for c in batch] for batch in sent[1:]] == [
-        [("gpu_temperature", AlertState.FIRING), ("node_lost", AlertState.RESOLVED)]]
+        [("gpu_temperature", AlertState.FIRING), ("node_lost", AlertState.RESOLVED)]
+    ]
     assert len(acted) == 1
 
 

@@ -9,9 +9,18 @@ from corral.alerts.evaluator import Alert, AlertState, Evaluation, SeriesPoint, 
 from corral.alerts.rules import AlertRule, RuleAction, make_labels, parse_rule, parse_selector
 from corral.alerts.silences import Silence
 
-HOT = parse_rule({"name": "hot", "metric": "gpu_temperature_c", "comparison": ">=", "threshold": 85, "for_s": 60,
-                  "severity": "warning", "summary": "GPU {gpu} on {node} at {value:.0f} C",
-                  "actions": ["cordon_node"]})
+HOT = parse_rule(
+    {
+        "name": "hot",
+        "metric": "gpu_temperature_c",
+        "comparison": ">=",
+        "threshold": 85,
+        "for_s": 60,
+        "severity": "warning",
+        "summary": "GPU {gpu} on {node} at {value:.0f} C",
+        "actions": ["cordon_node"],
+    }
+)
 
 
 def _temp(value: float, gpu: str = "0", node: str = "n1") -> SeriesPoint:
@@ -62,21 +71,31 @@ def test_missing_series_resolves_a_firing_alert() -> None:
 
 
 def test_zero_for_duration_fires_at_once_and_actions_are_requested_once() -> None:
-    rule = parse_rule({"name": "lost", "metric": "node_lost", "comparison": ">", "threshold": 0,
-                       "actions": ["cordon_node", "stop_job"]})
+    rule = parse_rule(
+        {
+            "name": "lost",
+            "metric": "node_lost",
+            "comparison": ">",
+            "threshold": 0,
+            "actions": ["cordon_node", "stop_job"],
+        }
+    )
     run = Run([rule])
     lost = SeriesPoint("node_lost", make_labels({"node": "n2", "job": "j9"}), 1)
     assert run.at(5, lost) == [("", None, F, True)]
     assert run.last is not None
     assert [(a.action, a.node, a.job) for a in run.last.actions] == [
-        (RuleAction.CORDON_NODE, "n2", "j9"), (RuleAction.STOP_JOB, "n2", "j9")]
+        (RuleAction.CORDON_NODE, "n2", "j9"),
+        (RuleAction.STOP_JOB, "n2", "j9"),
+    ]
     run.at(10, lost)
     assert run.last.actions == []
 
 
 def test_one_alert_per_series_and_selector_applies() -> None:
-    rule = parse_rule({"name": "hot_n1", "metric": "gpu_temperature_c", "comparison": ">", "threshold": 85,
-                       "selector": 'node="n1"'})
+    rule = parse_rule(
+        {"name": "hot_n1", "metric": "gpu_temperature_c", "comparison": ">", "threshold": 85, "selector": 'node="n1"'}
+    )
     run = Run([rule])
     changes = run.at(0, _temp(90, "0"), _temp(95, "1"), _temp(99, "0", node="n2"), _temp(50, "2"))
     assert sorted(changes) == [("0", None, F, True), ("1", None, F, True)]
@@ -152,10 +171,18 @@ def test_default_gpu_unhealthy_fires_at_once_with_reason() -> None:
 
 
 def test_summary_with_missing_label_or_broken_template() -> None:
-    rule = parse_rule({"name": "x", "metric": "gpu_power_w", "comparison": ">", "threshold": 1,
-                       "summary": "{node} {nope} {value:.1f}"})
-    broken = parse_rule({"name": "y", "metric": "gpu_power_w", "comparison": ">", "threshold": 1,
-                         "summary": "{value:bad}"})
+    rule = parse_rule(
+        {
+            "name": "x",
+            "metric": "gpu_power_w",
+            "comparison": ">",
+            "threshold": 1,
+            "summary": "{node} {nope} {value:.1f}",
+        }
+    )
+    broken = parse_rule(
+        {"name": "y", "metric": "gpu_power_w", "comparison": ">", "threshold": 1, "summary": "{value:bad}"}
+    )
     run = Run([rule, broken])
     run.at(0, SeriesPoint("gpu_power_w", make_labels({"node": "n"}), 2.0))
     assert sorted(a.summary for a in run.alerts.values()) == ["n ? 2.0", "{value:bad}"]

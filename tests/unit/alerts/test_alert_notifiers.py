@@ -26,8 +26,16 @@ from corral.alerts.notifiers import (
 )
 from corral.alerts.rules import make_labels, parse_rule
 
-RULE = parse_rule({"name": "gpu_unhealthy", "metric": "gpu_unhealthy", "comparison": ">", "threshold": 0,
-                   "severity": "critical", "summary": "GPU {gpu} on {node} out: {reason}"})
+RULE = parse_rule(
+    {
+        "name": "gpu_unhealthy",
+        "metric": "gpu_unhealthy",
+        "comparison": ">",
+        "threshold": 0,
+        "severity": "critical",
+        "summary": "GPU {gpu} on {node} out: {reason}",
+    }
+)
 
 
 def _changes() -> tuple[list[AlertChange], list[AlertChange]]:
@@ -190,8 +198,9 @@ class _Flaky:
 
 def test_retries_with_exponential_backoff_then_succeeds() -> None:
     flaky, slept = _Flaky(3), list[float]()
-    dispatcher = NotificationDispatcher([flaky], attempts=5, base_backoff_s=2, max_backoff_s=5, sleep=slept.append,
-                                        clock=lambda: 77.0)
+    dispatcher = NotificationDispatcher(
+        [flaky], attempts=5, base_backoff_s=2, max_backoff_s=5, sleep=slept.append, clock=lambda: 77.0
+    )
     assert dispatcher.deliver(0, _changes()[0])
     assert slept == [2, 4, 5] and len(flaky.sent) == 1
     [status] = dispatcher.status()

@@ -42,7 +42,7 @@ def test_selectors(name: str, selector: str, labels: dict[str, str], selected: b
     assert all(m.matches(labels) for m in matchers) is selected, name
 
 
-@pytest.mark.parametrize("bad", ['node=a', 'node="a" gpu="1"', '="a"', 'gpu=~"("', 'node=="a"'])
+@pytest.mark.parametrize("bad", ["node=a", 'node="a" gpu="1"', '="a"', 'gpu=~"("', 'node=="a"'])
 def test_malformed_selectors_are_refused(bad: str) -> None:
     with pytest.raises(ValidationError) as caught:
         parse_selector(bad)
@@ -54,12 +54,29 @@ def _rule(**changes: Any) -> dict[str, Any]:
 
 
 def test_parse_rule_full_and_round_trip() -> None:
-    data = _rule(for_s=120, severity="critical", selector='node=~"dgx-.*"', scope="tenant", tenant="vision",
-                 actions=["cordon_node", "stop_job"], summary="GPU {gpu} hot")
+    data = _rule(
+        for_s=120,
+        severity="critical",
+        selector='node=~"dgx-.*"',
+        scope="tenant",
+        tenant="vision",
+        actions=["cordon_node", "stop_job"],
+        summary="GPU {gpu} hot",
+    )
     rule = parse_rule(data)
-    assert rule == AlertRule("hot", "gpu_temperature_c", Comparison.GE, 85.0, 120.0, Severity.CRITICAL,
-                             (LabelMatcher("node", MatchOp.RE, "dgx-.*"),), Scope.TENANT, "vision",
-                             (RuleAction.CORDON_NODE, RuleAction.STOP_JOB), "GPU {gpu} hot")
+    assert rule == AlertRule(
+        "hot",
+        "gpu_temperature_c",
+        Comparison.GE,
+        85.0,
+        120.0,
+        Severity.CRITICAL,
+        (LabelMatcher("node", MatchOp.RE, "dgx-.*"),),
+        Scope.TENANT,
+        "vision",
+        (RuleAction.CORDON_NODE, RuleAction.STOP_JOB),
+        "GPU {gpu} hot",
+    )
     assert parse_rule(rule_to_dict(rule)) == rule
 
 
@@ -98,10 +115,18 @@ def test_tenant_scope_selects_only_that_tenant() -> None:
     assert not rule.selects({"tenant": "nlp", "job": "j2"}) and not rule.selects({"job": "j3"})
 
 
-@pytest.mark.parametrize(("op", "value", "holds"), [
-    (">", 2, True), (">", 1, False), (">=", 1, True), ("<", 0, True), ("<=", 1, True), ("==", 1, True),
-    ("!=", 1, False),
-])
+@pytest.mark.parametrize(
+    ("op", "value", "holds"),
+    [
+        (">", 2, True),
+        (">", 1, False),
+        (">=", 1, True),
+        ("<", 0, True),
+        ("<=", 1, True),
+        ("==", 1, True),
+        ("!=", 1, False),
+    ],
+)
 def test_comparisons_against_threshold_one(op: str, value: float, holds: bool) -> None:
     assert Comparison(op).holds(value, 1.0) is holds
 

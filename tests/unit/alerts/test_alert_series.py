@@ -40,8 +40,9 @@ def test_fault_events_become_series() -> None:
     sim = SimulatedGpuBackend("sim:2xH100-80GB", "n1")
     sim.inject_fault(1, SimFault(xid=79, ecc=True))
     points = compute_batch_series(_batch(sim, 5.0))
-    assert [(p.metric, dict(p.labels).get("xid"), p.value) for p in points if p.metric in ("gpu_xid", "gpu_ecc_dbe")] \
-        == [("gpu_xid", "79", 79.0), ("gpu_ecc_dbe", None, 1.0)]
+    assert [
+        (p.metric, dict(p.labels).get("xid"), p.value) for p in points if p.metric in ("gpu_xid", "gpu_ecc_dbe")
+    ] == [("gpu_xid", "79", 79.0), ("gpu_ecc_dbe", None, 1.0)]
     assert all(dict(p.labels)["gpu"] == "1" for p in points if p.metric == "gpu_xid")
 
 

@@ -7,12 +7,14 @@ import pytest
 from corral.core.directory import GroupMapping, select_membership
 from corral.core.tenancy import Role
 
-M = [GroupMapping(1, "vision", 10, "vision", Role.MEMBER),
-     GroupMapping(2, "nlp", 20, "nlp", Role.MEMBER),
-     GroupMapping(3, "nlp-leads", 20, "nlp", Role.TENANT_ADMIN),
-     GroupMapping(4, "cn=ops,ou=groups,dc=corral,dc=test", 30, "ops", Role.ADMIN),
-     GroupMapping(5, "auditors", 10, "vision", Role.VIEWER),
-     GroupMapping(6, "apple", 40, "apple", Role.MEMBER)]
+M = [
+    GroupMapping(1, "vision", 10, "vision", Role.MEMBER),
+    GroupMapping(2, "nlp", 20, "nlp", Role.MEMBER),
+    GroupMapping(3, "nlp-leads", 20, "nlp", Role.TENANT_ADMIN),
+    GroupMapping(4, "cn=ops,ou=groups,dc=corral,dc=test", 30, "ops", Role.ADMIN),
+    GroupMapping(5, "auditors", 10, "vision", Role.VIEWER),
+    GroupMapping(6, "apple", 40, "apple", Role.MEMBER),
+]
 
 CASES = {
     "no group mapped": ([], None),

@@ -45,14 +45,19 @@ def _xid(index: int, code: int) -> GpuEvent:
         ("double-bit ecc event", _samples(), [GpuEvent(1.0, GpuEventKind.ECC_DBE, 2)], "ecc_dbe"),
         ("double-bit counter rose", _samples(changes={2: {"ecc_dbe_total": 1}}), [], "ecc_dbe"),
         ("off the bus", [s for s in _samples() if s.index != 2], [GpuEvent(1.0, GpuEventKind.OFF_BUS, 2)], "off_bus"),
-        ("nvml error", [s for s in _samples() if s.index != 2], [GpuEvent(1.0, GpuEventKind.NVML_ERROR, 2)],
-         "nvml_error"),
+        (
+            "nvml error",
+            [s for s in _samples() if s.index != 2],
+            [GpuEvent(1.0, GpuEventKind.NVML_ERROR, 2)],
+            "nvml_error",
+        ),
         ("not read, no event", [s for s in _samples() if s.index != 2], [], "gpu_missing"),
         ("too hot", _samples(changes={2: {"temperature_c": 90.0}}), [], "temperature"),
     ],
 )
-def test_each_failure_takes_the_gpu_out_at_once(name: str, samples: list[GpuSample], events: list[GpuEvent],
-                                                reason: str) -> None:
+def test_each_failure_takes_the_gpu_out_at_once(
+    name: str, samples: list[GpuSample], events: list[GpuEvent], reason: str
+) -> None:
     checker = HealthChecker(range(4), now=0.0)
     checker.check(_samples(), [], 4, now=5.0)  # establishes the ECC baseline
     transitions = checker.check(samples, events, 4, now=10.0)
@@ -70,7 +75,7 @@ def test_fatal_xid_set_is_configurable() -> None:
     checker = HealthChecker(range(4), now=0.0, policy=HealthPolicy(fatal_xids=frozenset({13})))
     assert checker.check(_samples(), [_xid(0, 79)], 4, now=1.0) == []
     assert [t.gpu_index for t in checker.check(_samples(), [_xid(0, 13)], 4, now=2.0)] == [0]
-    assert DEFAULT_FATAL_XIDS == {48, 63, 64, 74, 79, 92, 94, 95}
+    assert {48, 63, 64, 74, 79, 92, 94, 95} == DEFAULT_FATAL_XIDS
 
 
 def test_sticky_xids_need_an_admin() -> None:
@@ -142,8 +147,15 @@ def test_compute_health_is_pure() -> None:
     assert state.unhealthy_indices == ()
 
 
-@pytest.mark.parametrize("bad", [{"recovery_checks": 0}, {"temperature_limit_c": -5}, {"fatal_xids": frozenset({0})},
-                                 {"sticky_xids": frozenset({13})}])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"recovery_checks": 0},
+        {"temperature_limit_c": -5},
+        {"fatal_xids": frozenset({0})},
+        {"sticky_xids": frozenset({13})},
+    ],
+)
 def test_bad_policy_is_refused(bad: dict[str, object]) -> None:
     with pytest.raises(ValidationError):
         HealthPolicy(**bad)  # type: ignore[arg-type]

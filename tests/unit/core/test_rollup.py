@@ -27,7 +27,10 @@ def test_one_rollup_per_minute_with_min_max_avg_last() -> None:
     points = [RawPoint(60.0, 10), RawPoint(119.9, 30), RawPoint(75.0, 20), RawPoint(120.0, 5), RawPoint(-1.0, 1)]
     rollups = compute_rollups(points)
     assert [(r.start, r.count, r.min, r.max, r.avg, r.last) for r in rollups] == [
-        (-60.0, 1, 1, 1, 1, 1), (60.0, 3, 10, 30, 20, 30), (120.0, 1, 5, 5, 5, 5)]
+        (-60.0, 1, 1, 1, 1, 1),
+        (60.0, 3, 10, 30, 20, 30),
+        (120.0, 1, 5, 5, 5, 5),
+    ]
 
 
 def test_last_is_by_timestamp_not_arrival_and_nan_skipped() -> None:
@@ -36,8 +39,9 @@ def test_last_is_by_timestamp_not_arrival_and_nan_skipped() -> None:
 
 
 @given(st.lists(st.tuples(st.floats(0, 3600), st.floats(-1e6, 1e6)), min_size=1, max_size=60), st.randoms())
-def test_rollups_agree_with_a_direct_computation_in_any_split(raw: list[tuple[float, float]],
-                                                                rng: random.Random) -> None:
+def test_rollups_agree_with_a_direct_computation_in_any_split(
+    raw: list[tuple[float, float]], rng: random.Random
+) -> None:
     points = [RawPoint(ts, v) for ts, v in raw]
     whole = compute_rollups(points)
     cut = rng.randrange(len(points) + 1)
@@ -64,7 +68,9 @@ def test_coarser_rollups() -> None:
     minutes = compute_rollups([RawPoint(t * 60.0 + 1, float(t)) for t in range(120)])
     hours = compute_coarser_rollups(minutes, 3600)
     assert [(h.start, h.count, h.min, h.max, h.last) for h in hours] == [
-        (0.0, 60, 0, 59, 59), (3600.0, 60, 60, 119, 119)]
+        (0.0, 60, 0, 59, 59),
+        (3600.0, 60, 60, 119, 119),
+    ]
 
 
 def test_only_closed_buckets_are_rolled_up() -> None:
@@ -83,10 +89,15 @@ def test_retention_cutoffs_and_resolution() -> None:
     assert select_resolution(now - 2 * 86400, now) == "rollup"
 
 
-@pytest.mark.parametrize(("kwargs", "field"), [
-    ({"bucket_s": 0}, "bucket_s"), ({"bucket_s": 7}, "bucket_s"), ({"raw_s": 30}, "raw_s"),
-    ({"raw_s": 86400, "rollup_s": 3600}, "rollup_s"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"bucket_s": 0}, "bucket_s"),
+        ({"bucket_s": 7}, "bucket_s"),
+        ({"raw_s": 30}, "raw_s"),
+        ({"raw_s": 86400, "rollup_s": 3600}, "rollup_s"),
+    ],
+)
 def test_bad_policy(kwargs: dict[str, float], field: str) -> None:
     with pytest.raises(ValidationError) as caught:
         RetentionPolicy(**kwargs)

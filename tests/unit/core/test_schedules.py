@@ -20,8 +20,12 @@ T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
         pytest.param("0 2 * * *", T0, datetime(2026, 1, 2, 2, 0, tzinfo=UTC), id="daily-at-two"),
         pytest.param("* * * * *", T0, T0 + timedelta(minutes=1), id="strictly-after-a-matching-minute"),
         pytest.param("*/15 * * * *", T0 + timedelta(seconds=1), T0 + timedelta(minutes=15), id="step"),
-        pytest.param("0 9 * * MON-FRI", datetime(2026, 1, 2, 10, tzinfo=UTC),  # a Friday, after nine
-                     datetime(2026, 1, 5, 9, tzinfo=UTC), id="weekdays-skip-the-weekend"),
+        pytest.param(
+            "0 9 * * MON-FRI",
+            datetime(2026, 1, 2, 10, tzinfo=UTC),  # a Friday, after nine
+            datetime(2026, 1, 5, 9, tzinfo=UTC),
+            id="weekdays-skip-the-weekend",
+        ),
         pytest.param("@hourly", T0, T0 + timedelta(hours=1), id="nickname-hourly"),
         pytest.param("@daily", T0, datetime(2026, 1, 2, tzinfo=UTC), id="nickname-daily"),
         pytest.param("@monthly", T0, datetime(2026, 2, 1, tzinfo=UTC), id="nickname-monthly"),
@@ -36,9 +40,11 @@ def test_cron_is_read_in_the_schedules_time_zone_across_dst() -> None:
     # 02:30 every day in New York: on 2026-03-08 02:30 does not exist (clocks jump 02:00 -> 03:00).
     expr = ScheduleExpr.parse("30 2 * * *", "America/New_York")
     runs = expr.upcoming(datetime(2026, 3, 7, tzinfo=UTC), 3)
-    assert runs == [datetime(2026, 3, 7, 7, 30, tzinfo=UTC),  # 02:30 EST = 07:30 UTC
-                    datetime(2026, 3, 8, 7, 0, tzinfo=UTC),  # the missing 02:30 runs at 03:00 EDT, as cron does
-                    datetime(2026, 3, 9, 6, 30, tzinfo=UTC)]  # 02:30 EDT = 06:30 UTC
+    assert runs == [
+        datetime(2026, 3, 7, 7, 30, tzinfo=UTC),  # 02:30 EST = 07:30 UTC
+        datetime(2026, 3, 8, 7, 0, tzinfo=UTC),  # the missing 02:30 runs at 03:00 EDT, as cron does
+        datetime(2026, 3, 9, 6, 30, tzinfo=UTC),
+    ]  # 02:30 EDT = 06:30 UTC
     # 01:30 on 2026-11-01 happens twice in New York (clocks fall back 02:00 -> 01:00): it runs once.
     fall = ScheduleExpr.parse("30 1 * * *", "America/New_York").upcoming(datetime(2026, 10, 31, 12, tzinfo=UTC), 2)
     assert fall == [datetime(2026, 11, 1, 5, 30, tzinfo=UTC), datetime(2026, 11, 2, 6, 30, tzinfo=UTC)]
@@ -79,12 +85,16 @@ def test_describe_in_words() -> None:
     assert ScheduleExpr.parse("0 9 * * *", "Europe/Paris").describe().endswith("(Europe/Paris)")
 
 
-@given(minute=st.sampled_from(["*", "*/5", "7", "0,30", "10-20"]), hour=st.sampled_from(["*", "3", "*/6", "8-17"]),
-       dow=st.sampled_from(["*", "MON-FRI", "0", "SAT,SUN"]),
-       tz=st.sampled_from(["UTC", "Europe/Paris", "America/New_York", "Asia/Kolkata", "Australia/Lord_Howe"]),
-       start=st.datetimes(min_value=datetime(2025, 1, 1), max_value=datetime(2028, 1, 1), timezones=st.just(UTC)))
-def test_cron_next_is_strictly_later_and_no_firing_is_skipped(minute: str, hour: str, dow: str, tz: str,
-                                                               start: datetime) -> None:
+@given(
+    minute=st.sampled_from(["*", "*/5", "7", "0,30", "10-20"]),
+    hour=st.sampled_from(["*", "3", "*/6", "8-17"]),
+    dow=st.sampled_from(["*", "MON-FRI", "0", "SAT,SUN"]),
+    tz=st.sampled_from(["UTC", "Europe/Paris", "America/New_York", "Asia/Kolkata", "Australia/Lord_Howe"]),
+    start=st.datetimes(min_value=datetime(2025, 1, 1), max_value=datetime(2028, 1, 1), timezones=st.just(UTC)),
+)
+def test_cron_next_is_strictly_later_and_no_firing_is_skipped(
+    minute: str, hour: str, dow: str, tz: str, start: datetime
+) -> None:
     expr = ScheduleExpr.parse(f"{minute} {hour} * * {dow}", tz)
     a = expr.next_after(start)
     b = expr.next_after(a)
@@ -117,7 +127,9 @@ def test_missed_firings_are_counted_and_folded_into_one() -> None:
         pytest.param(ConcurrencyPolicy.REPLACE, [], True, (), id="replace-idle-starts"),
     ],
 )
-def test_concurrency_policies(policy: ConcurrencyPolicy, active: list[int], start: bool, cancel: tuple[int, ...]) -> None:
+def test_concurrency_policies(
+    policy: ConcurrencyPolicy, active: list[int], start: bool, cancel: tuple[int, ...]
+) -> None:
     f = plan_firing(ScheduleExpr.parse("@hourly"), policy, T0, T0 + timedelta(seconds=1), active)
     assert (f.start, f.cancel) == (start, cancel)
     assert f.next_run_at == T0 + timedelta(hours=1)

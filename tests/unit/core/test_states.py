@@ -32,7 +32,7 @@ def test_the_table_has_a_row_per_state() -> None:
 
 
 def test_terminal_states_have_no_way_out() -> None:
-    assert TERMINAL_STATES == {S, F, C}
+    assert {S, F, C} == TERMINAL_STATES
     assert {st for st in JobState if st.terminal} == {S, F, C}
     for st in TERMINAL_STATES:
         assert TRANSITIONS[st] == frozenset()

@@ -30,9 +30,22 @@ from corral.core.telemetry import (
     merge_job_gpu_summary,
 )
 
-HOST = HostSample(ts=10.0, cpu_percent=12.5, cpu_count=64, load_1m=1.0, load_5m=0.5, load_15m=0.25,
-                  memory_used_mib=1000, memory_total_mib=4000, disk_used_bytes=25, disk_total_bytes=100,
-                  disk_read_bytes=1 << 40, disk_write_bytes=3, net_rx_bytes=4, net_tx_bytes=5)
+HOST = HostSample(
+    ts=10.0,
+    cpu_percent=12.5,
+    cpu_count=64,
+    load_1m=1.0,
+    load_5m=0.5,
+    load_15m=0.25,
+    memory_used_mib=1000,
+    memory_total_mib=4000,
+    disk_used_bytes=25,
+    disk_total_bytes=100,
+    disk_read_bytes=1 << 40,
+    disk_write_bytes=3,
+    net_rx_bytes=4,
+    net_tx_bytes=5,
+)
 
 
 def _batch() -> TelemetryBatch:
@@ -103,8 +116,9 @@ def test_throttle_reason_names() -> None:
 
 
 def test_gpu_series_skip_unreported_values() -> None:
-    s = GpuSample(ts=1, index=0, uuid="u", utilization_percent=50, memory_used_mib=20, memory_total_mib=80,
-                  throttle_reasons=0x1)
+    s = GpuSample(
+        ts=1, index=0, uuid="u", utilization_percent=50, memory_used_mib=20, memory_total_mib=80, throttle_reasons=0x1
+    )
     series = compute_gpu_series(s)
     assert series["gpu_memory_used_percent"] == 25.0 and series["gpu_utilization_percent"] == 50.0
     assert series["gpu_throttled"] == 0.0  # idle is not throttling

@@ -8,13 +8,16 @@ from corral.core.errors import ValidationError
 from corral.core.timestamps import parse_iso_time
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("2026-11-22", datetime(2026, 11, 22, tzinfo=UTC)),
-    ("2026-11-22T10:30:00", datetime(2026, 11, 22, 10, 30, tzinfo=UTC)),
-    ("2026-11-22T10:30:00Z", datetime(2026, 11, 22, 10, 30, tzinfo=UTC)),
-    (" 2026-11-22T10:30:00Z ", datetime(2026, 11, 22, 10, 30, tzinfo=UTC)),
-    ("2026-11-22T11:30:00+01:00", datetime(2026, 11, 22, 11, 30, tzinfo=timezone(timedelta(hours=1)))),
-])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("2026-11-22", datetime(2026, 11, 22, tzinfo=UTC)),
+        ("2026-11-22T10:30:00", datetime(2026, 11, 22, 10, 30, tzinfo=UTC)),
+        ("2026-11-22T10:30:00Z", datetime(2026, 11, 22, 10, 30, tzinfo=UTC)),
+        (" 2026-11-22T10:30:00Z ", datetime(2026, 11, 22, 10, 30, tzinfo=UTC)),
+        ("2026-11-22T11:30:00+01:00", datetime(2026, 11, 22, 11, 30, tzinfo=timezone(timedelta(hours=1)))),
+    ],
+)
 def test_parses_iso_times_and_reads_no_zone_as_utc(text: str, expected: datetime) -> None:
     parsed = parse_iso_time(text, "start")
     assert parsed == expected and parsed.tzinfo is not None

@@ -10,14 +10,17 @@ from corral.core.webports import DEFAULT_JOB_PORTS, parse_port_range, select_job
 PORTS = range(20000, 20004)
 
 
-@pytest.mark.parametrize(("name", "job_id", "current", "held", "chosen"), [
-    ("keeps its port when free", 7, 20002, set(), 20002),
-    ("a port another job holds is never kept", 7, 20002, {20002}, 20001),  # 7*7919 % 4 = 1
-    ("a declared port outside the range is not used", 4, 8600, set(), 20000),
-    ("asked for a UI, no port yet", 5, 0, {20003}, 20000),  # 5*7919 % 4 = 3, held: wraps
-    ("skips what is held, wrapping around", 3, None, {20001, 20002, 20003}, 20000),
-    ("a full range gives none", 1, None, {20000, 20001, 20002, 20003}, None),
-])
+@pytest.mark.parametrize(
+    ("name", "job_id", "current", "held", "chosen"),
+    [
+        ("keeps its port when free", 7, 20002, set(), 20002),
+        ("a port another job holds is never kept", 7, 20002, {20002}, 20001),  # 7*7919 % 4 = 1
+        ("a declared port outside the range is not used", 4, 8600, set(), 20000),
+        ("asked for a UI, no port yet", 5, 0, {20003}, 20000),  # 5*7919 % 4 = 3, held: wraps
+        ("skips what is held, wrapping around", 3, None, {20001, 20002, 20003}, 20000),
+        ("a full range gives none", 1, None, {20000, 20001, 20002, 20003}, None),
+    ],
+)
 def test_select_job_port(name: str, job_id: int, current: int | None, held: set[int], chosen: int | None) -> None:
     assert select_job_port(job_id, current, held, PORTS) == chosen, name
 

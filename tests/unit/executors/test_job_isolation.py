@@ -8,7 +8,7 @@ import stat
 from pathlib import Path
 
 import pytest
-from executor_helpers import JOB_IDENTITY, OTHER_IDENTITY, make_spec, wait_exit, wait_for
+from executor_helpers import OTHER_IDENTITY, make_spec, wait_exit, wait_for
 
 from corral.executors import ProcessExecutor
 from realparts import missing_real_part
@@ -32,45 +32,83 @@ def test_job_runs_as_its_identity_without_supplementary_groups(executor: Process
     assert executor.isolation == "users"
 
 
-def test_environment_is_only_what_the_job_asked_for(executor: ProcessExecutor, tmp_path: Path,
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    for name, value in {"CORRAL_DATA_DIR": "/srv/corral", "CORRAL_JOIN_TOKEN": "cj_secret", "PYTHONPATH": "/agent",
-                        "VIRTUAL_ENV": "/agent/.venv", "AWS_SECRET_ACCESS_KEY": "agent-secret"}.items():
+def test_environment_is_only_what_the_job_asked_for(
+    executor: ProcessExecutor, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, value in {
+        "CORRAL_DATA_DIR": "/srv/corral",
+        "CORRAL_JOIN_TOKEN": "cj_secret",
+        "PYTHONPATH": "/agent",
+        "VIRTUAL_ENV": "/agent/.venv",
+        "AWS_SECRET_ACCESS_KEY": "agent-secret",
+    }.items():
         monkeypatch.setenv(name, value)
-    spec = make_spec(tmp_path, "j-env", "", command=("env",), env={"FOO": "bar", "CORRAL_JOB_ID": "forged"},
-                     gpu_indices=(1,), gpu_uuids=("GPU-1",), checkpoint_dir=executor.checkpoint_dir("7"))
+    spec = make_spec(
+        tmp_path,
+        "j-env",
+        "",
+        command=("env",),
+        env={"FOO": "bar", "CORRAL_JOB_ID": "forged"},
+        gpu_indices=(1,),
+        gpu_uuids=("GPU-1",),
+        checkpoint_dir=executor.checkpoint_dir("7"),
+    )
     executor.launch(spec)
     code, out = _output(executor, spec.log_path, "j-env")
     env = dict(line.split("=", 1) for line in out.splitlines())
     run_dir = str(executor.run_dir("j-env"))
     assert code == 0
-    assert env == {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8",
-                   "HOME": run_dir, "USER": "alice", "LOGNAME": "alice", "FOO": "bar",
-                   "CUDA_VISIBLE_DEVICES": "1", "NVIDIA_VISIBLE_DEVICES": "GPU-1", "CORRAL_JOB_ID": "j-env",
-                   "CORRAL_CHECKPOINT_DIR": str(executor.checkpoint_dir("7"))}
+    assert env == {
+        "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "LANG": "C.UTF-8",
+        "HOME": run_dir,
+        "USER": "alice",
+        "LOGNAME": "alice",
+        "FOO": "bar",
+        "CUDA_VISIBLE_DEVICES": "1",
+        "NVIDIA_VISIBLE_DEVICES": "GPU-1",
+        "CORRAL_JOB_ID": "j-env",
+        "CORRAL_CHECKPOINT_DIR": str(executor.checkpoint_dir("7")),
+    }
 
 
 def test_default_workdir_is_the_jobs_own_private_dir(executor: ProcessExecutor, tmp_path: Path) -> None:
-    spec = make_spec(tmp_path, "j-home", "pwd; touch mine; stat -c '%u %a' mine; sleep 30",
-                     checkpoint_dir=executor.checkpoint_dir("1"))
+    spec = make_spec(
+        tmp_path,
+        "j-home",
+        "pwd; touch mine; stat -c '%u %a' mine; sleep 30",
+        checkpoint_dir=executor.checkpoint_dir("1"),
+    )
     executor.launch(spec)
     run_dir = executor.run_dir("j-home")
     wait_for(lambda: spec.log_path.exists() and len(spec.log_path.read_text().splitlines()) == 2)
     assert spec.log_path.read_text().splitlines() == [str(run_dir), "200001 600"]  # umask 077
-    modes = {p: (p.stat().st_uid, stat.S_IMODE(p.stat().st_mode))
-             for p in (run_dir, executor.checkpoint_dir("1"), spec.log_path, executor.work_root)}
-    assert modes == {run_dir: (200_001, 0o700), executor.checkpoint_dir("1"): (200_001, 0o700),
-                     spec.log_path: (200_001, 0o600), executor.work_root: (0, 0o711)}
+    modes = {
+        p: (p.stat().st_uid, stat.S_IMODE(p.stat().st_mode))
+        for p in (run_dir, executor.checkpoint_dir("1"), spec.log_path, executor.work_root)
+    }
+    assert modes == {
+        run_dir: (200_001, 0o700),
+        executor.checkpoint_dir("1"): (200_001, 0o700),
+        spec.log_path: (200_001, 0o600),
+        executor.work_root: (0, 0o711),
+    }
     executor.cancel("j-home", grace_s=0.0)
     wait_exit(executor, "j-home")
     executor.ack("j-home")
     assert not run_dir.exists() and executor.checkpoint_dir("1").exists()  # scratch goes, checkpoints stay
 
 
-def test_a_job_cannot_read_the_agents_files_or_another_users_job(executor: ProcessExecutor, state_dir: Path,
-                                                                 tmp_path: Path) -> None:
-    victim = make_spec(tmp_path, "j-bob", 'echo "BOB_SECRET=$BOB_SECRET"; echo s3cret > notes; sleep 30',
-                       env={"BOB_SECRET": "hunter2"}, identity=OTHER_IDENTITY)
+def test_a_job_cannot_read_the_agents_files_or_another_users_job(
+    executor: ProcessExecutor, state_dir: Path, tmp_path: Path
+) -> None:
+    victim = make_spec(
+        tmp_path,
+        "j-bob",
+        'echo "BOB_SECRET=$BOB_SECRET"; echo s3cret > notes; sleep 30',
+        env={"BOB_SECRET": "hunter2"},
+        identity=OTHER_IDENTITY,
+    )
     executor.launch(victim)
     wait_for(lambda: (executor.run_dir("j-bob") / "notes").exists())
     bob_dir = executor.run_dir("j-bob")
@@ -108,8 +146,9 @@ def test_a_workdir_the_user_may_not_enter_is_not_entered(executor: ProcessExecut
     assert record.exit_code == 1 and record.reason.startswith("workdir not usable by uid 200001"), record
 
 
-def test_single_user_mode_is_declared_and_still_cleans_the_environment(state_dir: Path, tmp_path: Path,
-                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_single_user_mode_is_declared_and_still_cleans_the_environment(
+    state_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("CORRAL_JOIN_TOKEN", "cj_secret")
     executor = ProcessExecutor(state_dir, switch_users=False)
     assert executor.isolation == "single-user"

@@ -22,8 +22,9 @@ def test_gpu_environment_is_exactly_the_given_gpus(
 ) -> None:
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3,4,5,6,7")  # the agent's own must not leak
     script = 'echo "cvd=[$CUDA_VISIBLE_DEVICES] nvd=[$NVIDIA_VISIBLE_DEVICES] id=[$CORRAL_JOB_ID] foo=[$FOO]"'
-    spec = make_spec(tmp_path, "j-gpu", script, env={"FOO": "bar"}, gpu_indices=(2, 5),
-                     gpu_uuids=("GPU-aaa", "GPU-bbb"))
+    spec = make_spec(
+        tmp_path, "j-gpu", script, env={"FOO": "bar"}, gpu_indices=(2, 5), gpu_uuids=("GPU-aaa", "GPU-bbb")
+    )
     executor.launch(spec)
     assert wait_exit(executor, "j-gpu").exit_code == 0
     assert spec.log_path.read_text() == "cvd=[2,5] nvd=[GPU-aaa,GPU-bbb] id=[j-gpu] foo=[bar]\n"
@@ -61,8 +62,9 @@ def test_exit_codes(executor: ProcessExecutor, tmp_path: Path, name: str, script
     assert (record.exit_code, record.reason) == (code, ""), name
 
 
-def test_commands_that_cannot_start_become_exit_records(executor: ProcessExecutor, tmp_path: Path,
-                                                        user_dir: Path) -> None:
+def test_commands_that_cannot_start_become_exit_records(
+    executor: ProcessExecutor, tmp_path: Path, user_dir: Path
+) -> None:
     not_executable = user_dir / "script.sh"
     not_executable.write_text("#!/bin/sh\necho hi\n")
     cases = {

@@ -34,8 +34,11 @@ def failing(errors: list[Exception], result: str = "job") -> tuple[list[int], ob
     return calls, call
 
 
-@pytest.mark.parametrize("error", [CorralConnectionError("down"), api_error(503), api_error(500), api_error(502),
-                                   api_error(429)], ids=["connection", "503", "500", "502", "429"])
+@pytest.mark.parametrize(
+    "error",
+    [CorralConnectionError("down"), api_error(503), api_error(500), api_error(502), api_error(429)],
+    ids=["connection", "503", "500", "502", "429"],
+)
 def test_retryable_errors_are_retried_until_it_works(error: Exception) -> None:
     clock = FakeClock()
     calls, call = failing([error, error])

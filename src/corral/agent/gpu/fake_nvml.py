@@ -184,8 +184,14 @@ class FakeNvml:
         point to point, "none" has no NVLink."""
         buses = [gpu_bus_id(i) for i in range(count)]
         gpus = [
-            FakeGpu(name=model, memory_mib=memory_mib, pci_bus_id=buses[i], numa_node=_half(i, count),
-                    ecc_enabled=True, pcie_switch=i // 2)
+            FakeGpu(
+                name=model,
+                memory_mib=memory_mib,
+                pci_bus_id=buses[i],
+                numa_node=_half(i, count),
+                ecc_enabled=True,
+                pcie_switch=i // 2,
+            )
             for i in range(count)
         ]
         if nvlink == "all":
@@ -205,8 +211,14 @@ class FakeNvml:
     ) -> FakeNvml:
         """A PCIe server: no NVLink, GPUs spread evenly over `numa_nodes`, pairs under one switch."""
         gpus = [
-            FakeGpu(name=model, memory_mib=memory_mib, pci_bus_id=gpu_bus_id(i),
-                    numa_node=i * numa_nodes // max(count, 1), ecc_enabled=False, pcie_switch=i // 2)
+            FakeGpu(
+                name=model,
+                memory_mib=memory_mib,
+                pci_bus_id=gpu_bus_id(i),
+                numa_node=i * numa_nodes // max(count, 1),
+                ecc_enabled=False,
+                pcie_switch=i // 2,
+            )
             for i in range(count)
         ]
         return cls(gpus)
@@ -371,8 +383,10 @@ class FakeNvml:
         out = []
         for wanted in field_ids:
             field_id, scope = wanted if isinstance(wanted, tuple) else (wanted, 0)
-            counters = {pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX: 0,
-                        pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX: 1}
+            counters = {
+                pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX: 0,
+                pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX: 1,
+            }
             if gpu.nvlink_kib is None or field_id not in counters:
                 out.append(FakeFieldValue(field_id, scope, pynvml.NVML_ERROR_NOT_SUPPORTED, FakeValue(0)))
             else:
@@ -460,4 +474,3 @@ class FakeNvml:
 
 def _half(i: int, count: int) -> int:
     return 0 if count < 4 or i < count // 2 else 1
-

@@ -62,9 +62,7 @@ def normalize_bus_id(bus_id: str) -> str:
     return f"{domain:04x}:{parts[1]}:{parts[2]}"
 
 
-def compute_nvlink_peers(
-    remotes: dict[int, set[str]], gpu_by_bus: dict[str, int]
-) -> dict[int, tuple[int, ...]]:
+def compute_nvlink_peers(remotes: dict[int, set[str]], gpu_by_bus: dict[str, int]) -> dict[int, tuple[int, ...]]:
     """Peers per GPU index from the (normalized) remote bus ids of each GPU's active NVLinks.
 
     A remote that is another GPU is a direct peer. A remote that is not a GPU is an NVSwitch: every
@@ -148,8 +146,9 @@ class NvmlGpuBackend:
 
     name = "nvml"
 
-    def __init__(self, nvml: NvmlModule = pynvml, sysfs_root: Path = Path("/sys"),
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, nvml: NvmlModule = pynvml, sysfs_root: Path = Path("/sys"), clock: Callable[[], float] = time.time
+    ) -> None:
         self._nvml = nvml
         self._sysfs_root = sysfs_root
         self._lock = threading.Lock()

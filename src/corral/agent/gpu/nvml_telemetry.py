@@ -37,7 +37,9 @@ def read_gpu_sample(nv: NvmlModule, handle: Any, index: int, uuid: str, now: flo
     nvlink = opt(lambda: _read_nvlink_kib(nv, handle))
     processes = opt(lambda: _read_processes(nv, handle))
     return GpuSample(
-        ts=now, index=index, uuid=uuid,
+        ts=now,
+        index=index,
+        uuid=uuid,
         utilization_percent=float(util.gpu) if util is not None else None,
         memory_utilization_percent=float(util.memory) if util is not None else None,
         memory_used_mib=int(memory.used) // _MIB if memory is not None else None,
@@ -67,15 +69,19 @@ def _ecc(nv: NvmlModule, handle: Any, error_type: int) -> int:
 
 def _retired_pages(nv: NvmlModule, handle: Any) -> int:
     """Pages retired for either cause (pre-Ampere; Ampere and later remap rows instead)."""
-    causes = (nv.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS,
-              nv.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR)
+    causes = (
+        nv.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS,
+        nv.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR,
+    )
     return sum(len(nv.nvmlDeviceGetRetiredPages(handle, cause)) for cause in causes)
 
 
 def _read_nvlink_kib(nv: NvmlModule, handle: Any) -> tuple[int, int] | None:
     """Cumulative NVLink (tx, rx) KiB over all links; None where the GPU has no NVLink counters."""
-    ids = [(nv.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, _ALL_LINKS),
-           (nv.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, _ALL_LINKS)]
+    ids = [
+        (nv.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, _ALL_LINKS),
+        (nv.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, _ALL_LINKS),
+    ]
     values = nv.nvmlDeviceGetFieldValues(handle, ids)
     if any(int(v.nvmlReturn) != 0 for v in values):
         return None

@@ -38,8 +38,7 @@ def compute_sim_nvlink_peers(model: str, count: int) -> list[tuple[int, ...]]:
     if count != 8 or not any(m in name for m in _SXM_MODELS):
         return [() for _ in range(count)]
     if "V100" in name:
-        return [tuple(sorted({j for j in range(8) if j // 4 == i // 4 and j != i} | {(i + 4) % 8}))
-                for i in range(8)]
+        return [tuple(sorted({j for j in range(8) if j // 4 == i // 4 and j != i} | {(i + 4) % 8})) for i in range(8)]
     return [tuple(j for j in range(count) if j != i) for i in range(count)]
 
 
@@ -74,11 +73,16 @@ class SimModelSpec:
 
 
 _MODEL_SPECS = {
-    "B200": SimModelSpec(1000.0, 1965, 3996), "H200": SimModelSpec(700.0, 1980, 3201),
-    "H100": SimModelSpec(700.0, 1980, 2619), "A100": SimModelSpec(400.0, 1410, 1593),
-    "V100": SimModelSpec(300.0, 1530, 877), "L40S": SimModelSpec(350.0, 2520, 9001),
-    "L4": SimModelSpec(72.0, 2040, 6251), "A10": SimModelSpec(150.0, 1695, 6251),
-    "T4": SimModelSpec(70.0, 1590, 5001), "RTX4090": SimModelSpec(450.0, 2520, 10501),
+    "B200": SimModelSpec(1000.0, 1965, 3996),
+    "H200": SimModelSpec(700.0, 1980, 3201),
+    "H100": SimModelSpec(700.0, 1980, 2619),
+    "A100": SimModelSpec(400.0, 1410, 1593),
+    "V100": SimModelSpec(300.0, 1530, 877),
+    "L40S": SimModelSpec(350.0, 2520, 9001),
+    "L4": SimModelSpec(72.0, 2040, 6251),
+    "A10": SimModelSpec(150.0, 1695, 6251),
+    "T4": SimModelSpec(70.0, 1590, 5001),
+    "RTX4090": SimModelSpec(450.0, 2520, 10501),
 }
 _DEFAULT_MODEL_SPEC = SimModelSpec(300.0, 1800, 5001)
 _IDLE_SM_CLOCK_MHZ = 345
@@ -91,8 +95,15 @@ def select_sim_model_spec(model: str) -> SimModelSpec:
     return _MODEL_SPECS.get(base, _DEFAULT_MODEL_SPEC)
 
 
-def compute_sim_sample(gpu: GpuInfo, load: float, now: float, *, ecc_dbe_total: int = 0,
-                       nvlink_kib: int = 0, temperature_c: float | None = None) -> GpuSample:
+def compute_sim_sample(
+    gpu: GpuInfo,
+    load: float,
+    now: float,
+    *,
+    ecc_dbe_total: int = 0,
+    nvlink_kib: int = 0,
+    temperature_c: float | None = None,
+) -> GpuSample:
     """The vitals of a simulated GPU at `load` (0..1) at `now` (pure: same inputs, same sample).
 
     Utilisation follows the load with a little noise seeded from the GPU and the second; power,
@@ -104,7 +115,9 @@ def compute_sim_sample(gpu: GpuInfo, load: float, now: float, *, ecc_dbe_total: 
     util = 0.0 if load == 0 else min(max(100.0 * load + 3.0 * noise, 1.0), 100.0)
     busy = util / 100.0
     return GpuSample(
-        ts=now, index=gpu.index, uuid=gpu.uuid,
+        ts=now,
+        index=gpu.index,
+        uuid=gpu.uuid,
         utilization_percent=round(util, 1),
         memory_utilization_percent=round(0.6 * util, 1),
         memory_used_mib=int(gpu.memory_mib * (0.85 * min(load * 4, 1.0))) + (512 if load else 0),
@@ -150,8 +163,9 @@ class SimulatedGpuBackend:
 
     name = "simulated"
 
-    def __init__(self, spec: str, node_name: str, *, load: LoadSource | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, spec: str, node_name: str, *, load: LoadSource | None = None, clock: Callable[[], float] = time.time
+    ) -> None:
         self._gpus = compute_sim_gpus(parse_sim_spec(spec), node_name)
         self._load_source = load
         self._loads: dict[int, float] = {}
@@ -165,8 +179,10 @@ class SimulatedGpuBackend:
 
     def discover(self) -> list[GpuInfo]:
         with self._cond:
-            return [dataclasses.replace(g, healthy=False) if self._faults.get(g.index, SimFault()).off_bus else g
-                    for g in self._gpus]
+            return [
+                dataclasses.replace(g, healthy=False) if self._faults.get(g.index, SimFault()).off_bus else g
+                for g in self._gpus
+            ]
 
     def set_load(self, loads: Mapping[int, float] | Iterable[int]) -> None:
         """Which GPUs are busy: {index: load 0..1}, or an iterable of fully busy indices."""
@@ -218,11 +234,16 @@ class SimulatedGpuBackend:
                 # NVLink traffic grows with load: about 100 GiB/s at full load on the simulated fabric.
                 traffic_kib = int(100 * 1024 * 1024 * load * elapsed)
                 self._nvlink_kib[gpu.index] = self._nvlink_kib.get(gpu.index, 0) + traffic_kib
-                samples.append(compute_sim_sample(
-                    gpu, load, now, ecc_dbe_total=self._ecc_dbe.get(gpu.index, 0),
-                    nvlink_kib=self._nvlink_kib[gpu.index],
-                    temperature_c=fault.temperature_c if fault is not None else None,
-                ))
+                samples.append(
+                    compute_sim_sample(
+                        gpu,
+                        load,
+                        now,
+                        ecc_dbe_total=self._ecc_dbe.get(gpu.index, 0),
+                        nvlink_kib=self._nvlink_kib[gpu.index],
+                        temperature_c=fault.temperature_c if fault is not None else None,
+                    )
+                )
             return GpuReadout(tuple(samples), tuple(events))
 
     def wait_events(self, timeout_s: float) -> list[GpuEvent]:
@@ -236,4 +257,3 @@ class SimulatedGpuBackend:
     def close(self) -> None:
         with self._cond:
             self._cond.notify_all()  # wake a watcher so it can notice it should stop
-

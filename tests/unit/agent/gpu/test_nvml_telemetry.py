@@ -71,14 +71,21 @@ def test_retired_pages_on_pre_ampere_gpus_sum_both_causes() -> None:
     ("name", "break_gpu", "kind"),
     [
         ("lost on every call", lambda f: f.lose(1), GpuEventKind.OFF_BUS),
-        ("lost only on one metric", lambda f: f.fail(1, "nvmlDeviceGetTemperature", pynvml.NVML_ERROR_GPU_IS_LOST),
-         GpuEventKind.OFF_BUS),
-        ("uuid unreadable", lambda f: f.fail(1, "nvmlDeviceGetUUID", pynvml.NVML_ERROR_UNKNOWN),
-         GpuEventKind.NVML_ERROR),
+        (
+            "lost only on one metric",
+            lambda f: f.fail(1, "nvmlDeviceGetTemperature", pynvml.NVML_ERROR_GPU_IS_LOST),
+            GpuEventKind.OFF_BUS,
+        ),
+        (
+            "uuid unreadable",
+            lambda f: f.fail(1, "nvmlDeviceGetUUID", pynvml.NVML_ERROR_UNKNOWN),
+            GpuEventKind.NVML_ERROR,
+        ),
     ],
 )
-def test_unreadable_gpu_gives_an_event_not_a_sample(name: str, break_gpu: Callable[[FakeNvml], None],
-                                                     kind: GpuEventKind) -> None:
+def test_unreadable_gpu_gives_an_event_not_a_sample(
+    name: str, break_gpu: Callable[[FakeNvml], None], kind: GpuEventKind
+) -> None:
     fake = FakeNvml.dgx(4)
     break_gpu(fake)
     readout = _backend(fake).sample(9.0)
@@ -100,7 +107,9 @@ def test_events_xid_and_double_bit_ecc_delivered_once_in_order() -> None:
     fake.emit_xid(0, 13)
     events = backend.wait_events(0)
     assert [(e.kind, e.gpu_index, e.xid) for e in events] == [
-        (GpuEventKind.XID, 3, 79), (GpuEventKind.ECC_DBE, 6, None), (GpuEventKind.XID, 0, 13),
+        (GpuEventKind.XID, 3, 79),
+        (GpuEventKind.ECC_DBE, 6, None),
+        (GpuEventKind.XID, 0, 13),
     ]
     assert all(e.ts == 777.0 for e in events)
     assert backend.wait_events(0) == []

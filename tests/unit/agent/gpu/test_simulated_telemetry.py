@@ -68,8 +68,9 @@ def test_nvlink_counters_grow_with_load_only_on_nvlink_gpus() -> None:
         ("temperature", SimFault(temperature_c=95.0), []),
     ],
 )
-def test_fault_events_on_injection_and_every_pass_until_cleared(name: str, fault: SimFault,
-                                                                kinds: list[GpuEventKind]) -> None:
+def test_fault_events_on_injection_and_every_pass_until_cleared(
+    name: str, fault: SimFault, kinds: list[GpuEventKind]
+) -> None:
     sim = _sim()
     sim.inject_fault(4, fault)
     assert [(e.kind, e.gpu_index, e.ts) for e in sim.wait_events(0)] == [(k, 4, 50.0) for k in kinds], name
