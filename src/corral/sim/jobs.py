@@ -8,7 +8,6 @@ import heapq
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
 
 from corral.core.resources import Placement
 from corral.core.states import JobState
@@ -27,11 +26,9 @@ from corral.scheduler.queueing import (
 )
 from corral.scheduler.queueing.admission import with_attained
 from corral.sim.jobs_trace import SimCluster, TraceJob, compute_gang
+from corral.sim.store import compute_store_time, load_store, submit_request
 from corral.store.applier import apply_plan
 from corral.store.memory import MemoryStore
-from corral.store.records import JobSpec
-
-EPOCH = datetime(2026, 1, 1, tzinfo=UTC)  # simulated second 0 on the store's clock
 
 ARRIVE, FINISH, EXIT, CYCLE = 0, 1, 2, 3
 
@@ -164,7 +161,7 @@ def simulate_jobs(
     )
     weights = {t: (q.fair_weight() if (q := quotas.get(t)) else 1.0) for t in tenants}
     engine = Cluster(cluster.infos(), cfg.placement, rng=None if cfg.seed is None else random.Random(cfg.seed))
-    sim = _Sim(cfg, cluster, quotas, engine, load_store(engine))
+    sim = _Sim(cfg, cluster, quotas, engine, load_store(engine.infos))
     per_node = cluster.max_gpus_per_node()
     sim.result = SimResult([], [], [], sum(cluster.pool_milli.values()), weights)
     jobs = {t.job.id: t for t in trace}
@@ -181,7 +178,9 @@ def simulate_jobs(
             job = tj.job if cfg.policy.order == "sjf" else replace(tj.job, known_duration_s=None)
             job = compute_gang(job, per_node)
             sim.pending[job_id] = job
-            sim.store_id[job_id] = submit_job(sim.store, job, now)
+            sim.store_id[job_id] = submit_request(
+                sim.store, job.to_request(), job.id, compute_store_time(now), nodes=job.nodes, priority=job.priority
+            )
             sim.trace_id[str(sim.store_id[job_id])] = job_id
             sim.version[job_id] = 0
             sim.want_cycle(now)
@@ -204,7 +203,7 @@ def _leave(sim: _Sim, job_id: str, now: float, finished: bool) -> None:
     r = sim.running.pop(job_id)
     for p in sim.placed.pop(job_id, ()):
         sim.engine.release(p)
-    sid, at = sim.store_id[job_id], _at(now)
+    sid, at = sim.store_id[job_id], compute_store_time(now)
     ok = (
         sim.store.finish_job(sid, JobState.SUCCEEDED, 0, "", at)
         if finished
@@ -286,36 +285,6 @@ def _preempt(sim: _Sim, job_id: str, for_job_id: str, now: float) -> None:
     sim.result.preemptions += 1
 
 
-def load_store(engine: Cluster) -> MemoryStore:
-    """An in-memory store with the cluster's nodes registered (READY, not cordoned)."""
-    store = MemoryStore()
-    for n in engine.infos:
-        store.upsert_node(n.name, n.name, "sim", n.cpu_milli, n.memory_mib, dict(n.labels), n.gpus, EPOCH)
-    return store
-
-
-def submit_job(store: MemoryStore, job: QueuedJob, now: float) -> int:
-    """The trace job as the server would have accepted it (its per-node request, gang size and priority)."""
-    r = job.to_request()
-    spec = JobSpec(
-        command=("sim",),
-        name=job.id,
-        gpus=r.gpus,
-        gpu_milli=r.gpu_milli,
-        gpu_models=r.gpu_models,
-        min_gpu_memory_mib=r.min_gpu_memory_mib,
-        cpu_milli=r.cpu_milli,
-        memory_mib=r.memory_mib,
-        priority=job.priority,
-        nodes=job.nodes,
-    )
-    return store.create_job(spec, _at(now)).id
-
-
-def _at(t: float) -> datetime:
-    return EPOCH + timedelta(seconds=t)
-
-
 def _commit(sim: _Sim, plan: Plan, now: float) -> Plan:
     """Apply `plan` to the store with the server's applier (ids translated to the store's); what the store
     rejects is released from the engine and stays pending. Returns the plan of what the store accepted."""
@@ -325,7 +294,7 @@ def _commit(sim: _Sim, plan: Plan, now: float) -> Plan:
         admit=tuple(replace(a, job_id=str(sid[a.job_id])) for a in plan.admit),
         preempt=tuple(replace(p, job_id=str(sid[p.job_id])) for p in plan.preempt),
     )
-    applied = apply_plan(sim.store, as_stored, _at(now))
+    applied = apply_plan(sim.store, as_stored, compute_store_time(now))
     started = {sim.trace_id[j] for j in applied.started}
     for a in plan.admit:
         if (

@@ -18,7 +18,6 @@ import random
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 from corral.core.resources import NodeInfo
 from corral.core.states import JobState
@@ -30,9 +29,8 @@ from corral.scheduler.plugins import get_policy
 from corral.scheduler.queueing import QueuedJob, QueueingPolicy, QueueState
 from corral.scheduler.workload import compute_workload_profile
 from corral.sim.openb import TracePod
+from corral.sim.store import EPOCH, load_store, submit_request
 from corral.store.applier import apply_plan
-from corral.store.memory import MemoryStore
-from corral.store.records import JobSpec
 
 CHECKPOINTS = (90, 95, 100, 110, 120, 130)
 # Pods arrive in order and none waits: FIFO rank, no head blocking, no quotas, no preemption.
@@ -84,9 +82,6 @@ def compute_arrivals(
     return order
 
 
-EPOCH = datetime(2026, 1, 1, tzinfo=UTC)  # the store's clock: openb has no time, every pod arrives "now"
-
-
 def compute_pod_job(index: int, pod: TracePod, job_id: str = "") -> QueuedJob:
     """The job a pod is submitted as: its full request, ranked by arrival."""
     r = pod.request
@@ -98,29 +93,6 @@ def compute_pod_job(index: int, pod: TracePod, job_id: str = "") -> QueuedJob:
         submit_s=float(index),
         request=r,
     )
-
-
-def load_store(nodes: Sequence[NodeInfo]) -> MemoryStore:
-    """An in-memory store with the trace's nodes registered (READY, not cordoned)."""
-    store = MemoryStore()
-    for n in nodes:
-        store.upsert_node(n.name, n.name, "sim", n.cpu_milli, n.memory_mib, dict(n.labels), n.gpus, EPOCH)
-    return store
-
-
-def submit_pod(store: MemoryStore, pod: TracePod) -> str:
-    r = pod.request
-    spec = JobSpec(
-        command=("pod",),
-        name=pod.name,
-        gpus=r.gpus,
-        gpu_milli=r.gpu_milli,
-        gpu_models=r.gpu_models,
-        min_gpu_memory_mib=r.min_gpu_memory_mib,
-        cpu_milli=r.cpu_milli,
-        memory_mib=r.memory_mib,
-    )
-    return str(store.create_job(spec, EPOCH).id)
 
 
 def run_seed(
@@ -175,7 +147,7 @@ def run_seed(
     for i, pod in enumerate(arrivals):
         if pod.request.gpus == 0 and batch and batch[-1].gpus > 0:
             failed += cycle()
-        batch.append(compute_pod_job(i, pod, submit_pod(store, pod)))
+        batch.append(compute_pod_job(i, pod, str(submit_request(store, pod.request, pod.name, EPOCH))))
         arrived += pod.request.total_gpu_milli
         if pending and arrived >= pending[0] / 100 * capacity:
             failed += cycle()

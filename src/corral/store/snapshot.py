@@ -12,6 +12,7 @@ from corral.core.resources import NodeInfo, NodeState
 from corral.core.states import JobState
 from corral.scheduler.plan import Snapshot
 from corral.scheduler.queueing import TOTAL, QueueConfig, QueuedJob, QueueState, QuotaBook, RunningJob, TenantQuota
+from corral.scheduler.recheck import NodeUse, compute_node_use
 from corral.store.protocols import SchedulingStore
 from corral.store.records import Job, Node, Queue, Quota, Tenant, compute_placed_parts
 
@@ -71,13 +72,7 @@ def compute_usage_from_holders(
 
 def compute_snapshot(nodes: Sequence[Node], running: Sequence[Job]) -> list[NodeState]:
     """Every node (those that take no work flagged unschedulable) with the GPU, CPU and memory its RUNNING jobs use."""
-    usage = compute_usage(running)
-    cpu: dict[str, int] = {}
-    mem: dict[str, int] = {}
-    for job in running:
-        for node, _ in job.placed_parts:
-            cpu[node] = cpu.get(node, 0) + job.spec.cpu_milli
-            mem[node] = mem.get(node, 0) + job.spec.memory_mib
+    use = compute_node_use((j.placed_parts, j.spec.gpu_milli, j.spec.cpu_milli, j.spec.memory_mib) for j in running)
     states = []
     for n in nodes:
         info = NodeInfo(
@@ -87,13 +82,14 @@ def compute_snapshot(nodes: Sequence[Node], running: Sequence[Job]) -> list[Node
             memory_mib=n.memory_mib,
             labels=tuple(sorted(n.labels.items())),
         )
-        used = tuple(min(1000, usage.get((n.name, g.index), (0, 0))[0]) for g in n.gpus)
+        u = use.get(n.name) or NodeUse()
+        used = tuple(min(1000, u.gpu_milli.get(g.index, 0)) for g in n.gpus)
         states.append(
             NodeState(
                 info=info,
                 gpu_used_milli=used,
-                cpu_used_milli=cpu.get(n.name, 0),
-                memory_used_mib=mem.get(n.name, 0),
+                cpu_used_milli=u.cpu_milli,
+                memory_used_mib=u.memory_mib,
                 schedulable=n.state == "READY" and not n.cordoned,
             )
         )
