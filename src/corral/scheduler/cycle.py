@@ -10,7 +10,6 @@ from corral.core.requests import ResourceRequest
 from corral.core.resources import NodeState, Placement
 from corral.scheduler.choices import Unschedulable, compute_gpu_choices, make_placement, score_choices
 from corral.scheduler.cluster import Cluster
-from corral.scheduler.filters import check_fit
 from corral.scheduler.framework import DEFAULT_CONTEXT, Explanation, PlacementPolicy, ScoreContext
 from corral.scheduler.plugins import DEFAULT_POLICY, get_policy
 
@@ -44,12 +43,7 @@ def compute_cluster(
 
 def explain(request: ResourceRequest, nodes: Sequence[NodeState]) -> Explanation:
     """Why `request` does not fit: the reason each node rejects it, counted (fitting nodes are skipped)."""
-    explanation = Explanation()
-    for node in nodes:
-        status = check_fit(node, request)
-        if not status.ok:
-            explanation.add(status.reason)
-    return explanation
+    return compute_cluster(nodes).explain(request)
 
 
 def apply_placement(nodes: list[NodeState], placement: Placement) -> None:

@@ -59,7 +59,6 @@ class Scheduler(Loop):
         self.cancel_grace_s = cancel_grace_s
         self.pending_info: dict[int, tuple[int, datetime | None]] = {}  # job id -> (queue position, ETA)
         self.pending_reasons: dict[int, str] = {}
-        self.last_plan: Plan | None = None  # the last cycle's plan (read by tests and diagnostics)
         self._usage: dict[str, float] = {}
         self._usage_at: datetime | None = None
         self._usage_loaded = False
@@ -105,7 +104,7 @@ class Scheduler(Loop):
             tenants = self.store.list_tenants()
             self._update_usage(running, tenants, now)
             if not pending:
-                self.pending_reasons, self.pending_info, self.last_plan = {}, {}, None
+                self.pending_reasons, self.pending_info = {}, {}
                 return []
             # Jobs in retry backoff wait outside the cycle; the rest (with or without GPUs) go through it.
             waiting = [j for j in pending if j.not_before is not None and j.not_before > now]
@@ -122,7 +121,6 @@ class Scheduler(Loop):
             )
             plan = compute_plan(snapshot, now.timestamp(), self.policy, self.queueing)
             applied = apply_plan(self.store, plan, now)
-            self.last_plan = plan
             self._after_apply(plan, applied, pending, ready, waiting, now)
             return [int(j) for j in applied.started]
 
