@@ -81,21 +81,7 @@ class Agent:
 
     # ---- registration -------------------------------------------------------
     def registration(self) -> AgentRegister:
-        gpus = [
-            GpuReport(
-                index=g.index,
-                uuid=g.uuid,
-                model=g.model,
-                memory_mib=g.memory_mib,
-                pci_bus_id=g.pci_bus_id,
-                numa_node=g.numa_node,
-                nvlink_peers=list(g.nvlink_peers),
-                pcie_switch=g.pcie_switch,
-                ecc_enabled=g.ecc_enabled,
-                healthy=g.healthy,
-            )
-            for g in self.backend.discover()
-        ]
+        gpus = [GpuReport.from_info(g) for g in self.backend.discover()]
         return AgentRegister(
             name=self.node,
             hostname=socket.gethostname(),

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from corral.api import bounds
 from corral.api.secrets import check_secret_env
 from corral.core.models import Job, JobSpec
+from corral.core.resources import GpuInfo
 from corral.core.states import JobState
 
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -414,6 +415,37 @@ class GpuReport(BaseModel):
     pcie_switch: str | None = Field(None, max_length=64)
     ecc_enabled: bool = False
     healthy: bool = True
+
+    @classmethod
+    def from_info(cls, g: GpuInfo) -> GpuReport:
+        """What an agent reports of a GPU its backend discovered."""
+        return cls(
+            index=g.index,
+            uuid=g.uuid,
+            model=g.model,
+            memory_mib=g.memory_mib,
+            pci_bus_id=g.pci_bus_id,
+            numa_node=g.numa_node,
+            nvlink_peers=list(g.nvlink_peers),
+            pcie_switch=g.pcie_switch,
+            ecc_enabled=g.ecc_enabled,
+            healthy=g.healthy,
+        )
+
+    def to_info(self) -> GpuInfo:
+        """The GPU as the server keeps it."""
+        return GpuInfo(
+            index=self.index,
+            uuid=self.uuid,
+            model=self.model,
+            memory_mib=self.memory_mib,
+            pci_bus_id=self.pci_bus_id,
+            numa_node=self.numa_node,
+            nvlink_peers=tuple(self.nvlink_peers),
+            pcie_switch=self.pcie_switch,
+            ecc_enabled=self.ecc_enabled,
+            healthy=self.healthy,
+        )
 
 
 class AgentRegister(BaseModel):

@@ -10,7 +10,6 @@ from datetime import UTC, datetime
 
 from corral.api.schemas import AgentRegister, AgentSync, Assignment, RunRef
 from corral.core.errors import ValidationError
-from corral.core.resources import GpuInfo
 from corral.core.states import JobState, state_for_exit
 from corral.core.unix_identity import DEFAULT_JOB_UIDS, JobIdentity, UidRange, compute_job_identity, parse_uid_range
 from corral.core.webports import DEFAULT_JOB_PORTS, parse_port_range
@@ -25,21 +24,7 @@ DEFAULT_JOB_PORT_RANGE = parse_port_range(DEFAULT_JOB_PORTS)
 
 
 def register_node(store: StateStore, body: AgentRegister) -> Node:
-    gpus = [
-        GpuInfo(
-            index=g.index,
-            uuid=g.uuid,
-            model=g.model,
-            memory_mib=g.memory_mib,
-            pci_bus_id=g.pci_bus_id,
-            numa_node=g.numa_node,
-            nvlink_peers=tuple(g.nvlink_peers),
-            pcie_switch=g.pcie_switch,
-            ecc_enabled=g.ecc_enabled,
-            healthy=g.healthy,
-        )
-        for g in body.gpus
-    ]
+    gpus = [g.to_info() for g in body.gpus]
     return store.upsert_node(
         body.name,
         body.hostname or body.name,
