@@ -28,6 +28,7 @@ from corral.scheduler.choices import Unschedulable, compute_gpu_choices, make_pl
 from corral.scheduler.filters import available_positions, check_fit
 from corral.scheduler.framework import (
     DEFAULT_CONTEXT,
+    REASON_HELD,
     REASON_UNSCHEDULABLE_NODE,
     Explanation,
     PlacementPolicy,
@@ -77,6 +78,7 @@ class Cluster:
         self._mem_used = [s.memory_used_mib for s in states] if states else [0] * len(self.infos)
         self._schedulable = [s.schedulable for s in states] if states else [True] * len(self.infos)
         self._excluded: set[int] = set()  # nodes a gang being placed already holds (never chosen twice)
+        self._held: set[int] = set()  # nodes kept for one waiting job this cycle (hold / release_holds)
         self._free: dict[str, int] = {}  # model -> free milli on healthy GPUs of schedulable nodes
         hardware: dict[tuple[object, ...], NodeHardware] = {}
         self._hw_of: list[NodeHardware] = []
@@ -118,8 +120,9 @@ class Cluster:
     def _state_key(self, i: int) -> tuple[object, ...]:
         hw = self._hw_of[i]
         used = tuple(sorted(self._used[i], reverse=True)) if hw.symmetric else tuple(self._used[i])
-        schedulable = self._schedulable[i] and i not in self._excluded
-        return (hw.hw_id, used, self._cpu_used[i], self._mem_used[i], schedulable)
+        held = i in self._held
+        schedulable = self._schedulable[i] and i not in self._excluded and not held
+        return (hw.hw_id, used, self._cpu_used[i], self._mem_used[i], schedulable, held and self._schedulable[i])
 
     def _enter(self, i: int) -> NodeClass:
         key = self._state_key(i)
@@ -317,6 +320,44 @@ class Cluster:
             self._excluded.discard(node)
         self._node_class[node] = self._enter(node)
 
+    def hold(self, name: str) -> None:
+        """Keep node `name` for one waiting job: nothing else is placed on it until `release_holds` (a node
+        drained for a job blocked by fragmentation, or where its victims are exiting)."""
+        i = self._index_of[name]
+        if i not in self._held:
+            self._leave(i)
+            self._held.add(i)
+            self._node_class[i] = self._enter(i)
+
+    def models_on(self, name: str) -> set[str]:
+        return {g.model for g in self.infos[self._index_of[name]].gpus}
+
+    def unhold(self, name: str) -> None:
+        i = self._index_of[name]
+        if i in self._held:
+            self._leave(i)
+            self._held.discard(i)
+            self._node_class[i] = self._enter(i)
+
+    def release_holds(self) -> None:
+        for i in sorted(self._held):
+            self._leave(i)
+            self._held.discard(i)
+            self._node_class[i] = self._enter(i)
+
+    def whole_free(self, model: str, gpus: int) -> list[tuple[str, int]]:
+        """(node, fully free healthy GPUs of `model`) for every node open to placement that has at least
+        `gpus` healthy GPUs of that model, most free first (ties: the order given)."""
+        out: list[tuple[int, int, str]] = []
+        for i, info in enumerate(self.infos):
+            if not self._schedulable[i] or i in self._excluded or i in self._held:
+                continue
+            mine = [u for g, u in zip(info.gpus, self._used[i]) if g.healthy and g.model == model]
+            if len(mine) >= gpus:
+                out.append((-sum(1 for u in mine if u == 0), i, info.name))
+        out.sort()
+        return [(name, -free) for free, _, name in out]
+
     def apply(self, placement: Placement) -> None:
         """Commit a placement (one this cluster found, or one the store holds)."""
         node, positions = self._locate(placement)
@@ -359,7 +400,7 @@ class Cluster:
     def _explain(self, request: ResourceRequest, rid: int) -> Explanation:
         counts: dict[str, int] = {}
         for cls in self._classes.values():
-            reason = cls.rejections.get(rid)
+            reason = REASON_HELD if cls.key[5] else cls.rejections.get(rid)
             if reason is None:
                 status = check_fit(cls.state, request)
                 if status.ok:

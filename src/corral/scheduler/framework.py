@@ -34,9 +34,10 @@ REASON_TAINT = "node has a taint the request does not tolerate"
 REASON_NVLINK = "no NVLink island holds the requested GPUs"
 REASON_MIG = "too few MIG instances of the requested profile"
 REASON_ECC = "too few GPUs with ECC enabled"
+REASON_HELD = "kept for a job waiting for a whole node"
 
 # Reasons that capacity freed by finishing jobs (or preemption) can clear.
-RESOLVABLE_REASONS = frozenset({REASON_GPUS_BUSY, REASON_CPU, REASON_MEM_HOST, REASON_NVLINK})
+RESOLVABLE_REASONS = frozenset({REASON_GPUS_BUSY, REASON_CPU, REASON_MEM_HOST, REASON_NVLINK, REASON_HELD})
 
 
 @dataclass(frozen=True, slots=True)

@@ -80,7 +80,10 @@ def compute_plan(
     state = replace(queue, pending=gpu_jobs, pool_milli=queue.pool_milli or engine.pool_milli())
     # The same engine decides the GPU jobs: admission's fit is the placement the plan carries.
     ledger = NodeLedger((), state.running, cluster=engine)
-    decided = compute_admission(state, ledger, policy, now_s, explain)
+    try:
+        decided = compute_admission(state, ledger, policy, now_s, explain)
+    finally:
+        ledger.end_cycle()  # nodes and spots kept for waiting jobs are kept again, if still needed, next cycle
     admit += [Admit(a.job_id, a.model, tuple(ledger.placements[a.job_id])) for a in decided.admit]
     pending.update(decided.pending)
     return Plan(tuple(admit), decided.preempt, decided.nominate, pending)

@@ -255,7 +255,9 @@ def _cycle(sim: _Sim, now: float) -> None:
         job = sim.pending.pop(a.job_id)
         restart = a.job_id in sim.first_start
         sim.first_start.setdefault(a.job_id, now)
-        sim.running[a.job_id] = RunningJob(job, now, a.model)
+        sim.running[a.job_id] = RunningJob(
+            job, now, a.model, parts=tuple((p.node, p.gpu_indices) for p in a.placements)
+        )
         sim.placed[a.job_id] = a.placements
         res.starts.append(Start(a.job_id, now, a.placements))
         overhead = cfg.restart_overhead_s if restart else 0.0

@@ -17,6 +17,7 @@ from corral.store.protocols import JobStore
 
 REASON_RECLAIM = "reclaiming its tenant's guarantee"
 REASON_RANK = "higher rank (least attained service)"
+REASON_DEFRAG = "it needs this whole node; this job moves to free GPUs elsewhere"
 
 
 @dataclass(slots=True)
@@ -32,7 +33,8 @@ class AppliedPlan:
 
 def compute_preempt_reason(p: Preemption) -> str:
     """The reason a preempted job shows (kept as the server wrote it before the plan existed)."""
-    return f"preempted for job {p.for_job_id}: {REASON_RECLAIM if p.kind == 'reclaim' else REASON_RANK}"
+    why = {"reclaim": REASON_RECLAIM, "defrag": REASON_DEFRAG}.get(p.kind, REASON_RANK)
+    return f"preempted for job {p.for_job_id}: {why}"
 
 
 def apply_plan(store: JobStore, plan: Plan, now: datetime) -> AppliedPlan:

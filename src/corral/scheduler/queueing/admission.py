@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from corral.core.resources import FULL_GPU_MILLI
 from corral.scheduler.queueing import reasons
 from corral.scheduler.queueing.backfill import Reservation, allow_backfill, compute_reservation
 from corral.scheduler.queueing.capacity import Ledger
@@ -20,9 +21,11 @@ from corral.scheduler.queueing.jobs import (
     compute_shape,
     is_dominated,
 )
+from corral.scheduler.queueing.node_room import MAX_VICTIM_NODES, NodeIndex, is_node_bound, rank_nodes
 from corral.scheduler.queueing.ordering import RankContext, RankKey, compute_rank, compute_tenant_order_key
 from corral.scheduler.queueing.policy import QueueingPolicy
 from corral.scheduler.queueing.preemption import (
+    DEFRAG,
     RANK,
     RECLAIM,
     Preemption,
@@ -131,6 +134,7 @@ class _Cycle:
     # (victims go from the front, so each search starts past them instead of rescanning).
     orders: dict[tuple[str, str], list[RunningJob]] = field(default_factory=dict)
     order_starts: dict[tuple[str, str], int] = field(default_factory=dict)
+    node_index: NodeIndex = field(default_factory=lambda: NodeIndex(()))
 
     def rank_of(self, r: RunningJob) -> RankKey:
         return self.ranks[r.job.id]
@@ -151,7 +155,16 @@ def compute_admission(
         ranks.update({r.job.id: compute_rank(r.job, policy, ctx, -1, attained.get(r.job.id)) for r in state.running})
     held = compute_usage(state.running)
     settled = compute_usage(r for r in state.running if not r.terminating)
-    cyc = _Cycle(state, policy, ledger, now_s, held, settled, ranks)
+    cyc = _Cycle(
+        state,
+        policy,
+        ledger,
+        now_s,
+        held,
+        settled,
+        ranks,
+        node_index=NodeIndex(state.running, {j.id: j.gpus for j in state.pending}),
+    )
     ordered = sorted(state.pending, key=lambda j: ranks[j.id])
     inf = float("inf")
     # Jobs already nominated (waiting on GPUs that preempted jobs release) claim their tenant's guarantee first,
@@ -232,6 +245,12 @@ def _try_job(cyc: _Cycle, job: QueuedJob, behind: bool) -> tuple[str, str, bool]
         return reason, detail, False
     if behind:
         return reasons.BEHIND_HEAD, "a job ahead in a strict queue is blocked", False
+    if cyc.ledger.knows_nodes and is_node_bound(job):  # nodes first; counting GPUs only where none is open
+        room = _make_room(cyc, job, reason, detail)
+        if room is not NO_NODES and room is not None:
+            return room[0], room[1], True
+        if room is None:
+            return reason, detail, True
     got = _try_preempt(cyc, job, unplaceable=True)
     if got:
         return reasons.PREEMPTING, got, True
@@ -311,6 +330,120 @@ def _try_preempt(cyc: _Cycle, job: QueuedJob, unplaceable: bool = False) -> str:
     return ""
 
 
+def _preempt_kind(cyc: _Cycle, job: QueuedJob, model: str) -> str:
+    """How `job` may take GPUs of `model` from running jobs: reclaim (within its guarantee), rank (the
+    policy time-slices), or "" (it may not)."""
+    book = cyc.state.quotas
+    q = book.get(job.tenant)
+    if book.quotas and not is_borrowing(cyc.settled, q, model, job.need_milli):
+        return RECLAIM
+    cohort_short = compute_cohort_shortfall(book, cyc.settled, job, model)
+    return RANK if cyc.policy.preempt and cohort_short <= 0 else ""
+
+
+NO_NODES = ("", "")  # _make_room found no node open to the job (all kept for others, or none of its model)
+
+
+def _make_room(cyc: _Cycle, job: QueuedJob, reason: str, detail: str) -> tuple[str, str] | None:
+    """Nodes for a job that fragmentation blocks (node_room.py): on each matching model within its quotas,
+    the nodes closest to holding a part, preempting the lowest-ranked jobs there when the policy allows;
+    failing that, the closest nodes are kept for it to drain. The nodes are held for the rest of the cycle."""
+    req = job.to_request()
+    book = cyc.state.quotas
+    drain: tuple[str, list[str]] | None = None
+    tried_nodes = False
+    for model in cyc.ledger.models():
+        if not job.matches(model):
+            continue
+        quota = check_quota(book, cyc.held, job, model)
+        if quota and quota[0] != reasons.BORROW:
+            continue
+        rows = rank_nodes(cyc.ledger.whole_free(model, req.gpus), cyc.node_index, model, job, req.gpus)
+        if len(rows) < job.nodes:
+            continue
+        tried_nodes = True
+        kind = _preempt_kind(cyc, job, model)
+        q = book.get(job.tenant)
+        chosen: list[str] = []
+        victims: list[tuple[RunningJob, str]] = []
+        claimed = 0  # GPUs that exiting jobs release on the chosen nodes, counted on by this job
+        tried = 0
+        for name, free, avail in rows:
+            if len(chosen) == job.nodes:
+                break
+            short = req.gpus - avail
+            if short <= 0:
+                chosen.append(name)
+                claimed += max(req.gpus - free, 0)
+                continue
+            if not kind and not cyc.policy.preempt or tried >= MAX_VICTIM_NODES:
+                break  # rows come closest first: the rest need victims too
+            tried += 1
+            got = None
+            if kind:
+                got = select_victims(
+                    job,
+                    model,
+                    short * FULL_GPU_MILLI,
+                    _node_candidates(cyc, kind, model, name),
+                    cyc.taken,
+                    cyc.settled,
+                    book,
+                    kind,
+                    cyc.ranks.get(job.id),
+                    cyc.rank_of if cyc.policy.preempt else None,
+                    cyc.now_s,
+                    0.0 if kind == RECLAIM else cyc.policy.min_run_s,
+                    q.cohort if q else "",
+                )
+            if got is not None:
+                victims += [(v, kind) for v in got]
+            elif cyc.policy.preempt and cyc.ledger.free(model) >= (free + short) * FULL_GPU_MILLI:
+                moved = _move_off(cyc, job, model, name, short)
+                if moved is None:
+                    continue
+                victims += [(v, DEFRAG) for v in moved]
+            else:
+                continue
+            chosen.append(name)
+            claimed += avail - free
+        if len(chosen) < job.nodes or not victims and not claimed:
+            # Not enough nodes, or nothing there is leaving for it (only draining would help): take nothing.
+            for v, k in victims:
+                cyc.taken.discard(v.job.id)
+                if k != DEFRAG:
+                    add_usage(cyc.settled, v.job.tenant, model, v.job.need_milli)
+            cyc.ledger.unhold_nodes(model, chosen)
+            if drain is None:
+                ages = sorted(
+                    (cyc.node_index.drain_age(name, model, req.gpus - avail, cyc.now_s), i, name)
+                    for i, (name, _, avail) in enumerate(rows)
+                )
+                drain = (model, [name for _, _, name in ages[: job.nodes]])
+            continue
+        cyc.ledger.unhold_nodes(model, chosen)  # those _move_off held, held again with what they claim
+        cyc.ledger.hold_nodes(model, chosen, claimed * FULL_GPU_MILLI)
+        where = ", ".join(chosen)
+        if victims:
+            cyc.preempt.extend(Preemption(v.job.id, job.id, k) for v, k in victims)
+            kinds = ", ".join(sorted({k for _, k in victims}))
+            detail = f"preempting {len(victims)} job(s) ({kinds}) on {where}"
+        elif any(cyc.node_index.exiting_for(n, job.id) for n in chosen):
+            detail = f"waiting for preempted jobs to release {where}"
+        else:
+            return reason, f"{detail}; {where} kept for it: waiting for jobs there to end"
+        cyc.waiting.append(job.id)
+        add_usage(cyc.held, job.tenant, model, job.need_milli)
+        add_usage(cyc.settled, job.tenant, model, job.need_milli)
+        return reasons.PREEMPTING, detail
+    if drain is None or cyc.policy.preempt or not cyc.policy.drain_nodes:
+        # A time-slicing policy frees nodes by preempting and moving jobs; holding a node idle while it
+        # drains costs it more than it gains (Philly MIX1: same JCT, lowest tenant-hour 0.90 against 0.92).
+        return None if tried_nodes else NO_NODES
+    cyc.ledger.hold_nodes(*drain)
+    return reason, f"{detail}; {', '.join(drain[1])} kept for it: waiting for jobs there to end"
+
+
 def _hold_for(cyc: _Cycle, job: QueuedJob, model: str) -> None:
     """Reserve GPUs for a job that waits on preemption (free ones now, the rest as victims exit) and count
     them as its tenant's for the rest of the cycle: its tenant's later jobs see the guarantee (and maximum)
@@ -333,6 +466,37 @@ def _candidates(cyc: _Cycle, kind: str, model: str) -> Sequence[RunningJob]:
         start += 1
     cyc.order_starts[key] = start
     return order[start:] if start else order
+
+
+def _move_off(cyc: _Cycle, job: QueuedJob, model: str, node: str, short: int) -> list[RunningJob] | None:
+    """Defragmentation: jobs on `node` ranked below `job` that fit elsewhere right now, freeing `short` GPUs
+    there (lowest-ranked first); their new room is kept for them this cycle (they restart as soon as they
+    exit, so their tenants lose only the grace and restart time). None (nothing kept) when they cannot."""
+    job_rank = cyc.ranks.get(job.id)
+    if job_rank is None:
+        return None
+    cyc.ledger.hold_nodes(model, [node])
+    moved: list[RunningJob] = []
+    freed = 0
+    for r in _node_candidates(cyc, RANK, model, node):
+        if freed >= short:
+            break
+        if not cyc.rank_of(r) > job_rank:
+            break  # lowest-ranked first: none after it ranks below the job
+        if r.job.id in cyc.taken or r.job.nodes > 1 or cyc.now_s - r.start_s < cyc.policy.min_run_s:
+            continue
+        if cyc.ledger.keep_spot(r.job):
+            moved.append(r)
+            freed += sum(len(gpus) for name, gpus in r.parts if name == node)
+    if freed < short:
+        cyc.ledger.unhold_nodes(model, [node])
+        return None  # the spots kept stay kept until the cycle ends: a little room lost for one cycle
+    cyc.taken.update(r.job.id for r in moved)
+    return moved
+
+
+def _node_candidates(cyc: _Cycle, kind: str, model: str, node: str) -> Sequence[RunningJob]:
+    return cyc.node_index.candidates((kind, model), node, lambda: _candidates(cyc, kind, model))
 
 
 def _reserve(cyc: _Cycle, job: QueuedJob) -> None:

@@ -13,7 +13,10 @@ Fit = tuple[str | None, str, str]  # (model it fits on, or None; reason code; de
 
 
 class Ledger(Protocol):
-    """Mutable for one admission cycle only; built from a snapshot, never shared between cycles."""
+    """Mutable for one admission cycle only; built from a snapshot, never shared between cycles.
+    `knows_nodes`: fits are decided on real nodes (else by counting GPUs)."""
+
+    knows_nodes: bool
 
     def models(self) -> Sequence[str]:
         """Pool GPU models, in a stable order."""
@@ -43,9 +46,34 @@ class Ledger(Protocol):
         """Record that a job preempted in this cycle will release `milli` of `model` (incoming)."""
         ...
 
+    def whole_free(self, model: str, gpus: int) -> Sequence[tuple[str, int]]:
+        """(node, fully free GPUs of `model`) for nodes open to placement with at least `gpus` GPUs of it,
+        most free first; empty when the ledger does not know nodes (it only counts)."""
+        ...
+
+    def hold_nodes(self, model: str, nodes: Sequence[str], incoming_milli: int = 0) -> None:
+        """Keep these nodes for one waiting job for the rest of the cycle (their free GPUs are no one else's,
+        nor `incoming_milli` of what exiting jobs release there)."""
+        ...
+
+    def unhold_nodes(self, model: str, nodes: Sequence[str]) -> None:
+        """Undo `hold_nodes`."""
+        ...
+
+    def keep_spot(self, job: QueuedJob) -> bool:
+        """Find room for `job` (a running job about to move) on nodes open to placement and keep it for the
+        rest of the cycle; False when there is none."""
+        ...
+
+    def end_cycle(self) -> None:
+        """Give back what the cycle kept (held nodes, kept spots): the engine may outlive the cycle."""
+        ...
+
 
 class CountLedger:
     """Milli-GPU counts per model; a gang fits when its total fits in one model's free count."""
+
+    knows_nodes = False
 
     def __init__(self, pool_milli: Mapping[str, int], running: Sequence[RunningJob]) -> None:
         self._pool = dict(pool_milli)
@@ -96,3 +124,18 @@ class CountLedger:
 
     def release(self, model: str, milli: int) -> None:
         self._incoming[model] = self.incoming(model) + milli
+
+    def whole_free(self, model: str, gpus: int) -> Sequence[tuple[str, int]]:
+        return ()  # counts only: fragmentation does not exist here
+
+    def hold_nodes(self, model: str, nodes: Sequence[str], incoming_milli: int = 0) -> None:
+        raise AssertionError("a count ledger has no nodes to hold")
+
+    def unhold_nodes(self, model: str, nodes: Sequence[str]) -> None:
+        raise AssertionError("a count ledger has no nodes to hold")
+
+    def keep_spot(self, job: QueuedJob) -> bool:
+        return False
+
+    def end_cycle(self) -> None:
+        pass

@@ -104,13 +104,15 @@ def add_shape(failed: list[Shape], shape: Shape) -> None:
 class RunningJob:
     """A job holding GPUs since `start_s` on `model`; `exit_s` is set while it is being preempted
     (SIGTERM sent, it still holds its GPUs until then) and `preempted_for` names the waiting job the
-    GPUs were freed for (it is nominated: it gets them first, as in Kubernetes)."""
+    GPUs were freed for (it is nominated: it gets them first, as in Kubernetes). `parts`: (node, GPU
+    indices) it holds on each node (empty when unknown: then preemption can only count GPUs)."""
 
     job: QueuedJob
     start_s: float
     model: str
     exit_s: float | None = None
     preempted_for: str = ""
+    parts: tuple[tuple[str, tuple[int, ...]], ...] = ()
 
     @property
     def expected_end_s(self) -> float | None:

@@ -8,7 +8,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import replace
 
-from corral.core.resources import NodeState, Placement
+from corral.core.resources import FULL_GPU_MILLI, NodeState, Placement
 from corral.scheduler.choices import Unschedulable
 from corral.scheduler.cluster import Cluster
 from corral.scheduler.framework import DEFAULT_CONTEXT, PlacementPolicy, ScoreContext
@@ -23,6 +23,8 @@ class NodeLedger:
     caller applies). `check` finds a placement without applying it; `take` applies that same placement.
     Jobs being preempted still hold their GPUs in the snapshot; `incoming` counts them. Pass `cluster`
     to place into a live one (the simulators keep theirs across cycles); it is mutated by `take`."""
+
+    knows_nodes = True
 
     def __init__(
         self,
@@ -42,6 +44,8 @@ class NodeLedger:
                 self._incoming[r.model] = self._incoming.get(r.model, 0) + r.job.need_milli
         self._reserved = {m: 0 for m in self._models}
         self.placements: dict[str, list[Placement]] = {}
+        self._held_free: dict[str, int] = {}  # held node -> its free milli-GPUs counted as reserved
+        self._spots: list[Placement] = []  # room kept for jobs that move (keep_spot), given back by end_cycle
         self._last: tuple[str, str, list[Placement]] | None = None  # (job id, model, placements) of check()
 
     def models(self) -> Sequence[str]:
@@ -107,3 +111,37 @@ class NodeLedger:
 
     def release(self, model: str, milli: int) -> None:
         self._incoming[model] = self.incoming(model) + milli
+
+    def whole_free(self, model: str, gpus: int) -> Sequence[tuple[str, int]]:
+        return self.cluster.whole_free(model, gpus)
+
+    def hold_nodes(self, model: str, nodes: Sequence[str], incoming_milli: int = 0) -> None:
+        self._incoming[model] = self._incoming.get(model, 0) - incoming_milli
+        free = dict(self.cluster.whole_free(model, 0))
+        for name in nodes:
+            if name in self._held_free:
+                continue
+            self._held_free[name] = free.get(name, 0) * FULL_GPU_MILLI
+            self._reserved[model] = self._reserved.get(model, 0) + self._held_free[name]
+            if self.cluster.models_on(name) == {model}:  # a node of several models stays open to the others
+                self.cluster.hold(name)
+
+    def unhold_nodes(self, model: str, nodes: Sequence[str]) -> None:
+        for name in nodes:
+            self._reserved[model] = self._reserved.get(model, 0) - self._held_free.pop(name, 0)
+            self.cluster.unhold(name)
+
+    def keep_spot(self, job: QueuedJob) -> bool:
+        got = self._find(job)
+        if isinstance(got, Unschedulable):
+            return False
+        for p in got:
+            self.cluster.apply(p)
+        self._spots += got
+        return True
+
+    def end_cycle(self) -> None:
+        for p in self._spots:
+            self.cluster.release(p)
+        self._spots = []
+        self.cluster.release_holds()

@@ -18,7 +18,8 @@ class QueueingPolicy:
     lower-ranked running jobs (least-attained-service time slicing). fair_share: tenants' jobs within their
     weighted fair share rank before borrowed work. las_thresholds_gpu_s: attained GPU-seconds that move a
     job to the next (lower) service level. min_run_s: a job runs at least this long before rank
-    preemption may pick it (quota reclaim ignores it)."""
+    preemption may pick it (quota reclaim ignores it). drain_nodes: a non-preemptive policy keeps the nodes
+    closest to holding a job that fragmentation blocks, so that they drain for it."""
 
     name: str
     order: str
@@ -29,6 +30,7 @@ class QueueingPolicy:
     las_thresholds_gpu_s: tuple[float, ...] = ()
     min_run_s: float = 0.0
     half_life_s: float = 7 * 24 * 3600.0
+    drain_nodes: bool = False  # keep the closest nodes for a job blocked by fragmentation (node_room.py)
 
     def __post_init__(self) -> None:
         if self.order not in ORDERS:

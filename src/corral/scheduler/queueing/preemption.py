@@ -19,6 +19,7 @@ from corral.scheduler.queueing.quota import QuotaBook, Usage, add_usage, is_borr
 
 RECLAIM = "reclaim"
 RANK = "rank"
+DEFRAG = "defrag"  # a lower-ranked job moved off a node that a waiting job needs whole (node_room.py)
 
 
 @dataclass(frozen=True, slots=True)
