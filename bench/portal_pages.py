@@ -109,7 +109,8 @@ def seed_jobs(
         running = not finished and k < jobs - pending_target
         if finished or running:
             node, gpu = free.pop() if running else (nodes[k % len(nodes)], k % GPUS_PER_NODE)
-            store.assign_job(job.id, node, [gpu], created + timedelta(seconds=5))
+            if not store.assign_job(job.id, node, [gpu], created + timedelta(seconds=5)):  # re-checked: GPU free
+                raise SystemExit(f"seeding: job {job.id} could not take GPU {gpu} of {node}")
             if running:
                 running_id = running_id or job.id
             else:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -73,3 +75,18 @@ def store(database_url: str) -> Iterator[object]:
         yield s
     finally:
         s.close()
+
+
+@pytest.fixture
+def ready_nodes(store: Any) -> Callable[..., None]:
+    """Registers READY nodes in `store`, each with `gpus` healthy H100s (indices 0..gpus-1): assign_job re-checks,
+    as the applier does, that the node is known and READY and each GPU it gives exists and is free.
+    No CPU or memory: a job that asks for none fits (jobs that ask register their own nodes)."""
+    from corral.core.resources import GpuInfo
+
+    def register(*names: str, gpus: int = 4, now: datetime = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)) -> None:
+        for n in names:
+            inventory = [GpuInfo(index=i, uuid=f"{n}-{i}", model="H100-80GB", memory_mib=81920) for i in range(gpus)]
+            store.upsert_node(n, n, "simulated", 0, 0, {}, inventory, now)
+
+    return register

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -47,7 +48,8 @@ def test_job_survives_reopening_the_store(database_url: str) -> None:
         second.close()
 
 
-def test_assign_is_compare_and_set(store: SqlStore) -> None:
+def test_assign_is_compare_and_set(store: SqlStore, ready_nodes: Callable[..., None]) -> None:
+    ready_nodes("n1", "n2")  # n2's GPUs 2 and 3 exist and are free: only the job's state refuses the second assign
     job = store.create_job(spec(gpus=2), T0)
     assert store.assign_job(job.id, "n1", [0, 1], T0)
     assert not store.assign_job(job.id, "n2", [2, 3], T0)  # already RUNNING: the second scheduler loses
@@ -59,6 +61,9 @@ def test_assign_is_compare_and_set(store: SqlStore) -> None:
         1,
     )
     assert [j.id for j in store.list_node_jobs("n1")] == [job.id]
+    assert store.list_node_jobs("n2") == []
+    other = store.create_job(spec(gpus=2), T0)
+    assert store.assign_job(other.id, "n2", [2, 3], T0)  # the same place takes a PENDING job
 
 
 @pytest.mark.parametrize(
@@ -68,18 +73,26 @@ def test_assign_is_compare_and_set(store: SqlStore) -> None:
         pytest.param(True, JobState.RUNNING, True, id="running-asks-the-agent"),
     ],
 )
-def test_request_cancel(store: SqlStore, start_running: bool, expected_state: JobState, cancel_flag: bool) -> None:
+def test_request_cancel(
+    store: SqlStore,
+    ready_nodes: Callable[..., None],
+    start_running: bool,
+    expected_state: JobState,
+    cancel_flag: bool,
+) -> None:
+    ready_nodes("n1")
     job = store.create_job(spec(), T0)
     if start_running:
-        store.assign_job(job.id, "n1", [0], T0)
+        assert store.assign_job(job.id, "n1", [0], T0)
     got = store.request_cancel(job.id, T0)
     assert got is not None and got.state is expected_state and got.cancel_requested is cancel_flag
     assert store.request_cancel(10_000, T0) is None
 
 
-def test_finish_only_once(store: SqlStore) -> None:
+def test_finish_only_once(store: SqlStore, ready_nodes: Callable[..., None]) -> None:
+    ready_nodes("n1")
     job = store.create_job(spec(), T0)
-    store.assign_job(job.id, "n1", [0], T0)
+    assert store.assign_job(job.id, "n1", [0], T0)
     assert store.finish_job(job.id, JobState.FAILED, 3, "", T0 + timedelta(seconds=5))
     assert not store.finish_job(job.id, JobState.SUCCEEDED, 0, "", T0)
     got = store.get_job(job.id)
@@ -87,10 +100,11 @@ def test_finish_only_once(store: SqlStore) -> None:
     assert got.finished_at == T0 + timedelta(seconds=5)
 
 
-def test_list_jobs_filters_by_state(store: SqlStore) -> None:
+def test_list_jobs_filters_by_state(store: SqlStore, ready_nodes: Callable[..., None]) -> None:
+    ready_nodes("n1")
     a = store.create_job(spec(), T0)
     b = store.create_job(spec(), T0)
-    store.assign_job(b.id, "n1", [0], T0)
+    assert store.assign_job(b.id, "n1", [0], T0)
     assert [j.id for j in store.list_jobs(states=[JobState.PENDING])] == [a.id]
     assert [j.id for j in store.list_jobs()] == [a.id, b.id]
 
@@ -113,9 +127,10 @@ def test_silent_nodes_become_lost_and_come_back(store: SqlStore) -> None:
     assert not store.touch_node("ghost", T0)
 
 
-def test_requeue_releases_gpus(store: SqlStore) -> None:
+def test_requeue_releases_gpus(store: SqlStore, ready_nodes: Callable[..., None]) -> None:
+    ready_nodes("n1", "n2", gpus=5)
     job = store.create_job(spec(gpus=2), T0)
-    store.assign_job(job.id, "n1", [0, 1], T0)
+    assert store.assign_job(job.id, "n1", [0, 1], T0)
     assert store.requeue_job(job.id, "node n1 lost", T0)
     got = store.get_job(job.id)
     assert got is not None and got.state is JobState.PENDING and got.node is None and got.gpu_indices == ()

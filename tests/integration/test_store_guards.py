@@ -3,29 +3,14 @@ written from the mutants `make mutate` left alive in finish_job and assign_job_p
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
-from corral.core.resources import GpuInfo
 from corral.core.states import JobState
 from corral.store.records import JobSpec
 from corral.store.sql import SqlStore
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
-
-
-def _nodes(store: SqlStore, *names: str) -> None:
-    """Register nodes with 4 GPUs each: assign_job_parts re-checks that the GPUs it gives exist and are free."""
-    for n in names:
-        store.upsert_node(
-            n,
-            n,
-            "simulated",
-            0,
-            0,
-            {},
-            [GpuInfo(index=i, uuid=f"{n}-{i}", model="H100-80GB", memory_mib=81920) for i in range(4)],
-            T0,
-        )
 
 
 def _running(store: SqlStore, node: str = "n1", gpus: tuple[int, ...] = (0,)) -> int:
@@ -34,7 +19,8 @@ def _running(store: SqlStore, node: str = "n1", gpus: tuple[int, ...] = (0,)) ->
     return job.id
 
 
-def test_finish_ends_only_its_job(store: SqlStore) -> None:
+def test_finish_ends_only_its_job(store: SqlStore, ready_nodes: Callable[..., None]) -> None:
+    ready_nodes("n1")
     mine, other = _running(store, "n1", (0,)), _running(store, "n1", (1,))
     pending = store.create_job(JobSpec(command=("x",)), T0).id
     assert store.finish_job(mine, JobState.FAILED, 3, "", T0)
@@ -42,7 +28,8 @@ def test_finish_ends_only_its_job(store: SqlStore) -> None:
     assert states == {mine: JobState.FAILED, other: JobState.RUNNING, pending: JobState.PENDING}
 
 
-def test_finish_logs_the_exit_code_or_the_reason(store: SqlStore) -> None:
+def test_finish_logs_the_exit_code_or_the_reason(store: SqlStore, ready_nodes: Callable[..., None]) -> None:
+    ready_nodes("n1", "n2")
     exited, stopped = _running(store), _running(store, "n2")
     later = T0 + timedelta(seconds=9)
     assert store.finish_job(exited, JobState.FAILED, 3, "ignored when there is an exit code", later)
@@ -53,8 +40,8 @@ def test_finish_logs_the_exit_code_or_the_reason(store: SqlStore) -> None:
     assert got is not None and (got.exit_code, got.finished_at) == (3, later)
 
 
-def test_assign_records_every_part_and_when_it_started(store: SqlStore) -> None:
-    _nodes(store, "n1", "n2")
+def test_assign_records_every_part_and_when_it_started(store: SqlStore, ready_nodes: Callable[..., None]) -> None:
+    ready_nodes("n1", "n2")
     job = store.create_job(JobSpec(command=("train",), gpus=2, nodes=2), T0)
     start = T0 + timedelta(seconds=30)
     assert store.assign_job_parts(job.id, [("n1", [0, 1]), ("n2", [2, 3])], start)
@@ -69,9 +56,9 @@ def test_assign_records_every_part_and_when_it_started(store: SqlStore) -> None:
     )
 
 
-def test_a_new_attempt_starts_clean(store: SqlStore) -> None:
+def test_a_new_attempt_starts_clean(store: SqlStore, ready_nodes: Callable[..., None]) -> None:
     """What the last attempt left (a part's exit, delivery) is gone when the job is assigned again."""
-    _nodes(store, "n1", "n2", "n3", "n4")
+    ready_nodes("n1", "n2", "n3", "n4")
     job = store.create_job(JobSpec(command=("train",), gpus=1, nodes=2), T0)
     assert store.assign_job_parts(job.id, [("n1", [0]), ("n2", [0])], T0)
     store.mark_delivered([job.id], "n1")
@@ -92,7 +79,8 @@ def test_a_new_attempt_starts_clean(store: SqlStore) -> None:
     assert got.parts == (("n3", (1,)), ("n4", (1,)))
 
 
-def test_a_job_without_gpus_is_logged_as_such(store: SqlStore) -> None:
+def test_a_job_without_gpus_is_logged_as_such(store: SqlStore, ready_nodes: Callable[..., None]) -> None:
+    ready_nodes("n1")
     job = store.create_job(JobSpec(command=("etl",)), T0)
     assert store.assign_job(job.id, "n1", [], T0)
     assert [(e.kind, e.message) for e in store.list_events(job.id)][-1] == ("assigned", "node n1, GPUs none")

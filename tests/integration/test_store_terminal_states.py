@@ -8,7 +8,6 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from corral.core.resources import GpuInfo
 from corral.core.states import JobState
 from corral.store.records import Job, JobSpec
 from corral.store.sql import SqlStore
@@ -17,19 +16,10 @@ T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 LATER = T0 + timedelta(minutes=5)
 
 
-def _ended(store: SqlStore, state: JobState) -> Job:
+def _ended(store: SqlStore, ready_nodes: Callable[..., None], state: JobState) -> Job:
     """A job that reached `state` the usual way: CANCELLED while pending, the others by its agent's report."""
-    for n in ("n1", "n2", "n3"):  # the gang attempt below is refused for the job's state, not for unknown nodes
-        store.upsert_node(
-            n,
-            n,
-            "simulated",
-            0,
-            0,
-            {},
-            [GpuInfo(index=i, uuid=f"{n}-{i}", model="H100-80GB", memory_mib=81920) for i in range(2)],
-            T0,
-        )
+    # The assigns below are refused for the job's state, not for unknown nodes or GPUs.
+    ready_nodes("n1", "n2", "n3", gpus=2)
     job = store.create_job(JobSpec(command=("true",), gpus=1), T0)
     if state is JobState.CANCELLED:
         store.request_cancel(job.id, T0)
@@ -53,8 +43,8 @@ ATTEMPTS: dict[str, Callable[[SqlStore, int], object]] = {
 
 
 @pytest.mark.parametrize("state", [JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED], ids=str)
-def test_a_terminal_job_never_moves(store: SqlStore, state: JobState) -> None:
-    before = _ended(store, state)
+def test_a_terminal_job_never_moves(store: SqlStore, ready_nodes: Callable[..., None], state: JobState) -> None:
+    before = _ended(store, ready_nodes, state)
     events = store.list_events(before.id)
     for attempt, move in ATTEMPTS.items():  # each refused, and the job exactly as it was after each
         assert move(store, before.id) is False, attempt
@@ -64,8 +54,10 @@ def test_a_terminal_job_never_moves(store: SqlStore, state: JobState) -> None:
 
 
 @pytest.mark.parametrize("state", [JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED], ids=str)
-def test_cancelling_a_terminal_job_returns_it_unchanged(store: SqlStore, state: JobState) -> None:
-    before = _ended(store, state)
+def test_cancelling_a_terminal_job_returns_it_unchanged(
+    store: SqlStore, ready_nodes: Callable[..., None], state: JobState
+) -> None:
+    before = _ended(store, ready_nodes, state)
     events = store.list_events(before.id)
     assert store.request_cancel(before.id, LATER) == before
     assert store.get_job(before.id) == before and store.list_events(before.id) == events
@@ -94,9 +86,12 @@ def test_a_pending_job_cannot_be_requeued(store: SqlStore) -> None:
 
 
 @pytest.mark.parametrize("state", [JobState.PENDING, JobState.RUNNING], ids=str)
-def test_finish_refuses_a_state_that_is_not_terminal(store: SqlStore, state: JobState) -> None:
+def test_finish_refuses_a_state_that_is_not_terminal(
+    store: SqlStore, ready_nodes: Callable[..., None], state: JobState
+) -> None:
+    ready_nodes("n1")
     job = store.create_job(JobSpec(command=("true",)), T0)
-    store.assign_job(job.id, "n1", [], T0)
+    assert store.assign_job(job.id, "n1", [], T0)
     with pytest.raises(ValueError, match="terminal"):
         store.finish_job(job.id, state, None, "", T0)
     got = store.get_job(job.id)

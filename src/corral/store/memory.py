@@ -131,19 +131,19 @@ class MemoryStore:
             ]
 
     def assign_job(self, job_id: int, node: str, gpu_indices: Sequence[int], now: datetime) -> bool:
-        """No capacity re-check, as SqlStore's (tests and tools; the scheduler uses assign_job_parts)."""
-        return self._assign(job_id, [(node, tuple(gpu_indices))], now, recheck=False)
+        """One-part assign_job_parts, as SqlStore's."""
+        return self._assign(job_id, [(node, tuple(gpu_indices))], now)
 
     def assign_job_parts(self, job_id: int, parts: Sequence[tuple[str, Sequence[int]]], now: datetime) -> bool:
-        return self._assign(job_id, parts, now, recheck=True)
+        return self._assign(job_id, parts, now)
 
-    def _assign(self, job_id: int, parts: Sequence[tuple[str, Sequence[int]]], now: datetime, recheck: bool) -> bool:
+    def _assign(self, job_id: int, parts: Sequence[tuple[str, Sequence[int]]], now: datetime) -> bool:
         with self._lock:
             job = self._jobs.get(job_id)
             if job is None or not can_transition(job.state, JobState.RUNNING):
                 return False
             names = {n for n, _ in parts}
-            if recheck and compute_recheck(parts, job.spec.request, self._nodes, self._use_on(names)) is not None:
+            if compute_recheck(parts, job.spec.request, self._nodes, self._use_on(names)) is not None:
                 return False
             placed = tuple((n, tuple(g)) for n, g in parts)
             self._put(

@@ -555,6 +555,20 @@ class SchedulingStore(JobStore, NodeStore, TenancyStore, Protocol):
     """What the scheduling loop and the simulators read and write."""
 
 
+class AlertingStore(
+    AlertStore, JobStore, NodeStore, TenancyStore, IdentityStore, TelemetryStore, AuditStore, OperationsStore, Protocol
+):
+    """What alert evaluation and its actions (notify, cordon a node, cancel a job) read and write."""
+
+
+class SubmissionStore(TenancyStore, NodeStore, SecretStore, Protocol):
+    """What checking a job submission reads (queues, quotas, nodes, secret names)."""
+
+
+class SchedulesStore(ScheduleStore, JobStore, SubmissionStore, Protocol):
+    """What the repeating-job runner and the schedules API read and write."""
+
+
 ROLES: tuple[type, ...] = (
     LifecycleStore,
     JobStore,

@@ -235,14 +235,14 @@ class SqlStore(
             return bool(affected_rows(res))
 
     def mark_nodes_lost(self, heartbeat_before: datetime) -> list[str]:
+        silent = (NodeRow.state == "READY", NodeRow.last_heartbeat_at < heartbeat_before)
         with self._tx() as s:
-            names = list(
-                s.scalars(
-                    select(NodeRow.name).where(NodeRow.state == "READY", NodeRow.last_heartbeat_at < heartbeat_before)
-                ).all()
-            )
-            if names:
-                s.execute(update(NodeRow).where(NodeRow.name.in_(names), NodeRow.state == "READY").values(state="LOST"))
+            names = sorted(s.scalars(select(NodeRow.name).where(*silent)).all())
+            if not names:
+                return []
+            self._lock_nodes(s, names)  # in name order, as assigns lock them: the two never deadlock
+            names = sorted(s.scalars(select(NodeRow.name).where(NodeRow.name.in_(names), *silent)).all())
+            s.execute(update(NodeRow).where(NodeRow.name.in_(names)).values(state="LOST"))
             return names
 
     def _node(self, s: Session, row: NodeRow) -> Node:
@@ -352,16 +352,15 @@ class SqlStore(
             return [_job(r) for r in s.scalars(q).all()]
 
     def assign_job(self, job_id: int, node: str, gpu_indices: Sequence[int], now: datetime) -> bool:
-        """Tests' and tools' one-part assignment: compare-and-set on PENDING only, no capacity re-check (the
-        scheduler commits through assign_job_parts)."""
-        return self._assign(job_id, [(node, tuple(gpu_indices))], now, recheck=False)
+        """One-part assign_job_parts (tests and tools): the same compare-and-set and capacity re-check."""
+        return self._assign(job_id, [(node, tuple(gpu_indices))], now)
 
     def assign_job_parts(self, job_id: int, parts: Sequence[tuple[str, Sequence[int]]], now: datetime) -> bool:
         """PENDING -> RUNNING with one part per node, all at once (a gang never holds part of the pool), after
         re-checking every touched node against the store in the same transaction (protocols.JobStore)."""
-        return self._assign(job_id, parts, now, recheck=True)
+        return self._assign(job_id, parts, now)
 
-    def _assign(self, job_id: int, parts: Sequence[tuple[str, Sequence[int]]], now: datetime, recheck: bool) -> bool:
+    def _assign(self, job_id: int, parts: Sequence[tuple[str, Sequence[int]]], now: datetime) -> bool:
         names = sorted({n for n, _ in parts})
         with self._rmw() as s:
             self._lock_nodes(s, names)  # from here until commit no other assign can change these nodes' use
@@ -369,8 +368,7 @@ class SqlStore(
             if row is None or row.state not in _sources(JobState.RUNNING):
                 return False
             if (
-                recheck
-                and compute_recheck(parts, _job(row).spec.request, self._nodes_named(s, names), self._use_on(s, names))
+                compute_recheck(parts, _job(row).spec.request, self._nodes_named(s, names), self._use_on(s, names))
                 is not None
             ):
                 return False

@@ -3,6 +3,7 @@ end in FAILED with the reason once max_retries are used."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -39,7 +40,8 @@ def test_the_cap_is_five_minutes() -> None:
     assert MAX_BACKOFF_S == 300.0
 
 
-def test_each_requeue_waits_longer_then_the_job_fails(store: SqlStore) -> None:
+def test_each_requeue_waits_longer_then_the_job_fails(store: SqlStore, ready_nodes: Callable[..., None]) -> None:
+    ready_nodes("n1")
     job = store.create_job(JobSpec(command=("train",), gpus=1, max_retries=3), T0)
     waits: list[float] = []
     now = T0
@@ -63,7 +65,8 @@ def test_each_requeue_waits_longer_then_the_job_fails(store: SqlStore) -> None:
     assert final is not None and final.state is JobState.FAILED and "no retries left (3 used)" in final.reason
 
 
-def test_a_job_being_cancelled_is_not_retried(store: SqlStore) -> None:
+def test_a_job_being_cancelled_is_not_retried(store: SqlStore, ready_nodes: Callable[..., None]) -> None:
+    ready_nodes("n1")
     job = store.create_job(JobSpec(command=("train",), gpus=1), T0)
     assert store.assign_job(job.id, "n1", [0], T0)
     store.request_cancel(job.id, T0)

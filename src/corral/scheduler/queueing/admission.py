@@ -245,13 +245,12 @@ def _try_job(cyc: _Cycle, job: QueuedJob, behind: bool) -> tuple[str, str, bool]
         return reason, detail, False
     if behind:
         return reasons.BEHIND_HEAD, "a job ahead in a strict queue is blocked", False
+    room: tuple[str, str] | None = NO_NODES
     if cyc.ledger.knows_nodes and is_node_bound(job):  # nodes first; counting GPUs only where none is open
         room = _make_room(cyc, job, reason, detail)
         if room is not NO_NODES and room is not None:
             return room[0], room[1], True
-        if room is None:
-            return reason, detail, True
-    got = _try_preempt(cyc, job, unplaceable=True)
+    got = _try_preempt(cyc, job, unplaceable=True) if room is NO_NODES else ""
     if got:
         return reasons.PREEMPTING, got, True
     checks = [check_quota(cyc.state.quotas, cyc.held, job, m) for m in cyc.ledger.models() if job.matches(m)]

@@ -36,7 +36,7 @@ from corral.server.health import TelemetryService
 from corral.server.services.alert_credentials import load_smtp_password, load_webhook_urls
 from corral.server.services.audit import record_audit
 from corral.server.settings import Settings
-from corral.store.base import StateStore
+from corral.store.protocols import AlertingStore
 from corral.store.telemetry import AlertHistoryRecord
 
 log = logging.getLogger("corral.alerts")
@@ -108,7 +108,7 @@ def alert_out(a: Alert) -> dict[str, Any]:
 
 
 class AlertService:
-    def __init__(self, store: StateStore, telemetry: TelemetryService, settings: Settings) -> None:
+    def __init__(self, store: AlertingStore, telemetry: TelemetryService, settings: Settings) -> None:
         self.store = store
         self.telemetry = telemetry
         self.settings = settings

@@ -13,6 +13,7 @@ from corral.core.states import JobState
 from corral.server.auth import Principal
 from corral.server.services.secrets import check_secret_refs
 from corral.store.base import StateStore
+from corral.store.protocols import SubmissionStore, TenancyStore
 from corral.store.records import Job, JobSpec, Node
 
 
@@ -77,7 +78,7 @@ def _can_ever_hold(node: Node, request: ResourceRequest) -> bool:
     return usable >= request.gpus and node.cpu_milli >= request.cpu_milli and node.memory_mib >= request.memory_mib
 
 
-def check_tenant_quota_covers(store: StateStore, tenant_id: int, request: ResourceRequest) -> None:
+def check_tenant_quota_covers(store: TenancyStore, tenant_id: int, request: ResourceRequest) -> None:
     """A tenant with quotas only for some GPU models may not ask for another model (no flavor, in Kueue's
     words): the job would never be admitted. A tenant with a total quota, or none at all, may ask any."""
     if request.gpus == 0:
@@ -98,7 +99,7 @@ def check_tenant_quota_covers(store: StateStore, tenant_id: int, request: Resour
 
 
 def job_spec_for(
-    store: StateStore, body: JobSubmit, tenant_id: int | None, user_id: int | None, schedule_id: int | None = None
+    store: SubmissionStore, body: JobSubmit, tenant_id: int | None, user_id: int | None, schedule_id: int | None = None
 ) -> JobSpec:
     """Check a submission against the tenant's queues and quotas and the pool; the spec to store, or
     ValidationError naming the field."""

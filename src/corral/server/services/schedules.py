@@ -19,7 +19,7 @@ from corral.server.auth import Principal
 from corral.server.background.schedules import ScheduleLoop
 from corral.server.services.jobs import job_spec_for
 from corral.server.services.notify import NodeNotifier, Trigger
-from corral.store.base import StateStore
+from corral.store.protocols import SchedulesStore
 from corral.store.records import Job, Schedule
 
 log = logging.getLogger("corral.schedules")
@@ -30,7 +30,7 @@ def _expr(s: Schedule) -> ScheduleExpr:
     return ScheduleExpr.parse(s.expr, s.timezone)
 
 
-def load_schedule(store: StateStore, schedule_id: int, caller: Principal | None = None) -> Schedule:
+def load_schedule(store: SchedulesStore, schedule_id: int, caller: Principal | None = None) -> Schedule:
     """The schedule, or NotFoundError, also when it belongs to a tenant the caller may not see."""
     s = store.get_schedule(schedule_id)
     if s is None:
@@ -49,7 +49,7 @@ def _nested(e: ValidationError) -> ValidationError:
     return ValidationError(f"job.{e.field}", e.problem)
 
 
-def create_schedule(store: StateStore, body: ScheduleIn, caller: Principal, now: datetime) -> Schedule:
+def create_schedule(store: SchedulesStore, body: ScheduleIn, caller: Principal, now: datetime) -> Schedule:
     expr = ScheduleExpr.parse(body.schedule, body.timezone)
     user_id = caller.user.id if caller.user else None
     try:
@@ -72,7 +72,7 @@ def create_schedule(store: StateStore, body: ScheduleIn, caller: Principal, now:
     )
 
 
-def update_schedule(store: StateStore, schedule: Schedule, body: SchedulePatch, now: datetime) -> Schedule:
+def update_schedule(store: SchedulesStore, schedule: Schedule, body: SchedulePatch, now: datetime) -> Schedule:
     changes: dict[str, Any] = {}
     expr_text = body.schedule if body.schedule is not None else schedule.expr
     tz = body.timezone if body.timezone is not None else schedule.timezone
@@ -127,7 +127,7 @@ def schedule_out(s: Schedule, names: dict[int, str], active: list[int], now: dat
     )
 
 
-def run_now(store: StateStore, schedule: Schedule, now: datetime) -> Job:
+def run_now(store: SchedulesStore, schedule: Schedule, now: datetime) -> Job:
     """Start the schedule's job once, now, outside its timetable (like `kubectl create job --from=cronjob/...`)."""
     try:
         spec = job_spec_for(store, JobSubmit(**schedule.job), schedule.tenant_id, schedule.user_id, schedule.id)
@@ -144,7 +144,9 @@ class ScheduleRunner:
     the store at most every `interval_s` and sleeps until the next due time otherwise; `wake()` after a schedule
     was created or changed."""
 
-    def __init__(self, store: StateStore, trigger: Trigger, notifier: NodeNotifier, interval_s: float = 1.0) -> None:
+    def __init__(
+        self, store: SchedulesStore, trigger: Trigger, notifier: NodeNotifier, interval_s: float = 1.0
+    ) -> None:
         self.store = store
         self.trigger = trigger  # the job scheduler's: a started job is placed at once
         self.notifier = notifier

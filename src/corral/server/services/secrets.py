@@ -133,7 +133,7 @@ def secret_out(record: SecretRecord, tenant_names: Mapping[int, str]) -> SecretO
     )
 
 
-def check_secret_refs(store: StateStore, tenant_id: int, refs: Mapping[str, str], env: Mapping[str, str]) -> None:
+def check_secret_refs(store: SecretStore, tenant_id: int, refs: Mapping[str, str], env: Mapping[str, str]) -> None:
     """At submit: every referenced secret exists in the job's tenant (422 naming `secret_env` otherwise), and no
     variable is both a plain and a secret one. Another tenant's secret of the same name is simply not there."""
     if not refs:

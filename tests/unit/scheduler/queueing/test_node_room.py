@@ -1,0 +1,140 @@
+"""Room on whole nodes (node_room.py, admission._make_room): a job that asks several whole GPUs on one node
+waits where GPUs are free by count but no node has enough; the cycle picks victims on the node closest to
+holding it, moves lower-ranked jobs that fit elsewhere off it, and keeps that node for it."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from corral.core.requests import ResourceRequest
+from corral.core.resources import NodeState
+from corral.scheduler.plan import Plan, Snapshot, compute_plan
+from corral.scheduler.queueing import TOTAL, QueuedJob, QueueState, QuotaBook, RunningJob, TenantQuota
+from corral.scheduler.queueing.node_room import NodeIndex, is_node_bound
+from corral.scheduler.queueing.policy import get_queueing_policy
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from sched_builders import make_node  # noqa: E402
+
+A100 = "A100-80GB"
+NOW = 10_000.0
+
+
+def small(id: str, tenant: str, node: str, gpu: int, start: float = 0.0) -> RunningJob:
+    """A 1-GPU job on `node` that has run since `start` (long: it ranks low under least attained service)."""
+    job = QueuedJob(id, tenant, gpus=1, submit_s=0.0, request=ResourceRequest(gpus=1))
+    return RunningJob(job, start, A100, parts=((node, (gpu,)),))
+
+
+def wide(id: str, tenant: str, gpus: int = 4, nodes: int = 1) -> QueuedJob:
+    return QueuedJob(id, tenant, gpus=gpus, nodes=nodes, submit_s=NOW - 1, request=ResourceRequest(gpus=gpus))
+
+
+def nodes_with(running: list[RunningJob], names: tuple[str, ...] = ("n0", "n1"), gpus: int = 4) -> list[NodeState]:
+    out = []
+    for name in names:
+        used = [0] * gpus
+        for r in running:
+            for node, idx in r.parts:
+                if node == name:
+                    for i in idx:
+                        used[i] = 1000
+        out.append(make_node(name).gpus(gpus).used(*used).build())
+    return out
+
+
+def plan(
+    running: list[RunningJob],
+    pending: list[QueuedJob],
+    policy: str,
+    quotas: QuotaBook | None = None,
+    names: tuple[str, ...] = ("n0", "n1"),
+) -> Plan:
+    state = QueueState(pending, running, quotas=quotas or QuotaBook())
+    return compute_plan(Snapshot(nodes_with(running, names), state), NOW, "bestfit", policy)
+
+
+def book(**guaranteed: int) -> QuotaBook:
+    return QuotaBook({t: TenantQuota(t, {TOTAL: g * 1000}, {TOTAL: 8000}) for t, g in guaranteed.items()})
+
+
+def test_only_several_whole_gpus_on_a_node_are_node_bound() -> None:
+    assert is_node_bound(wide("w", "t", gpus=2))
+    assert is_node_bound(wide("g", "t", gpus=1, nodes=2))
+    assert not is_node_bound(wide("one", "t", gpus=1))
+    assert not is_node_bound(QueuedJob("share", "t", gpus=1, gpu_milli=500))
+
+
+def test_rank_preemption_picks_victims_on_one_node_not_by_count() -> None:
+    # 6 GPUs free by count, 3 per node: a 4-GPU job needs one node whole. Time-slicing (las) preempts one
+    # low-ranked job, on one node, and keeps that node for it; counting GPUs would have preempted nothing.
+    running = [small("a", "t", "n0", 0), small("b", "t", "n1", 0)]
+    p = plan(running, [wide("w", "t")], "las")
+    assert [(v.job_id, v.for_job_id, v.kind) for v in p.preempt] in ([("a", "w", "rank")], [("b", "w", "rank")])
+    assert p.admit == () and p.nominate == ("w",)
+
+
+def test_a_job_that_would_not_rank_below_is_not_preempted_for_room() -> None:
+    # The running jobs started just now (nothing attained) and were submitted first: they rank above it.
+    running = [small("a", "t", "n0", 0, start=NOW), small("b", "t", "n1", 0, start=NOW)]
+    p = plan(running, [wide("w", "t")], "las")
+    assert p.preempt == () and p.nominate == ()
+
+
+def test_defrag_moves_a_job_that_fits_elsewhere_when_no_victim_is_allowed() -> None:
+    # Tenant x is within its guarantee (1 of 2), so its job on n0 may not be reclaimed, and y's own job on n1
+    # is not reclaimed for y either; x's job can run on n1's free GPUs, so it is moved off n0 for y's job.
+    running = [small("x1", "x", "n0", 0), small("y1", "y", "n1", 0)]
+    p = plan(running, [wide("w", "y")], "corral", quotas=book(x=2, y=6))
+    assert [(v.job_id, v.kind) for v in p.preempt] == [("x1", "defrag")]
+    assert p.nominate == ("w",)
+
+
+def test_defrag_needs_room_elsewhere() -> None:
+    # n1 is full of z's work, within z's guarantee, as x's job on n0 is within x's: no victim is allowed,
+    # and x's job has nowhere to go, so it stays (and nothing is preempted by count instead).
+    running = [small("x1", "x", "n0", 0)] + [small(f"z{i}", "z", "n1", i) for i in range(4)]
+    p = plan(running, [wide("w", "y")], "corral", quotas=book(x=2, y=2, z=4))
+    assert p.preempt == ()
+
+
+def test_the_node_kept_for_a_waiting_job_is_no_one_elses_this_cycle() -> None:
+    # After w preempts on n0 (its 3 free GPUs are kept for it), a 1-GPU job goes to n1, not into w's node.
+    running = [small("a", "t", "n0", 0), small("b", "t", "n1", 0), small("c", "t", "n1", 1)]
+    later = QueuedJob("later", "t", gpus=1, submit_s=NOW, request=ResourceRequest(gpus=1))
+    p = plan(running, [wide("w", "t"), later], "las")
+    assert [v.job_id for v in p.preempt] == ["a"]
+    assert [(a.job_id, a.placements[0].node) for a in p.admit] == [("later", "n1")]
+
+
+def test_a_job_that_only_a_held_node_could_take_says_so_and_can_wait() -> None:
+    running = [small("a", "t", "n0", 0)]
+    later = QueuedJob("later", "t", gpus=2, submit_s=NOW, request=ResourceRequest(gpus=2))
+    p = plan(running, [wide("w", "t"), later], "las", names=("n0",))
+    assert p.pending["later"].detail == "1 node: kept for a job waiting for a whole node"
+    assert p.pending["later"].reason == "capacity"  # not model-constraint: waiting helps
+
+
+def test_gpus_freed_for_another_waiting_job_are_its_but_the_surplus() -> None:
+    # x1 (3 GPUs) is exiting for w, which needs 2 of them per node: 1 is spare.
+    job = QueuedJob("x1", "x", gpus=3, request=ResourceRequest(gpus=3))
+    exiting = RunningJob(job, 0.0, A100, exit_s=NOW + 5, preempted_for="w", parts=(("n0", (0, 1, 2)),))
+    index = NodeIndex([exiting], {"w": 2})
+    assert index.exiting("n0", A100, "w") == 3
+    assert index.exiting("n0", A100, "other") == 1
+    assert index.exiting("n0", "H100-80GB", "other") == 0
+    assert NodeIndex([exiting], {}).exiting("n0", A100, "other") == 3  # w is gone: all of them are free
+
+
+def test_non_preemptive_policies_keep_nodes_only_when_asked_to_drain() -> None:
+    running = [small("a", "t", "n0", 0), small("b", "t", "n1", 0)]
+    later = QueuedJob("later", "t", gpus=1, submit_s=NOW, request=ResourceRequest(gpus=1))
+    p = plan(running, [wide("w", "t"), later], "sjf")
+    assert p.preempt == () and [a.job_id for a in p.admit] == ["later"]
+    drain = get_queueing_policy("sjf").__class__("sjf-drain", "sjf", drain_nodes=True)
+    state = QueueState([wide("w", "t"), later], running)
+    p = compute_plan(Snapshot(nodes_with(running), state), NOW, "bestfit", drain, explain=True)
+    assert "kept for it" in p.pending["w"].detail
+    held = p.pending["w"].detail.split("; ")[1].split(" kept")[0]
+    assert [a.placements[0].node for a in p.admit if a.job_id == "later"] != [held]
