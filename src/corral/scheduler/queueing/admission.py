@@ -360,8 +360,10 @@ def _make_room(cyc: _Cycle, job: QueuedJob, reason: str, detail: str) -> tuple[s
         rows = rank_nodes(cyc.ledger.whole_free(model, req.gpus), cyc.node_index, model, job, req.gpus)
         if len(rows) < job.nodes:
             continue
-        tried_nodes = True
         kind = _preempt_kind(cyc, job, model)
+        # A reclaim that no node can serve falls back to counting GPUs (the guarantee comes first): the GPUs
+        # its victims free elsewhere are room that jobs can move into from a node, in a later cycle.
+        tried_nodes = tried_nodes or kind != RECLAIM
         q = book.get(job.tenant)
         chosen: list[str] = []
         victims: list[tuple[RunningJob, str]] = []
@@ -468,20 +470,15 @@ def _candidates(cyc: _Cycle, kind: str, model: str) -> Sequence[RunningJob]:
 
 
 def _move_off(cyc: _Cycle, job: QueuedJob, model: str, node: str, short: int) -> list[RunningJob] | None:
-    """Defragmentation: jobs on `node` ranked below `job` that fit elsewhere right now, freeing `short` GPUs
-    there (lowest-ranked first); their new room is kept for them this cycle (they restart as soon as they
-    exit, so their tenants lose only the grace and restart time). None (nothing kept) when they cannot."""
-    job_rank = cyc.ranks.get(job.id)
-    if job_rank is None:
-        return None
+    """Defragmentation: jobs on `node` that fit elsewhere right now, freeing `short` GPUs there (lowest-ranked
+    first, whatever their rank: a move costs a job its grace and restart time only, as it keeps its progress and
+    its place in line); their new room is kept for them this cycle. None (nothing kept) when they cannot."""
     cyc.ledger.hold_nodes(model, [node])
     moved: list[RunningJob] = []
     freed = 0
     for r in _node_candidates(cyc, RANK, model, node):
         if freed >= short:
             break
-        if not cyc.rank_of(r) > job_rank:
-            break  # lowest-ranked first: none after it ranks below the job
         if r.job.id in cyc.taken or r.job.nodes > 1 or cyc.now_s - r.start_s < cyc.policy.min_run_s:
             continue
         if cyc.ledger.keep_spot(r.job):

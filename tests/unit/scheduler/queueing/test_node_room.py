@@ -75,10 +75,15 @@ def test_rank_preemption_picks_victims_on_one_node_not_by_count() -> None:
     assert p.admit == () and p.nominate == ("w",)
 
 
-def test_a_job_that_would_not_rank_below_is_not_preempted_for_room() -> None:
-    # The running jobs started just now (nothing attained) and were submitted first: they rank above it.
+def test_a_job_that_would_not_rank_below_is_moved_only_where_it_fits_elsewhere() -> None:
+    # The running jobs started just now (nothing attained) and were submitted first: they rank above w, so
+    # they are no rank victims. Where one of them fits elsewhere, it is moved (defrag); where none does,
+    # nothing is preempted.
     running = [small("a", "t", "n0", 0, start=NOW), small("b", "t", "n1", 0, start=NOW)]
     p = plan(running, [wide("w", "t")], "las")
+    assert [(v.job_id, v.kind) for v in p.preempt] in ([("a", "defrag")], [("b", "defrag")])
+    full = [small(f"{n}{i}", "t", n, i, start=NOW) for n in ("n0", "n1") for i in range(1, 4)]
+    p = plan(running + full, [wide("w", "t", gpus=2)], "las")
     assert p.preempt == () and p.nominate == ()
 
 
