@@ -79,6 +79,7 @@ class Cluster:
         self._schedulable = [s.schedulable for s in states] if states else [True] * len(self.infos)
         self._excluded: set[int] = set()  # nodes a gang being placed already holds (never chosen twice)
         self._held: set[int] = set()  # nodes kept for one waiting job this cycle (hold / release_holds)
+        self._whole_free: dict[tuple[str, int], tuple[int, list[tuple[str, int]]]] = {}
         self._free: dict[str, int] = {}  # model -> free milli on healthy GPUs of schedulable nodes
         hardware: dict[tuple[object, ...], NodeHardware] = {}
         self._hw_of: list[NodeHardware] = []
@@ -347,16 +348,37 @@ class Cluster:
 
     def whole_free(self, model: str, gpus: int) -> list[tuple[str, int]]:
         """(node, fully free healthy GPUs of `model`) for every node open to placement that has at least
-        `gpus` healthy GPUs of that model, most free first (ties: the order given)."""
+        `gpus` healthy GPUs of that model, most free first (ties: the order given). Per node class, not per
+        node, and memoised until a node changes (a cycle asks once per blocked job)."""
+        key = (model, gpus)
+        cached = self._whole_free.get(key)
+        if cached is not None and cached[0] == self._version:
+            return cached[1]
         out: list[tuple[int, int, str]] = []
-        for i, info in enumerate(self.infos):
-            if not self._schedulable[i] or i in self._excluded or i in self._held:
+        for cls in self._classes.values():
+            if not cls.indexed or model not in cls.hw.gpu_models:
                 continue
-            mine = [u for g, u in zip(info.gpus, self._used[i]) if g.healthy and g.model == model]
-            if len(mine) >= gpus:
-                out.append((-sum(1 for u in mine if u == 0), i, info.name))
+            gpus_of = [g for g in cls.hw.info.gpus if g.healthy and g.model == model]
+            if len(gpus_of) < gpus:
+                continue
+            if cls.hw.symmetric and len(gpus_of) != len(cls.hw.info.gpus):
+                # Sorted loads of a node with several models (or sick GPUs): count on each node's own GPUs.
+                for i in cls.members:
+                    mine = [u for g, u in zip(self.infos[i].gpus, self._used[i]) if g.healthy and g.model == model]
+                    out.append((-mine.count(0), i, self.infos[i].name))
+                continue
+            used = cls.state.gpu_used_milli
+            free = sum(1 for g, u in zip(cls.hw.info.gpus, used) if u == 0 and g.healthy and g.model == model)
+            out.extend((-free, i, self.infos[i].name) for i in cls.members)
         out.sort()
-        return [(name, -free) for free, _, name in out]
+        rows = [(name, -free) for free, _, name in out]
+        self._whole_free[key] = (self._version, rows)
+        return rows
+
+    def whole_free_on(self, name: str, model: str) -> int:
+        """Fully free healthy GPUs of `model` on node `name`."""
+        i = self._index_of[name]
+        return sum(1 for g, u in zip(self.infos[i].gpus, self._used[i]) if u == 0 and g.healthy and g.model == model)
 
     def apply(self, placement: Placement) -> None:
         """Commit a placement (one this cluster found, or one the store holds)."""

@@ -117,11 +117,10 @@ class NodeLedger:
 
     def hold_nodes(self, model: str, nodes: Sequence[str], incoming_milli: int = 0) -> None:
         self._incoming[model] = self._incoming.get(model, 0) - incoming_milli
-        free = dict(self.cluster.whole_free(model, 0))
         for name in nodes:
             if name in self._held_free:
                 continue
-            self._held_free[name] = free.get(name, 0) * FULL_GPU_MILLI
+            self._held_free[name] = self.cluster.whole_free_on(name, model) * FULL_GPU_MILLI
             self._reserved[model] = self._reserved.get(model, 0) + self._held_free[name]
             if self.cluster.models_on(name) == {model}:  # a node of several models stays open to the others
                 self.cluster.hold(name)

@@ -49,10 +49,12 @@ class NodeIndex:
                     for name, gpus in r.parts:
                         by_job = self._exiting.setdefault((name, r.model), {})
                         by_job[r.preempted_for] = by_job.get(r.preempted_for, 0) + len(gpus)
-        by_job = self._exiting.get((node, model), {})
+        here = self._exiting.get((node, model))
+        if not here:
+            return 0
         return sum(
             gpus if for_id in ("", job_id) else max(gpus - self.needs.get(for_id, 0), 0)
-            for for_id, gpus in by_job.items()
+            for for_id, gpus in here.items()
         )
 
     def on_node(self, node: str, model: str) -> list[tuple[float, int]]:
