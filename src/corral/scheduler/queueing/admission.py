@@ -303,21 +303,7 @@ def _try_preempt(cyc: _Cycle, job: QueuedJob, unplaceable: bool = False) -> str:
         kind = RECLAIM if reclaim else RANK if cyc.policy.preempt and cohort_short <= 0 else ""
         if not kind or cyc.failed_need.get((model, kind), 1 << 62) <= job.need_milli:
             continue
-        victims = select_victims(
-            job,
-            model,
-            shortfall,
-            _candidates(cyc, kind, model),
-            cyc.taken,
-            cyc.settled,
-            book,
-            kind,
-            cyc.ranks.get(job.id),
-            cyc.rank_of if cyc.policy.preempt else None,
-            cyc.now_s,
-            0.0 if kind == RECLAIM else cyc.policy.min_run_s,
-            q.cohort if q else "",
-        )
+        victims = _select(cyc, job, model, kind, shortfall, _candidates(cyc, kind, model))
         if victims is None:
             cyc.failed_need[(model, kind)] = job.need_milli
             continue
@@ -327,6 +313,28 @@ def _try_preempt(cyc: _Cycle, job: QueuedJob, unplaceable: bool = False) -> str:
         _hold_for(cyc, job, model)
         return f"preempting {len(victims)} job(s) ({kind})"
     return ""
+
+
+def _select(
+    cyc: _Cycle, job: QueuedJob, model: str, kind: str, shortfall_milli: int, candidates: Sequence[RunningJob]
+) -> list[RunningJob] | None:
+    """select_victims with this cycle's state and the policy's rules for `kind`."""
+    q = cyc.state.quotas.get(job.tenant)
+    return select_victims(
+        job,
+        model,
+        shortfall_milli,
+        candidates,
+        cyc.taken,
+        cyc.settled,
+        cyc.state.quotas,
+        kind,
+        cyc.ranks.get(job.id),
+        cyc.rank_of if cyc.policy.preempt else None,
+        cyc.now_s,
+        0.0 if kind == RECLAIM else cyc.policy.min_run_s,
+        q.cohort if q else "",
+    )
 
 
 def _preempt_kind(cyc: _Cycle, job: QueuedJob, model: str) -> str:
@@ -364,7 +372,6 @@ def _make_room(cyc: _Cycle, job: QueuedJob, reason: str, detail: str) -> tuple[s
         # A reclaim that no node can serve falls back to counting GPUs (the guarantee comes first): the GPUs
         # its victims free elsewhere are room that jobs can move into from a node, in a later cycle.
         tried_nodes = tried_nodes or kind != RECLAIM
-        q = book.get(job.tenant)
         chosen: list[str] = []
         victims: list[tuple[RunningJob, str]] = []
         claimed = 0  # GPUs that exiting jobs release on the chosen nodes, counted on by this job
@@ -382,21 +389,7 @@ def _make_room(cyc: _Cycle, job: QueuedJob, reason: str, detail: str) -> tuple[s
             tried += 1
             got = None
             if kind:
-                got = select_victims(
-                    job,
-                    model,
-                    short * FULL_GPU_MILLI,
-                    _node_candidates(cyc, kind, model, name),
-                    cyc.taken,
-                    cyc.settled,
-                    book,
-                    kind,
-                    cyc.ranks.get(job.id),
-                    cyc.rank_of if cyc.policy.preempt else None,
-                    cyc.now_s,
-                    0.0 if kind == RECLAIM else cyc.policy.min_run_s,
-                    q.cohort if q else "",
-                )
+                got = _select(cyc, job, model, kind, short * FULL_GPU_MILLI, _node_candidates(cyc, kind, model, name))
             if got is not None:
                 victims += [(v, kind) for v in got]
             elif cyc.policy.preempt and cyc.ledger.free(model) >= (free + short) * FULL_GPU_MILLI:
