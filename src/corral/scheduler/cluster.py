@@ -313,38 +313,34 @@ class Cluster:
                 self.release(p)
         return got
 
-    def _set_excluded(self, node: int, excluded: bool) -> None:
+    def _set_flag(self, flags: set[int], node: int, on: bool) -> None:
+        """Add `node` to or take it from `flags` (_excluded, _held), moving it to the node class that says so."""
+        if (node in flags) == on:
+            return
         self._leave(node)
-        if excluded:
-            self._excluded.add(node)
+        if on:
+            flags.add(node)
         else:
-            self._excluded.discard(node)
+            flags.discard(node)
         self._node_class[node] = self._enter(node)
+
+    def _set_excluded(self, node: int, excluded: bool) -> None:
+        self._set_flag(self._excluded, node, excluded)
 
     def hold(self, name: str) -> None:
         """Keep node `name` for one waiting job: nothing else is placed on it until `release_holds` (a node
         drained for a job blocked by fragmentation, or where its victims are exiting)."""
-        i = self._index_of[name]
-        if i not in self._held:
-            self._leave(i)
-            self._held.add(i)
-            self._node_class[i] = self._enter(i)
+        self._set_flag(self._held, self._index_of[name], True)
 
     def models_on(self, name: str) -> set[str]:
         return {g.model for g in self.infos[self._index_of[name]].gpus}
 
     def unhold(self, name: str) -> None:
-        i = self._index_of[name]
-        if i in self._held:
-            self._leave(i)
-            self._held.discard(i)
-            self._node_class[i] = self._enter(i)
+        self._set_flag(self._held, self._index_of[name], False)
 
     def release_holds(self) -> None:
         for i in sorted(self._held):
-            self._leave(i)
-            self._held.discard(i)
-            self._node_class[i] = self._enter(i)
+            self._set_flag(self._held, i, False)
 
     def whole_free(self, model: str, gpus: int) -> list[tuple[str, int]]:
         """(node, fully free healthy GPUs of `model`) for every node open to placement that has at least
@@ -363,9 +359,7 @@ class Cluster:
                 continue
             if cls.hw.symmetric and len(gpus_of) != len(cls.hw.info.gpus):
                 # Sorted loads of a node with several models (or sick GPUs): count on each node's own GPUs.
-                for i in cls.members:
-                    mine = [u for g, u in zip(self.infos[i].gpus, self._used[i]) if g.healthy and g.model == model]
-                    out.append((-mine.count(0), i, self.infos[i].name))
+                out.extend((-self._whole_free_at(i, model), i, self.infos[i].name) for i in cls.members)
                 continue
             used = cls.state.gpu_used_milli
             free = sum(1 for g, u in zip(cls.hw.info.gpus, used) if u == 0 and g.healthy and g.model == model)
@@ -377,7 +371,9 @@ class Cluster:
 
     def whole_free_on(self, name: str, model: str) -> int:
         """Fully free healthy GPUs of `model` on node `name`."""
-        i = self._index_of[name]
+        return self._whole_free_at(self._index_of[name], model)
+
+    def _whole_free_at(self, i: int, model: str) -> int:
         return sum(1 for g, u in zip(self.infos[i].gpus, self._used[i]) if u == 0 and g.healthy and g.model == model)
 
     def apply(self, placement: Placement) -> None:

@@ -11,6 +11,7 @@ from corral.core.requests import ResourceRequest
 from corral.core.resources import NodeState
 from corral.scheduler.plan import Plan, Snapshot, compute_plan
 from corral.scheduler.queueing import TOTAL, QueuedJob, QueueState, QuotaBook, RunningJob, TenantQuota
+from corral.scheduler.queueing.admission import DEFRAG_SETTLE_S
 from corral.scheduler.queueing.node_room import NodeIndex, is_node_bound
 from corral.scheduler.queueing.policy import get_queueing_policy
 
@@ -143,3 +144,28 @@ def test_non_preemptive_policies_keep_nodes_only_when_asked_to_drain() -> None:
     assert "kept for it" in p.pending["w"].detail
     held = p.pending["w"].detail.split("; ")[1].split(" kept")[0]
     assert [a.placements[0].node for a in p.admit if a.job_id == "later"] != [held]
+
+
+def test_a_tenant_cannot_keep_moving_other_tenants_work() -> None:
+    # Tenant h (guarantee 1, so its 4-GPU job borrows: no reclaim) keeps submitting wide jobs. x's job on n0
+    # fits on n2's free GPUs, so moving it would make room for h's job on n0.
+    quotas = book(x=4, h=1)
+    names = ("n0", "n1", "n2")
+    others = [small("h0", "h", "n1", 0), small("z1", "z", "n2", 0)]
+
+    def moved_for_h(x1: RunningJob) -> list[str]:
+        return [v.job_id for v in plan([x1, *others], [wide("w", "h")], "corral", quotas, names).preempt]
+
+    # Settled (run 10 minutes since it started): moved, once.
+    assert moved_for_h(small("x1", "x", "n0", 0)) == ["x1"]
+    # Moved (restarted) less than 10 minutes ago: not moved again, however many wide jobs h submits.
+    assert moved_for_h(small("x1", "x", "n0", 0, start=NOW - DEFRAG_SETTLE_S + 1)) == ["h0"]  # h's own instead
+    # h's own work may be moved for it once it has run min_run_s (30 s under corral), settled or not.
+    fresh = [small("z0", "z", "n1", 0, start=NOW - 60), small("z1", "z", "n2", 0, start=NOW - 60)]
+    p = plan([small("h1", "h", "n0", 0, start=NOW - 60), *fresh], [wide("w", "h")], "corral", quotas, names)
+    assert [v.job_id for v in p.preempt] == ["h1"]
+    # x's wide job is within x's guarantee: it may move another tenant's job that has not settled (none of
+    # them may be reclaimed: each tenant is within its guarantee).
+    unsettled = [small("h0", "h", "n0", 0, start=NOW - 60), *fresh]
+    p = plan(unsettled, [wide("w", "x")], "corral", book(x=4, h=1, z=2), names)
+    assert [v.kind for v in p.preempt] == ["defrag"] and p.nominate == ("w",)
