@@ -1,4 +1,4 @@
-"""Parse simulated GPU specs such as `sim:8xH100-80GB` or `sim:4xA100-40GB,2` (pure)."""
+"""Parse simulated GPU specs such as `sim:8xH100-80GB` or `sim:4xA100` (pure; memory from the model when left out)."""
 
 from __future__ import annotations
 

@@ -38,7 +38,10 @@ def parse_sim_fault(data: Mapping[str, object]) -> SimFault | None:
     several at once, or {"clear": true} (returns None: clear the GPU's faults).
     Raises ValidationError naming the field."""
     if data.get("clear"):
-        if any(data.get(k) not in (None, False) for k in ("xid", "ecc", "off_bus", "temperature_c")):
+        # A flag set to false names no fault, but a number (0 degrees included) does (0 == False in Python).
+        named = [data.get(k) is not None for k in ("xid", "temperature_c")]
+        named += [data.get(k) not in (None, False) for k in ("ecc", "off_bus")]
+        if any(named):
             raise ValidationError("clear", "clear cannot be combined with a fault")
         return None
     xid, temp = data.get("xid"), data.get("temperature_c")
