@@ -123,13 +123,25 @@ def test_cancel_and_preempt(store: SchedulingStore) -> None:
     assert store.assign_job_parts(running, [("n1", [0])], T0)
     cancelled = store.request_cancel(pending, T0)
     assert cancelled is not None and cancelled.state is JobState.CANCELLED
-    assert store.request_preempt(running, "for job 9", T0)
-    assert not store.request_preempt(running, "twice", T0)
+    assert store.request_preempt(running, "for job 9", T0, for_job_id=9)
+    assert not store.request_preempt(running, "twice", T0, for_job_id=10)
+    flagged = store.get_job(running)
+    assert flagged is not None and flagged.preempted_for == 9  # the first claim holds
     got = store.request_cancel(running, T0)
     assert got is not None and got.state is JobState.RUNNING and got.cancel_requested and got.preempt_requested
     assert not store.request_preempt(pending, "not running", T0)
     with pytest.raises(ValueError):
         store.finish_job(running, JobState.RUNNING, None, "", T0)
+
+
+def test_a_requeued_job_forgets_whom_it_was_preempted_for(store: SchedulingStore) -> None:
+    node(store)
+    j = job(store)
+    assert store.assign_job_parts(j, [("n1", [0])], T0)
+    assert store.request_preempt(j, "for job 9", T0, for_job_id=9)
+    assert store.requeue_job(j, "preempted", LATER, preempted=True)
+    got = store.get_job(j)
+    assert got is not None and got.preempted_for is None and not got.preempt_requested and got.preemptions == 1
 
 
 def test_delivery_and_part_exits(store: SchedulingStore) -> None:

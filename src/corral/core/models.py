@@ -148,6 +148,7 @@ class Job:
     not_before: datetime | None = None  # retry backoff: not placed before this time
     failures: int = 0  # attempts ended by a GPU or node failure (what max_retries counts)
     preempt_requested: bool = False  # being preempted: the agent stops it, then it requeues
+    preempted_for: int | None = None  # the waiting job it is preempted for (the GPUs it releases are that job's)
     preemptions: int = 0
     attained_gpu_s: float = 0.0  # GPU-seconds run by earlier attempts
     parts: tuple[tuple[str, tuple[int, ...]], ...] = ()  # (node, GPU indices) per rank while placed

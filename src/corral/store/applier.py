@@ -48,7 +48,7 @@ def apply_plan(store: JobStore, plan: Plan, now: datetime) -> AppliedPlan:
             out.rejected.append(admit.job_id)
     for p in plan.preempt:
         job = store.get_job(int(p.job_id))
-        if job is not None and store.request_preempt(job.id, compute_preempt_reason(p), now):
+        if job is not None and store.request_preempt(job.id, compute_preempt_reason(p), now, int(p.for_job_id)):
             out.preempted.append(p.job_id)
             out.preempted_nodes.extend(n for n, _ in job.placed_parts if n not in out.preempted_nodes)
     return out

@@ -212,12 +212,12 @@ class MemoryStore:
                 return self._put(replace(job, cancel_requested=True))
             return job
 
-    def request_preempt(self, job_id: int, reason: str, now: datetime) -> bool:
+    def request_preempt(self, job_id: int, reason: str, now: datetime, for_job_id: int | None = None) -> bool:
         with self._lock:
             job = self._by_state[JobState.RUNNING].get(job_id)
             if job is None or job.preempt_requested or job.cancel_requested:
                 return False
-            self._put(replace(job, preempt_requested=True, reason=reason))
+            self._put(replace(job, preempt_requested=True, preempted_for=for_job_id, reason=reason))
             self._event(job_id, "preempting", reason, now)
             return True
 
@@ -260,6 +260,7 @@ class MemoryStore:
                     delivered=False,
                     cancel_requested=False,
                     preempt_requested=False,
+                    preempted_for=None,
                     reason=reason,
                     not_before=not_before,
                     failures=job.failures + int(failure),

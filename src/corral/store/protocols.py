@@ -112,9 +112,10 @@ class JobStore(Protocol):
         """PENDING -> CANCELLED at once; RUNNING -> cancel_requested (the agent stops it).
         Returns the job after the change; None if unknown. Terminal jobs are returned unchanged."""
 
-    def request_preempt(self, job_id: int, reason: str, now: datetime) -> bool:
-        """Flag a RUNNING job for preemption (its agent stops it, then it requeues; it keeps its GPUs until then).
-        Compare-and-set: False if not RUNNING or already being preempted or cancelled."""
+    def request_preempt(self, job_id: int, reason: str, now: datetime, for_job_id: int | None = None) -> bool:
+        """Flag a RUNNING job for preemption (its agent stops it, then it requeues; it keeps its GPUs until then),
+        for the waiting job `for_job_id` (the GPUs it releases are that job's). Compare-and-set: False if not
+        RUNNING or already being preempted or cancelled."""
 
     def finish_job(self, job_id: int, state: JobState, exit_code: int | None, reason: str, now: datetime) -> bool:
         """RUNNING (or PENDING, for FAILED and CANCELLED) -> `state`, as core.states.TRANSITIONS allows; False when

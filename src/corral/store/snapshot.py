@@ -155,6 +155,7 @@ def compute_running_job(
         start_s=(job.started_at or now).timestamp(),
         model=model,
         exit_s=now.timestamp() + grace_s if stopping else None,
+        preempted_for=str(job.preempted_for) if job.preempt_requested and job.preempted_for is not None else "",
         parts=tuple((node, tuple(gpus)) for node, gpus in job.placed_parts),
     )
 

@@ -501,13 +501,14 @@ class SqlStore(
             row.state, row.node, row.gpu_indices, row.started_at = JobState.PENDING.value, None, [], None
             row.parts, row.node_list, row.delivered_nodes, row.part_exits = [], "", "", {}
             row.delivered, row.cancel_requested, row.preempt_requested = False, False, False
+            row.preempted_for = None
             row.reason, row.not_before = reason, not_before
             row.failures = (row.failures or 0) + (1 if failure else 0)
             row.preemptions = (row.preemptions or 0) + (1 if preempted else 0)
             s.add(JobEventRow(job_id=job_id, at=now, kind="preempted" if preempted else "requeued", message=reason))
             return True
 
-    def request_preempt(self, job_id: int, reason: str, now: datetime) -> bool:
+    def request_preempt(self, job_id: int, reason: str, now: datetime, for_job_id: int | None = None) -> bool:
         """Ask the agent to stop a RUNNING job so that it requeues (it keeps its GPUs until it exits)."""
         with self._tx() as s:
             res = s.execute(
@@ -518,7 +519,7 @@ class SqlStore(
                     JobRow.preempt_requested.is_(False),
                     JobRow.cancel_requested.is_(False),
                 )
-                .values(preempt_requested=True, reason=reason)
+                .values(preempt_requested=True, preempted_for=for_job_id, reason=reason)
             )
             if affected_rows(res):
                 s.add(JobEventRow(job_id=job_id, at=now, kind="preempting", message=reason))
@@ -667,6 +668,7 @@ def _job(r: JobRow) -> Job:
         not_before=_utc(r.not_before),
         failures=r.failures or 0,
         preempt_requested=bool(r.preempt_requested),
+        preempted_for=r.preempted_for,
         preemptions=r.preemptions or 0,
         attained_gpu_s=r.attained_gpu_s or 0.0,
         parts=compute_placed_parts(r.node, r.gpu_indices or (), r.parts or []),

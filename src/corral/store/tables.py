@@ -176,6 +176,7 @@ class JobRow(Base):
     max_retries: Mapped[int] = mapped_column(Integer, default=3)
     failures: Mapped[int] = mapped_column(Integer, default=0)  # attempts ended by a GPU or node failure
     preempt_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    preempted_for: Mapped[int | None] = mapped_column(Integer, nullable=True)  # the waiting job it is stopped for
     preemptions: Mapped[int] = mapped_column(Integer, default=0)
     attained_gpu_s: Mapped[float] = mapped_column(Float, default=0.0)  # GPU-seconds of earlier attempts
     not_before: Mapped[datetime | None] = mapped_column(UTC_DT, nullable=True)

@@ -59,8 +59,15 @@ def test_preemptions_flag_the_victims_and_name_their_nodes() -> None:
     applied = apply_plan(store, plan, T0)
     assert (applied.preempted, applied.preempted_nodes) == ([str(victim)], ["n1"])
     got = store.get_job(victim)
-    assert got is not None and got.preempt_requested
+    assert got is not None and got.preempt_requested and got.preempted_for == 9
     assert got.reason == "preempted for job 9: reclaiming its tenant's guarantee"
+    # The next cycle's snapshot knows whose GPUs these are (node_room counts them for job 9 only), and the
+    # job forgets it once it is back in the queue.
+    snap = load_snapshot(store, T0, grace_s=10.0, nominated={}, usage_gpu_s={})
+    assert [(r.job.id, r.preempted_for) for r in snap.queue.running] == [(str(victim), "9")]
+    assert store.requeue_job(victim, "preempted", T0, preempted=True)
+    requeued = store.get_job(victim)
+    assert requeued is not None and requeued.preempted_for is None
 
 
 def test_load_snapshot_then_plan_then_apply_starts_what_fits() -> None:
