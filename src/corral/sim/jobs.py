@@ -294,7 +294,7 @@ def _commit(sim: _Sim, plan: Plan, now: float) -> Plan:
     as_stored = replace(
         plan,
         admit=tuple(replace(a, job_id=str(sid[a.job_id])) for a in plan.admit),
-        preempt=tuple(replace(p, job_id=str(sid[p.job_id])) for p in plan.preempt),
+        preempt=tuple(replace(p, job_id=str(sid[p.job_id]), for_job_id=str(sid[p.for_job_id])) for p in plan.preempt),
     )
     applied = apply_plan(sim.store, as_stored, compute_store_time(now))
     started = {sim.trace_id[j] for j in applied.started}
