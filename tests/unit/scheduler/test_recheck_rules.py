@@ -95,6 +95,8 @@ def test_recheck_rejects_a_gpu_share_that_no_longer_fits() -> None:
     use = {"a": NodeUse({0: 700})}
     assert compute_recheck([("a", (0,))], request, nodes, use) == "node a: GPU 0 has 300 milli free"
     assert compute_recheck([("a", (1,))], request, nodes, use) is None
+    both = {"a": NodeUse({0: 100, 1: 800})}
+    assert compute_recheck([("a", (1,))], request, nodes, both) == "node a: GPU 1 has 200 milli free"
 
 
 def test_recheck_rejects_host_cpu_and_memory_only_when_asked_for() -> None:

@@ -369,6 +369,8 @@ def _make_room(cyc: _Cycle, job: QueuedJob, reason: str, detail: str) -> tuple[s
         if len(rows) < job.nodes:
             continue
         kind = _preempt_kind(cyc, job, model)
+        if quota and kind != RECLAIM:
+            continue  # its cohort has no idle guarantee to lend: room on a node would not let it start
         # A reclaim that no node can serve falls back to counting GPUs (the guarantee comes first): the GPUs
         # its victims free elsewhere are room that jobs can move into from a node, in a later cycle.
         tried_nodes = tried_nodes or kind != RECLAIM
