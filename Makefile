@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: up test test-fast test-e2e typecheck lint bench clean browser-deps directory-deps mutate
+.PHONY: up test test-fast test-e2e typecheck lint bench clean browser-deps directory-deps mutate mutate-sample
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -78,6 +78,16 @@ mutate: $(VENV)/.mutate-installed
 	$(BIN)/mutmut run $(QUOTED_MUTANTS)
 	mkdir -p artifacts/mutation
 	$(BIN)/python bench/mutation_score.py --diffs $(QUOTED_MUTANTS) | tee artifacts/mutation/report.txt
+
+# A seeded sample where the full run would take hours: make mutate-sample MUTANTS='corral.scheduler*' SAMPLE=300 SEED=1
+# (the first mutmut run generates the mutants and the test stats; the second runs the sampled mutants only).
+SAMPLE ?= 300
+SEED ?= 1
+mutate-sample: $(VENV)/.mutate-installed
+	$(BIN)/mutmut run 'corral.core.states.x_can_transition__mutmut_1'
+	$(BIN)/mutmut run $$($(BIN)/python bench/mutation_score.py --sample $(SAMPLE) --seed $(SEED) --names $(QUOTED_MUTANTS))
+	mkdir -p artifacts/mutation
+	$(BIN)/python bench/mutation_score.py --sample $(SAMPLE) --seed $(SEED) --diffs $(QUOTED_MUTANTS) | tee artifacts/mutation/report.txt
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis .mypy_cache mutants

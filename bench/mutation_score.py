@@ -7,6 +7,12 @@ A mutant counts as tested when it was killed, survived, or timed out (a timeout 
     python bench/mutation_score.py                         # every mutant mutmut knows about
     python bench/mutation_score.py 'corral.core.states*'   # those matching a pattern
     python bench/mutation_score.py --json --diffs
+    python bench/mutation_score.py --sample 300 --seed 1 --names 'corral.scheduler*'   # a seeded sample, to run
+    python bench/mutation_score.py --sample 300 --seed 1 'corral.scheduler*'           # the score on that sample
+
+A sample (`make mutate-sample`) estimates the score where the full run takes hours on two cores: the same seed
+picks the same mutants again (from mutmut's names, sorted), and with 300 mutants the estimate is within about
+5 points (95%).
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import json
+import random
 import subprocess
 import sys
 from collections import Counter
@@ -68,13 +75,27 @@ def compute_summary(statuses: dict[str, str]) -> Summary:
     return Summary(packages, survivors, sorted(n for n, s in statuses.items() if s == "no tests"))
 
 
+def pick_sample(statuses: dict[str, str], size: int, seed: int) -> list[str]:
+    """`size` mutant names drawn without replacement by `seed` (all of them when there are fewer)."""
+    names = sorted(statuses)
+    return sorted(random.Random(seed).sample(names, min(size, len(names))))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("patterns", nargs="*", help="mutmut name patterns, e.g. 'corral.core.states*'")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--diffs", action="store_true", help="show each survivor's diff (mutmut show)")
+    parser.add_argument("--sample", type=int, default=0, help="only a seeded random sample of this many mutants")
+    parser.add_argument("--seed", type=int, default=1, help="the sample's seed")
+    parser.add_argument("--names", action="store_true", help="print the (sampled) mutant names, one per line")
     args = parser.parse_args()
     statuses = load_statuses(args.patterns)
+    if args.sample:
+        statuses = {n: statuses[n] for n in pick_sample(statuses, args.sample, args.seed)}
+    if args.names:
+        print("\n".join(sorted(statuses)))
+        return 0
     if not statuses:
         print("no mutation results: run `make mutate` first", file=sys.stderr)
         return 1
