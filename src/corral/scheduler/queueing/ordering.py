@@ -1,4 +1,5 @@
-"""Rank keys: a smaller key goes first. Priority always first, then the policy's order."""
+"""Rank keys: a smaller key goes first. Priority first, then the policy's order; under the fair-share order
+(`corral`) the tier (within the tenant's share, or borrowed) comes before priority."""
 
 from __future__ import annotations
 
@@ -36,7 +37,8 @@ def compute_rank(
 ) -> RankKey:
     """The job's place in line; `seq` (e.g. arrival order) breaks the last ties deterministically.
     `attained_gpu_s` overrides the job's own figure (a running job keeps accruing service)."""
-    head = (-float(job.priority),)
+    prio = -float(job.priority)
+    head = (prio,)
     if policy.order == "fifo":
         return head + (job.submit_s, seq)
     if policy.order == "sjf":
@@ -48,9 +50,11 @@ def compute_rank(
         return head + (level, job.submit_s, seq)
     tier = 0.0 if job.id in ctx.within_share else 1.0
     usage = ctx.usage_per_weight.get(job.tenant, 0.0)
-    # Within a tier: least attained service first (short jobs finish first without knowing durations),
-    # then the tenant with the least decayed usage per unit of weight, then arrival.
-    return head + (tier, level, usage, job.submit_s, seq)
+    # The fair-share tier comes before priority: any member may set a job's priority, so it orders work within
+    # a tier (and a tenant's own jobs into its share), never one tenant's borrowed work ahead of another's
+    # share. Within a tier: priority, least attained service (short jobs finish first without knowing
+    # durations), the tenant with the least decayed usage per unit of weight, then arrival.
+    return (tier, prio, level, usage, job.submit_s, seq)
 
 
 def compute_tenant_order_key(job: QueuedJob, policy: QueueingPolicy, attained_gpu_s: float) -> tuple[float, ...]:

@@ -1,4 +1,4 @@
-"""Rank keys (ordering.py): priority, then the fair-share tier (0 within share, 1 borrowed), the LAS level,
+"""Rank keys (ordering.py): the fair-share tier (0 within share, 1 borrowed), then priority, the LAS level,
 the tenant's decayed usage per unit of weight, and arrival."""
 
 from __future__ import annotations
@@ -15,13 +15,27 @@ CORRAL = get_queueing_policy("corral")
 MODEL = "V100-32GB"
 
 
-def test_corral_rank_key_is_priority_tier_level_usage_submit() -> None:
+def test_corral_rank_key_is_tier_priority_level_usage_submit() -> None:
     ctx = RankContext(frozenset({"in"}), {"t": 2.5})
-    assert compute_rank(job("in", "t", submit=7, priority=3), CORRAL, ctx, 4) == (-3.0, 0.0, 0.0, 2.5, 7.0, 4)
+    assert compute_rank(job("in", "t", submit=7, priority=3), CORRAL, ctx, 4) == (0.0, -3.0, 0.0, 2.5, 7.0, 4)
     assert compute_rank(job("out", "t", submit=7), CORRAL, ctx, 5, attained_gpu_s=500.0) == (
-        0.0, 1.0, 1.0, 2.5, 7.0, 5,
+        1.0, 0.0, 1.0, 2.5, 7.0, 5,
     )  # fmt: skip
-    assert compute_rank(job("new", "u", submit=1), CORRAL, ctx, 0) == (0.0, 1.0, 0.0, 0.0, 1.0, 0)
+    assert compute_rank(job("new", "u", submit=1), CORRAL, ctx, 0) == (1.0, 0.0, 0.0, 0.0, 1.0, 0)
+
+
+def test_a_high_priority_cannot_put_one_tenants_borrowed_work_ahead_of_anothers_share() -> None:
+    # Any member may set priority 1000. On 2 GPUs, tenants a and b have a fair share of 1 GPU each; a's two
+    # top-priority jobs ask for both. b's job is within b's share and a's second job is not: b's starts.
+    pending = [job("a1", "a", submit=1, priority=1000), job("a2", "a", submit=2, priority=1000)]
+    pending.append(job("b1", "b", submit=3))
+    state = QueueState(pending, [], {}, QuotaBook(), {}, {MODEL: 2000})
+    plan = compute_admission(state, CountLedger({MODEL: 2000}, []), CORRAL, 10.0)
+    assert sorted(admitted(plan)) == ["a1", "b1"]
+    # Within a tenant's share, priority still orders its jobs (and across tenants within a tier): a2 first.
+    pending = [job("a1", "a", submit=1), job("a2", "a", submit=2, priority=5)]
+    state = QueueState(pending, [], {}, QuotaBook(), {}, {MODEL: 1000})
+    assert admitted(compute_admission(state, CountLedger({MODEL: 1000}, []), CORRAL, 10.0)) == ["a2"]
 
 
 def test_the_tenant_with_less_decayed_usage_per_weight_goes_first() -> None:
