@@ -112,11 +112,14 @@ def add_usage(usage: Usage, tenant: str, model: str, milli: int) -> None:
 
 
 def is_borrowing(usage: Usage, q: TenantQuota | None, model: str, extra: int = 0) -> bool:
-    """True when the tenant's use (plus `extra`) is above its guarantee for `model` or in total."""
-    if q is None:
-        return False
+    """True when the tenant's use (plus `extra`) is above its guarantee for `model` or in total. A tenant with no
+    guarantee for either (no quota, or guarantees for other models only) is guaranteed nothing here: what it runs
+    is borrowed, so it never reclaims, and its jobs are reclaimed like any borrower's."""
+    keys = [key for key in (model, TOTAL) if q is not None and key in q.nominal]
+    if q is None or not keys:
+        return True
     u = usage.get(q.tenant, {})
-    return any(key in q.nominal and u.get(key, 0) + extra > q.nominal[key] for key in (model, TOTAL))
+    return any(u.get(key, 0) + extra > q.nominal[key] for key in keys)
 
 
 def check_quota(book: QuotaBook, usage: Usage, job: QueuedJob, model: str) -> tuple[str, str] | None:

@@ -53,7 +53,10 @@ def test_never_above_maximum() -> None:
 
 
 def test_no_quota_for_the_model_is_a_clear_reason() -> None:
-    b = QuotaBook({"a": TenantQuota("a", {"T4-16GB": 1000})}, require_quota=True)
+    # z holds the one T4 within its own guarantee (a tenant with no guarantee there would be reclaimed from).
+    b = QuotaBook(
+        {"a": TenantQuota("a", {"T4-16GB": 1000}), "z": TenantQuota("z", {"T4-16GB": 1000})}, require_quota=True
+    )
     plan = admit(
         [job("x", "a"), job("y", "nobody", submit=1)],
         pool={MODEL: 8000, "T4-16GB": 1000},
@@ -207,3 +210,14 @@ def test_what_a_victim_frees_beyond_the_need_serves_the_next_job() -> None:
     plan = admit([job("x", "a", 1), job("z", "c", 2, submit=1)], quotas=b, policy=NO_RANK_PREEMPTION, run=run)
     assert [(p.job_id, p.for_job_id) for p in plan.preempt] == [("big", "x")]
     assert plan.pending["z"].reason == "preempting" and set(plan.nominate) == {"x", "z"}
+
+
+def test_a_tenant_without_a_guarantee_cannot_reclaim_a_borrowers_gpus() -> None:
+    # a is guaranteed 1 of 2 GPUs and borrows the other. n has an entry with no guarantee (as the server gives
+    # every tenant, for its fair-share weight): it waits instead of taking a's borrowed GPU back as if it were
+    # owed to it; a tenant guaranteed 1 GPU (g) does reclaim it.
+    run = [running(job("a1", "a"), start=0.0), running(job("a2", "a"), start=1.0)]
+    for claimant, preempts in (("n", []), ("g", ["a2"])):
+        quotas = book(quota("a", 1), quota("g", 1), TenantQuota("n", weight=1.0))
+        plan = admit([job("x", claimant, submit=2)], gpus=2, run=run, quotas=quotas, policy=NO_RANK_PREEMPTION)
+        assert [p.job_id for p in plan.preempt] == preempts, claimant

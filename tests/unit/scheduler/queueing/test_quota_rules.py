@@ -71,7 +71,11 @@ def test_borrowing_is_use_above_the_guarantee_per_model_or_in_total() -> None:
     assert not is_borrowing({"a": {MODEL: 1000, TOTAL: 1000}}, q, MODEL, 1000)
     assert is_borrowing({"a": {MODEL: 1000, TOTAL: 1000}}, q, MODEL, 1001)
     assert not is_borrowing({"a": {"T4-16GB": 9000, TOTAL: 9000}}, q, MODEL)  # no total guarantee
-    assert not is_borrowing({}, None, MODEL, 1000)  # no quota: never borrowing
+    # No guarantee for the model nor in total (no quota, or guarantees for other models only): all it runs is
+    # borrowed, so it cannot reclaim another tenant's GPUs, and its own jobs can be reclaimed.
+    assert is_borrowing({}, None, MODEL, 1000)
+    assert is_borrowing({"b": {MODEL: 1000, TOTAL: 1000}}, TenantQuota("b", {"T4-16GB": 8000}), MODEL)
+    assert is_borrowing({"c": {MODEL: 1000, TOTAL: 1000}}, TenantQuota("c", weight=4.0), MODEL)
 
 
 def test_quota_reasons_name_the_tenant_the_model_and_the_amounts() -> None:
