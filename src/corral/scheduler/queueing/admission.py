@@ -135,6 +135,9 @@ class _Cycle:
     orders: dict[tuple[str, str], list[RunningJob]] = field(default_factory=dict)
     order_starts: dict[tuple[str, str], int] = field(default_factory=dict)
     node_index: NodeIndex = field(default_factory=lambda: NodeIndex(()))
+    # Running jobs within their tenant's fair share that (re)started less than DEFRAG_SETTLE_S ago: no other
+    # tenant's job takes them by rank (fair-share policies), so no tenant makes another restart more often.
+    shielded: frozenset[str] = frozenset()
 
     def rank_of(self, r: RunningJob) -> RankKey:
         return self.ranks[r.job.id]
@@ -164,6 +167,9 @@ def compute_admission(
         settled,
         ranks,
         node_index=NodeIndex(state.running, {j.id: j.gpus for j in state.pending}),
+        shielded=frozenset(
+            r.job.id for r in state.running if r.job.id in ctx.within_share and now_s - r.start_s < DEFRAG_SETTLE_S
+        ),
     )
     ordered = sorted(state.pending, key=lambda j: ranks[j.id])
     inf = float("inf")
@@ -334,6 +340,7 @@ def _select(
         cyc.now_s,
         0.0 if kind == RECLAIM else cyc.policy.min_run_s,
         q.cohort if q else "",
+        cyc.shielded,
     )
 
 
@@ -497,6 +504,8 @@ DEFRAG_SETTLE_S = 600.0
 def _may_move(cyc: _Cycle, job: QueuedJob, r: RunningJob, kind: str) -> bool:
     """A job of the waiting job's own tenant may always be moved for it; another tenant's for a job within its
     guarantee (a reclaim), or once it has run DEFRAG_SETTLE_S."""
+    # (A reclaim moves even a job that just restarted: the guarantee comes first. Only when the moved job's
+    # tenant borrows, on Philly MIX1, cost corral 4 s of JCT and its lowest tenant-hour fell 0.947 -> 0.899.)
     return r.job.tenant == job.tenant or kind == RECLAIM or cyc.now_s - r.start_s >= DEFRAG_SETTLE_S
 
 

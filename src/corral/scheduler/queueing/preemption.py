@@ -55,12 +55,15 @@ def select_victims(
     now_s: float = 0.0,
     min_run_s: float = 0.0,
     cohort: str = "",
+    shielded: frozenset[str] = frozenset(),
 ) -> list[RunningJob] | None:
     """Victims on `model` freeing at least `shortfall_milli`, or None when the eligible ones cannot.
 
     `candidates` come in victim order (order_*_candidates: for RANK, lowest-ranked first); `taken` holds ids already chosen this cycle;
     `settled` is usage without jobs already being preempted, and is updated for the victims returned.
-    With a `cohort`, reclaim takes only from tenants of that cohort (their borrowing is what it lacks)."""
+    With a `cohort`, reclaim takes only from tenants of that cohort (their borrowing is what it lacks).
+    `shielded`: running jobs that RANK never takes for another tenant (within their tenant's fair share and
+    restarted recently: admission.DEFRAG_SETTLE_S)."""
     chosen: list[RunningJob] = []
     freed = 0
     if cohort and kind == RECLAIM:
@@ -82,10 +85,14 @@ def select_victims(
             if kind == RECLAIM or not lower:  # taking its own work back does not restore a guarantee
                 continue
         elif (
-            book.quotas
-            and not is_borrowing(settled, book.get(r.job.tenant), model)
-            or kind == RECLAIM
-            and not book.quotas
+            kind == RANK
+            and r.job.id in shielded
+            or (
+                book.quotas
+                and not is_borrowing(settled, book.get(r.job.tenant), model)
+                or kind == RECLAIM
+                and not book.quotas
+            )
         ):
             continue
         chosen.append(r)
