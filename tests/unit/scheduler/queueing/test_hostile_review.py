@@ -4,24 +4,18 @@ b's work or to take more than its share. Tests marked xfail demonstrate a way th
 
 from __future__ import annotations
 
-import sys
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
+from node_builders import NOW, book, plan
 
 from corral.core.requests import ResourceRequest
-from corral.core.resources import NodeState
-from corral.scheduler.plan import Plan, Snapshot, compute_plan
-from corral.scheduler.queueing import TOTAL, QueuedJob, QueueState, QuotaBook, RunningJob, TenantQuota
+from corral.scheduler.plan import Plan
+from corral.scheduler.queueing import QueuedJob, QuotaBook, RunningJob, TenantQuota
 from corral.scheduler.queueing.admission import DEFRAG_SETTLE_S
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from sched_builders import make_node  # noqa: E402
 
 A100 = "A100-80GB"
 H100 = "H100-80GB"
-NOW = 10_000.0
 RECENT = NOW - 60  # restarted a minute ago: past min_run_s (30 s under corral), well inside DEFRAG_SETTLE_S
 
 
@@ -37,34 +31,6 @@ def small(
 
 def wide(id: str, tenant: str, gpus: int = 4, priority: int = 0) -> QueuedJob:
     return QueuedJob(id, tenant, gpus=gpus, submit_s=NOW - 1, priority=priority, request=ResourceRequest(gpus=gpus))
-
-
-def nodes_with(running: list[RunningJob], names: tuple[str, ...], gpus: int = 4) -> list[NodeState]:
-    out = []
-    for name in names:
-        used = [0] * gpus
-        for r in running:
-            for node, idx in r.parts:
-                if node == name:
-                    for i in idx:
-                        used[i] = 1000
-        out.append(make_node(name).gpus(gpus).used(*used).build())
-    return out
-
-
-def plan(
-    running: list[RunningJob],
-    pending: list[QueuedJob],
-    policy: str = "corral",
-    quotas: QuotaBook | None = None,
-    names: tuple[str, ...] = ("n0", "n1"),
-) -> Plan:
-    state = QueueState(pending, running, quotas=quotas or QuotaBook())
-    return compute_plan(Snapshot(nodes_with(running, names), state), NOW, "bestfit", policy)
-
-
-def book(**guaranteed: int) -> QuotaBook:
-    return QuotaBook({t: TenantQuota(t, {TOTAL: g * 1000}, {TOTAL: 8000}) for t, g in guaranteed.items()})
 
 
 def stopped(p: Plan) -> list[tuple[str, str]]:

@@ -4,22 +4,16 @@ holding it, moves lower-ranked jobs that fit elsewhere off it, and keeps that no
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
+from node_builders import NOW, book, nodes_with, plan
 
 from corral.core.requests import ResourceRequest
-from corral.core.resources import NodeState
-from corral.scheduler.plan import Plan, Snapshot, compute_plan
-from corral.scheduler.queueing import TOTAL, QueuedJob, QueueState, QuotaBook, RunningJob, TenantQuota
+from corral.scheduler.plan import Snapshot, compute_plan
+from corral.scheduler.queueing import QueuedJob, QueueState, RunningJob
 from corral.scheduler.queueing.admission import DEFRAG_SETTLE_S
 from corral.scheduler.queueing.node_room import NodeIndex, is_node_bound
 from corral.scheduler.queueing.policy import get_queueing_policy
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from sched_builders import make_node  # noqa: E402
-
 A100 = "A100-80GB"
-NOW = 10_000.0
 
 
 def small(id: str, tenant: str, node: str, gpu: int, start: float = 0.0) -> RunningJob:
@@ -30,34 +24,6 @@ def small(id: str, tenant: str, node: str, gpu: int, start: float = 0.0) -> Runn
 
 def wide(id: str, tenant: str, gpus: int = 4, nodes: int = 1) -> QueuedJob:
     return QueuedJob(id, tenant, gpus=gpus, nodes=nodes, submit_s=NOW - 1, request=ResourceRequest(gpus=gpus))
-
-
-def nodes_with(running: list[RunningJob], names: tuple[str, ...] = ("n0", "n1"), gpus: int = 4) -> list[NodeState]:
-    out = []
-    for name in names:
-        used = [0] * gpus
-        for r in running:
-            for node, idx in r.parts:
-                if node == name:
-                    for i in idx:
-                        used[i] = 1000
-        out.append(make_node(name).gpus(gpus).used(*used).build())
-    return out
-
-
-def plan(
-    running: list[RunningJob],
-    pending: list[QueuedJob],
-    policy: str,
-    quotas: QuotaBook | None = None,
-    names: tuple[str, ...] = ("n0", "n1"),
-) -> Plan:
-    state = QueueState(pending, running, quotas=quotas or QuotaBook())
-    return compute_plan(Snapshot(nodes_with(running, names), state), NOW, "bestfit", policy)
-
-
-def book(**guaranteed: int) -> QuotaBook:
-    return QuotaBook({t: TenantQuota(t, {TOTAL: g * 1000}, {TOTAL: 8000}) for t, g in guaranteed.items()})
 
 
 def test_only_several_whole_gpus_on_a_node_are_node_bound() -> None:
