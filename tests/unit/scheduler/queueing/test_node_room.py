@@ -135,3 +135,13 @@ def test_a_tenant_cannot_keep_moving_other_tenants_work() -> None:
     unsettled = [small("h0", "h", "n0", 0, start=NOW - 60), *fresh]
     p = plan(unsettled, [wide("w", "x")], "corral", book(x=4, h=1, z=2), names)
     assert [v.kind for v in p.preempt] == ["defrag"] and p.nominate == ("w",)
+
+
+def test_a_gang_job_is_never_moved_to_make_room() -> None:
+    # g is a gang (one GPU on each of n0 and n1) that ranks above w (40 s, 80 GPU-s: LAS level 0); z's job on n2
+    # has just started. Moving one part of a gang would restart the whole gang elsewhere: defrag moves only
+    # single-node jobs, so nothing is moved and w waits.
+    gang = QueuedJob("g", "t", gpus=1, nodes=2, submit_s=0.0, request=ResourceRequest(gpus=1))
+    g = RunningJob(gang, NOW - 40, A100, parts=(("n0", (0,)), ("n1", (0,))))
+    p = plan([g, small("z", "t", "n2", 0, start=NOW)], [wide("w", "t")], "corral", names=("n0", "n1", "n2"))
+    assert p.preempt == ()
