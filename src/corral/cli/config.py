@@ -6,10 +6,15 @@ from __future__ import annotations
 
 import json
 import os
-import ssl
+from typing import TYPE_CHECKING
 
 from corral.api.paths import cli_config_path
-from corral.sdk.client import CorralClient
+
+if TYPE_CHECKING:
+    import ssl
+
+    from corral.sdk.client import CorralClient
+    from corral.sdk.rest import RestClient
 
 DEFAULT_PORT = 8600  # the server's default (corral.server.settings), kept here so the CLI starts fast
 
@@ -58,6 +63,8 @@ def resolve_verify(url: str) -> ssl.SSLContext | bool:
         pem = load_config().get("ca", "")
     if not pem:
         return True
+    import ssl
+
     try:
         return ssl.create_default_context(cadata=pem)
     except (ssl.SSLError, ValueError) as e:
@@ -65,5 +72,15 @@ def resolve_verify(url: str) -> ssl.SSLContext | bool:
 
 
 def make_client(url: str | None = None, token: str | None = None) -> CorralClient:
+    from corral.sdk.client import CorralClient
+
     u, t = resolve_target(url, token)
     return CorralClient(u, t, verify=resolve_verify(u))
+
+
+def make_rest_client(url: str | None = None, token: str | None = None) -> RestClient:
+    """The light client of the everyday commands (corral.sdk.rest), same server, token and CA as make_client."""
+    from corral.sdk.rest import RestClient
+
+    u, t = resolve_target(url, token)
+    return RestClient(u, t, verify=resolve_verify(u))

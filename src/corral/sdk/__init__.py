@@ -1,5 +1,23 @@
-"""The typed Python client for Corral's REST API, used by the CLI, the agent, tests and users."""
+"""The typed Python client for Corral's REST API, used by the CLI, the agent, tests and users.
 
-from corral.sdk.client import AgentClient, CorralAPIError, CorralClient, CorralConnectionError, CorralSDKError
+The clients load on first use (`from corral.sdk import CorralClient`), so that `corral.sdk.errors` and
+`corral.sdk.rest` (the CLI's light path) do not pull in httpx and the API schemas."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from corral.sdk.errors import CorralAPIError, CorralConnectionError, CorralSDKError
+
+if TYPE_CHECKING:
+    from corral.sdk.client import AgentClient, CorralClient
 
 __all__ = ["AgentClient", "CorralAPIError", "CorralClient", "CorralConnectionError", "CorralSDKError"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("AgentClient", "CorralClient"):
+        from corral.sdk import client
+
+        return getattr(client, name)
+    raise AttributeError(f"module 'corral.sdk' has no attribute {name!r}")

@@ -43,20 +43,9 @@ from corral.api.schemas import (
     WhoAmI,
 )
 from corral.api.secrets import KeyRotationOut, SecretIn, SecretOut, SecretUpdate
+from corral.sdk.errors import CorralAPIError, CorralConnectionError, CorralSDKError, compute_api_error
 
-
-class CorralSDKError(Exception):
-    """Base of every error the SDK raises; str() is a one-line message for humans."""
-
-
-class CorralConnectionError(CorralSDKError):
-    pass
-
-
-class CorralAPIError(CorralSDKError):
-    def __init__(self, status: int, code: str, message: str, field: str | None, body: dict[str, Any]) -> None:
-        super().__init__(message)
-        self.status, self.code, self.message, self.field, self.body = status, code, message, field, body
+__all__ = ["AgentClient", "CorralAPIError", "CorralClient", "CorralConnectionError", "CorralSDKError"]
 
 
 class _Base:
@@ -104,15 +93,7 @@ class _Base:
 
 
 def _api_error(r: httpx.Response) -> CorralAPIError:
-    try:
-        body = r.json()
-        err = body.get("error", {})
-        message, code, field = err.get("message") or r.reason_phrase, err.get("code", "error"), err.get("field")
-    except ValueError:
-        body, message, code, field = {}, r.text[:200] or r.reason_phrase, "error", None
-    if r.status_code == 401:
-        message = f"authentication failed: {message}"
-    return CorralAPIError(r.status_code, code, message, field, body)
+    return compute_api_error(r.status_code, r.reason_phrase, r.content)
 
 
 class IdentityClientMixin(_Base):

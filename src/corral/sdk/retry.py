@@ -13,7 +13,7 @@ RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 
 
 def is_retryable(error: Exception) -> bool:
-    from corral.sdk.client import CorralAPIError, CorralConnectionError
+    from corral.sdk.errors import CorralAPIError, CorralConnectionError
 
     if isinstance(error, CorralConnectionError):
         return True

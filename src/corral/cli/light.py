@@ -1,0 +1,447 @@
+"""The everyday commands on a light path: `corral submit`, `jobs`, `show`, `logs`, `cancel`, `wait` and
+`--version` parse with argparse and talk to the server with corral.sdk.rest (the standard library's http.client),
+so that a loop of submissions from the shell costs tens of milliseconds per call, not the few hundred that
+loading typer, httpx, pydantic and rich takes. The server validates every field; a refused one is named by the
+flag the user typed. Every other command goes through the typer app (corral.cli.app).
+
+Nothing here may import typer, httpx, pydantic, rich or anything of the scheduler or the simulator:
+tests/unit/cli/test_light_imports.py checks it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
+
+from corral import __version__
+from corral.core.errors import CorralError, ValidationError
+
+LIGHT_COMMANDS = ("submit", "jobs", "show", "logs", "cancel", "wait")
+TERMINAL_STATES = ("SUCCEEDED", "FAILED", "CANCELLED")
+
+# JobSubmit's fields as `corral submit` spells them, so a refused value names the flag the user typed
+FLAG_OF_FIELD = {
+    "command": "COMMAND",
+    "env": "--env",
+    "secret_env": "--secret-env",
+    "name": "--name",
+    "workdir": "--workdir",
+    "gpus": "--gpus",
+    "gpu_model": "--gpu-model",
+    "priority": "--priority",
+    "queue": "--queue",
+    "time_limit_s": "--time-limit",
+    "gpu_milli": "--gpu-share",
+    "min_gpu_memory_mib": "--min-gpu-memory",
+    "port": "--port",
+    "web_ui": "--web-ui",
+    "nodes": "--nodes",
+}
+
+
+class UsageError(Exception):
+    """The command line itself is wrong (exit 2)."""
+
+
+class Exit(Exception):  # noqa: N818  (an exit, not an error)
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)
+
+
+def parse_pairs(pairs: Sequence[str], flag: str, shape: str) -> dict[str, str]:
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key or (flag == "--secret-env" and not value):
+            raise ValidationError(flag, f"{pair!r} is not {shape}")
+        out[key] = value
+    return out
+
+
+def parse_env(pairs: Sequence[str]) -> dict[str, str]:
+    return parse_pairs(pairs, "--env", "KEY=VALUE")
+
+
+def _submit_parser() -> _Parser:
+    p = _Parser(
+        prog="corral submit",
+        description="Submit a job; prints its id. With --repeat, creates a schedule and prints its id and next run.",
+    )
+    p.add_argument("--gpus", type=int, default=0, help="Whole GPUs on one node.")
+    p.add_argument("--gpu-model", help="Allowed GPU models, e.g. A100|H100.")
+    p.add_argument("--name", help="A name for the job.")
+    p.add_argument(
+        "--env",
+        "-e",
+        action="append",
+        default=[],
+        help="KEY=VALUE, repeatable. Not secret: shown by `corral show` and to your tenant; use --secret-env.",
+    )
+    p.add_argument(
+        "--secret-env",
+        action="append",
+        default=[],
+        help="VAR=NAME, repeatable: VAR gets the value of your tenant's secret NAME (`corral secrets create NAME`) "
+        "when the job starts; only the name is ever shown.",
+    )
+    p.add_argument("--workdir", help="Working directory on the node (absolute).")
+    p.add_argument("--priority", type=int, default=0, help="Higher runs first.")
+    p.add_argument("--queue", default="default", help="One of your tenant's queues.")
+    p.add_argument("--time-limit", type=int, help="Seconds; the job is stopped after it (helps backfill).")
+    p.add_argument("--gpu-share", type=int, help="A share of one GPU in milli-GPUs (1..999), with --gpus 1.")
+    p.add_argument("--nodes", type=int, default=1, help="Run on this many nodes at once (--gpus on each), all or none.")
+    p.add_argument("--min-gpu-memory", type=int, default=0, help="Minimum GPU memory in MiB.")
+    p.add_argument(
+        "--web-ui",
+        action="store_true",
+        help="The job serves a web UI, opened through Corral: it listens on the port Corral gives it in "
+        "$CORRAL_JOB_PORT (also $PORT), under the path $CORRAL_PROXY_PREFIX.",
+    )
+    p.add_argument("--port", type=int, help=argparse.SUPPRESS)  # older spelling of --web-ui
+    p.add_argument(
+        "--repeat",
+        help="Repeat on a schedule instead of running once: a cron line ('0 2 * * *'), '@daily' or '@every 15m'.",
+    )
+    p.add_argument("--timezone", default="UTC", help="With --repeat: the IANA time zone the cron line is read in.")
+    p.add_argument(
+        "--concurrency",
+        default="forbid",
+        help="With --repeat, when the previous run is still active: allow, forbid (skip) or replace.",
+    )
+    p.add_argument(
+        "--idempotency-key",
+        help="Send this Idempotency-Key (default: a fresh one, retried on connection errors): running the same "
+        "command again with the same key and job returns the first job instead of a second.",
+    )
+    p.add_argument("--json", action="store_true", help="Print JSON instead of a table.")
+    p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND ...", help="The command to run, after --.")
+    return p
+
+
+def _job_body(a: argparse.Namespace, command: list[str]) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "command": command,
+        "name": a.name or "",
+        "gpus": a.gpus,
+        "gpu_milli": a.gpu_share or 1000,
+        "min_gpu_memory_mib": a.min_gpu_memory,
+        "env": parse_env(a.env),
+        "priority": a.priority,
+        "queue": a.queue,
+        "web_ui": a.web_ui or a.port is not None,
+        "nodes": a.nodes,
+        "secret_env": parse_pairs(a.secret_env, "--secret-env", "VAR=NAME"),
+    }
+    for key, value in (("gpu_model", a.gpu_model), ("workdir", a.workdir), ("time_limit_s", a.time_limit)):
+        if value is not None:
+            body[key] = value
+    return body
+
+
+def _flag_error(e: Exception, prefix: str = "") -> Exception:
+    """A schema error (422) about a submitted field, re-worded with the flag the user typed."""
+    from corral.sdk.errors import CorralAPIError
+
+    if not isinstance(e, CorralAPIError) or e.status != 422 or not e.field:
+        return e
+    loc = e.field.split(".")
+    if prefix:
+        if loc[0] != prefix:
+            return e
+        loc = loc[1:]
+    if not loc or loc[0] not in FLAG_OF_FIELD:
+        return e
+    where = f" ({'.'.join(loc[1:])})" if len(loc) > 1 else ""
+    problem = e.message.removeprefix(f"{e.field}: ").removeprefix("Value error, ")
+    return ValidationError(FLAG_OF_FIELD[loc[0]], problem + where)
+
+
+def submit(argv: list[str]) -> None:
+    a = _submit_parser().parse_args(argv)
+    command = a.command[1:] if a.command[:1] == ["--"] else a.command
+    if not command:
+        raise UsageError(
+            "COMMAND: missing; put the command to run after --, e.g. corral submit --gpus 1 -- python train.py"
+        )
+    body = _job_body(a, command)
+    if a.repeat is None and (a.timezone != "UTC" or a.concurrency != "forbid"):
+        raise ValidationError("--repeat", "--timezone and --concurrency only apply to a repeating job (add --repeat)")
+    from corral.cli.config import make_rest_client
+
+    with make_rest_client() as c:
+        if a.repeat is not None:
+            sched_in = {
+                "name": a.name or "",
+                "schedule": a.repeat,
+                "timezone": a.timezone,
+                "concurrency": a.concurrency,
+                "job": body,
+            }
+            try:
+                sched = c.request("POST", "/api/v1/schedules", json_body=sched_in).json()
+            except Exception as e:
+                raise _flag_error(e, "job") from None
+            if a.json:
+                print_json(sched)
+            else:
+                desc = f"schedule {sched['id']} ({sched['name']}): {sched['description']}"
+                print(f"{desc}; next run {short_time(sched.get('next_run_at'))}")
+            return
+        from corral.sdk.retry import call_with_retries
+
+        headers = {"Idempotency-Key": a.idempotency_key or str(uuid.uuid4())}
+        try:
+            job = call_with_retries(
+                lambda: c.request("POST", "/api/v1/jobs", json_body=body, headers=headers), 30.0
+            ).json()
+        except Exception as e:
+            raise _flag_error(e) from None
+    if a.json:
+        print_json(job)
+    else:
+        print(job["id"])
+
+
+def _id_parser(prog: str, description: str) -> _Parser:
+    p = _Parser(prog=prog, description=description)
+    p.add_argument("job_id", type=int, metavar="JOB_ID", help="Job id.")
+    return p
+
+
+def jobs(argv: list[str]) -> None:
+    p = _Parser(prog="corral jobs", description="List pending and running jobs (all with --all).")
+    p.add_argument("--all", "-a", action="store_true", help="Include finished jobs.")
+    p.add_argument("--json", action="store_true", help="Print JSON instead of a table.")
+    a = p.parse_args(argv)
+    from corral.cli.config import make_rest_client
+
+    with make_rest_client() as c:
+        items = c.request("GET", "/api/v1/jobs", params={"all": str(a.all).lower()}).json()
+    if a.json:
+        print_json(items)
+        return
+    rows = [
+        (
+            j["id"],
+            j["name"],
+            j["tenant"],
+            j["state"],
+            "" if j.get("queue_position") is None else j["queue_position"] + 1,
+            j.get("node"),
+            ",".join(map(str, j.get("gpus") or ())) or j.get("gpu_count") or "",
+            j.get("exit_code"),
+            short_time(j.get("created_at")),
+            j.get("pending_reason") or j.get("reason"),
+            short_time(j.get("eta")),
+        )
+        for j in items
+    ]
+    print_table(["ID", "NAME", "TENANT", "STATE", "POS", "NODE", "GPUS", "EXIT", "CREATED", "REASON", "ETA"], rows)
+
+
+def show(argv: list[str]) -> None:
+    p = _id_parser("corral show", "Show one job.")
+    p.add_argument("--json", action="store_true", help="Print JSON instead of a table.")
+    a = p.parse_args(argv)
+    from corral.cli.config import make_rest_client
+
+    with make_rest_client() as c:
+        job = c.request("GET", f"/api/v1/jobs/{a.job_id}").json()
+        events = [] if a.json else c.request("GET", f"/api/v1/jobs/{a.job_id}/events").json()
+    if a.json:
+        print_json(job)
+        return
+    print_job(job)
+    for e in events:
+        print(f"  {e['at'][:19]}  {e['kind']:<16} {e['message']}")
+
+
+def print_job(j: dict[str, Any]) -> None:
+    fields: list[tuple[str, Any]] = [
+        ("id", j["id"]),
+        ("name", j["name"]),
+        ("state", j["state"]),
+        ("node", j.get("node")),
+        ("gpus", ",".join(map(str, j.get("gpus") or ())) or f"{j.get('gpu_count')} requested"),
+        ("command", " ".join(j.get("command") or ())),
+        ("exit code", j.get("exit_code")),
+        ("reason", j.get("pending_reason") or j.get("reason")),
+        ("created", short_time(j.get("created_at"))),
+        ("started", short_time(j.get("started_at"))),
+        ("finished", short_time(j.get("finished_at"))),
+    ]
+    if j.get("web_url"):
+        fields.append(("web UI", j["web_url"]))
+    if j.get("secret_env"):  # names only: the values never leave the server except to the job's agent
+        fields.append(("secrets", ", ".join(f"{var} <- {name}" for var, name in sorted(j["secret_env"].items()))))
+    if (j.get("nodes") or 1) > 1:
+        parts = j.get("parts") or ()
+        fields.append(
+            (
+                "parts",
+                "; ".join(f"rank {i}: {p['node']} GPUs {','.join(map(str, p['gpus']))}" for i, p in enumerate(parts)),
+            )
+        )
+    print_fields(fields, 10)
+
+
+def logs(argv: list[str]) -> None:
+    p = _id_parser("corral logs", "Print a job's logs (stdout and stderr).")
+    p.add_argument("--follow", "-f", action="store_true", help="Keep printing until the job ends.")
+    p.add_argument("--rank", type=int, default=0, help="Which part of a multi-node job.")
+    a = p.parse_args(argv)
+    from corral.cli.config import make_rest_client
+
+    offset = 0
+    out = sys.stdout.buffer
+    with make_rest_client() as c:
+
+        def read(at: int) -> tuple[bytes, int, str]:
+            r = c.request("GET", f"/api/v1/jobs/{a.job_id}/logs", params={"offset": at, "rank": a.rank})
+            return r.content, int(r.headers.get("x-log-size", "0")), r.headers.get("x-job-state", "")
+
+        while True:
+            data, size, state = read(offset)
+            if data:
+                out.write(data)
+                out.flush()
+                offset += len(data)
+            if offset < size:
+                continue
+            if not a.follow or state in TERMINAL_STATES:
+                # a final read after the end: the agent ships all logs before it reports the exit
+                if a.follow:
+                    data, _, _ = read(offset)
+                    out.write(data)
+                    out.flush()
+                return
+            time.sleep(0.5)
+
+
+def cancel(argv: list[str]) -> None:
+    p = _id_parser("corral cancel", "Cancel a job (SIGTERM, then SIGKILL after a grace period).")
+    p.add_argument("--json", action="store_true", help="Print JSON instead of a table.")
+    a = p.parse_args(argv)
+    from corral.cli.config import make_rest_client
+
+    with make_rest_client() as c:
+        job = c.request("POST", f"/api/v1/jobs/{a.job_id}/cancel").json()
+    if a.json:
+        print_json(job)
+    else:
+        print(f"job {job['id']}: {'cancelling' if job['state'] == 'RUNNING' else job['state'].lower()}")
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds >= 0")
+    return value
+
+
+def wait(argv: list[str]) -> None:
+    p = _id_parser("corral wait", "Wait for a job to end; exits with the job's exit code.")
+    p.add_argument("--timeout", type=_seconds, help="Give up after S seconds (exit 124).")
+    a = p.parse_args(argv)
+    from corral.cli.config import make_rest_client
+
+    deadline = None if a.timeout is None else time.monotonic() + a.timeout
+    with make_rest_client() as c:
+        while True:
+            job = c.request("GET", f"/api/v1/jobs/{a.job_id}").json()
+            state, code = job["state"], job.get("exit_code")
+            if state in TERMINAL_STATES:
+                print(f"job {job['id']} {state} (exit code {code})", file=sys.stderr)
+                exit_code = code if code is not None else (130 if state == "CANCELLED" else 1)
+                raise Exit(exit_code if 0 <= exit_code <= 255 else 1)
+            if deadline is not None and time.monotonic() >= deadline:
+                print(f"error: job {a.job_id} still {state} after {a.timeout:g} s", file=sys.stderr)
+                raise Exit(124)
+            time.sleep(0.25)
+
+
+COMMANDS: dict[str, Callable[[list[str]], None]] = {
+    "submit": submit,
+    "jobs": jobs,
+    "show": show,
+    "logs": logs,
+    "cancel": cancel,
+    "wait": wait,
+}
+
+
+def print_json(data: Any) -> None:
+    print(json.dumps(data, indent=2))
+
+
+def print_table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    """Columns aligned with two spaces between them, as squeue prints (None prints as nothing)."""
+    cells = [list(columns), *[["" if v is None else str(v) for v in r] for r in rows]]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]
+    for r in cells:
+        print("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip())
+
+
+def print_fields(fields: Sequence[tuple[str, Any]], width: int) -> None:
+    """One `name  value` line per field, names right-aligned to `width` (None prints as nothing)."""
+    for k, v in fields:
+        print(f"{k:>{width}}  {'' if v is None else v}".rstrip())
+
+
+def short_time(value: Any) -> str:
+    """ "2026-11-25 23:19:07" from the API's ISO time (or a datetime); "" for none."""
+    if not value:
+        return ""
+    return value.strftime("%Y-%m-%d %H:%M:%S") if hasattr(value, "strftime") else str(value)[:19].replace("T", " ")
+
+
+def describe_error(e: BaseException) -> str:
+    """One line naming what is wrong."""
+    from corral.sdk.errors import CorralAPIError
+
+    if isinstance(e, CorralAPIError):
+        field = f" (field: {e.field})" if e.field and e.field not in e.message else ""
+        return f"{e.message}{field}"
+    if isinstance(e, CorralError):
+        return e.message
+    return str(e)
+
+
+def run(command: str, argv: list[str]) -> NoReturn:
+    """Run one light command and exit: 0, the command's own code, 1 on an error, 2 on a bad command line."""
+    from corral.cli.config import ConfigError
+    from corral.sdk.errors import CorralSDKError
+
+    try:
+        COMMANDS[command](argv)
+    except Exit as e:
+        sys.exit(e.code)
+    except UsageError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    except (CorralSDKError, ConfigError, CorralError) as e:
+        print(f"error: {describe_error(e)}", file=sys.stderr)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except BrokenPipeError:
+        sys.exit(141)
+    sys.exit(0)
+
+
+def print_version() -> None:
+    print(__version__)

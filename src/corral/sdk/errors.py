@@ -1,0 +1,34 @@
+"""The SDK's errors, apart from any HTTP library so that the CLI's light path can raise and catch them too."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+class CorralSDKError(Exception):
+    """Base of every error the SDK raises; str() is a one-line message for humans."""
+
+
+class CorralConnectionError(CorralSDKError):
+    pass
+
+
+class CorralAPIError(CorralSDKError):
+    def __init__(self, status: int, code: str, message: str, field: str | None, body: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message, self.field, self.body = status, code, message, field, body
+
+
+def compute_api_error(status: int, reason: str, content: bytes) -> CorralAPIError:
+    """The error an answer >= 400 stands for: the server's `{"error": {code, message, field}}` when it sent one."""
+    try:
+        body = json.loads(content)
+        err = body.get("error", {})
+        message, code, field = err.get("message") or reason, err.get("code", "error"), err.get("field")
+    except (ValueError, AttributeError):
+        text = content.decode("utf-8", "replace")
+        body, message, code, field = {}, text[:200] or reason, "error", None
+    if status == 401:
+        message = f"authentication failed: {message}"
+    return CorralAPIError(status, code, message, field, body)

@@ -1,0 +1,158 @@
+"""The everyday CLI commands take the light path (issue 13): guarded by the modules they load, never by time
+(bench/cli_speed.py measures the time). Their answers against a real server are covered by tests/e2e."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from corral.cli import light
+from corral.core.errors import ValidationError
+from corral.sdk.errors import CorralAPIError
+
+CORRAL = str(Path(sys.executable).with_name("corral"))
+# What a submission must not load: each costs tens of milliseconds, and none is needed to send a job.
+HEAVY = ("typer", "click", "httpx", "pydantic", "rich", "multiprocessing", "corral.api.schemas", "corral.scheduler")
+HEAVY += ("corral.sim", "corral.server", "corral.store", "corral.agent", "corral.sdk.client", "fastapi", "sqlalchemy")
+
+
+def _loaded_modules(*args: str) -> tuple[subprocess.CompletedProcess[str], set[str]]:
+    """Run `corral ARGS` under -X importtime against a port where nothing listens; the modules it imported."""
+    env = dict(os.environ, CORRAL_URL="http://127.0.0.1:9", CORRAL_TOKEN="crl_test")
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-X",
+            "importtime",
+            "-c",
+            "import sys; from corral.cli.main import main; main(sys.argv[1:])",
+            *args,
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    mods = {line.split("|")[-1].strip() for line in r.stderr.splitlines() if line.startswith("import time:")}
+    return r, mods
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("submit", "--gpus", "1", "--env", "A=1", "--", "python", "train.py"),
+        ("submit", "--repeat", "@daily", "--", "true"),
+        ("jobs", "--all"),
+        ("show", "7"),
+        ("logs", "7", "--follow"),
+        ("cancel", "7"),
+        ("wait", "7", "--timeout", "1"),
+    ],
+)
+def test_everyday_commands_load_no_heavy_library(args: tuple[str, ...]) -> None:
+    r, mods = _loaded_modules(*args)
+    # It got as far as the network (so everything the command needs was loaded), and failed there in one line.
+    assert r.returncode == 1 and "cannot reach the Corral server at http://127.0.0.1:9" in r.stderr
+    assert "corral.sdk.rest" in mods and "corral.cli.light" in mods
+    heavy = sorted(m for m in mods if m.split(".")[0] in HEAVY or any(m.startswith(h + ".") or m == h for h in HEAVY))
+    assert heavy == [], f"`corral {args[0]}` loads {heavy}"
+
+
+def test_version_loads_neither_argparse_nor_the_client() -> None:
+    r, mods = _loaded_modules("--version")
+    assert r.returncode == 0 and r.stdout.strip() == __import__("corral").__version__
+    assert not {"argparse", "corral.cli.light", "corral.sdk.rest", "typer"} & mods
+
+
+def test_other_commands_still_load_the_typer_app() -> None:
+    r, mods = _loaded_modules("tenants", "--help")
+    assert r.returncode == 0 and "typer" in mods and "tenants [OPTIONS] COMMAND" in r.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (("submit", "--bogus", "--", "true"), "unrecognized arguments: --bogus"),
+        (("submit",), "COMMAND: missing"),
+        (("submit", "--"), "COMMAND: missing"),
+        (("submit", "--gpus", "two", "--", "true"), "argument --gpus: invalid int value: 'two'"),
+        (("submit", "--env", "NOEQUALS", "--", "true"), "--env: 'NOEQUALS' is not KEY=VALUE"),
+        (("submit", "--secret-env", "DB", "--", "true"), "--secret-env: 'DB' is not VAR=NAME"),
+        (("submit", "--timezone", "Europe/Paris", "--", "true"), "--repeat: --timezone and --concurrency only apply"),
+        (("show", "abc"), "argument JOB_ID: invalid int value: 'abc'"),
+        (("wait", "7", "--timeout", "-1"), "argument --timeout: '-1' is not a number of seconds >= 0"),
+    ],
+)
+def test_a_bad_command_line_is_one_line_before_any_request(args: tuple[str, ...], words: str) -> None:
+    r, _ = _loaded_modules(*args)
+    lines = r.stderr.splitlines()
+    errors = [line for line in lines if not line.startswith("import time:")]
+    assert errors == [f"error: {errors[0].removeprefix('error: ')}"] and words in errors[0], r.stderr
+    assert "cannot reach" not in r.stderr  # refused on the command line, nothing was sent
+    assert r.returncode in (1, 2)
+
+
+def test_the_typer_entry_hands_light_commands_over_with_their_arguments() -> None:
+    # Someone calling the typer app directly (corral.cli.app.main) gets the same command, same errors.
+    env = dict(os.environ, CORRAL_URL="http://127.0.0.1:9", CORRAL_TOKEN="crl_test")
+    code = "from corral.cli.app import main; main(['submit', '--bogus', '--', 'true'])"
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and r.stderr == "error: unrecognized arguments: --bogus\n"
+    code = "from corral.cli.app import main; main(['jobs', '--all'])"
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "cannot reach the Corral server" in r.stderr
+
+
+def test_the_command_after_its_options_is_kept_whole() -> None:
+    a = light._submit_parser().parse_args(["--gpus", "2", "python", "train.py", "--gpus", "8", "--", "x"])
+    assert a.gpus == 2 and a.command == ["python", "train.py", "--gpus", "8", "--", "x"]
+    a = light._submit_parser().parse_args(["--name", "n", "--", "python", "-c", "1"])
+    assert a.command == ["--", "python", "-c", "1"]  # submit() drops the leading "--"
+    body = light._job_body(light._submit_parser().parse_args(["--gpu-share", "250", "--port", "1", "x"]), ["x"])
+    assert body["gpu_milli"] == 250 and body["web_ui"] is True and "time_limit_s" not in body
+
+
+@pytest.mark.parametrize(
+    ("field", "message", "prefix", "flag", "problem"),
+    [
+        (
+            "gpus",
+            "gpus: Input should be less than or equal to 8",
+            "",
+            "--gpus",
+            "Input should be less than or equal to 8",
+        ),
+        (
+            "env.A",
+            "env.A: String should have at most 4096 characters",
+            "",
+            "--env",
+            "String should have at most 4096 characters (A)",
+        ),
+        ("time_limit_s", "time_limit_s: Value error, too long", "", "--time-limit", "too long"),
+        ("job.gpu_milli", "job.gpu_milli: bad", "job", "--gpu-share", "bad"),
+    ],
+)
+def test_a_refused_field_is_named_by_its_flag(field: str, message: str, prefix: str, flag: str, problem: str) -> None:
+    e = light._flag_error(CorralAPIError(422, "invalid", message, field, {}), prefix)
+    assert isinstance(e, ValidationError) and (e.field, e.problem) == (flag, problem)
+
+
+def test_errors_that_are_not_about_a_flag_keep_their_words() -> None:
+    domain = CorralAPIError(400, "invalid", "gpu_model: no B200 GPUs in the pool", "gpu_model", {})
+    assert light._flag_error(domain) is domain  # the server's own check: its words name the field already
+    other = CorralAPIError(422, "invalid", "schedule: bad cron", "schedule", {})
+    assert light._flag_error(other, "job") is other
+    assert light.describe_error(CorralAPIError(404, "not_found", "job '7' not found", None, {})) == "job '7' not found"
+    assert light.describe_error(CorralAPIError(400, "x", "too many", "gpus", {})) == "too many (field: gpus)"
+
+
+def test_tables_and_fields_print_as_plain_aligned_text(capsys: pytest.CaptureFixture[str]) -> None:
+    light.print_table(["ID", "NAME"], [(1, "a-long-name"), (22, None)])
+    light.print_fields([("id", 5), ("node", None)], 6)
+    assert capsys.readouterr().out.splitlines() == ["ID  NAME", "1   a-long-name", "22", "    id  5", "  node"]
+    assert light.short_time("2026-11-25T23:19:07.123456Z") == "2026-11-25 23:19:07" and light.short_time(None) == ""
