@@ -167,6 +167,35 @@ def test_create_job_once_is_idempotent_by_key(store: SchedulingStore) -> None:
     assert store.count_jobs() == 1
 
 
+def test_an_array_is_made_in_one_call_with_the_first_tasks_id(store: SchedulingStore) -> None:
+    other = job(store)
+    tasks = [JobSpec(command=("x",), array_index=i, array_limit=2) for i in (0, 5, 7)]
+    made = store.create_jobs(tasks, T0)
+    assert [m.spec.array_index for m in made] == [0, 5, 7] and all(m.state is JobState.PENDING for m in made)
+    assert {m.spec.array_id for m in made} == {made[0].id} and made[0].id != other
+    assert [j.id for j in store.list_jobs(array_id=made[0].id)] == [m.id for m in made]
+    stored = store.get_job(made[2].id)
+    assert stored is not None and (stored.spec.array_id, stored.spec.array_limit) == (made[0].id, 2)
+    plain = store.create_jobs([JobSpec(command=("a",)), JobSpec(command=("b",))], T0)
+    assert [p.spec.array_id for p in plain] == [None, None]  # a batch of jobs is not an array
+
+
+def test_create_jobs_once_replays_every_job_of_the_first_call(store: SchedulingStore) -> None:
+    specs = [JobSpec(command=("x",), array_index=i) for i in range(3)]
+    made, created = store.create_jobs_once(specs, T0, "alice", "k1", "h1", timedelta(hours=1))
+    again, created_again = store.create_jobs_once(specs, T0, "alice", "k1", "h1", timedelta(hours=1))
+    assert created and not created_again and [j.id for j in again] == [j.id for j in made]
+    with pytest.raises(IdempotencyKeyReused):
+        store.create_jobs_once(specs[:1], T0, "alice", "k1", "h2", timedelta(hours=1))
+    assert store.count_jobs() == 3
+
+
+def test_pages_by_id_in_both_directions(store: SchedulingStore) -> None:
+    ids = [job(store) for _ in range(5)]
+    assert [j.id for j in store.list_jobs(limit=2, after_id=ids[1])] == ids[2:4]
+    assert [j.id for j in store.list_jobs(limit=2, newest_first=True, before_id=ids[3])] == [ids[2], ids[1]]
+
+
 # ---- the guarded assign: what it re-checks -----------------------------------------
 def _cordon(s: SchedulingStore) -> None:
     s.set_node_cordoned("n1", True)  # type: ignore[attr-defined]

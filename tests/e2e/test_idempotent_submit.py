@@ -1,4 +1,5 @@
-"""A client that retries a submission after the server crashed makes one job, not two (issue 11).
+"""A client that retries a submission after the server crashed makes one job, not two (issue 11); the same for
+the CLI's light path and for arrays and batches (issue 13).
 
 A real `corral up` sits behind a TCP relay. The first submission reaches the server, which accepts it; the relay
 then kills the server with SIGKILL before the reply reaches the client, and starts it again. The SDK sees a
@@ -64,7 +65,7 @@ class CrashAfterAcceptRelay:
     @staticmethod
     def _pump_requests(client: socket.socket, upstream: socket.socket, submissions: threading.Event) -> None:
         while data := _recv(client):
-            if b"POST /api/v1/jobs " in data:
+            if b"POST /api/v1/jobs " in data or b"POST /api/v1/jobs/batch " in data:
                 submissions.set()
             try:
                 upstream.sendall(data)
@@ -104,3 +105,48 @@ def test_a_retry_after_the_server_crashed_makes_one_job(corral_factory: Any) -> 
     wait_for(c.healthy, 60, "server back")
     jobs = c.api_jobs()
     assert [j["id"] for j in jobs] == [job.id] and jobs[0]["name"] == "once"
+
+
+def _crashing_relay(c: Corral) -> CrashAfterAcceptRelay:
+    def crash_and_restart() -> None:
+        c.kill9()
+        c.up_proc = c.spawn([CORRAL, "up"], log_name="up-again")
+
+    return CrashAfterAcceptRelay(c.port, crash_and_restart)
+
+
+def test_the_cli_retrying_an_array_after_the_server_crashed_makes_it_once(corral_factory: Any) -> None:
+    c: Corral = corral_factory(gpus="none", node="head")
+    c.start()
+    relay = _crashing_relay(c)
+    try:
+        env = dict(c.env, CORRAL_URL=f"http://127.0.0.1:{relay.port}")
+        r = c.cli("submit", "--array", "0-4", "--name", "once", "--", "sleep", "600", env=env, timeout_s=120)
+    finally:
+        relay.close()
+    assert r.returncode == 0, r.stderr
+    assert len(relay.replies) >= 2, "the submission was not retried"
+    assert any(b"idempotent-replayed: true" in x.lower() for x in relay.replies[1:]), relay.replies
+    wait_for(c.healthy, 60, "server back")
+    jobs = c.api_jobs()
+    assert sorted(j["array_index"] for j in jobs) == [0, 1, 2, 3, 4] and {j["array_id"] for j in jobs} == {
+        int(r.stdout)
+    }
+
+
+def test_the_sdk_retrying_a_batch_after_the_server_crashed_makes_it_once(corral_factory: Any) -> None:
+    c: Corral = corral_factory(gpus="none", node="head")
+    c.start()
+    relay = _crashing_relay(c)
+    token = (c.data_dir / "admin-token").read_text().strip()
+    batch = [JobSubmit(command=["sleep", "600"], name="a"), JobSubmit(command=["sleep", "600"], name="b", array="0-1")]
+    try:
+        with CorralClient(f"http://127.0.0.1:{relay.port}", token, timeout_s=10) as client:
+            made = client.submit_many(batch, retry_for_s=90)
+    finally:
+        relay.close()
+    assert len(relay.replies) >= 2, "the submission was not retried"
+    wait_for(c.healthy, 60, "server back")
+    jobs = c.api_jobs()
+    assert sorted(j["id"] for j in jobs) == sorted(j.id for j in made) and len(made) == 3
+    assert [(j.name, j.array_index) for j in made] == [("a", None), ("b", 0), ("b", 1)]

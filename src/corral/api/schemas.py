@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -10,10 +11,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from corral.api import bounds
 from corral.api.secrets import check_secret_env
+from corral.core.arrays import MAX_ARRAY_TASKS, MAX_ARRAY_TEXT, parse_array
+from corral.core.errors import ValidationError
 from corral.core.models import Job, JobSpec
 from corral.core.resources import GpuInfo
 from corral.core.states import JobState
 
+MAX_BATCH_JOBS = 1000  # submissions in one POST /api/v1/jobs/batch
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -75,6 +79,24 @@ class JobSubmit(BaseModel):
         description="VAR -> name of a tenant secret: the job gets VAR set to the secret's value, resolved only when "
         "it starts; listings show the names, never values (plain `env` values are not secret)",
     )
+
+    array: str | None = Field(
+        None,
+        max_length=MAX_ARRAY_TEXT,
+        description="a job array of one task per index, as Slurm's --array spells them: 0-999, 1,3,5-7, 0-15:4; "
+        f"%N at the end runs at most N tasks at once. Each task gets CORRAL_ARRAY_INDEX. At most {MAX_ARRAY_TASKS} "
+        "tasks",
+    )
+
+    @field_validator("array")
+    @classmethod
+    def _array(cls, v: str | None) -> str | None:
+        if v is not None:
+            try:
+                parse_array(v)
+            except ValidationError as e:
+                raise ValueError(e.problem) from None
+        return v
 
     @field_validator("command")
     @classmethod
@@ -140,6 +162,14 @@ class JobSubmit(BaseModel):
             return ()
         return tuple(m.strip() for m in self.gpu_model.split("|") if m.strip())
 
+    def to_specs(self, tenant_id: int | None, user_id: int | None) -> list[JobSpec]:
+        """The specs this submission makes: one, or one per task of its array (same spec, its own index)."""
+        spec = self.to_spec(tenant_id, user_id)
+        if self.array is None:
+            return [spec]
+        arr = parse_array(self.array)
+        return [replace(spec, array_index=i, array_limit=arr.limit) for i in arr.indices]
+
     def to_spec(self, tenant_id: int | None, user_id: int | None, schedule_id: int | None = None) -> JobSpec:
         """The one conversion of a submission into the domain spec (its ResourceRequest is built there);
         raises ValidationError naming the field when the request is malformed (e.g. a share of several GPUs)."""
@@ -203,6 +233,9 @@ class JobOut(BaseModel):
     preemptions: int = 0
     schedule_id: int | None = Field(None, description="the repeating-job schedule that started this job")
     secret_env: dict[str, str] = Field(default_factory=dict, description="VAR -> secret name (never the value)")
+    array_id: int | None = Field(None, description="a task of a job array: the array's id (its first task's id)")
+    array_index: int | None = Field(None, description="a task of a job array: its index (CORRAL_ARRAY_INDEX)")
+    array_limit: int | None = Field(None, description="a task of a job array: its array's tasks run at most this many at once")
 
     @classmethod
     def from_job(
@@ -252,7 +285,28 @@ class JobOut(BaseModel):
             web_url=f"/proxy/jobs/{job.id}/" if s.port and job.state is JobState.RUNNING else None,
             schedule_id=s.schedule_id,
             secret_env=dict(s.secret_env),
+            array_id=s.array_id,
+            array_index=s.array_index,
+            array_limit=s.array_limit,
         )
+
+
+class JobBatch(BaseModel):
+    """Several submissions in one call (POST /api/v1/jobs/batch), accepted all together or not at all."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    jobs: list[JobSubmit] = Field(
+        min_length=1, max_length=MAX_BATCH_JOBS, description=f"at most {MAX_BATCH_JOBS} submissions"
+    )
+
+    @field_validator("jobs")
+    @classmethod
+    def _tasks(cls, v: list[JobSubmit]) -> list[JobSubmit]:
+        tasks = sum(len(parse_array(j.array).indices) if j.array else 1 for j in v)
+        if tasks > MAX_ARRAY_TASKS:
+            raise ValueError(f"{tasks} jobs (arrays counted by task); at most {MAX_ARRAY_TASKS} in one call")
+        return v
 
 
 class ScheduleIn(BaseModel):
@@ -276,6 +330,17 @@ class ScheduleIn(BaseModel):
             raise ValueError("must be allow, forbid or replace")
         return v
 
+    @field_validator("job")
+    @classmethod
+    def _job(cls, v: JobSubmit) -> JobSubmit:
+        return _no_array(v)
+
+
+def _no_array(job: JobSubmit) -> JobSubmit:
+    if job.array is not None:
+        raise ValueError("array: a repeating job starts one job per firing, not an array")
+    return job
+
 
 class SchedulePatch(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -293,6 +358,11 @@ class SchedulePatch(BaseModel):
         if v is not None and v not in ("allow", "forbid", "replace"):
             raise ValueError("must be allow, forbid or replace")
         return v
+
+    @field_validator("job")
+    @classmethod
+    def _job(cls, v: JobSubmit | None) -> JobSubmit | None:
+        return None if v is None else _no_array(v)
 
 
 class ScheduleOut(BaseModel):

@@ -78,9 +78,9 @@ def make_client(url: str | None = None, token: str | None = None) -> CorralClien
     return CorralClient(u, t, verify=resolve_verify(u))
 
 
-def make_rest_client(url: str | None = None, token: str | None = None) -> RestClient:
+def make_rest_client(url: str | None = None, token: str | None = None, timeout_s: float = 30.0) -> RestClient:
     """The light client of the everyday commands (corral.sdk.rest), same server, token and CA as make_client."""
     from corral.sdk.rest import RestClient
 
     u, t = resolve_target(url, token)
-    return RestClient(u, t, verify=resolve_verify(u))
+    return RestClient(u, t, timeout_s=timeout_s, verify=resolve_verify(u))

@@ -41,6 +41,7 @@ FLAG_OF_FIELD = {
     "port": "--port",
     "web_ui": "--web-ui",
     "nodes": "--nodes",
+    "array": "--array",
 }
 
 
@@ -124,6 +125,12 @@ def _submit_parser() -> _Parser:
         help="Send this Idempotency-Key (default: a fresh one, retried on connection errors): running the same "
         "command again with the same key and job returns the first job instead of a second.",
     )
+    p.add_argument(
+        "--array",
+        help="A job array, one task per index, as Slurm's --array: 0-999, 1,3,5-7 or 0-15:4; %%N at the end runs "
+        "at most N tasks at once (0-999%%50). Each task reads its index in $CORRAL_ARRAY_INDEX; prints the "
+        "array's id.",
+    )
     p.add_argument("--json", action="store_true", help="Print JSON instead of a table.")
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND ...", help="The command to run, after --.")
     return p
@@ -143,7 +150,8 @@ def _job_body(a: argparse.Namespace, command: list[str]) -> dict[str, Any]:
         "nodes": a.nodes,
         "secret_env": parse_pairs(a.secret_env, "--secret-env", "VAR=NAME"),
     }
-    for key, value in (("gpu_model", a.gpu_model), ("workdir", a.workdir), ("time_limit_s", a.time_limit)):
+    optional = (("gpu_model", a.gpu_model), ("workdir", a.workdir), ("time_limit_s", a.time_limit), ("array", a.array))
+    for key, value in optional:
         if value is not None:
             body[key] = value
     return body
@@ -179,7 +187,9 @@ def submit(argv: list[str]) -> None:
         raise ValidationError("--repeat", "--timezone and --concurrency only apply to a repeating job (add --repeat)")
     from corral.cli.config import make_rest_client
 
-    with make_rest_client() as c:
+    # A submission is retried with its Idempotency-Key (connection errors, 5xx) for up to a minute, each try
+    # waiting at most 10 s: a server that crashed after accepting it answers the first job when it is back.
+    with make_rest_client(timeout_s=10.0) as c:
         if a.repeat is not None:
             sched_in = {
                 "name": a.name or "",
@@ -203,14 +213,14 @@ def submit(argv: list[str]) -> None:
         headers = {"Idempotency-Key": a.idempotency_key or str(uuid.uuid4())}
         try:
             job = call_with_retries(
-                lambda: c.request("POST", "/api/v1/jobs", json_body=body, headers=headers), 30.0
+                lambda: c.request("POST", "/api/v1/jobs", json_body=body, headers=headers), 60.0
             ).json()
         except Exception as e:
             raise _flag_error(e) from None
     if a.json:
         print_json(job)
     else:
-        print(job["id"])
+        print(job["id"] if job.get("array_id") is None else job["array_id"])
 
 
 def _id_parser(prog: str, description: str) -> _Parser:
@@ -220,34 +230,100 @@ def _id_parser(prog: str, description: str) -> _Parser:
 
 
 def jobs(argv: list[str]) -> None:
-    p = _Parser(prog="corral jobs", description="List pending and running jobs (all with --all).")
+    p = _Parser(
+        prog="corral jobs",
+        description="List pending and running jobs (all with --all), oldest first; the tasks of a job array in one "
+        "line per state (ID 12_[0-999%%50]) unless -r.",
+    )
     p.add_argument("--all", "-a", action="store_true", help="Include finished jobs.")
-    p.add_argument("--json", action="store_true", help="Print JSON instead of a table.")
+    p.add_argument("--array", "-r", action="store_true", help="One line per task of a job array (as squeue -r).")
+    p.add_argument("--json", action="store_true", help="Print JSON (every job, arrays' tasks one by one).")
     a = p.parse_args(argv)
     from corral.cli.config import make_rest_client
 
     with make_rest_client() as c:
-        items = c.request("GET", "/api/v1/jobs", params={"all": str(a.all).lower()}).json()
+        items = list_all_pages(c, "/api/v1/jobs", {"all": str(a.all).lower()})
     if a.json:
         print_json(items)
         return
-    rows = [
-        (
-            j["id"],
-            j["name"],
-            j["tenant"],
-            j["state"],
-            "" if j.get("queue_position") is None else j["queue_position"] + 1,
-            j.get("node"),
-            ",".join(map(str, j.get("gpus") or ())) or j.get("gpu_count") or "",
-            j.get("exit_code"),
-            short_time(j.get("created_at")),
-            j.get("pending_reason") or j.get("reason"),
-            short_time(j.get("eta")),
-        )
-        for j in items
-    ]
+    rows = [_job_row(j) for j in (items if a.array else fold_arrays(items))]
     print_table(["ID", "NAME", "TENANT", "STATE", "POS", "NODE", "GPUS", "EXIT", "CREATED", "REASON", "ETA"], rows)
+
+
+def list_all_pages(c: Any, path: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every item of a paged list: follows the answers' `Link: <...>; rel="next"` until there is none."""
+    out: list[dict[str, Any]] = []
+    r = c.request("GET", path, params=params)
+    while True:
+        out += r.json()
+        nxt = _next_link(r.headers.get("link", ""))
+        if nxt is None:
+            return out
+        r = c.request("GET", nxt)
+
+
+def _next_link(header: str) -> str | None:
+    for part in header.split(","):
+        target, _, rel = part.partition(";")
+        if rel.strip() == 'rel="next"' and target.strip().startswith("<"):
+            return target.strip()[1:-1]
+    return None
+
+
+def fold_arrays(items: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each job array's tasks in one row per state, at the place of its first task, its ID written as Slurm's
+    squeue writes it (`12_[0-3,7%2]`: array 12, those indices, at most 2 at once); other jobs as they are."""
+    from corral.core.arrays import format_indices
+
+    groups: dict[tuple[int, str], list[dict[str, Any]]] = {}
+    out: list[dict[str, Any]] = []
+    for j in items:
+        if j.get("array_id") is None:
+            out.append(j)
+            continue
+        key = (j["array_id"], j["state"])
+        if key not in groups:
+            groups[key] = []
+            out.append({"_fold": key})
+        groups[key].append(j)
+    rows = []
+    for j in out:
+        if "_fold" not in j:
+            rows.append(j)
+            continue
+        tasks = groups[j["_fold"]]
+        first = tasks[0]
+        limit = f"%{first['array_limit']}" if first.get("array_limit") else ""
+        indices = format_indices(t["array_index"] for t in tasks)
+        one = len(tasks) == 1
+        nodes = sorted({t["node"] for t in tasks if t.get("node")})
+        rows.append(
+            dict(
+                first,
+                id=f"{first['array_id']}_{indices}" if one else f"{first['array_id']}_[{indices}{limit}]",
+                node=nodes[0] if len(nodes) == 1 else (f"{len(nodes)} nodes" if nodes else None),
+                gpus=[] if not one else first.get("gpus"),
+                gpu_count=first.get("gpu_count") if one or not first.get("gpu_count") else f"{first['gpu_count']} each",
+                exit_code=first.get("exit_code") if one else None,
+            )
+        )
+    return rows
+
+
+def _job_row(j: dict[str, Any]) -> tuple[Any, ...]:
+    return (
+        j["id"],
+        j["name"],
+        j["tenant"],
+        j["state"],
+        "" if j.get("queue_position") is None else j["queue_position"] + 1,
+        j.get("node"),
+        ",".join(map(str, j.get("gpus") or ())) or j.get("gpu_count") or "",
+        j.get("exit_code"),
+        short_time(j.get("created_at")),
+        j.get("pending_reason") or j.get("reason"),
+        short_time(j.get("eta")),
+    )
 
 
 def show(argv: list[str]) -> None:
@@ -281,6 +357,11 @@ def print_job(j: dict[str, Any]) -> None:
         ("started", short_time(j.get("started_at"))),
         ("finished", short_time(j.get("finished_at"))),
     ]
+    if j.get("array_id") is not None:
+        limit = f" (at most {j['array_limit']} at once)" if j.get("array_limit") else ""
+        fields.append(
+            ("array", f"{j['array_id']}_{j['array_index']}: task {j['array_index']} of array {j['array_id']}{limit}")
+        )
     if j.get("web_url"):
         fields.append(("web UI", j["web_url"]))
     if j.get("secret_env"):  # names only: the values never leave the server except to the job's agent

@@ -112,6 +112,11 @@ class JobSpec:
     nodes: int = 1  # a gang: `gpus` GPUs on each of `nodes` nodes, all started at once
     schedule_id: int | None = None  # the repeating-job schedule that started it
     secret_env: dict[str, str] = field(default_factory=dict)  # VAR -> tenant secret name (never a value)
+    # A task of a job array (core/arrays.py): the array's id (its first task's job id, set by the store), this
+    # task's index (CORRAL_ARRAY_INDEX), and how many of the array's tasks may run at once (None: no limit).
+    array_id: int | None = None
+    array_index: int | None = None
+    array_limit: int | None = None
     request: ResourceRequest = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:

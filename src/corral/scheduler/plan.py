@@ -14,7 +14,7 @@ from corral.scheduler.framework import DEFAULT_CONTEXT, PlacementPolicy, ScoreCo
 from corral.scheduler.plugins import DEFAULT_POLICY
 from corral.scheduler.queueing import reasons
 from corral.scheduler.queueing.admission import QueueState, compute_admission
-from corral.scheduler.queueing.jobs import QueuedJob
+from corral.scheduler.queueing.jobs import QueuedJob, RunningJob
 from corral.scheduler.queueing.node_capacity import NodeLedger
 from corral.scheduler.queueing.policy import DEFAULT_QUEUEING, QueueingPolicy, get_queueing_policy
 from corral.scheduler.queueing.preemption import Preemption
@@ -73,10 +73,12 @@ def compute_plan(
     policy = get_queueing_policy(queueing) if isinstance(queueing, str) else queueing
     engine = cluster if cluster is not None else Cluster.from_states(snapshot.nodes, placement, ctx, rng)
     queue = snapshot.queue
-    cpu_only = [j for j in queue.pending if j.gpus == 0]
-    gpu_jobs = [j for j in queue.pending if j.gpus > 0]
+    eligible, held_back = select_within_group_limits(queue.pending, queue.running)
+    cpu_only = [j for j in eligible if j.gpus == 0]
+    gpu_jobs = [j for j in eligible if j.gpus > 0]
     # Jobs without GPUs use no quota and hold no GPUs: placed first, oldest first, outside the queue.
     admit, pending = compute_cpu_only(engine, cpu_only)
+    pending.update(held_back)
     state = replace(queue, pending=gpu_jobs, pool_milli=queue.pool_milli or engine.pool_milli())
     # The same engine decides the GPU jobs: admission's fit is the placement the plan carries.
     ledger = NodeLedger((), state.running, cluster=engine)
@@ -87,6 +89,35 @@ def compute_plan(
     admit += [Admit(a.job_id, a.model, tuple(ledger.placements[a.job_id])) for a in decided.admit]
     pending.update(decided.pending)
     return Plan(tuple(admit), decided.preempt, decided.nominate, pending)
+
+
+def select_within_group_limits(
+    pending: Sequence[QueuedJob], running: Sequence[RunningJob]
+) -> tuple[list[QueuedJob], dict[str, PendingStatus]]:
+    """The pending jobs this cycle may consider: of a group with a limit (a job array's `%N`), only as many as
+    it has room for beside its running tasks, first submitted first (then in the given order); the others
+    wait with reason `array-limit`."""
+    limited = [j for j in pending if j.group and j.group_limit > 0]
+    if not limited:
+        return list(pending), {}
+    room: dict[str, int] = {}
+    for j in limited:
+        room.setdefault(j.group, j.group_limit)
+    for r in running:
+        if r.job.group in room:
+            room[r.job.group] -= 1
+    ahead = {j.id: i for i, j in enumerate(pending)}
+    chosen: set[str] = set()
+    held: dict[str, PendingStatus] = {}
+    for j in sorted(limited, key=lambda j: (j.submit_s, ahead[j.id])):
+        if room[j.group] > 0:
+            room[j.group] -= 1
+            chosen.add(j.id)
+        else:
+            held[j.id] = PendingStatus(
+                reasons.ARRAY_LIMIT, f"its array runs at most {j.group_limit} tasks at once", UNRANKED
+            )
+    return [j for j in pending if not (j.group and j.group_limit > 0) or j.id in chosen], held
 
 
 def compute_cpu_only(engine: Cluster, jobs: Sequence[QueuedJob]) -> tuple[list[Admit], dict[str, PendingStatus]]:
@@ -103,4 +134,4 @@ def compute_cpu_only(engine: Cluster, jobs: Sequence[QueuedJob]) -> tuple[list[A
     return admit, pending
 
 
-__all__ = ["UNRANKED", "Admit", "Plan", "Snapshot", "compute_cpu_only", "compute_plan"]
+__all__ = ["UNRANKED", "Admit", "Plan", "Snapshot", "compute_cpu_only", "compute_plan", "select_within_group_limits"]

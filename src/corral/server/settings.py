@@ -46,6 +46,12 @@ class Settings(BaseSettings):
     idempotency_key_ttl_s: float = Field(
         86400.0, ge=86400, le=30 * 86400.0, description="How long a job submission's Idempotency-Key is remembered."
     )
+    max_active_jobs_per_tenant: int = Field(
+        50_000,
+        ge=1,
+        le=10_000_000,
+        description="Pending and running jobs one tenant may have; a submission beyond it is refused (429).",
+    )
     cancel_grace_s: float = Field(10.0, ge=0, description="Seconds between SIGTERM and SIGKILL on cancel.")
     retry_backoff_s: float = Field(1.0, ge=0, description="First retry backoff of a job whose GPU or node failed.")
     metrics_interval_s: float = Field(5.0, ge=0, description="The local agent's telemetry interval (0: off).")

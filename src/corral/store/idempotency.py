@@ -7,7 +7,7 @@ serialised; PostgreSQL: the second insert waits on the unique index, fails, and 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 
@@ -24,7 +24,7 @@ class IdempotencyMethods:
     def _rmw(self) -> AbstractContextManager[Session]:  # provided by SqlStore
         raise NotImplementedError
 
-    _insert_job: Callable[[Session, JobSpec, datetime], JobRow]
+    _insert_jobs: Callable[[Session, Sequence[JobSpec], datetime], list[JobRow]]
     _to_job: Callable[[JobRow], Job]
 
     def create_job_once(
@@ -33,6 +33,13 @@ class IdempotencyMethods:
         """(the job, True) when this call created it; (the earlier job, False) when `owner` already used `key`
         with the same `request_hash` within `keep`. Raises IdempotencyKeyReused when the key came with another
         request. Keys older than `keep` are forgotten (and pruned here)."""
+        jobs, created = self.create_jobs_once([spec], now, owner, key, request_hash, keep)
+        return jobs[0], created
+
+    def create_jobs_once(
+        self, specs: Sequence[JobSpec], now: datetime, owner: str, key: str, request_hash: str, keep: timedelta
+    ) -> tuple[list[Job], bool]:
+        """create_jobs made idempotent by (owner, key), as create_job_once: every job of the first request."""
         for _ in range(2):  # the second round runs only after losing a race on the unique (owner, key)
             try:
                 with self._rmw() as s:
@@ -42,21 +49,27 @@ class IdempotencyMethods:
                     )
                     if found is not None:
                         return self._replay(s, found, request_hash), False
-                    row = self._insert_job(s, spec, now)
+                    rows = self._insert_jobs(s, specs, now)
                     s.add(
                         IdempotencyKeyRow(
-                            owner=owner, key=key, request_hash=request_hash, job_id=row.id, created_at=now
+                            owner=owner,
+                            key=key,
+                            request_hash=request_hash,
+                            job_id=rows[0].id,
+                            job_ids=[r.id for r in rows] if len(rows) > 1 else None,
+                            created_at=now,
                         )
                     )
                     s.flush()
-                    return self._to_job(row), True
+                    return [self._to_job(r) for r in rows], True
             except IntegrityError:
                 continue
         raise RuntimeError("idempotency key neither inserted nor found")  # a unique index that lies
 
-    def _replay(self, s: Session, found: IdempotencyKeyRow, request_hash: str) -> Job:
+    def _replay(self, s: Session, found: IdempotencyKeyRow, request_hash: str) -> list[Job]:
         if found.request_hash != request_hash:
             raise IdempotencyKeyReused(found.key)
-        job = s.get(JobRow, found.job_id)
-        assert job is not None  # the foreign key cascades: a key never outlives its job
-        return self._to_job(job)
+        ids = found.job_ids or [found.job_id]
+        rows = {r.id: r for r in s.scalars(select(JobRow).where(JobRow.id.in_(ids)))}
+        assert found.job_id in rows  # the foreign key cascades: a key never outlives its (first) job
+        return [self._to_job(rows[i]) for i in ids if i in rows]

@@ -30,7 +30,7 @@ class MemoryStore:
         self._by_state: dict[JobState, dict[int, Job]] = {s: {} for s in JobState}
         self._on_node: dict[str, set[int]] = {}  # node -> RUNNING jobs with a part there
         self._events: dict[int, list[JobEvent]] = {}
-        self._keys: dict[tuple[str, str], tuple[str, int, datetime]] = {}
+        self._keys: dict[tuple[str, str], tuple[str, tuple[int, ...], datetime]] = {}
         self._nodes: dict[str, Node] = {}
         self._tenants: dict[int, Tenant] = {}
         self._quotas: dict[tuple[int, str], Quota] = {}
@@ -68,24 +68,39 @@ class MemoryStore:
 
     # ---- jobs -------------------------------------------------------------
     def create_job(self, spec: JobSpec, now: datetime) -> Job:
+        return self.create_jobs([spec], now)[0]
+
+    def create_jobs(self, specs: Sequence[JobSpec], now: datetime) -> list[Job]:
         with self._lock:
-            job = self._put(Job(id=self._id("job"), spec=spec, state=JobState.PENDING, created_at=now))
-            self._event(job.id, "submitted", f"by schedule {spec.schedule_id}" if spec.schedule_id else "", now)
-            return job
+            out: list[Job] = []
+            for spec in specs:
+                job_id = self._id("job")
+                if spec.array_index is not None:
+                    spec = replace(spec, array_id=out[0].id if out else job_id)
+                job = self._put(Job(id=job_id, spec=spec, state=JobState.PENDING, created_at=now))
+                self._event(job.id, "submitted", f"by schedule {spec.schedule_id}" if spec.schedule_id else "", now)
+                out.append(job)
+            return out
 
     def create_job_once(
         self, spec: JobSpec, now: datetime, owner: str, key: str, request_hash: str, keep: timedelta
     ) -> tuple[Job, bool]:
+        jobs, created = self.create_jobs_once([spec], now, owner, key, request_hash, keep)
+        return jobs[0], created
+
+    def create_jobs_once(
+        self, specs: Sequence[JobSpec], now: datetime, owner: str, key: str, request_hash: str, keep: timedelta
+    ) -> tuple[list[Job], bool]:
         with self._lock:
             self._keys = {k: v for k, v in self._keys.items() if v[2] >= now - keep}
             found = self._keys.get((owner, key))
             if found is not None:
                 if found[0] != request_hash:
                     raise IdempotencyKeyReused(key)
-                return self._jobs[found[1]], False
-            job = self.create_job(spec, now)
-            self._keys[(owner, key)] = (request_hash, job.id, now)
-            return job, True
+                return [self._jobs[i] for i in found[1] if i in self._jobs], False
+            jobs = self.create_jobs(specs, now)
+            self._keys[(owner, key)] = (request_hash, tuple(j.id for j in jobs), now)
+            return jobs, True
 
     def get_job(self, job_id: int) -> Job | None:
         with self._lock:
@@ -100,6 +115,8 @@ class MemoryStore:
         before_id: int | None = None,
         node: str | None = None,
         schedule_id: int | None = None,
+        after_id: int | None = None,
+        array_id: int | None = None,
     ) -> list[Job]:
         with self._lock:
             pool: Iterable[Job] = (
@@ -110,6 +127,8 @@ class MemoryStore:
                 for j in pool
                 if (tenant_id is None or j.spec.tenant_id == tenant_id)
                 and (before_id is None or j.id < before_id)
+                and (after_id is None or j.id > after_id)
+                and (array_id is None or j.spec.array_id == array_id)
                 and (node is None or j.node == node)
                 and (schedule_id is None or j.spec.schedule_id == schedule_id)
             ]

@@ -61,6 +61,16 @@ class JobStore(Protocol):
         call with the same owner, key and request_hash made within `keep`, False) otherwise, also when the two calls
         race (exactly one creates). Raises IdempotencyKeyReused for the same key with another request_hash."""
 
+    def create_jobs(self, specs: Sequence[JobSpec], now: datetime) -> list[Job]:
+        """create_job for several jobs in one transaction (all or none), in order. The tasks of a job array (specs
+        with an `array_index`) get the first task's id as their `array_id`."""
+
+    def create_jobs_once(
+        self, specs: Sequence[JobSpec], now: datetime, owner: str, key: str, request_hash: str, keep: timedelta
+    ) -> tuple[list[Job], bool]:
+        """create_jobs made idempotent by (owner, key), as create_job_once; a replay returns every job of the
+        first request."""
+
     def get_job(self, job_id: int) -> Job | None:
         """The job, or None if unknown. Read-only."""
 
@@ -73,9 +83,12 @@ class JobStore(Protocol):
         before_id: int | None = None,
         node: str | None = None,
         schedule_id: int | None = None,
+        after_id: int | None = None,
+        array_id: int | None = None,
     ) -> list[Job]:
         """Jobs ordered by id (descending with `newest_first`); every other argument filters (`node`: the first
-        part's node). Read-only."""
+        part's node; `before_id` / `after_id`: ids below / above, for pages; `array_id`: the tasks of an array).
+        Read-only."""
 
     def count_jobs(self, states: Sequence[JobState] | None = None, tenant_id: int | None = None) -> int:
         """How many jobs match the filters. Read-only."""

@@ -137,6 +137,8 @@ def compute_queued_job(
         attained_gpu_s=job.attained_gpu_s,
         nominated_s=(nominated or {}).get(job.id),
         request=s.request,
+        group=f"array:{s.array_id}" if s.array_id is not None and s.array_limit else "",
+        group_limit=s.array_limit or 0,
     )
 
 

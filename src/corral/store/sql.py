@@ -87,6 +87,7 @@ class SqlStore(
 
     # used by the mixins (a firing inserts its job in the schedule's transaction)
     _insert_job = staticmethod(lambda s, spec, now: insert_job(s, spec, now))
+    _insert_jobs = staticmethod(lambda s, specs, now: insert_jobs(s, specs, now))
     _to_job = staticmethod(lambda row: _job(row))
 
     @contextmanager
@@ -254,6 +255,10 @@ class SqlStore(
         with self._tx() as s:
             return _job(insert_job(s, spec, now))
 
+    def create_jobs(self, specs: Sequence[JobSpec], now: datetime) -> list[Job]:
+        with self._tx() as s:
+            return [_job(r) for r in insert_jobs(s, specs, now)]
+
     def get_job(self, job_id: int) -> Job | None:
         with self._tx() as s:
             row = s.get(JobRow, job_id)
@@ -268,6 +273,8 @@ class SqlStore(
         before_id: int | None = None,
         node: str | None = None,
         schedule_id: int | None = None,
+        after_id: int | None = None,
+        array_id: int | None = None,
     ) -> list[Job]:
         with self._tx() as s:
             q = select(JobRow).order_by(JobRow.id.desc() if newest_first else JobRow.id)
@@ -279,6 +286,10 @@ class SqlStore(
                 q = q.where(JobRow.tenant_id == tenant_id)
             if before_id is not None:
                 q = q.where(JobRow.id < before_id)
+            if after_id is not None:
+                q = q.where(JobRow.id > after_id)
+            if array_id is not None:
+                q = q.where(JobRow.array_id == array_id)
             if node is not None:
                 q = q.where(JobRow.node == node)
             if limit is not None:
@@ -614,6 +625,9 @@ def insert_job(s: Session, spec: JobSpec, now: datetime) -> JobRow:
         nodes=spec.nodes,
         schedule_id=spec.schedule_id,
         secret_env=dict(spec.secret_env),
+        array_id=spec.array_id,
+        array_index=spec.array_index,
+        array_limit=spec.array_limit,
     )
     s.add(row)
     s.flush()
@@ -626,6 +640,17 @@ def insert_job(s: Session, spec: JobSpec, now: datetime) -> JobRow:
         )
     )
     return row
+
+
+def insert_jobs(s: Session, specs: Sequence[JobSpec], now: datetime) -> list[JobRow]:
+    """Add several accepted jobs in the caller's transaction; the tasks of an array (specs with an
+    `array_index`) get the first task's id as their `array_id`."""
+    rows = [insert_job(s, spec, now) for spec in specs]
+    if rows and specs[0].array_index is not None:
+        for r in rows:
+            r.array_id = rows[0].id
+        s.flush()
+    return rows
 
 
 def _job(r: JobRow) -> Job:
@@ -650,6 +675,9 @@ def _job(r: JobRow) -> Job:
         nodes=r.nodes or 1,
         schedule_id=r.schedule_id,
         secret_env=dict(r.secret_env or {}),
+        array_id=r.array_id,
+        array_index=r.array_index,
+        array_limit=r.array_limit,
     )
     return Job(
         id=r.id,

@@ -190,9 +190,15 @@ class JobRow(Base):
     schedule_id: Mapped[int | None] = mapped_column(Integer, nullable=True)  # the schedule that started it
     # VAR -> secret name: resolved only when the job is handed to its agent, never a value. Migration 0012.
     secret_env: Mapped[dict[str, str]] = mapped_column(JSON, default=dict)
+    # A task of a job array: the array's id (its first task's id), the task's index, the most running at once.
+    # Migration 0017.
+    array_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    array_index: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    array_limit: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
     __table_args__ = (
         Index("ix_jobs_state", "state"),
+        Index("ix_jobs_array", "array_id"),
         Index("ix_jobs_node", "node"),
         Index("ix_jobs_tenant", "tenant_id"),
         Index("ix_jobs_schedule", "schedule_id"),
@@ -387,6 +393,7 @@ class IdempotencyKeyRow(Base):
     owner: Mapped[str] = mapped_column(String(64))  # user:<id>, or token:<id> for a token without a user
     key: Mapped[str] = mapped_column(String(255))
     request_hash: Mapped[str] = mapped_column(String(64))  # sha256 of the canonical request
-    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))  # the first job it made
+    job_ids: Mapped[list[int] | None] = mapped_column(JSON, nullable=True)  # all of them (array, batch); 0017
     created_at: Mapped[datetime] = mapped_column(UTC_DT, index=True)
     __table_args__ = (UniqueConstraint("owner", "key", name="uq_idempotency_keys_owner_key"),)

@@ -3,9 +3,13 @@
 
 from __future__ import annotations
 
+import http.server
+import json
 import os
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,9 +24,34 @@ HEAVY = ("typer", "click", "httpx", "pydantic", "rich", "multiprocessing", "corr
 HEAVY += ("corral.sim", "corral.server", "corral.store", "corral.agent", "corral.sdk.client", "fastapi", "sqlalchemy")
 
 
-def _loaded_modules(*args: str) -> tuple[subprocess.CompletedProcess[str], set[str]]:
-    """Run `corral ARGS` under -X importtime against a port where nothing listens; the modules it imported."""
-    env = dict(os.environ, CORRAL_URL="http://127.0.0.1:9", CORRAL_TOKEN="crl_test")
+class _Refuses(http.server.BaseHTTPRequestHandler):
+    """A server that answers every request 401 with Corral's error body: the command got as far as the network."""
+
+    def _refuse(self) -> None:
+        body = json.dumps({"error": {"code": "unauthorized", "message": "invalid token", "field": None}}).encode()
+        self.send_response(401)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_GET = do_POST = _refuse
+
+    def log_message(self, *_: object) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def refusing_url() -> Iterator[str]:
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Refuses)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{srv.server_address[1]}"
+    srv.shutdown()
+
+
+def _loaded_modules(*args: str, url: str = "http://127.0.0.1:9") -> tuple[subprocess.CompletedProcess[str], set[str]]:
+    """Run `corral ARGS` under -X importtime against `url`; the modules it imported."""
+    env = dict(os.environ, CORRAL_URL=url, CORRAL_TOKEN="crl_test")
     r = subprocess.run(
         [
             sys.executable,
@@ -53,10 +82,11 @@ def _loaded_modules(*args: str) -> tuple[subprocess.CompletedProcess[str], set[s
         ("wait", "7", "--timeout", "1"),
     ],
 )
-def test_everyday_commands_load_no_heavy_library(args: tuple[str, ...]) -> None:
-    r, mods = _loaded_modules(*args)
-    # It got as far as the network (so everything the command needs was loaded), and failed there in one line.
-    assert r.returncode == 1 and "cannot reach the Corral server at http://127.0.0.1:9" in r.stderr
+def test_everyday_commands_load_no_heavy_library(args: tuple[str, ...], refusing_url: str) -> None:
+    r, mods = _loaded_modules(*args, url=refusing_url)
+    # It got as far as the server (so everything the command needs was loaded), and failed there in one line.
+    errors = [line for line in r.stderr.splitlines() if not line.startswith("import time:")]
+    assert r.returncode == 1 and errors == ["error: authentication failed: invalid token"], r.stderr
     assert "corral.sdk.rest" in mods and "corral.cli.light" in mods
     heavy = sorted(m for m in mods if m.split(".")[0] in HEAVY or any(m.startswith(h + ".") or m == h for h in HEAVY))
     assert heavy == [], f"`corral {args[0]}` loads {heavy}"

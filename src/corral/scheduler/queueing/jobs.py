@@ -36,6 +36,9 @@ class QueuedJob:
     known_duration_s: float | None = None
     nominated_s: float | None = None
     request: ResourceRequest | None = None
+    # Jobs of one `group` (the tasks of a job array) run at most `group_limit` at once (0: no limit).
+    group: str = ""
+    group_limit: int = 0
 
     def __post_init__(self) -> None:
         if self.gpus < 0 or self.nodes < 1:

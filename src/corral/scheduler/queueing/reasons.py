@@ -13,6 +13,7 @@ BEHIND_HEAD = "behind-head"  # a strict queue's head is blocked and this job is 
 RESERVED = "backfill-reserved"  # it would delay the reserved start of a blocked head
 PREEMPTING = "preempting"  # victims were signalled; it starts when they exit
 PRIORITY = "priority"  # higher-ranked jobs (priority, fair share) take the free GPUs first
+ARRAY_LIMIT = "array-limit"  # its job array already runs as many tasks as its %N limit allows
 
 DESCRIPTIONS = {
     QUOTA: "the tenant's maximum quota would be exceeded",
@@ -24,6 +25,7 @@ DESCRIPTIONS = {
     RESERVED: "would delay the reserved start of the job at the head",
     PREEMPTING: "lower-ranked jobs are being preempted to make room",
     PRIORITY: "higher-ranked jobs take the free GPUs first",
+    ARRAY_LIMIT: "its array already runs as many tasks at once as its limit allows",
 }
 
 

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.responses import PlainTextResponse
 
 from corral.api.bounds import MAX_ID
-from corral.api.schemas import JobOut, JobSubmit
+from corral.api.schemas import JobBatch, JobOut, JobSubmit
 from corral.core.errors import NotFoundError
 from corral.core.states import JobState
 from corral.core.tenancy import Action
@@ -17,7 +17,7 @@ from corral.server.auth import Principal, require_user
 from corral.server.deps import LogsDep, NotifierDep, SchedulerDep, SettingsDep, StoreDep
 from corral.server.params import Id, IdempotencyKey, Offset
 from corral.server.services.job_ui import job_out
-from corral.server.services.jobs import load_job, submit_job
+from corral.server.services.jobs import load_job, submit_job, submit_jobs
 from corral.server.services.tenancy import tenant_names
 
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
@@ -35,16 +35,45 @@ def create_job(
     settings: SettingsDep,
     idempotency_key: IdempotencyKey = None,
 ) -> JobOut:
-    """Submit a job. With `Idempotency-Key`, a retry (same key, same body, same caller) returns the job the first
+    """Submit a job (with `array`, a job array: answers its first task, whose id is the array's id). With
+    `Idempotency-Key`, a retry (same key, same body, same caller) returns the job the first
     request made, marked `Idempotent-Replayed: true`; the same key with another body is refused (422)."""
     caller.require(Action.SUBMIT)
     keep = timedelta(seconds=settings.idempotency_key_ttl_s)
-    job, created = submit_job(store, body, caller, idempotency_key, keep)
+    job, created = submit_job(store, body, caller, idempotency_key, keep, settings.max_active_jobs_per_tenant)
     if created:
         sched.trigger.fire()
     else:
         response.headers["Idempotent-Replayed"] = "true"
     return job_out(request, store, sched, job)
+
+
+@router.post("/batch", status_code=201, response_model=list[JobOut])
+def create_jobs(
+    body: JobBatch,
+    request: Request,
+    response: Response,
+    caller: User,
+    store: StoreDep,
+    sched: SchedulerDep,
+    settings: SettingsDep,
+    idempotency_key: IdempotencyKey = None,
+) -> list[JobOut]:
+    """Submit several jobs (each may be an array) in one call: every one is checked, then all are stored in one
+    transaction, or none (the error names `jobs.N.field`). Answers every job made, arrays' tasks included, in
+    order. `Idempotency-Key` works as for a single submission."""
+    caller.require(Action.SUBMIT)
+    keep = timedelta(seconds=settings.idempotency_key_ttl_s)
+    jobs, created = submit_jobs(store, body.jobs, caller, idempotency_key, keep, settings.max_active_jobs_per_tenant)
+    if created:
+        sched.trigger.fire()
+    else:
+        response.headers["Idempotent-Replayed"] = "true"
+    names = tenant_names(store)
+    return [job_out(request, store, sched, j, names) for j in jobs]
+
+
+DEFAULT_PAGE = 500  # jobs in one answer unless `limit` says otherwise (kubectl's chunk size)
 
 
 @router.get("", response_model=list[JobOut])
@@ -56,21 +85,37 @@ def list_jobs(
     sched: SchedulerDep,
     all: bool = False,
     state: Annotated[list[JobState] | None, Query()] = None,
-    limit: Annotated[int, Query(ge=1, le=10_000, description="at most this many jobs")] = 1000,
+    limit: Annotated[int, Query(ge=1, le=10_000, description="at most this many jobs (a page)")] = DEFAULT_PAGE,
     before_id: Annotated[int | None, Query(ge=1, le=MAX_ID, description="page: only jobs with a smaller id")] = None,
+    after_id: Annotated[int | None, Query(ge=0, le=MAX_ID, description="page: only jobs with a larger id")] = None,
     newest_first: bool = False,
     node: Annotated[str | None, Query(max_length=255)] = None,
+    array_id: Annotated[int | None, Query(ge=1, le=MAX_ID, description="only the tasks of this job array")] = None,
 ) -> list[JobOut]:
-    """Pending and running jobs (`all=true`: every job), of the caller's tenant (admins: of all).
+    """Pending and running jobs (`all=true`: every job), of the caller's tenant (admins: of all), oldest first
+    (`newest_first=true`: newest first), at most `limit` (default 500) per answer.
 
-    Pages: `limit` with `newest_first=true` and `before_id` = the last id seen. `X-Total-Count` counts all matches.
+    Pages: when more may follow, the answer carries `Link: <next page>; rel="next"` (the same query with
+    `after_id`, or `before_id` when newest first, = the last id of this page). `X-Total-Count` counts all
+    matches.
     """
     states = state or (None if all else [JobState.PENDING, JobState.RUNNING])
     scope = caller.tenant_scope()
     jobs = store.list_jobs(
-        states=states, tenant_id=scope, limit=limit, newest_first=newest_first, before_id=before_id, node=node
+        states=states,
+        tenant_id=scope,
+        limit=limit,
+        newest_first=newest_first,
+        before_id=before_id,
+        after_id=after_id,
+        node=node,
+        array_id=array_id,
     )
     response.headers["X-Total-Count"] = str(store.count_jobs(states=states, tenant_id=scope))
+    if len(jobs) == limit:
+        cursor = {"before_id": jobs[-1].id} if newest_first else {"after_id": jobs[-1].id}
+        nxt = request.url.include_query_params(**cursor)
+        response.headers["Link"] = f'<{nxt.path}?{nxt.query}>; rel="next"'
     names = tenant_names(store)
     return [job_out(request, store, sched, j, names) for j in jobs]
 

@@ -194,6 +194,9 @@ def _assignment(job: Job, node: str, uuids: dict[int, str], store: StateStore, w
     if web_port is not None:  # the job's web UI listens here; the proxy reaches nothing else of the node
         env["CORRAL_JOB_PORT"] = env["PORT"] = str(web_port)
         env["CORRAL_PROXY_PREFIX"] = f"/proxy/jobs/{job.id}/"  # serve under this path (e.g. Jupyter base_url)
+    if s.array_index is not None:  # a task of a job array (as SLURM_ARRAY_TASK_ID / SLURM_ARRAY_JOB_ID)
+        env["CORRAL_ARRAY_INDEX"] = str(s.array_index)
+        env["CORRAL_ARRAY_JOB_ID"] = str(s.array_id)
     if job.attempt > 1:  # an earlier attempt was stopped (GPU failure, node lost, preemption, drain)
         env["CORRAL_PREEMPTED"] = "1"
     return Assignment(

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from corral.api.schemas import JobOut, JobSubmit
-from corral.core.errors import NotFoundError, ValidationError
+from corral.core.arrays import parse_array
+from corral.core.errors import NotFoundError, TooManyRequestsError, ValidationError
 from corral.core.requests import ResourceRequest, model_matches
 from corral.core.states import JobState
 from corral.server.auth import Principal
@@ -122,22 +126,73 @@ def submit_job(
     caller: Principal,
     idempotency_key: str | None = None,
     keep_keys: timedelta = timedelta(hours=24),
+    max_active: int | None = None,
 ) -> tuple[Job, bool]:
-    """(the job, whether this call created it). With an Idempotency-Key, the same key from the same caller with
-    the same body returns the job the first request made (also after a crash, for `keep_keys`); the same key
-    with another body raises IdempotencyKeyReused."""
-    spec = job_spec_for(store, body, caller.tenant_id, caller.user.id if caller.user else None)
+    """(the job, whether this call created it); for an array, its first task. With an Idempotency-Key, the same
+    key from the same caller with the same body returns the job the first request made (also after a crash, for
+    `keep_keys`); the same key with another body raises IdempotencyKeyReused."""
+    jobs, created = submit_jobs(store, [body], caller, idempotency_key, keep_keys, max_active)
+    return jobs[0], created
+
+
+def submit_jobs(
+    store: StateStore,
+    bodies: Sequence[JobSubmit],
+    caller: Principal,
+    idempotency_key: str | None = None,
+    keep_keys: timedelta = timedelta(hours=24),
+    max_active: int | None = None,
+) -> tuple[list[Job], bool]:
+    """Several submissions (each one job or an array of tasks), checked each and stored in one transaction: all
+    of them or none. (every job made, in order; whether this call made them), idempotent as submit_job.
+    `max_active`: the most pending and running jobs the caller's tenant may have (TooManyRequestsError beyond)."""
+    user_id = caller.user.id if caller.user else None
+    specs: list[JobSpec] = []
+    for i, body in enumerate(bodies):
+        try:
+            spec = job_spec_for(store, body, caller.tenant_id, user_id)
+        except ValidationError as e:
+            raise ValidationError(e.field if len(bodies) == 1 else f"jobs.{i}.{e.field}", e.problem) from None
+        if body.array is None:
+            specs.append(spec)
+        else:  # every task is the checked spec with its own index
+            arr = parse_array(body.array)
+            specs += [replace(spec, array_index=x, array_limit=arr.limit) for x in arr.indices]
+    if max_active is not None and caller.tenant_id is not None:
+        active = store.count_jobs(states=[JobState.PENDING, JobState.RUNNING], tenant_id=caller.tenant_id)
+        if active + len(specs) > max_active:
+            raise TooManyRequestsError(
+                f"the tenant has {active} jobs pending or running; {len(specs)} more would pass its limit of "
+                f"{max_active} (CORRAL_MAX_ACTIVE_JOBS_PER_TENANT): wait for some to end",
+                30,
+            )
     now = datetime.now(UTC)
     if idempotency_key is None:
-        return store.create_job(spec, now), True
+        if len(specs) == 1:
+            return [store.create_job(specs[0], now)], True
+        return store.create_jobs(specs, now), True
     owner = f"user:{caller.user.id}" if caller.user else f"token:{caller.token.id}"
-    return store.create_job_once(spec, now, owner, idempotency_key, request_fingerprint(body), keep_keys)
+    fingerprint = request_fingerprint(bodies[0]) if len(bodies) == 1 else request_fingerprint_of(bodies)
+    return store.create_jobs_once(specs, now, owner, idempotency_key, fingerprint, keep_keys)
 
 
 def request_fingerprint(body: JobSubmit) -> str:
     """sha256 of the submission as the API understood it (defaults filled, keys sorted)."""
-    canonical = json.dumps(body.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode()).hexdigest()
+    return _sha256(_canonical(body))
+
+
+def request_fingerprint_of(bodies: Sequence[JobSubmit]) -> str:
+    """sha256 of a batch of submissions, in order."""
+    return _sha256([_canonical(b) for b in bodies])
+
+
+def _canonical(body: JobSubmit) -> dict[str, Any]:
+    # Without `array` when there is none, so a key stored before arrays existed still matches its retry.
+    return body.model_dump(mode="json", exclude={"array"} if body.array is None else None)
+
+
+def _sha256(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
 def load_job(store: StateStore, job_id: int, caller: Principal | None = None) -> Job:

@@ -13,6 +13,7 @@ const REASONS = {
   "backfill-reserved": "would delay the reserved start of the job at the head",
   preempting: "lower-ranked jobs are being preempted to make room",
   priority: "higher-ranked jobs take the free GPUs first",
+  "array-limit": "its array already runs as many tasks at once as its limit allows",
 };
 export const reasonText = (r) => (r ? REASONS[r] || REASONS[String(r).split(":")[0]] || r : "waiting for the scheduler");
 
