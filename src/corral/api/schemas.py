@@ -235,7 +235,9 @@ class JobOut(BaseModel):
     secret_env: dict[str, str] = Field(default_factory=dict, description="VAR -> secret name (never the value)")
     array_id: int | None = Field(None, description="a task of a job array: the array's id (its first task's id)")
     array_index: int | None = Field(None, description="a task of a job array: its index (CORRAL_ARRAY_INDEX)")
-    array_limit: int | None = Field(None, description="a task of a job array: its array's tasks run at most this many at once")
+    array_limit: int | None = Field(
+        None, description="a task of a job array: its array's tasks run at most this many at once"
+    )
 
     @classmethod
     def from_job(
