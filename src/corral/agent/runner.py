@@ -11,6 +11,7 @@ import os
 import queue
 import socket
 import threading
+import uuid
 from pathlib import Path
 
 import psutil
@@ -71,6 +72,10 @@ class Agent:
         self.checkpoint_dir = checkpoint_dir or log_dir.parent / "checkpoints"
         self.shipper = LogShipper(client, node)
         self._lock = threading.Lock()  # launches and the running/exits view happen under it
+        # Each report's place in the order of snapshots (the long poll and the watch loop each send one; the
+        # server applies an older one that arrives late for its exits only): a random id per process, a count.
+        self._boot = uuid.uuid4().hex
+        self._seq = 0
         self._cancelled: set[RunRef] = set()
         self._run_gpus: dict[RunRef, tuple[int, ...]] = {}
         self._stop = threading.Event()
@@ -201,13 +206,20 @@ class Agent:
         with self._lock:
             running = self._running_runs()
             exits = self.executor.collect_exits()
+            self._seq += 1
+            seq = self._seq
         for ex in exits:  # the whole log reaches the server before the exit does
             run = RunRef.from_key(ex.job_id)
             self.shipper.ship(run.job_id, run.attempt, self.log_path(run), run.rank)
         reply = self.client.sync(
             self.node,
             AgentSync(
-                running=running, exits=[_report(e) for e in exits], wait_s=wait_s, web_ports=self.web_ports.reports()
+                running=running,
+                exits=[_report(e) for e in exits],
+                wait_s=wait_s,
+                web_ports=self.web_ports.reports(),
+                boot=self._boot,
+                seq=seq,
             ),
         )
         self.web_ports.set_checks(reply.web_ports)

@@ -612,6 +612,16 @@ class AgentSync(BaseModel):
         default_factory=list, max_length=4096, description="what the agent found listening on its jobs' web-UI ports"
     )
     wait_s: float = Field(0.0, ge=0, le=60, description="long-poll: hold the reply up to this long for new work")
+    boot: str = Field(
+        "", max_length=64, description="the agent process's random id (its reports' `seq` restart with it)"
+    )
+    seq: int = Field(
+        0,
+        ge=0,
+        le=2**53,
+        description="the report's number in the agent's order of snapshots: one older than a report the server "
+        "applied already (two syncs cross on the way) is applied for its exits only",
+    )
 
 
 class Assignment(BaseModel):

@@ -44,6 +44,7 @@ from corral.server.routers import join as join_router
 from corral.server.routers import oidc as oidc_router
 from corral.server.routers import secrets as secrets_router
 from corral.server.routers import unix_identity as unix_identity_router
+from corral.server.services.agents import ReportOrder
 from corral.server.services.alerting import AlertService
 from corral.server.services.identity import NodeIdentities
 from corral.server.services.login import LoginGuard
@@ -120,6 +121,7 @@ def create_app(settings: Settings, store: StateStore | None = None) -> FastAPI:
         oidc=build_oidc_client(settings),
         passwords=passwords,
         logins=logins,
+        report_order=ReportOrder(),
     )
 
     @asynccontextmanager

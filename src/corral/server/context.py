@@ -16,6 +16,7 @@ if TYPE_CHECKING:  # the classes only: importing them here would make auth -> co
     from corral.server.health import TelemetryService
     from corral.server.keyring import Keyring
     from corral.server.passwords import PasswordPool
+    from corral.server.services.agents import ReportOrder
     from corral.server.services.alerting import AlertService
     from corral.server.services.identity import NodeIdentities
     from corral.server.services.login import LoginGuard
@@ -48,6 +49,7 @@ class ServerContext:
     oidc: OidcClient | None  # None without CORRAL_OIDC_ISSUER
     passwords: PasswordPool  # password hashing on a small pool of its own
     logins: LoginGuard  # the failed-login back-off (server/services/login.py)
+    report_order: ReportOrder  # per node, the newest agent report applied (services/agents.py)
 
 
 def context_of(app: object) -> ServerContext:

@@ -13,7 +13,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
 from corral.api.bounds import MAX_ID
-from corral.api.schemas import AgentRegister, AgentSync, AgentSyncReply, NodeCertOut, NodeOut, RenewIn
+from corral.api.schemas import AgentRegister, AgentSync, AgentSyncReply, NodeCertOut, NodeOut, RenewIn, RunRef
 from corral.api.telemetry import TelemetryBatchIn
 from corral.core.errors import ForbiddenError, NotFoundError
 from corral.server.deps import ContextDep, LogsDep, SchedulerDep, StoreDep, TelemetryDep
@@ -46,7 +46,13 @@ async def sync(node: str, body: AgentSync, me: Agent, ctx: ContextDep) -> AgentS
     store = ctx.store
     if not await run_in_threadpool(store.touch_node, node, _now()):
         raise NotFoundError("node", node)
-    acked, freed = await run_in_threadpool(apply_reports, store, node, body)
+    order = ctx.report_order
+
+    def report() -> tuple[list[RunRef], bool]:
+        with order.lock(node):  # one report of a node at a time, in the agent's order of snapshots
+            return apply_reports(store, node, body, order.is_fresh(node, body.boot, body.seq))
+
+    acked, freed = await run_in_threadpool(report)
     ctx.web_ports.record(node, body.web_ports)
     if freed:
         ctx.scheduler.trigger.fire()

@@ -6,6 +6,7 @@ changes the job; anything else is a stale run to stop (running) or to forget (ex
 
 from __future__ import annotations
 
+import threading
 from datetime import UTC, datetime
 
 from corral.api.schemas import AgentRegister, AgentSync, Assignment, RunRef
@@ -72,11 +73,40 @@ def _apply_exit(store: StateStore, job: Job, node: str, exit_code: int, reason: 
     return store.finish_job(job.id, state, exit_code, reason, now)
 
 
-def apply_reports(store: StateStore, node: str, body: AgentSync) -> tuple[list[RunRef], bool]:
+class ReportOrder:
+    """Per node, the newest agent report applied. An agent has two syncs that may cross on the way (the long poll
+    and the watch loop's report of an exit): a report whose snapshot is older than one already applied must not
+    say that a run it had not launched yet is gone. Reports of one node are applied one at a time (`lock`);
+    `is_fresh` tells, and records, whether a report is newer than every one before it (a new `boot` starts over;
+    an agent that sends no `boot` is always fresh, as before)."""
+
+    def __init__(self) -> None:
+        self._guard = threading.Lock()
+        self._locks: dict[str, threading.Lock] = {}
+        self._last: dict[str, tuple[str, int]] = {}
+
+    def lock(self, node: str) -> threading.Lock:
+        with self._guard:
+            return self._locks.setdefault(node, threading.Lock())
+
+    def is_fresh(self, node: str, boot: str, seq: int) -> bool:
+        """Call with `lock(node)` held."""
+        if not boot:
+            return True
+        last = self._last.get(node)
+        if last is not None and last[0] == boot and seq <= last[1]:
+            return False
+        self._last[node] = (boot, seq)
+        return True
+
+
+def apply_reports(store: StateStore, node: str, body: AgentSync, fresh: bool = True) -> tuple[list[RunRef], bool]:
     """Reflect what the agent observed. Returns (exits acknowledged, whether capacity was freed).
 
     Reconciliation: a run the agent already received but now neither runs nor reports as exited
     was lost (e.g. the agent's state was wiped): it fails with a reason rather than hold GPUs forever.
+    A report that is not `fresh` (older than one applied already: ReportOrder) brings its exits only; what it
+    says runs, or no longer runs, is out of date.
     """
     now = datetime.now(UTC)
     freed = False
@@ -87,6 +117,8 @@ def apply_reports(store: StateStore, node: str, body: AgentSync) -> tuple[list[R
         if job is not None and _current(job, node, ex.run):
             freed |= _apply_exit(store, job, node, ex.exit_code, ex.reason, now)
         acked.append(ex.run)  # stale, unknown or already final: nothing to keep, the agent may forget it
+    if not fresh:
+        return acked, freed
     seen = {r for r in body.running} | {ex.run for ex in body.exits}
     # Only runs not yet noted as delivered to this node: usually none, and then no write at all.
     store.mark_delivered(
