@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -18,7 +18,7 @@ from corral.server.auth import Principal
 from corral.server.services.secrets import check_secret_refs
 from corral.store.base import StateStore
 from corral.store.protocols import SubmissionStore, TenancyStore
-from corral.store.records import Job, JobSpec, Node
+from corral.store.records import Job, JobSpec, Node, Quota
 
 
 def check_fits_some_node(request: ResourceRequest, nodes: list[Node], gang: int = 1) -> None:
@@ -82,12 +82,15 @@ def _can_ever_hold(node: Node, request: ResourceRequest) -> bool:
     return usable >= request.gpus and node.cpu_milli >= request.cpu_milli and node.memory_mib >= request.memory_mib
 
 
-def check_tenant_quota_covers(store: TenancyStore, tenant_id: int, request: ResourceRequest) -> None:
+def check_tenant_quota_covers(
+    store: TenancyStore, tenant_id: int, request: ResourceRequest, quotas: Sequence[Quota] | None = None
+) -> None:
     """A tenant with quotas only for some GPU models may not ask for another model (no flavor, in Kueue's
-    words): the job would never be admitted. A tenant with a total quota, or none at all, may ask any."""
+    words): the job would never be admitted. A tenant with a total quota, or none at all, may ask any.
+    `quotas`: the tenant's, when the caller loaded them already."""
     if request.gpus == 0:
         return
-    quotas = store.list_quotas(tenant_id)
+    quotas = store.list_quotas(tenant_id) if quotas is None else quotas
     if not quotas or any(not q.gpu_model for q in quotas):
         return
     covered = [q.gpu_model for q in quotas if (q.max_gpus is None or q.max_gpus > 0)]
@@ -102,20 +105,42 @@ def check_tenant_quota_covers(store: TenancyStore, tenant_id: int, request: Reso
         )
 
 
+@dataclass(frozen=True, slots=True)
+class SubmitContext:
+    """What checking submissions reads, loaded once for all the submissions of one call (a batch)."""
+
+    queues: frozenset[str]
+    nodes: list[Node]
+    quotas: list[Quota]
+
+
+def load_submit_context(store: SubmissionStore, tenant_id: int) -> SubmitContext:
+    return SubmitContext(
+        frozenset(q.name for q in store.list_queues(tenant_id)), store.list_nodes(), store.list_quotas(tenant_id)
+    )
+
+
 def job_spec_for(
-    store: SubmissionStore, body: JobSubmit, tenant_id: int | None, user_id: int | None, schedule_id: int | None = None
+    store: SubmissionStore,
+    body: JobSubmit,
+    tenant_id: int | None,
+    user_id: int | None,
+    schedule_id: int | None = None,
+    ctx: SubmitContext | None = None,
 ) -> JobSpec:
     """Check a submission against the tenant's queues and quotas and the pool; the spec to store, or
-    ValidationError naming the field."""
+    ValidationError naming the field. `ctx`: the tenant's queues, quotas and the nodes, loaded once per call."""
     if tenant_id is None:
         raise ValidationError("tenant", "the caller belongs to no tenant")
-    if body.queue not in {q.name for q in store.list_queues(tenant_id)}:
+    if ctx is None:
+        ctx = load_submit_context(store, tenant_id)
+    if body.queue not in ctx.queues:
         raise ValidationError("queue", f"no queue {body.queue!r} in this tenant")
     if body.nodes > 1 and body.gpus == 0:
         raise ValidationError("nodes", "a multi-node job asks for GPUs on each node (--gpus)")
     spec = body.to_spec(tenant_id, user_id, schedule_id)
-    check_fits_some_node(spec.request, store.list_nodes(), body.nodes)
-    check_tenant_quota_covers(store, tenant_id, spec.request)
+    check_fits_some_node(spec.request, ctx.nodes, body.nodes)
+    check_tenant_quota_covers(store, tenant_id, spec.request, ctx.quotas)
     check_secret_refs(store, tenant_id, body.secret_env, body.env)  # names only: values are read at hand-over
     return spec
 
@@ -148,9 +173,10 @@ def submit_jobs(
     `max_active`: the most pending and running jobs the caller's tenant may have (TooManyRequestsError beyond)."""
     user_id = caller.user.id if caller.user else None
     specs: list[JobSpec] = []
+    ctx = load_submit_context(store, caller.tenant_id) if caller.tenant_id is not None else None
     for i, body in enumerate(bodies):
         try:
-            spec = job_spec_for(store, body, caller.tenant_id, user_id)
+            spec = job_spec_for(store, body, caller.tenant_id, user_id, ctx=ctx)
         except ValidationError as e:
             raise ValidationError(e.field if len(bodies) == 1 else f"jobs.{i}.{e.field}", e.problem) from None
         if body.array is None:
