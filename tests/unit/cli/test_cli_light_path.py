@@ -21,7 +21,16 @@ from corral.sdk.errors import CorralAPIError
 CORRAL = str(Path(sys.executable).with_name("corral"))
 # What a submission must not load: each costs tens of milliseconds, and none is needed to send a job.
 HEAVY = ("typer", "click", "httpx", "pydantic", "rich", "multiprocessing", "corral.api.schemas", "corral.scheduler")
-HEAVY += ("corral.sim", "corral.server", "corral.store", "corral.agent", "corral.sdk.client", "fastapi", "sqlalchemy")
+HEAVY += (
+    "corral.sim",
+    "corral.server",
+    "corral.store",
+    "corral.agent",
+    "corral.sdk.client",
+    "fastapi",
+    "sqlalchemy",
+    "uuid",
+)
 
 
 class _Refuses(http.server.BaseHTTPRequestHandler):
