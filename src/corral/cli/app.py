@@ -31,6 +31,20 @@ app = typer.Typer(
     rich_markup_mode=None,
 )
 
+@app.callback(invoke_without_command=True)
+def _top(
+    ctx: typer.Context,
+    version: bool = typer.Option(False, "--version", help="Print Corral's version and exit (also `corral version`)."),
+) -> None:
+    """Corral: one pool of GPUs, many users."""
+    if version:  # `corral --version` alone never gets here (corral.cli.main prints it without loading typer)
+        print(__version__)
+        raise typer.Exit(0)
+    if ctx.invoked_subcommand is None:
+        print(ctx.get_help())
+        raise typer.Exit(2)
+
+
 app.command("up")(run.up)
 app.command("server")(run.server)
 app.command("agent")(run.agent)
