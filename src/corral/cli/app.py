@@ -31,6 +31,7 @@ app = typer.Typer(
     rich_markup_mode=None,
 )
 
+
 @app.callback(invoke_without_command=True)
 def _top(
     ctx: typer.Context,
