@@ -262,10 +262,18 @@ def _record(out: Samples, key: str, t0: float, window: tuple[float, float], star
         out.setdefault(key, []).append((time.perf_counter() - t0) * 1000)
 
 
+def await_window(ready: Any, go: Any, box: Any) -> tuple[float, float]:
+    """Say this load process is ready, then wait for the window both share (see `run_db`)."""
+    ready.put(os.getpid())
+    go.wait()
+    return float(box[0]), float(box[1])
+
+
 def run_agents(
-    agent_url: str, ca_pem: str, certs: str, names: list[str], threads: int, window: tuple[float, float], results: Any
+    agent_url: str, ca_pem: str, certs: str, names: list[str], threads: int, ready: Any, go: Any, box: Any, results: Any
 ) -> None:
-    """Every agent ticks every INTERVAL_S from (wall-clock) window[0] - WARMUP_S until window[1]."""
+    """Every agent ticks every INTERVAL_S from (wall-clock) window[0] - WARMUP_S until window[1]; the window is
+    set once both load processes are ready (1,000 TLS contexts take longer to load than any fixed lead time)."""
     host, port = agent_url.removeprefix("https://").split(":")
     contexts = {}
     templates = {}
@@ -274,6 +282,7 @@ def run_agents(
         ctx.load_cert_chain(f"{certs}/{n}.crt", f"{certs}/{n}.key")
         contexts[n] = ctx
         templates[n] = json.loads(Path(f"{certs}/{n}.json").read_text())
+    window = await_window(ready, go, box)
     begin = window[0] - WARMUP_S
     merged: Samples = {}
     errors: dict[str, int] = {}
@@ -342,10 +351,11 @@ def run_agents(
 
 
 def run_clients(
-    api: str, token: str, jobs: int, clients: int, think_s: float, window: tuple[float, float], results: Any
+    api: str, token: str, jobs: int, clients: int, think_s: float, ready: Any, go: Any, box: Any, results: Any
 ) -> None:
     """`clients` threads, back to back over CLIENT_ENDPOINTS (each starts at another one) until window[1]."""
     host, port = api.removeprefix("http://").split(":")
+    window = await_window(ready, go, box)
     merged: Samples = {}
     errors: dict[str, int] = {}
     lock = threading.Lock()
@@ -438,17 +448,27 @@ def run_db(kind: str, args: argparse.Namespace) -> tuple[list[dict[str, Any]], d
             idle = idle_latencies(api, token, jobs, args.idle_requests)
             ctx = multiprocessing.get_context("spawn")
             results: Any = ctx.Queue()
-            start = time.time() + 5 + WARMUP_S  # the processes load their certificates first
-            window = (start, start + args.duration)
+            # the window starts once both load processes are ready (the agents' one loads every certificate first)
+            ready, go, box = ctx.Queue(), ctx.Event(), ctx.Array("d", 2)
             threads = max(1, min(args.agents, args.agent_threads))
             procs = [
                 ctx.Process(
-                    target=run_agents, args=(agent_url, ca_pem, str(root / "certs"), names, threads, window, results)
+                    target=run_agents,
+                    args=(agent_url, ca_pem, str(root / "certs"), names, threads, ready, go, box, results),
                 ),
-                ctx.Process(target=run_clients, args=(api, token, jobs, args.clients, args.think_s, window, results)),
+                ctx.Process(
+                    target=run_clients, args=(api, token, jobs, args.clients, args.think_s, ready, go, box, results)
+                ),
             ]
             for p in procs:
                 p.start()
+            for _ in procs:
+                ready.get(timeout=1800)
+            start = time.time() + WARMUP_S
+            window = (start, start + args.duration)
+            box[0], box[1] = window
+            go.set()
+            log(args, f"{kind}: load processes ready; measuring for {args.duration:g} s after a {WARMUP_S:g} s warm-up")
             time.sleep(max(0.0, window[0] - time.time()))
             cpu0 = cpu_seconds(server.pid)
             time.sleep(max(0.0, window[1] - time.time()))

@@ -5,8 +5,11 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+import time
+import weakref
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 from fastapi import Request
 
@@ -94,16 +97,47 @@ def _credential(request: Request, csrf: bool = True) -> str:
     return cookie
 
 
+# Credential cache: every API call would otherwise look up its token and its user (two queries) before the
+# endpoint runs. An entry is a valid token and its user as read at most CREDENTIAL_TTL_S ago; it is dropped at
+# once when this server writes the tokens or users table (revocation, disabling, role or tenant change: the
+# store's `auth_epoch`, see SqlStore). A revocation made through ANOTHER server replica is seen here at most
+# CREDENTIAL_TTL_S later: that is the whole cost of the cache. Unknown or revoked tokens are never cached, expiry
+# and `disabled` are checked on every call, and an entry is keyed by the hash of its secret, so it is only ever
+# handed to the holder of that secret (its own user and tenant scope). Stores without `auth_epoch` are not cached.
+CREDENTIAL_TTL_S = 3.0
+CREDENTIAL_CACHE_SIZE = 10_000
+_clock = time.monotonic
+_credentials: weakref.WeakKeyDictionary[object, dict[str, tuple[float, int, TokenRecord, User | None]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _lookup(store: Any, token_hash: str) -> tuple[TokenRecord | None, User | None]:
+    epoch = getattr(store, "auth_epoch", None)
+    cache = _credentials.get(store) if epoch is not None else None
+    hit = cache.get(token_hash) if cache is not None else None
+    if hit is not None and hit[0] > _clock() and hit[1] == epoch:
+        return hit[2], hit[3]
+    token = store.find_token(token_hash)
+    user = store.get_user(token.user_id) if token is not None and token.user_id is not None else None
+    if token is not None and epoch is not None and getattr(store, "auth_epoch", None) == epoch:
+        if cache is None:
+            cache = _credentials.setdefault(store, {})
+        if len(cache) >= CREDENTIAL_CACHE_SIZE:
+            cache.clear()
+        cache[token_hash] = (_clock() + CREDENTIAL_TTL_S, epoch, token, user)
+    return token, user
+
+
 def authenticate(request: Request, csrf: bool = True) -> Principal:
     """The caller. `csrf=False` only where the session cookie is SameSite=Strict and the route serves no
     portal or API (the job-UI origin: a job's own app posts without Corral's CSRF header)."""
     store = context_of(request.app).store
-    token = store.find_token(hash_token(_credential(request, csrf)))
+    token, user = _lookup(store, hash_token(_credential(request, csrf)))
     if token is None:
         raise AuthError("invalid or revoked token")
     if token.expires_at is not None and token.expires_at <= datetime.now(UTC):
         raise AuthError("token expired")
-    user = store.get_user(token.user_id) if token.user_id is not None else None
     if user is not None and user.disabled:
         raise AuthError("user disabled")
     return Principal(token=token, user=user)

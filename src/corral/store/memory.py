@@ -138,6 +138,12 @@ class MemoryStore:
     def count_jobs(self, states: Sequence[JobState] | None = None, tenant_id: int | None = None) -> int:
         return len(self.list_jobs(states=states, tenant_id=tenant_id))
 
+    def count_jobs_by_tenant(self, states: Sequence[JobState]) -> dict[int | None, int]:
+        counts: dict[int | None, int] = {}
+        for j in self.list_jobs(states=states):
+            counts[j.spec.tenant_id] = counts.get(j.spec.tenant_id, 0) + 1
+        return counts
+
     def list_node_jobs(self, node: str) -> list[Job]:
         with self._lock:
             return [self._jobs[i] for i in sorted(self._on_node.get(node, ()))]

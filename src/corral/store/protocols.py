@@ -93,6 +93,10 @@ class JobStore(Protocol):
     def count_jobs(self, states: Sequence[JobState] | None = None, tenant_id: int | None = None) -> int:
         """How many jobs match the filters. Read-only."""
 
+    def count_jobs_by_tenant(self, states: Sequence[JobState]) -> dict[int | None, int]:
+        """tenant id (None: no tenant) -> how many jobs in `states` it has; tenants without any are left out.
+        One GROUP BY, no job loaded. Read-only."""
+
     def list_node_jobs(self, node: str) -> list[Job]:
         """RUNNING jobs with a part on `node` (a gang's job is listed on each of its nodes), by id. Read-only."""
 

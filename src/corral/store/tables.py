@@ -202,6 +202,8 @@ class JobRow(Base):
         Index("ix_jobs_node", "node"),
         Index("ix_jobs_tenant", "tenant_id"),
         Index("ix_jobs_schedule", "schedule_id"),
+        Index("ix_jobs_state_id", "state", "id"),  # 0018: the job list's filters and id order
+        Index("ix_jobs_tenant_state_id", "tenant_id", "state", "id"),  # 0018
     )
 
 

@@ -18,7 +18,7 @@ from corral.server.deps import LogsDep, NotifierDep, SchedulerDep, SettingsDep, 
 from corral.server.params import Id, IdempotencyKey, Offset
 from corral.server.services.job_ui import job_out
 from corral.server.services.jobs import load_job, submit_job, submit_jobs
-from corral.server.services.tenancy import tenant_names
+from corral.server.services.tenancy import known_tenant_names, tenant_names
 
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
 User = Annotated[Principal, Depends(require_user)]
@@ -116,7 +116,7 @@ def list_jobs(
         cursor = {"before_id": jobs[-1].id} if newest_first else {"after_id": jobs[-1].id}
         nxt = request.url.include_query_params(**cursor)
         response.headers["Link"] = f'<{nxt.path}?{nxt.query}>; rel="next"'
-    names = tenant_names(store)
+    names = known_tenant_names(store, {j.spec.tenant_id for j in jobs})
     return [job_out(request, store, sched, j, names) for j in jobs]
 
 

@@ -190,9 +190,9 @@ class AlertService:
         series += compute_node_lost_series(n.name for n in nodes if n.state == "LOST")
         series += compute_job_utilization_series(placements, utilization)
         pending: dict[str, int] = {}
-        for j in self.store.list_jobs(states=[JobState.PENDING]):
-            key = tenants.get(j.spec.tenant_id or 0, "")
-            pending[key] = pending.get(key, 0) + 1
+        for tenant_id, count in self.store.count_jobs_by_tenant([JobState.PENDING]).items():
+            key = tenants.get(tenant_id or 0, "")
+            pending[key] = pending.get(key, 0) + count
         series += compute_queue_series(pending)
         return series
 

@@ -9,7 +9,7 @@ from fastapi import Request, WebSocket
 from corral.api.schemas import JobOut
 from corral.server.context import context_of
 from corral.server.services.jobs import to_out
-from corral.server.services.tenancy import tenant_names
+from corral.server.services.tenancy import known_tenant_names
 from corral.store.base import StateStore
 from corral.store.records import Job
 
@@ -35,7 +35,9 @@ def job_out(
     request: Request, store: StateStore, sched: Scheduler, job: Job, names: dict[int, str] | None = None
 ) -> JobOut:
     """The job's wire shape with the scheduler's pending reason, position and ETA."""
-    out = to_out(job, sched.pending_reasons, names if names is not None else tenant_names(store), sched.pending_info)
+    if names is None:
+        names = known_tenant_names(store, (job.spec.tenant_id,))
+    out = to_out(job, sched.pending_reasons, names, sched.pending_info)
     if out.web_url:  # on the job-UI origin when it has one (CORRAL_JOB_UI_PORT)
         out.web_url = job_ui_base(request) + out.web_url
     return out

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import weakref
+from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
@@ -54,6 +56,22 @@ def load_tenant(store: TenancyStore, name: str, caller: Principal) -> Tenant:
 
 def tenant_names(store: TenancyStore) -> dict[int, str]:
     return {t.id: t.name for t in store.list_tenants()}
+
+
+_KNOWN_NAMES: weakref.WeakKeyDictionary[TenancyStore, dict[int, str]] = weakref.WeakKeyDictionary()
+
+
+def known_tenant_names(store: TenancyStore, tenant_ids: Iterable[int | None]) -> dict[int, str]:
+    """id -> name, at least of `tenant_ids` that are tenants, without a query when every one was seen before (a
+    job list or a job calls this on every request). A tenant is never renamed nor deleted (no store method does
+    either), so a name once read stays right; an id not yet known reloads them all. The map holds only names,
+    and callers name each job's own tenant only: nothing of one tenant reaches another's answer."""
+    wanted = {i for i in tenant_ids if i}
+    known = _KNOWN_NAMES.get(store)
+    if known is None or not wanted <= known.keys():
+        known = tenant_names(store)
+        _KNOWN_NAMES[store] = known
+    return known
 
 
 def tenant_out(t: Tenant, names: dict[int, str]) -> TenantOut:
