@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import socket
 import statistics
 import sys
 import tempfile
@@ -24,6 +23,7 @@ from typing import Any
 
 import httpx
 import uvicorn
+from benchlib import free_port
 
 from corral.sdk.join import trust_ssl_context
 from corral.server.app import create_agent_app
@@ -31,12 +31,6 @@ from corral.server.runtime import ServerThread, provision_node_files
 from corral.server.settings import Settings
 
 NODE = "bench-node"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class PresentCert:

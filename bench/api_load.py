@@ -43,7 +43,6 @@ import multiprocessing
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -58,6 +57,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from benchlib import free_port, pct
 from sqlalchemy import insert, text
 
 from corral.agent.gpu.simulated import SimulatedGpuBackend
@@ -78,17 +78,6 @@ SYNC_BODY = json.dumps({"running": [], "exits": [], "web_ports": [], "wait_s": 0
 CLIENT_ENDPOINTS = ("GET /api/v1/jobs", "GET /api/v1/jobs/{id}", "GET /api/v1/nodes")
 AGENT_ENDPOINTS = ("agent TLS connect", "POST /agents/{node}/sync", "POST /agents/{node}/telemetry")
 Samples = dict[str, list[float]]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def pct(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(p / 100 * len(ordered)) - 1))]
 
 
 # ---- the store ----------------------------------------------------------------------------------------------

@@ -30,7 +30,6 @@ import os
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -41,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from benchlib import free_port
 
 CORRAL = str(Path(sys.executable).with_name("corral"))
 REPO = Path(__file__).resolve().parent.parent
@@ -49,12 +49,6 @@ NODES = 4
 GPUS_PER_NODE = 8
 API_CLIENTS = 16
 START_TIMEOUT_S = 600.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_for(pred: Any, timeout_s: float, what: str) -> Any:

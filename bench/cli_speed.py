@@ -19,7 +19,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -28,6 +27,7 @@ import time
 from pathlib import Path
 
 import httpx
+from benchlib import free_port, pct
 
 CORRAL = str(Path(sys.executable).with_name("corral"))
 
@@ -38,17 +38,6 @@ COMMANDS: list[tuple[str, list[str]]] = [
     ("corral submit", [CORRAL, "submit", "--", "true"]),
     ("corral jobs", [CORRAL, "jobs"]),
 ]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def pct(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(p / 100 * len(ordered)) - 1))]
 
 
 def timed(argv: list[str], env: dict[str, str]) -> float:

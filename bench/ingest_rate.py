@@ -16,7 +16,6 @@ import argparse
 import json
 import os
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -26,6 +25,7 @@ import time
 from pathlib import Path
 
 import httpx
+from benchlib import free_port
 
 from corral.agent.gpu.simulated import SimulatedGpuBackend
 from corral.agent.identity import new_key_and_csr
@@ -34,12 +34,6 @@ from corral.core.telemetry import TelemetryBatch, batch_to_dict
 from corral.sdk.join import join_cluster, trust_ssl_context
 
 CORRAL = str(Path(sys.executable).with_name("corral"))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _join(certs: Path, agent_url: str, token: str, name: str) -> ssl.SSLContext:

@@ -12,13 +12,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
 import time
 
 import psutil
+from benchlib import free_port
 
 from corral.agent.webports import WEB_PORT_CHECK_S, WebPortWatch
 from corral.api.schemas import WebPortCheck
@@ -27,12 +27,6 @@ LISTEN = (
     "import socket, sys, time; s = socket.socket(); s.bind(('127.0.0.1', int(sys.argv[1]))); s.listen(); "
     "print('up', flush=True); time.sleep(600)"
 )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def run(jobs: int, rounds: int) -> dict[str, float]:

@@ -54,7 +54,6 @@ import os
 import resource
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -68,6 +67,7 @@ from typing import Any
 
 import httpx
 import psutil
+from benchlib import free_port, pct
 
 CORRAL = str(Path(sys.executable).with_name("corral"))
 SCRATCH = Path("/tmp/kueue_baseline")
@@ -90,6 +90,7 @@ CLASSES = (
     WorkloadClass("medium", 100, 500, 5, 500, 100, 76.768, 90.0),
     WorkloadClass("large", 50, 1200, 20, 1000, 200, 16.501, 23.0),
 )
+
 COHORTS = 5
 QUEUES_PER_COHORT = 6
 NOMINAL = 20
@@ -104,17 +105,6 @@ class Planned:
     tenant: str
     cls: WorkloadClass
     k: int
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def pct(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(p / 100 * len(ordered)) - 1))]
 
 
 def tenant_names() -> list[tuple[str, str]]:

@@ -18,7 +18,6 @@ import json
 import multiprocessing
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -29,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from benchlib import free_port
 
 CORRAL = str(Path(sys.executable).with_name("corral"))
 BASELINE = "baseline"  # the `before` run: old code, from --baseline-ref
@@ -47,12 +47,6 @@ def export_baseline(ref: str) -> Path:
     archive = subprocess.run(["git", "-C", str(repo), "archive", ref, "src"], check=True, capture_output=True).stdout
     subprocess.run(["tar", "-x", "-C", str(out)], input=archive, check=True)
     return out / "src"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def attack(url: str, started: Any, stop: Any, out: Any) -> None:

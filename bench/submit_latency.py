@@ -13,7 +13,6 @@ import argparse
 import json
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -22,19 +21,9 @@ import time
 from pathlib import Path
 
 import httpx
+from benchlib import free_port, pct
 
 CORRAL = str(Path(sys.executable).with_name("corral"))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def pct(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(p / 100 * len(ordered)) - 1))]
 
 
 def main() -> None:
