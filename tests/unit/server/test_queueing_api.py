@@ -153,3 +153,35 @@ def test_time_limits_give_an_eta(world: World) -> None:
 
     delta = datetime.fromisoformat(job["eta"]) - datetime.fromisoformat(started)
     assert abs(delta.total_seconds() - 600) < 5
+
+
+def test_a_job_naming_no_model_runs_on_a_model_its_tenant_has_quota_for(world: World) -> None:
+    # The README's walkthrough: a quota for H100 only, then a job that names no model (issue 14).
+    assert world.c.post("/api/v1/tenants", json={"name": "vision"}, headers=world.admin).status_code == 201
+    r = world.c.put(
+        "/api/v1/tenants/vision/quotas",
+        json={"gpu_model": "H100", "guaranteed_gpus": 2, "max_gpus": 4},
+        headers=world.admin,
+    )
+    assert r.status_code == 200, r.text
+    user = {"name": "alice", "tenant": "vision", "password": "password-123"}
+    assert world.c.post("/api/v1/users", json=user, headers=world.admin).status_code == 201
+    token = world.c.post("/api/v1/login", json={"username": "alice", "password": "password-123"}).json()["token"]
+    vision = {"Authorization": f"Bearer {token}"}
+    quotas = world.c.get("/api/v1/quotas", headers=world.admin).json()
+    assert [q["gpu_model"] for q in quotas if q["tenant"] == "vision"] == ["H100"]  # only a model quota
+    r = world.c.post("/api/v1/jobs", json={"command": ["train"], "gpus": 2, "time_limit_s": 3600}, headers=vision)
+    assert r.status_code == 201, r.text
+    job = r.json()
+    assert job["gpu_model"] == "H100"  # pinned to what its quota covers
+    world.settle(lambda: world.job(job["id"])["state"] == "RUNNING", "it runs on the node's H100s")
+    # A model the quota does not cover is still refused, naming the models it covers.
+    gpus = [{"index": i, "uuid": f"GPU-a{i}", "model": "A100-40GB", "memory_mib": 40960} for i in range(2)]
+    agent2 = NodeAgents(world.c)("n2")
+    r = world.c.post(
+        "/api/v1/agents/register", json={"name": "n2", "backend": "simulated", "gpus": gpus}, headers=agent2
+    )
+    assert r.status_code == 200, r.text
+    r = world.c.post("/api/v1/jobs", json={"command": ["x"], "gpus": 1, "gpu_model": "A100"}, headers=vision)
+    assert r.status_code == 400 and r.json()["error"]["field"] == "gpu_model"
+    assert "no quota for A100; its quotas cover H100 (ask for one of those)" in r.json()["error"]["message"]

@@ -82,26 +82,38 @@ def _can_ever_hold(node: Node, request: ResourceRequest) -> bool:
     return usable >= request.gpus and node.cpu_milli >= request.cpu_milli and node.memory_mib >= request.memory_mib
 
 
+def compute_quota_models(quotas: Sequence[Quota]) -> tuple[str, ...]:
+    """The GPU models a tenant's quotas are limited to: () when it may use any (no quota at all, or a total one)."""
+    if not quotas or any(not q.gpu_model for q in quotas):
+        return ()
+    return tuple(q.gpu_model for q in quotas if q.gpu_model and (q.max_gpus is None or q.max_gpus > 0))
+
+
 def check_tenant_quota_covers(
     store: TenancyStore, tenant_id: int, request: ResourceRequest, quotas: Sequence[Quota] | None = None
 ) -> None:
     """A tenant with quotas only for some GPU models may not ask for another model (no flavor, in Kueue's
-    words): the job would never be admitted. A tenant with a total quota, or none at all, may ask any.
+    words): the job would never be admitted. A tenant with a total quota, or none at all, may ask any; a job
+    that names no model runs on the models its tenant's quotas cover (job_spec_for pins them).
     `quotas`: the tenant's, when the caller loaded them already."""
     if request.gpus == 0:
         return
     quotas = store.list_quotas(tenant_id) if quotas is None else quotas
     if not quotas or any(not q.gpu_model for q in quotas):
         return
-    covered = [q.gpu_model for q in quotas if (q.max_gpus is None or q.max_gpus > 0)]
+    covered = compute_quota_models(quotas)
     wanted = request.gpu_models
-    ok = any(model_matches(m, (c,)) or model_matches(c, (m,)) for m in wanted for c in covered) if wanted else False
+    ok = (
+        any(model_matches(m, (c,)) or model_matches(c, (m,)) for m in wanted for c in covered)
+        if wanted
+        else bool(covered)
+    )
     if not ok:
-        asked = "|".join(wanted) or "any model"
+        asked = "|".join(wanted) or "a GPU"
         raise ValidationError(
             "gpu_model",
             f"the tenant has no quota for {asked}; its quotas cover "
-            f"{', '.join(covered) or 'nothing'} (ask for one of those)",
+            f"{', '.join(covered) or 'no GPU model (all are at 0)'}" + (" (ask for one of those)" if covered else ""),
         )
 
 
@@ -139,6 +151,11 @@ def job_spec_for(
     if body.nodes > 1 and body.gpus == 0:
         raise ValidationError("nodes", "a multi-node job asks for GPUs on each node (--gpus)")
     spec = body.to_spec(tenant_id, user_id, schedule_id)
+    pinned = compute_quota_models(ctx.quotas)
+    if spec.gpus and not spec.gpu_models and pinned:
+        # It names no model and its tenant's quotas cover only some: it runs on those (it could not be
+        # admitted on another).
+        spec = replace(spec, gpu_models=pinned)
     check_fits_some_node(spec.request, ctx.nodes, body.nodes)
     check_tenant_quota_covers(store, tenant_id, spec.request, ctx.quotas)
     check_secret_refs(store, tenant_id, body.secret_env, body.env)  # names only: values are read at hand-over
