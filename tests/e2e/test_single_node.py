@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import time
 from typing import Any
 
 import pytest
 
-from .conftest import Corral, wait_for
+from .conftest import CORRAL, Corral, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -115,3 +117,33 @@ def test_cli_bad_input_is_one_line_and_creates_nothing(corral_factory: Any) -> N
     unreachable = dict(c.env, CORRAL_URL="http://127.0.0.1:9")
     r = c.cli("jobs", env=unreachable)
     assert r.returncode != 0 and "cannot reach" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_logs_follow_says_what_a_pending_job_waits_for_and_how_it_ended(corral_factory: Any) -> None:
+    c: Corral = corral_factory()
+    c.start()
+    hog = c.submit("--gpus", "8", "--", "sleep", "600")
+    wait_for(lambda: c.job(hog)["state"] == "RUNNING", 30, "the hog runs")
+    waiting = c.submit("--gpus", "8", "--", "echo", "never")
+    follow = subprocess.Popen(
+        [CORRAL, "logs", str(waiting), "--follow"], env=c.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        time.sleep(2)  # it is following, the job still pending
+        assert c.cli("cancel", str(waiting)).returncode == 0
+        out, err = follow.communicate(timeout=30)
+    finally:
+        follow.kill()
+    assert follow.returncode == 0 and out == ""
+    lines = err.splitlines()
+    assert lines[0].startswith(f"job {waiting} is pending (") and "its logs follow when it starts" in lines[0], err
+    assert lines[-1].startswith(f"job {waiting} CANCELLED"), err
+    assert c.cli("cancel", str(hog)).returncode == 0
+
+
+def test_an_empty_list_says_so(corral_factory: Any) -> None:
+    c: Corral = corral_factory()
+    c.start()
+    assert c.cli("jobs").stdout.strip() == "no pending or running jobs (corral jobs --all shows finished ones)"
+    assert c.cli("jobs", "--all").stdout.strip() == "no jobs"
+    assert c.cli_json("jobs") == []

@@ -248,6 +248,9 @@ def jobs(argv: list[str]) -> None:
         print_json(items)
         return
     rows = [_job_row(j) for j in (items if a.array else fold_arrays(items))]
+    if not rows:
+        print("no jobs" if a.all else "no pending or running jobs (corral jobs --all shows finished ones)")
+        return
     print_table(["ID", "NAME", "TENANT", "STATE", "POS", "NODE", "GPUS", "EXIT", "CREATED", "REASON", "ETA"], rows)
 
 
@@ -393,6 +396,7 @@ def logs(argv: list[str]) -> None:
             r = c.request("GET", f"/api/v1/jobs/{a.job_id}/logs", params={"offset": at, "rank": a.rank})
             return r.content, int(r.headers.get("x-log-size", "0")), r.headers.get("x-job-state", "")
 
+        said_pending = False
         while True:
             data, size, state = read(offset)
             if data:
@@ -407,7 +411,16 @@ def logs(argv: list[str]) -> None:
                     data, _, _ = read(offset)
                     out.write(data)
                     out.flush()
+                    job = c.request("GET", f"/api/v1/jobs/{a.job_id}").json()
+                    code = "" if job.get("exit_code") is None else f" (exit code {job['exit_code']})"
+                    why = f": {job['reason']}" if job.get("reason") and job["state"] != "SUCCEEDED" else ""
+                    print(f"job {a.job_id} {job['state']}{code}{why}", file=sys.stderr)
                 return
+            if state == "PENDING" and not said_pending:  # say what it waits for (on stderr: stdout is the log)
+                job = c.request("GET", f"/api/v1/jobs/{a.job_id}").json()
+                reason = job.get("pending_reason") or "waiting for the scheduler"
+                print(f"job {a.job_id} is pending ({reason}); its logs follow when it starts", file=sys.stderr)
+                said_pending = True
             time.sleep(0.5)
 
 
