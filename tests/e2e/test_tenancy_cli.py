@@ -54,3 +54,14 @@ def test_admin_creates_tenant_user_and_quota_user_logs_in(corral_factory: Any) -
 
     r = c.cli("login", "alice", env=dict(alice_env, CORRAL_PASSWORD="wrong-password"))
     assert r.returncode != 0 and "wrong user name or password" in r.stderr
+
+
+def test_every_noun_lists_when_bare(corral_factory: Any) -> None:
+    c: Corral = corral_factory()
+    c.start()
+    assert c.cli("tenants", "create", "vision").returncode == 0
+    for noun, header in (("tenants", "TENANT"), ("users", "USER"), ("tokens", "ID")):
+        bare = c.cli(noun)
+        assert bare.returncode == 0 and f" {header} " in bare.stdout, (noun, bare.stdout, bare.stderr)
+        assert c.cli_json(noun) == c.cli_json(noun, "list"), noun
+    assert any(t["name"] == "vision" for t in c.cli_json("tenants"))

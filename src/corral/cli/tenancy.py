@@ -18,9 +18,15 @@ from corral.sdk.client import CorralAPIError, CorralClient
 
 JSON = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
-tenants_app = typer.Typer(help="Tenants (teams, departments), their quotas and queues.", no_args_is_help=True)
-users_app = typer.Typer(help="Users and their roles.", no_args_is_help=True)
-tokens_app = typer.Typer(help="API tokens.", no_args_is_help=True)
+# Every noun lists when bare (`corral tenants` as `corral nodes`), as `list` does.
+tenants_app = typer.Typer(
+    help="Tenants (teams, departments), their quotas and queues: list them (no subcommand), create, quota, queue.",
+    invoke_without_command=True,
+)
+users_app = typer.Typer(
+    help="Users and their roles: list them (no subcommand), create, set.", invoke_without_command=True
+)
+tokens_app = typer.Typer(help="API tokens: list them (no subcommand), create, revoke.", invoke_without_command=True)
 
 
 @tenants_app.command("list")
@@ -299,3 +305,21 @@ def whoami(as_json: JSON = False) -> None:
     with make_client() as c:
         me = c.whoami()
     print_json(me) if as_json else print(f"{me.user} ({me.role}) in tenant {me.tenant}")
+
+
+@tenants_app.callback()
+def _tenants(ctx: typer.Context, as_json: JSON = False) -> None:
+    if ctx.invoked_subcommand is None:
+        tenants_list(as_json)
+
+
+@users_app.callback()
+def _users(ctx: typer.Context, as_json: JSON = False) -> None:
+    if ctx.invoked_subcommand is None:
+        users_list(as_json)
+
+
+@tokens_app.callback()
+def _tokens(ctx: typer.Context, as_json: JSON = False) -> None:
+    if ctx.invoked_subcommand is None:
+        tokens_list(as_json)
