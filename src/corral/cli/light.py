@@ -136,6 +136,20 @@ def _submit_parser() -> _Parser:
     return p
 
 
+def _check_flags(a: argparse.Namespace) -> None:
+    """What the help promises, checked in the flags' own words (the server checks everything again)."""
+    if a.gpu_share is not None and not 1 <= a.gpu_share <= 999:
+        raise ValidationError(
+            "--gpu-share", f"{a.gpu_share} is not a share of one GPU: 1..999 milli-GPUs (whole GPUs: --gpus)"
+        )
+    if a.gpus < 0:
+        raise ValidationError("--gpus", f"{a.gpus} GPUs: ask for 0 or more")
+    if a.nodes < 1:
+        raise ValidationError("--nodes", f"{a.nodes} nodes: ask for 1 or more")
+    if a.time_limit is not None and a.time_limit < 1:
+        raise ValidationError("--time-limit", f"{a.time_limit} s: a time limit is at least 1 second")
+
+
 def _job_body(a: argparse.Namespace, command: list[str]) -> dict[str, Any]:
     body: dict[str, Any] = {
         "command": command,
@@ -182,6 +196,7 @@ def submit(argv: list[str]) -> None:
         raise UsageError(
             "COMMAND: missing; put the command to run after --, e.g. corral submit --gpus 1 -- python train.py"
         )
+    _check_flags(a)
     body = _job_body(a, command)
     if a.repeat is None and (a.timezone != "UTC" or a.concurrency != "forbid"):
         raise ValidationError("--repeat", "--timezone and --concurrency only apply to a repeating job (add --repeat)")
@@ -224,9 +239,15 @@ def submit(argv: list[str]) -> None:
         print(job["id"] if job.get("array_id") is None else job["array_id"])
 
 
+def _job_id(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= 2**31 - 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a job id (a whole number from 1, as `corral jobs` shows)")
+    return int(text)
+
+
 def _id_parser(prog: str, description: str) -> _Parser:
     p = _Parser(prog=prog, description=description)
-    p.add_argument("job_id", type=int, metavar="JOB_ID", help="Job id.")
+    p.add_argument("job_id", type=_job_id, metavar="JOB_ID", help="Job id.")
     return p
 
 
