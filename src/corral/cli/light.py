@@ -259,6 +259,9 @@ def jobs(argv: list[str]) -> None:
     )
     p.add_argument("--all", "-a", action="store_true", help="Include finished jobs.")
     p.add_argument("--array", "-r", action="store_true", help="One line per task of a job array (as squeue -r).")
+    p.add_argument(
+        "--wide", "-w", action="store_true", help="Every column, full times with their zone (default: fits 80 columns)."
+    )
     p.add_argument("--json", action="store_true", help="Print JSON (every job, arrays' tasks one by one).")
     a = p.parse_args(argv)
     from corral.cli.config import make_rest_client
@@ -268,11 +271,74 @@ def jobs(argv: list[str]) -> None:
     if a.json:
         print_json(items)
         return
-    rows = [_job_row(j) for j in (items if a.array else fold_arrays(items))]
-    if not rows:
+    shown = items if a.array else fold_arrays(items)
+    if not shown:
         print("no jobs" if a.all else "no pending or running jobs (corral jobs --all shows finished ones)")
         return
-    print_table(["ID", "NAME", "TENANT", "STATE", "POS", "NODE", "GPUS", "EXIT", "CREATED", "REASON", "ETA"], rows)
+    if a.wide:
+        columns = ["ID", "NAME", "TENANT", "STATE", "POS", "NODE", "GPUS", "EXIT", "CREATED", "REASON", "ETA"]
+        print_table(columns, [_job_row(j) for j in shown])
+        return
+    now = time.time()
+    columns = ["ID", "NAME", "TENANT", "STATE", "NODE", "GPUS", "TIME", "REASON"]
+    print_table(columns, _fit(columns, [_compact_row(j, now) for j in shown], 80, last_min=12))
+
+
+def _compact_row(j: dict[str, Any], now: float) -> list[str]:
+    """squeue's habit: short columns, TIME = how long it has run (running) or waited (pending) or ran (finished)."""
+    started, created, finished = (_epoch(j.get(k)) for k in ("started_at", "created_at", "finished_at"))
+    if j["state"] == "PENDING":
+        age = now - created if created else None
+    elif started:
+        age = (finished or now) - started
+    else:
+        age = None
+    reason = j.get("pending_reason") or j.get("reason") or ""
+    if j["state"] == "PENDING" and j.get("queue_position") is not None:
+        reason = f"#{j['queue_position'] + 1} {reason}"
+    if j["state"] in ("SUCCEEDED", "FAILED") and j.get("exit_code") is not None:
+        reason = f"exit {j['exit_code']}" + (f": {reason}" if reason else "")
+    return [
+        str(j["id"]),
+        _clip(j.get("name") or "", 14),
+        _clip(j.get("tenant") or "", 10),
+        j["state"],
+        _clip(j.get("node") or "", 10),
+        ",".join(map(str, j.get("gpus") or ())) or str(j.get("gpu_count") or ""),
+        "" if age is None else format_duration(age),
+        reason,
+    ]
+
+
+def _fit(columns: Sequence[str], rows: list[list[str]], width: int, last_min: int) -> list[list[str]]:
+    """Clip the last column so that every line fits `width` characters (two spaces between columns)."""
+    fixed = [max(len(r[i]) for r in [list(columns), *rows]) for i in range(len(columns) - 1)]
+    room = max(width - sum(fixed) - 2 * len(fixed), last_min)
+    return [[*r[:-1], _clip(r[-1], room)] for r in rows]
+
+
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: max(width - 1, 0)] + "…"
+
+
+def _epoch(value: Any) -> float | None:
+    if not value:
+        return None
+    from datetime import datetime
+
+    return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
+
+
+def format_duration(seconds: float) -> str:
+    """`45s`, `12m05s`, `3h07m`, `2d04h`: the two largest units, as `squeue`'s TIME reads at a glance."""
+    s = max(int(seconds), 0)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
 
 
 def list_all_pages(c: Any, path: str, params: dict[str, Any]) -> list[dict[str, Any]]:
@@ -345,10 +411,14 @@ def _job_row(j: dict[str, Any]) -> tuple[Any, ...]:
         j.get("node"),
         ",".join(map(str, j.get("gpus") or ())) or j.get("gpu_count") or "",
         j.get("exit_code"),
-        short_time(j.get("created_at")),
+        _zoned(short_time(j.get("created_at"))),
         j.get("pending_reason") or j.get("reason"),
-        short_time(j.get("eta")),
+        _zoned(short_time(j.get("eta"))),
     )
+
+
+def _zoned(text: str) -> str:
+    return f"{text} UTC" if text else ""  # the API's times are UTC
 
 
 def show(argv: list[str]) -> None:

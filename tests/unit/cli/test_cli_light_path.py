@@ -201,3 +201,51 @@ def test_tables_and_fields_print_as_plain_aligned_text(capsys: pytest.CaptureFix
     light.print_fields([("id", 5), ("node", None)], 6)
     assert capsys.readouterr().out.splitlines() == ["ID  NAME", "1   a-long-name", "22", "    id  5", "  node"]
     assert light.short_time("2026-11-25T23:19:07.123456Z") == "2026-11-25 23:19:07" and light.short_time(None) == ""
+
+
+JOB = {
+    "id": 1234,
+    "name": "a-rather-long-training-run-name",
+    "tenant": "computer-vision",
+    "state": "PENDING",
+    "queue_position": 2,
+    "node": None,
+    "gpus": [],
+    "gpu_count": 8,
+    "created_at": "2026-11-26T00:00:00Z",
+    "started_at": None,
+    "finished_at": None,
+    "pending_reason": "capacity: waiting for 8 free GPUs on one node; 3 are free on node gpu-a, the next frees at 14:05 UTC",
+}
+
+
+def test_the_default_job_table_fits_80_columns_with_ages(capsys: pytest.CaptureFixture[str]) -> None:
+    now = light._epoch("2026-11-26T01:02:03Z")
+    assert now is not None
+    running = dict(JOB, id=7, state="RUNNING", node="gpu-a", gpus=[0, 1], started_at="2026-11-26T00:59:58Z")
+    running.update(pending_reason=None, queue_position=None)
+    done = dict(running, id=8, state="FAILED", exit_code=3, finished_at="2026-11-26T01:00:00Z", reason="crashed")
+    rows = [light._compact_row(j, now) for j in (JOB, running, done)]
+    columns = ["ID", "NAME", "TENANT", "STATE", "NODE", "GPUS", "TIME", "REASON"]
+    light.print_table(columns, light._fit(columns, rows, 80, 12))
+    lines = capsys.readouterr().out.splitlines()
+    assert all(len(line) <= 80 for line in lines), lines
+    assert lines[1].startswith("1234  a-rather-long…  computer-…  PENDING") and "1h02m  #3 capacity: wai" in lines[1]
+    assert lines[1].endswith("…")  # the reason, clipped to what is left of 80 columns
+    assert "2m05s" in lines[2] and "0,1" in lines[2]  # running for 2m05s on GPUs 0 and 1
+    assert lines[3].rstrip().endswith("exit 3: crashed") and "2s" in lines[3]
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [
+        (0, "0s"),
+        (59.9, "59s"),
+        (60, "1m00s"),
+        (725, "12m05s"),
+        (3600 * 3 + 420, "3h07m"),
+        (86400 * 2 + 3600 * 4, "2d04h"),
+    ],
+)
+def test_durations_read_at_a_glance(seconds: float, text: str) -> None:
+    assert light.format_duration(seconds) == text
