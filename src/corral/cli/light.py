@@ -417,6 +417,13 @@ def _job_row(j: dict[str, Any]) -> tuple[Any, ...]:
     )
 
 
+def _shell_join(argv: Sequence[str]) -> str:
+    """The command as a shell line that runs it again (`sh -c 'echo a; sleep 1'`, not `sh -c echo a; sleep 1`)."""
+    import shlex
+
+    return shlex.join(argv)
+
+
 def _zoned(text: str) -> str:
     return f"{text} UTC" if text else ""  # the API's times are UTC
 
@@ -445,12 +452,12 @@ def print_job(j: dict[str, Any]) -> None:
         ("state", j["state"]),
         ("node", j.get("node")),
         ("gpus", ",".join(map(str, j.get("gpus") or ())) or f"{j.get('gpu_count')} requested"),
-        ("command", " ".join(j.get("command") or ())),
+        ("command", _shell_join(j.get("command") or ())),
         ("exit code", j.get("exit_code")),
         ("reason", j.get("pending_reason") or j.get("reason")),
-        ("created", short_time(j.get("created_at"))),
-        ("started", short_time(j.get("started_at"))),
-        ("finished", short_time(j.get("finished_at"))),
+        ("created", _zoned(short_time(j.get("created_at")))),
+        ("started", _zoned(short_time(j.get("started_at")))),
+        ("finished", _zoned(short_time(j.get("finished_at")))),
     ]
     if j.get("array_id") is not None:
         limit = f" (at most {j['array_limit']} at once)" if j.get("array_limit") else ""

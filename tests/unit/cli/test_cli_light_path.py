@@ -249,3 +249,11 @@ def test_the_default_job_table_fits_80_columns_with_ages(capsys: pytest.CaptureF
 )
 def test_durations_read_at_a_glance(seconds: float, text: str) -> None:
     assert light.format_duration(seconds) == text
+
+
+def test_show_prints_the_command_as_a_shell_line_and_times_in_utc(capsys: pytest.CaptureFixture[str]) -> None:
+    job = dict(JOB, command=["sh", "-c", "echo $X; sleep 1"], exit_code=None, reason="", nodes=1)
+    light.print_job(job)
+    out = capsys.readouterr().out
+    assert "   command  sh -c 'echo $X; sleep 1'" in out
+    assert "   created  2026-11-26 00:00:00 UTC" in out and "   started\n" in out
