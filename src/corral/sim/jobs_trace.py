@@ -154,10 +154,13 @@ def load_trace(path: Path, fmt: str) -> tuple[list[TraceJob], LoadReport]:
     try:
         with path.open(newline="") as f:
             reader = csv.DictReader(f)
-            missing = [c for c in COLUMNS[fmt] if c not in (reader.fieldnames or [])]
+            header = reader.fieldnames or []
+            missing = [c for c in COLUMNS[fmt] if c not in header]
             if missing:
+                fits = [f for f in FORMATS if f != fmt and all(c in header for c in COLUMNS[f])]
+                hint = f"; its columns are those of format {fits[0]!r}: add --format {fits[0]}" if fits else ""
                 raise TraceError(
-                    path, 1, missing[0], f"missing column for format {fmt!r} (header has {reader.fieldnames})"
+                    path, 1, missing[0], f"missing column for format {fmt!r} (header has {reader.fieldnames}){hint}"
                 )
             for row in reader:
                 report.rows += 1

@@ -112,3 +112,17 @@ def test_cluster_from_a_nodes_csv(tmp_path: Path) -> None:
     assert c.nodes == 3 and c.pool_milli == {"V100M32": 8000, "T4": 2000}
     with pytest.raises(CorralError):
         parse_cluster_spec(str(tmp_path / "missing.csv"))
+
+
+def test_a_trace_of_another_format_suggests_the_flag(tmp_path: Path) -> None:
+    f = tmp_path / "tiresias.csv"
+    f.write_text("job_id,num_gpu,submit_time,duration\nj1,1,0,60\n")
+    for fmt in ("corral", "chronus"):
+        with pytest.raises(TraceError, match="its columns are those of format 'tiresias': add --format tiresias"):
+            load_trace(f, fmt)
+    other = tmp_path / "other.csv"
+    other.write_text("a,b\n1,2\n")
+    with pytest.raises(TraceError) as err:
+        load_trace(other, "corral")
+    assert "add --format" not in str(err.value)  # no format fits: no hint
+    assert [j.job.id for j in load_trace(f, "tiresias")[0]] == ["j1"]
