@@ -147,3 +147,40 @@ def test_an_empty_list_says_so(corral_factory: Any) -> None:
     assert c.cli("jobs").stdout.strip() == "no pending or running jobs (corral jobs --all shows finished ones)"
     assert c.cli("jobs", "--all").stdout.strip() == "no jobs"
     assert c.cli_json("jobs") == []
+
+
+def _alive(marker: str) -> bool:
+    return subprocess.run(["pgrep", "-f", marker], capture_output=True).returncode == 0
+
+
+def test_ctrl_c_says_that_jobs_keep_running_and_the_next_start_adopts_them(corral_factory: Any) -> None:
+    c: Corral = corral_factory()
+    c.start()
+    marker = f"sleep 600.{time.time_ns() % 1000:03d}1"
+    job = c.submit("--", "sh", "-c", marker)
+    wait_for(lambda: c.job(job)["state"] == "RUNNING" and _alive(marker), 30, "the job runs")
+    assert c.interrupt() == 0
+    said = (c.root / "up-0.log").read_text()
+    assert "1 job(s) keep running on this node and are adopted at the next start" in said, said
+    assert _alive(marker)  # left running, as said
+    c.start()
+    time.sleep(2)
+    assert c.job(job)["state"] == "RUNNING" and _alive(marker)  # adopted, not failed or restarted
+    assert c.cli("cancel", str(job)).returncode == 0
+    wait_for(lambda: not _alive(marker), 30, "the job ended")
+
+
+def test_ctrl_c_with_stop_jobs_ends_them(corral_factory: Any) -> None:
+    c: Corral = corral_factory()
+    c.up_proc = c.spawn([CORRAL, "up", "--stop-jobs"], log_name="up")
+    wait_for(c.healthy, 60, "server healthy")
+    wait_for(lambda: c.cli_json("nodes"), 30, "local node registered")
+    marker = f"sleep 600.{time.time_ns() % 1000:03d}2"
+    job = c.submit("--", "sh", "-c", marker)
+    wait_for(lambda: c.job(job)["state"] == "RUNNING" and _alive(marker), 30, "the job runs")
+    assert c.interrupt() == 0
+    said = (c.root / "up-0.log").read_text()
+    assert "ending 1 job(s) on this node" in said and "1 job(s) ended" in said, said
+    assert not _alive(marker)
+    c.start()
+    wait_for(lambda: c.job(job)["state"] != "RUNNING", 30, "its exit reached the server")

@@ -6,6 +6,7 @@ import logging
 import os
 import signal
 import threading
+import time
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -54,8 +55,17 @@ def up(
     gpus: Gpus = None,
     node_name: NodeName = None,
     policy: Policy = None,
+    stop_jobs: Annotated[
+        bool,
+        typer.Option(
+            "--stop-jobs",
+            help="On Ctrl-C, also end the jobs running on this node (SIGTERM, then SIGKILL after the grace period); "
+            "without it they keep running and are adopted at the next start.",
+        ),
+    ] = False,
 ) -> None:
-    """Start the server and one local agent in the foreground; Ctrl-C stops both."""
+    """Start the server and one local agent in the foreground; Ctrl-C stops both (its jobs keep running unless
+    --stop-jobs)."""
     from corral.agent.identity import usable_identity
     from corral.agent.main import AgentSettings, AgentThread
     from corral.server.bootstrap import ADMIN_TOKEN_FILE, JOIN_TOKEN_FILE, write_cli_config
@@ -105,8 +115,35 @@ def up(
     stop = threading.Event()
     _wait_for_signal(stop, lambda: server.alive)
     print("stopping...", flush=True)
+    _leave_or_stop_jobs(agent.agent.executor, stop_jobs, settings.cancel_grace_s)
     agent.stop()
     server.stop()
+
+
+def _leave_or_stop_jobs(executor: Any, stop_jobs: bool, grace_s: float) -> None:
+    """Say what becomes of the jobs still running on this node, and end them with --stop-jobs."""
+    running = executor.running()
+    if not running:
+        return
+    if not stop_jobs:
+        print(
+            f"{len(running)} job(s) keep running on this node and are adopted at the next start "
+            "(`corral up --stop-jobs` ends them on Ctrl-C)",
+            flush=True,
+        )
+        return
+    print(f"ending {len(running)} job(s) on this node (SIGTERM, SIGKILL after {grace_s:g} s)...", flush=True)
+    for key in running:
+        executor.cancel(key, grace_s)
+    deadline = time.monotonic() + grace_s + 5.0
+    while executor.running() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = executor.running()
+    print(
+        f"{len(running) - len(left)} job(s) ended; their exits reach the server at the next start"
+        + (f"; {len(left)} did not end in time" if left else ""),
+        flush=True,
+    )
 
 
 def _print_join_hint(agent_url: str, fingerprint: str, token_file: Path, fresh: bool) -> None:
