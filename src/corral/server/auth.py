@@ -56,7 +56,8 @@ class Principal:
 
     def require(self, action: Action) -> None:
         if not can(self.role, action):
-            raise ForbiddenError(f"role {self.role.value} may not {action.value}")
+            who = ", ".join(r.value for r in Role if can(r, action))
+            raise ForbiddenError(f"your role ({self.role.value}) may not {ACTION_WORDS[action]}; that takes: {who}")
 
     def tenant_scope(self) -> int | None:
         """None: every tenant (admins); otherwise the one tenant this caller may see."""
@@ -80,6 +81,15 @@ def csrf_for(session_secret: str) -> str:
     """The CSRF token bound to one session: derived from its secret, so nothing is stored and a page on
     another origin (which cannot read the HttpOnly cookie) cannot compute it."""
     return hashlib.sha256(b"corral-csrf:" + session_secret.encode()).hexdigest()
+
+
+# What each action lets a role do, in the words an error shows (not the action's code).
+ACTION_WORDS = {
+    Action.READ: "see this tenant's jobs, nodes and quotas",
+    Action.SUBMIT: "submit or cancel jobs",
+    Action.MANAGE_TENANT: "manage the users and tokens of a tenant",
+    Action.MANAGE_CLUSTER: "manage the cluster (tenants, quotas, queues, nodes)",
+}
 
 
 def _credential(request: Request, csrf: bool = True) -> str:

@@ -84,7 +84,12 @@ def test_roles(api: Api, role: str, can_submit: bool, can_manage_users: bool) ->
         assert r.json()["tenant"] == "vision"
         assert api.call("POST", "/users", auth=who, json={"name": "eve", "role": "admin"}).status_code == 403
         assert {u["name"] for u in api.call("GET", "/users", auth=who).json()} == {"carol", "dave"}
-    assert api.call("POST", "/tenants", auth=who, json={"name": "x"}).status_code == 403
+    refused = api.call("POST", "/tenants", auth=who, json={"name": "x"})
+    assert refused.status_code == 403
+    # In words a user acts on, not the action's code ("role member may not manage-cluster"):
+    assert refused.json()["error"]["message"] == (
+        f"your role ({role}) may not manage the cluster (tenants, quotas, queues, nodes); that takes: admin"
+    )
 
 
 def test_tokens_are_hashed_revocable_and_expire(api: Api, database_url: str) -> None:

@@ -306,7 +306,9 @@ class AlertService:
         data = normalize_rule_input(data)
         if not caller.is_admin:  # tenant admins write rules over their own tenant's series only
             if not caller.role.value == "tenant-admin":
-                raise ForbiddenError(f"role {caller.role.value} may not manage alert rules")
+                raise ForbiddenError(
+                    f"your role ({caller.role.value}) may not manage alert rules; that takes: admin, tenant-admin"
+                )
             data |= {"scope": "tenant", "tenant": self._tenant_name(caller)}
         rule: AlertRule = parse_rule(data)
         if rule.tenant and RuleAction.CORDON_NODE in rule.actions:
@@ -325,7 +327,9 @@ class AlertService:
         if rec is None or (not caller.is_admin and rec.tenant_id != caller.tenant_id):
             raise NotFoundError("alert rule", str(rule_id))
         if not caller.is_admin and caller.role.value != "tenant-admin":
-            raise ForbiddenError(f"role {caller.role.value} may not manage alert rules")
+            raise ForbiddenError(
+                f"your role ({caller.role.value}) may not manage alert rules; that takes: admin, tenant-admin"
+            )
         self.store.delete_alert_rule(rule_id)
         self.reload()
         record_audit(self.store, caller, "alert_rule.delete", rec.name)

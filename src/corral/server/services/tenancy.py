@@ -172,7 +172,7 @@ def list_queues(store: TenancyStore, caller: Principal, tenant: str | None) -> l
 def set_queue(store: TenancyAdminStore, caller: Principal, tenant: str, body: QueueIn) -> QueueOut:
     t = load_tenant(store, tenant, caller)
     if not (caller.is_admin or caller.role is Role.TENANT_ADMIN):
-        raise ForbiddenError(f"role {caller.role.value} may not manage queues")
+        raise ForbiddenError(f"your role ({caller.role.value}) may not manage queues; that takes: admin, tenant-admin")
     check_name("name", body.name)
     q = store.upsert_queue(t.id, body.name, body.mode, body.priority)
     record_audit(store, caller, "queue.set", f"{t.name}/{q.name}", f"mode={q.mode} priority={q.priority}")
