@@ -149,4 +149,20 @@ def fault(
         raise typer.BadParameter("name a fault: --xid N, --ecc, --off-bus, --temp C, or --clear", param_hint="fault")
     with make_client() as c:
         c.inject_fault(node, gpu_index, body)
-    print(f"fault sent to GPU {gpu_index} on {node}: {body}")
+    print(f"GPU {gpu_index} on {node}: {describe_fault(body)}")
+
+
+def describe_fault(body: dict[str, Any]) -> str:
+    """The injected fault in words (`Xid 79 raised`), as the CLI confirms it."""
+    if body.get("clear"):
+        return "faults cleared"
+    said = []
+    if "xid" in body:
+        said.append(f"Xid {body['xid']} raised")
+    if body.get("ecc"):
+        said.append("a double-bit ECC error raised")
+    if body.get("off_bus"):
+        said.append("fallen off the bus")
+    if "temperature_c" in body:
+        said.append(f"temperature set to {body['temperature_c']:g} °C")
+    return ", ".join(said)

@@ -257,3 +257,18 @@ def test_show_prints_the_command_as_a_shell_line_and_times_in_utc(capsys: pytest
     out = capsys.readouterr().out
     assert "   command  sh -c 'echo $X; sleep 1'" in out
     assert "   created  2026-11-26 00:00:00 UTC" in out and "   started\n" in out
+
+
+@pytest.mark.parametrize(
+    ("body", "words"),
+    [
+        ({"xid": 79}, "Xid 79 raised"),
+        ({"xid": 48, "ecc": True}, "Xid 48 raised, a double-bit ECC error raised"),
+        ({"off_bus": True, "temperature_c": 95.0}, "fallen off the bus, temperature set to 95 °C"),
+        ({"clear": True}, "faults cleared"),
+    ],
+)
+def test_a_simulated_fault_is_confirmed_in_words_not_as_a_dict(body: dict[str, object], words: str) -> None:
+    from corral.cli.nodes import describe_fault
+
+    assert describe_fault(body) == words
