@@ -87,6 +87,11 @@ def test_xid_fault_requeues_job_on_healthy_gpus_and_alerts(corral_factory: Any) 
     assert {"gpu", "UUID", "modelName", "Hostname"} <= set(util.samples[0].labels)
     assert "DCGM_FI_DEV_FB_USED" in families and "DCGM_FI_DEV_GPU_TEMP" in families
 
+    # enabling it while the fault stands is refused, saying so (it would flip back to unhealthy a second later)
+    r = c.cli("gpus", "enable", bad_node, str(bad_gpu))
+    assert r.returncode != 0 and "still reports fatal Xid 79" in r.stderr and "--clear" in r.stderr, r.stderr
+    assert gpu_health() != "HEALTHY"
+
     # the fault clears: the GPU comes back after clean checks and the alert resolves
     assert c.cli("sim", "fault", bad_node, str(bad_gpu), "--clear").returncode == 0
     wait_for(lambda: gpu_health() == "HEALTHY", 30, "GPU healthy again")

@@ -18,6 +18,7 @@ from corral.core.health import (
     HealthTransition,
     NodeHealthState,
     apply_admin_enable,
+    compute_gpu_failures,
     compute_health,
 )
 from corral.core.telemetry import TelemetryBatch
@@ -85,6 +86,18 @@ class GpuHealthTracker:
                     self._health[node], _ = apply_admin_enable(state, index, now)
                 except KeyError:
                     pass
+
+    def standing_failure(self, batch: TelemetryBatch | None, index: int) -> str | None:
+        """What the node's last batch still shows wrong with GPU `index` (a fatal Xid it keeps raising, a
+        temperature over the limit, a GPU that cannot be read), or None: enabling it now would take it out again."""
+        if batch is None:
+            return None
+        with self._lock:
+            state = self._health.get(batch.node)
+        if state is None:
+            return None
+        failure = compute_gpu_failures(state, batch.gpus, batch.events, self.policy).get(index)
+        return None if failure is None else failure.detail
 
     def unhealthy(self) -> dict[str, dict[int, str]]:
         """node -> {GPU index: reason} for GPUs the checks hold UNHEALTHY now."""

@@ -110,6 +110,10 @@ class TelemetryService:
     def admin_enable(self, node: str, index: int) -> None:
         self.health.admin_enable(node, index, self.clock())
 
+    def standing_failure(self, node: str, index: int) -> str | None:
+        """The fault GPU `index` of `node` still shows in its last telemetry (None: none, or no telemetry yet)."""
+        return self.health.standing_failure(self.telemetry.latest().get(node), index)
+
     def unhealthy(self) -> dict[str, dict[int, str]]:
         """node -> {GPU index: reason} for GPUs the checks hold UNHEALTHY now."""
         return self.health.unhealthy()

@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query
 
 from corral.api.schemas import AuditOut, EventOut, GpuOut, NodeOut
+from corral.core.errors import ConflictError
 from corral.core.tenancy import Action
 from corral.server.auth import Principal, require_user
 from corral.server.deps import NotifierDep, SchedulerDep, StoreDep, TelemetryDep
@@ -69,6 +70,14 @@ def drain(name: str, caller: User, store: StoreDep, sched: SchedulerDep, notifie
 def enable_gpu(
     node: str, index: GpuIndex, caller: User, store: StoreDep, sched: SchedulerDep, health: TelemetryDep
 ) -> list[GpuOut]:
+    caller.require(Action.MANAGE_CLUSTER)
+    if (fault := health.standing_failure(node, index)) is not None:
+        # It would be taken out again by the next check, a second later: say so instead of "enabled".
+        raise ConflictError(
+            f"GPU {index} on {node} still reports {fault} in its last telemetry: clear the fault first "
+            f"(a simulated GPU: corral sim fault {node} {index} --clear), then enable it",
+            "index",
+        )
     n = operations.set_gpu_enabled(store, caller, node, index, True)
     health.admin_enable(node, index)
     sched.trigger.fire()
