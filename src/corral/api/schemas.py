@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from dataclasses import replace
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -161,14 +160,6 @@ class JobSubmit(BaseModel):
         if not self.gpu_model:
             return ()
         return tuple(m.strip() for m in self.gpu_model.split("|") if m.strip())
-
-    def to_specs(self, tenant_id: int | None, user_id: int | None) -> list[JobSpec]:
-        """The specs this submission makes: one, or one per task of its array (same spec, its own index)."""
-        spec = self.to_spec(tenant_id, user_id)
-        if self.array is None:
-            return [spec]
-        arr = parse_array(self.array)
-        return [replace(spec, array_index=i, array_limit=arr.limit) for i in arr.indices]
 
     def to_spec(self, tenant_id: int | None, user_id: int | None, schedule_id: int | None = None) -> JobSpec:
         """The one conversion of a submission into the domain spec (its ResourceRequest is built there);

@@ -20,7 +20,7 @@ from corral.cli import secrets as secrets_cli
 from corral.cli.config import ConfigError
 from corral.cli.simulate import simulate_app
 from corral.core.errors import CorralError
-from corral.sdk.client import CorralAPIError, CorralSDKError
+from corral.sdk.errors import CorralSDKError
 
 app = typer.Typer(
     name="corral",
@@ -100,10 +100,7 @@ def version() -> None:
 
 
 def describe_error(e: BaseException) -> str:
-    """One line naming what is wrong."""
-    if isinstance(e, CorralAPIError):
-        field = f" (field: {e.field})" if e.field and e.field not in e.message else ""
-        return f"{e.message}{field}"
+    """One line naming what is wrong (the light path's words for the SDK's and Corral's own errors)."""
     if isinstance(e, pydantic.ValidationError):
         err = e.errors()[0]
         loc = ".".join(str(p) for p in err.get("loc", ()))
@@ -111,9 +108,7 @@ def describe_error(e: BaseException) -> str:
         return f"{loc}: {msg}" if loc else msg
     if isinstance(e, click_exc.UsageError):
         return e.format_message().replace("\n", " ")
-    if isinstance(e, CorralError):
-        return e.message
-    return str(e)
+    return light.describe_error(e)
 
 
 def main(argv: list[str] | None = None) -> Any:

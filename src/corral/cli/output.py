@@ -10,6 +10,8 @@ from pydantic import BaseModel
 from rich.console import Console
 from rich.table import Table
 
+from corral.cli.light import short_time
+
 console = Console()
 
 
@@ -38,5 +40,4 @@ def print_fields(fields: Sequence[tuple[str, Any]], width: int) -> None:
         console.print(f"[bold]{k:>{width}}[/bold]  {'' if v is None else v}", highlight=False)
 
 
-def short_time(dt: Any) -> str:
-    return dt.strftime("%Y-%m-%d %H:%M:%S") if dt else ""
+__all__ = ["console", "print_fields", "print_json", "print_table", "short_time"]

@@ -43,7 +43,14 @@ from corral.api.schemas import (
     WhoAmI,
 )
 from corral.api.secrets import KeyRotationOut, SecretIn, SecretOut, SecretUpdate
-from corral.sdk.errors import CorralAPIError, CorralConnectionError, CorralSDKError, compute_api_error
+from corral.sdk.errors import (
+    CorralAPIError,
+    CorralConnectionError,
+    CorralSDKError,
+    compute_api_error,
+    compute_timeout_error,
+    compute_unreachable_error,
+)
 
 __all__ = ["AgentClient", "CorralAPIError", "CorralClient", "CorralConnectionError", "CorralSDKError"]
 
@@ -79,14 +86,9 @@ class _Base:
         try:
             r = self._http.request(method, path, **kw)
         except httpx.TimeoutException as e:
-            raise CorralConnectionError(f"server at {self.url} did not answer in time ({type(e).__name__})") from e
+            raise compute_timeout_error(self.url, e) from e
         except httpx.TransportError as e:
-            if "CERTIFICATE_VERIFY_FAILED" in str(e):
-                raise CorralConnectionError(
-                    f"the certificate of {self.url} is not trusted here ({e}); get the cluster CA's fingerprint from "
-                    "the operator and run `corral login USER --ca-fingerprint sha256:...`, or set CORRAL_CA_FILE"
-                ) from e
-            raise CorralConnectionError(f"cannot reach the Corral server at {self.url}: {e}") from e
+            raise compute_unreachable_error(self.url, e) from e
         if r.status_code >= 400:
             raise _api_error(r)
         return r

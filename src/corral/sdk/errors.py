@@ -20,6 +20,20 @@ class CorralAPIError(CorralSDKError):
         self.status, self.code, self.message, self.field, self.body = status, code, message, field, body
 
 
+def compute_timeout_error(url: str, e: BaseException) -> CorralConnectionError:
+    return CorralConnectionError(f"server at {url} did not answer in time ({type(e).__name__})")
+
+
+def compute_unreachable_error(url: str, e: BaseException) -> CorralConnectionError:
+    """No answer from `url`; an untrusted certificate says how to trust the cluster CA."""
+    if "CERTIFICATE_VERIFY_FAILED" in str(e):
+        return CorralConnectionError(
+            f"the certificate of {url} is not trusted here ({e}); get the cluster CA's fingerprint from the "
+            "operator and run `corral login USER --ca-fingerprint sha256:...`, or set CORRAL_CA_FILE"
+        )
+    return CorralConnectionError(f"cannot reach the Corral server at {url}: {e}")
+
+
 def compute_api_error(status: int, reason: str, content: bytes) -> CorralAPIError:
     """The error an answer >= 400 stands for: the server's `{"error": {code, message, field}}` when it sent one."""
     try:

@@ -10,7 +10,12 @@ import json
 from typing import TYPE_CHECKING, Any, Self
 from urllib.parse import urlencode, urlsplit
 
-from corral.sdk.errors import CorralConnectionError, compute_api_error
+from corral.sdk.errors import (
+    CorralConnectionError,
+    compute_api_error,
+    compute_timeout_error,
+    compute_unreachable_error,
+)
 
 if TYPE_CHECKING:
     import ssl
@@ -81,21 +86,15 @@ class RestClient:
                 break
             except TimeoutError as e:
                 self._conn.close()
-                raise CorralConnectionError(f"server at {self.url} did not answer in time ({type(e).__name__})") from e
+                raise compute_timeout_error(self.url, e) from e
             except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError) as e:
                 # A kept-alive connection the server closed meanwhile: open a new one once.
                 self._conn.close()
                 if attempt == 2:
-                    raise CorralConnectionError(f"cannot reach the Corral server at {self.url}: {e}") from e
+                    raise compute_unreachable_error(self.url, e) from e
             except (OSError, http.client.HTTPException) as e:
                 self._conn.close()
-                if "CERTIFICATE_VERIFY_FAILED" in str(e):
-                    raise CorralConnectionError(
-                        f"the certificate of {self.url} is not trusted here ({e}); get the cluster CA's fingerprint "
-                        "from the operator and run `corral login USER --ca-fingerprint sha256:...`, or set "
-                        "CORRAL_CA_FILE"
-                    ) from e
-                raise CorralConnectionError(f"cannot reach the Corral server at {self.url}: {e}") from e
+                raise compute_unreachable_error(self.url, e) from e
         out = RestResponse(r.status, {k.lower(): v for k, v in r.getheaders()}, content)
         if r.status >= 400:
             raise compute_api_error(r.status, r.reason, content)

@@ -115,8 +115,10 @@ def is_borrowing(usage: Usage, q: TenantQuota | None, model: str, extra: int = 0
     """True when the tenant's use (plus `extra`) is above its guarantee for `model` or in total. A tenant with no
     guarantee for either (no quota, or guarantees for other models only) is guaranteed nothing here: what it runs
     is borrowed, so it never reclaims, and its jobs are reclaimed like any borrower's."""
-    keys = [key for key in (model, TOTAL) if q is not None and key in q.nominal]
-    if q is None or not keys:
+    if q is None:
+        return True
+    keys = [key for key in (model, TOTAL) if key in q.nominal]
+    if not keys:
         return True
     u = usage.get(q.tenant, {})
     return any(u.get(key, 0) + extra > q.nominal[key] for key in keys)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.responses import PlainTextResponse
@@ -17,8 +17,14 @@ from corral.server.auth import Principal, require_user
 from corral.server.deps import LogsDep, NotifierDep, SchedulerDep, SettingsDep, StoreDep
 from corral.server.params import Id, IdempotencyKey, Offset
 from corral.server.services.job_ui import job_out
-from corral.server.services.jobs import load_job, submit_job, submit_jobs
-from corral.server.services.tenancy import known_tenant_names, tenant_names
+from corral.server.services.jobs import load_job, submit_jobs
+from corral.server.services.tenancy import known_tenant_names
+
+if TYPE_CHECKING:
+    from corral.server.background.scheduling import Scheduler
+    from corral.server.settings import Settings
+    from corral.store.base import StateStore
+    from corral.store.records import Job
 
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
 User = Annotated[Principal, Depends(require_user)]
@@ -38,14 +44,8 @@ def create_job(
     """Submit a job (with `array`, a job array: answers its first task, whose id is the array's id). With
     `Idempotency-Key`, a retry (same key, same body, same caller) returns the job the first
     request made, marked `Idempotent-Replayed: true`; the same key with another body is refused (422)."""
-    caller.require(Action.SUBMIT)
-    keep = timedelta(seconds=settings.idempotency_key_ttl_s)
-    job, created = submit_job(store, body, caller, idempotency_key, keep, settings.max_active_jobs_per_tenant)
-    if created:
-        sched.trigger.fire()
-    else:
-        response.headers["Idempotent-Replayed"] = "true"
-    return job_out(request, store, sched, job)
+    jobs = _submit([body], response, caller, store, sched, settings, idempotency_key)
+    return job_out(request, store, sched, jobs[0])
 
 
 @router.post("/batch", status_code=201, response_model=list[JobOut])
@@ -62,15 +62,29 @@ def create_jobs(
     """Submit several jobs (each may be an array) in one call: every one is checked, then all are stored in one
     transaction, or none (the error names `jobs.N.field`). Answers every job made, arrays' tasks included, in
     order. `Idempotency-Key` works as for a single submission."""
+    jobs = _submit(body.jobs, response, caller, store, sched, settings, idempotency_key)
+    names = known_tenant_names(store, {j.spec.tenant_id for j in jobs})
+    return [job_out(request, store, sched, j, names) for j in jobs]
+
+
+def _submit(
+    bodies: list[JobSubmit],
+    response: Response,
+    caller: Principal,
+    store: StateStore,
+    sched: Scheduler,
+    settings: Settings,
+    idempotency_key: str | None,
+) -> list[Job]:
+    """Both submit routes: check the role, store (or replay) the jobs, wake the scheduler or mark the replay."""
     caller.require(Action.SUBMIT)
     keep = timedelta(seconds=settings.idempotency_key_ttl_s)
-    jobs, created = submit_jobs(store, body.jobs, caller, idempotency_key, keep, settings.max_active_jobs_per_tenant)
+    jobs, created = submit_jobs(store, bodies, caller, idempotency_key, keep, settings.max_active_jobs_per_tenant)
     if created:
         sched.trigger.fire()
     else:
         response.headers["Idempotent-Replayed"] = "true"
-    names = tenant_names(store)
-    return [job_out(request, store, sched, j, names) for j in jobs]
+    return jobs
 
 
 DEFAULT_PAGE = 500  # jobs in one answer unless `limit` says otherwise (kubectl's chunk size)
