@@ -3,6 +3,7 @@ what the scheduling loop and the simulators rely on, the guarded assign included
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from corral.core.errors import ConflictError, IdempotencyKeyReused
+from corral.core.errors import ConflictError, IdempotencyKeyReused, TooManyRequestsError
 from corral.core.resources import GpuInfo
 from corral.core.states import JobState
 from corral.store.memory import MemoryStore
@@ -178,6 +179,41 @@ def test_an_array_is_made_in_one_call_with_the_first_tasks_id(store: SchedulingS
     assert stored is not None and (stored.spec.array_id, stored.spec.array_limit) == (made[0].id, 2)
     plain = store.create_jobs([JobSpec(command=("a",)), JobSpec(command=("b",))], T0)
     assert [p.spec.array_id for p in plain] == [None, None]  # a batch of jobs is not an array
+
+
+def test_each_array_of_a_batch_gets_its_own_id(store: SchedulingStore) -> None:
+    # As the API passes them: each array's tasks keyed by their body's place in the call (a batch found that
+    # the plain job first left the array without an id, and a second array took the first one's).
+    plain = JobSpec(command=("p",))
+    first = [JobSpec(command=("a",), array_id=1, array_index=i, array_limit=1) for i in range(2)]
+    second = [JobSpec(command=("b",), array_id=2, array_index=i, array_limit=5) for i in range(3)]
+    made = store.create_jobs([plain, *first, plain, *second], T0)
+    ids = [m.id for m in made]
+    assert [m.spec.array_id for m in made] == [None, ids[1], ids[1], None, ids[4], ids[4], ids[4]]
+    assert [j.spec.array_limit for j in store.list_jobs(array_id=ids[4])] == [5, 5, 5]
+
+
+def test_concurrent_submissions_never_pass_the_active_limit_together(store: SchedulingStore) -> None:
+    tenant = store.create_tenant("vision", T0)
+    specs = [JobSpec(command=("x",), tenant_id=tenant.id) for _ in range(5)]
+    outcomes: list[str] = []
+
+    def submit() -> None:
+        try:
+            store.create_jobs(specs, T0, max_active=10)
+            outcomes.append("made")
+        except TooManyRequestsError:
+            outcomes.append("refused")
+
+    threads = [threading.Thread(target=submit) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert sorted(outcomes) == ["made"] * 2 + ["refused"] * 6
+    assert store.count_jobs(tenant_id=tenant.id) == 10
+    with pytest.raises(TooManyRequestsError, match="limit of 10"):  # a replay-free key is refused the same way
+        store.create_jobs_once(specs[:1], T0, "alice", "k9", "h", timedelta(hours=1), max_active=10)
 
 
 def test_create_jobs_once_replays_every_job_of_the_first_call(store: SchedulingStore) -> None:

@@ -5,7 +5,7 @@ index (the task's CORRAL_ARRAY_INDEX). Pure: parsing, bounds and the compact for
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from corral.core.errors import ValidationError
@@ -74,3 +74,18 @@ def format_indices(indices: Iterable[int]) -> str:
     if run:
         out.append(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}")
     return ",".join(out)
+
+
+def compute_array_group(array_id: int | None, array_index: int | None) -> int | None:
+    """Which array of one submission call a new job belongs to, as the store reads a spec before it is stored:
+    its `array_id` is then a key shared by the tasks of one array (the API gives each array of a batch its own),
+    a task without one belongs to the call's only array, and None is a job outside any array."""
+    if array_id is not None:
+        return array_id
+    return 0 if array_index is not None else None
+
+
+def assign_array_ids(groups: Sequence[int | None], ids: Sequence[int]) -> list[int | None]:
+    """The stored `array_id` of each new job: the id of the first job of its group (compute_array_group)."""
+    first: dict[int, int] = {}
+    return [None if g is None else first.setdefault(g, job_id) for g, job_id in zip(groups, ids, strict=True)]

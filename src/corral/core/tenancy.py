@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from enum import StrEnum
 
-from corral.core.errors import ValidationError
+from corral.core.errors import TooManyRequestsError, ValidationError
 
 
 class Role(StrEnum):
@@ -57,3 +57,14 @@ def check_quota(guaranteed_gpus: int, max_gpus: int | None) -> None:
         raise ValidationError("guaranteed_gpus", "must be >= 0")
     if max_gpus is not None and max_gpus < guaranteed_gpus:
         raise ValidationError("max_gpus", f"must be >= guaranteed_gpus ({guaranteed_gpus}) or unset for no limit")
+
+
+def check_active_limit(active: int, adding: int, limit: int | None) -> None:
+    """A tenant with `active` pending and running jobs may add `adding` more only within `limit`
+    (CORRAL_MAX_ACTIVE_JOBS_PER_TENANT); TooManyRequestsError otherwise."""
+    if limit is not None and active + adding > limit:
+        raise TooManyRequestsError(
+            f"the tenant has {active} jobs pending or running; {adding} more would pass its limit of {limit} "
+            "(CORRAL_MAX_ACTIVE_JOBS_PER_TENANT): wait for some to end",
+            30,
+        )

@@ -24,7 +24,7 @@ class IdempotencyMethods:
     def _rmw(self) -> AbstractContextManager[Session]:  # provided by SqlStore
         raise NotImplementedError
 
-    _insert_jobs: Callable[[Session, Sequence[JobSpec], datetime], list[JobRow]]
+    _insert_jobs: Callable[[Session, Sequence[JobSpec], datetime, int | None], list[JobRow]]
     _to_job: Callable[[JobRow], Job]
 
     def create_job_once(
@@ -37,9 +37,17 @@ class IdempotencyMethods:
         return jobs[0], created
 
     def create_jobs_once(
-        self, specs: Sequence[JobSpec], now: datetime, owner: str, key: str, request_hash: str, keep: timedelta
+        self,
+        specs: Sequence[JobSpec],
+        now: datetime,
+        owner: str,
+        key: str,
+        request_hash: str,
+        keep: timedelta,
+        max_active: int | None = None,
     ) -> tuple[list[Job], bool]:
-        """create_jobs made idempotent by (owner, key), as create_job_once: every job of the first request."""
+        """create_jobs made idempotent by (owner, key), as create_job_once: every job of the first request. A
+        replay is answered before `max_active` is checked (the jobs exist already)."""
         for _ in range(2):  # the second round runs only after losing a race on the unique (owner, key)
             try:
                 with self._rmw() as s:
@@ -49,7 +57,7 @@ class IdempotencyMethods:
                     )
                     if found is not None:
                         return self._replay(s, found, request_hash), False
-                    rows = self._insert_jobs(s, specs, now)
+                    rows = self._insert_jobs(s, specs, now, max_active)
                     s.add(
                         IdempotencyKeyRow(
                             owner=owner,

@@ -14,9 +14,11 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from corral.core.arrays import assign_array_ids, compute_array_group
 from corral.core.errors import ConflictError, IdempotencyKeyReused
 from corral.core.resources import GpuInfo
 from corral.core.states import JobState, can_transition
+from corral.core.tenancy import check_active_limit
 from corral.scheduler.recheck import NodeUse, compute_node_use, compute_recheck
 from corral.store.records import GpuStatus, Job, JobEvent, JobSpec, Node, Queue, Quota, Tenant
 
@@ -70,13 +72,16 @@ class MemoryStore:
     def create_job(self, spec: JobSpec, now: datetime) -> Job:
         return self.create_jobs([spec], now)[0]
 
-    def create_jobs(self, specs: Sequence[JobSpec], now: datetime) -> list[Job]:
+    def create_jobs(self, specs: Sequence[JobSpec], now: datetime, max_active: int | None = None) -> list[Job]:
         with self._lock:
+            if max_active is not None and specs and specs[0].tenant_id is not None:
+                active = self.count_jobs(states=[JobState.PENDING, JobState.RUNNING], tenant_id=specs[0].tenant_id)
+                check_active_limit(active, len(specs), max_active)
+            groups = [compute_array_group(spec.array_id, spec.array_index) for spec in specs]
+            ids = [self._id("job") for _ in specs]
             out: list[Job] = []
-            for spec in specs:
-                job_id = self._id("job")
-                if spec.array_index is not None:
-                    spec = replace(spec, array_id=out[0].id if out else job_id)
+            for spec, job_id, array_id in zip(specs, ids, assign_array_ids(groups, ids), strict=True):
+                spec = replace(spec, array_id=array_id)
                 job = self._put(Job(id=job_id, spec=spec, state=JobState.PENDING, created_at=now))
                 self._event(job.id, "submitted", f"by schedule {spec.schedule_id}" if spec.schedule_id else "", now)
                 out.append(job)
@@ -89,7 +94,14 @@ class MemoryStore:
         return jobs[0], created
 
     def create_jobs_once(
-        self, specs: Sequence[JobSpec], now: datetime, owner: str, key: str, request_hash: str, keep: timedelta
+        self,
+        specs: Sequence[JobSpec],
+        now: datetime,
+        owner: str,
+        key: str,
+        request_hash: str,
+        keep: timedelta,
+        max_active: int | None = None,
     ) -> tuple[list[Job], bool]:
         with self._lock:
             self._keys = {k: v for k, v in self._keys.items() if v[2] >= now - keep}
@@ -98,7 +110,7 @@ class MemoryStore:
                 if found[0] != request_hash:
                     raise IdempotencyKeyReused(key)
                 return [self._jobs[i] for i in found[1] if i in self._jobs], False
-            jobs = self.create_jobs(specs, now)
+            jobs = self.create_jobs(specs, now, max_active)
             self._keys[(owner, key)] = (request_hash, tuple(j.id for j in jobs), now)
             return jobs, True
 

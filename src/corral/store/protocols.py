@@ -61,15 +61,25 @@ class JobStore(Protocol):
         call with the same owner, key and request_hash made within `keep`, False) otherwise, also when the two calls
         race (exactly one creates). Raises IdempotencyKeyReused for the same key with another request_hash."""
 
-    def create_jobs(self, specs: Sequence[JobSpec], now: datetime) -> list[Job]:
-        """create_job for several jobs in one transaction (all or none), in order. The tasks of a job array (specs
-        with an `array_index`) get the first task's id as their `array_id`."""
+    def create_jobs(self, specs: Sequence[JobSpec], now: datetime, max_active: int | None = None) -> list[Job]:
+        """create_job for several jobs of one tenant in one transaction (all or none), in order. The tasks of each
+        job array get its first task's id as their `array_id` (a spec's `array_id`, before it is stored, is the
+        key of its array within the call: core.arrays.compute_array_group). `max_active`: refused with
+        TooManyRequestsError when the tenant's pending and running jobs would pass it, counted in the same
+        transaction (concurrent calls cannot pass it together)."""
 
     def create_jobs_once(
-        self, specs: Sequence[JobSpec], now: datetime, owner: str, key: str, request_hash: str, keep: timedelta
+        self,
+        specs: Sequence[JobSpec],
+        now: datetime,
+        owner: str,
+        key: str,
+        request_hash: str,
+        keep: timedelta,
+        max_active: int | None = None,
     ) -> tuple[list[Job], bool]:
         """create_jobs made idempotent by (owner, key), as create_job_once; a replay returns every job of the
-        first request."""
+        first request (before `max_active` is checked)."""
 
     def get_job(self, job_id: int) -> Job | None:
         """The job, or None if unknown. Read-only."""

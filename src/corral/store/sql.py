@@ -15,9 +15,11 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
+from corral.core.arrays import assign_array_ids, compute_array_group
 from corral.core.errors import ConflictError
 from corral.core.resources import GpuInfo
 from corral.core.states import JobState, can_transition, compute_sources
+from corral.core.tenancy import check_active_limit
 from corral.scheduler.recheck import NodeUse, compute_node_use, compute_recheck
 from corral.store.base import StateStore
 from corral.store.directory import DirectoryMethods
@@ -29,7 +31,7 @@ from corral.store.protocols import SchedulingStore
 from corral.store.records import GpuStatus, Job, JobEvent, JobSpec, Node, TokenRecord, User, compute_placed_parts
 from corral.store.schedules import ScheduleMethods
 from corral.store.secrets import SecretMethods
-from corral.store.tables import GpuRow, JobEventRow, JobRow, NodeRow, TokenRow, UserRow
+from corral.store.tables import GpuRow, JobEventRow, JobRow, NodeRow, TenantRow, TokenRow, UserRow
 from corral.store.telemetry import TelemetryMethods
 from corral.store.tenancy import TenancyMethods, affected_rows, to_token, to_user
 from corral.store.tenancy import utc as _utc
@@ -125,7 +127,7 @@ class SqlStore(
 
     # used by the mixins (a firing inserts its job in the schedule's transaction)
     _insert_job = staticmethod(lambda s, spec, now: insert_job(s, spec, now))
-    _insert_jobs = staticmethod(lambda s, specs, now: insert_jobs(s, specs, now))
+    _insert_jobs = staticmethod(lambda s, specs, now, max_active=None: insert_jobs(s, specs, now, max_active))
     _to_job = staticmethod(lambda row: _job(row))
 
     @contextmanager
@@ -295,9 +297,9 @@ class SqlStore(
         with self._tx() as s:
             return _job(insert_job(s, spec, now))
 
-    def create_jobs(self, specs: Sequence[JobSpec], now: datetime) -> list[Job]:
-        with self._tx() as s:
-            return [_job(r) for r in insert_jobs(s, specs, now)]
+    def create_jobs(self, specs: Sequence[JobSpec], now: datetime, max_active: int | None = None) -> list[Job]:
+        with self._rmw() if max_active is not None else self._tx() as s:
+            return [_job(r) for r in insert_jobs(s, specs, now, max_active)]
 
     def get_job(self, job_id: int) -> Job | None:
         with self._tx() as s:
@@ -761,13 +763,25 @@ def insert_job(s: Session, spec: JobSpec, now: datetime) -> JobRow:
     return row
 
 
-def insert_jobs(s: Session, specs: Sequence[JobSpec], now: datetime) -> list[JobRow]:
-    """Add several accepted jobs in the caller's transaction; the tasks of an array (specs with an
-    `array_index`) get the first task's id as their `array_id`."""
+def insert_jobs(s: Session, specs: Sequence[JobSpec], now: datetime, max_active: int | None = None) -> list[JobRow]:
+    """Add several accepted jobs of one tenant in the caller's transaction; the tasks of each array get its first
+    task's id as their `array_id` (core.arrays.compute_array_group). With `max_active`, the tenant's pending and
+    running jobs are counted first, under a lock on its row, so that concurrent submissions cannot pass the limit
+    together (core.tenancy.check_active_limit)."""
+    if max_active is not None and specs and specs[0].tenant_id is not None:
+        tenant_id = specs[0].tenant_id
+        s.execute(select(TenantRow.id).where(TenantRow.id == tenant_id).with_for_update())
+        active = s.scalar(
+            select(func.count())
+            .select_from(JobRow)
+            .where(JobRow.tenant_id == tenant_id, JobRow.state.in_([JobState.PENDING.value, JobState.RUNNING.value]))
+        )
+        check_active_limit(active or 0, len(specs), max_active)
     rows = [insert_job(s, spec, now) for spec in specs]
-    if rows and specs[0].array_index is not None:
-        for r in rows:
-            r.array_id = rows[0].id
+    groups = [compute_array_group(spec.array_id, spec.array_index) for spec in specs]
+    if any(g is not None for g in groups):  # the keys written above become the arrays' ids
+        for r, array_id in zip(rows, assign_array_ids(groups, [r.id for r in rows]), strict=True):
+            r.array_id = array_id
         s.flush()
     return rows
 

@@ -145,6 +145,7 @@ def test_a_batch_is_stored_whole_or_not_at_all(world: World) -> None:
     assert r.status_code == 201, r.text
     made = r.json()
     assert [(j["command"], j["array_index"]) for j in made] == [(["a"], None), (["b"], 0), (["b"], 1)]
+    assert [j["array_id"] for j in made] == [None, made[1]["id"], made[1]["id"]]  # the array after a plain job
     assert sorted(j["id"] for j in world.jobs(alice)) == sorted(j["id"] for j in made)
     too_many = {"jobs": [{"command": ["x"], "array": "0-9999"}, good]}
     r = world.c.post("/api/v1/jobs/batch", json=too_many, headers=alice)

@@ -11,7 +11,7 @@ from typing import Any
 
 from corral.api.schemas import JobOut, JobSubmit
 from corral.core.arrays import parse_array
-from corral.core.errors import NotFoundError, TooManyRequestsError, ValidationError
+from corral.core.errors import NotFoundError, ValidationError
 from corral.core.requests import ResourceRequest, model_matches
 from corral.core.states import JobState
 from corral.server.auth import Principal
@@ -162,21 +162,6 @@ def job_spec_for(
     return spec
 
 
-def submit_job(
-    store: StateStore,
-    body: JobSubmit,
-    caller: Principal,
-    idempotency_key: str | None = None,
-    keep_keys: timedelta = timedelta(hours=24),
-    max_active: int | None = None,
-) -> tuple[Job, bool]:
-    """(the job, whether this call created it); for an array, its first task. With an Idempotency-Key, the same
-    key from the same caller with the same body returns the job the first request made (also after a crash, for
-    `keep_keys`); the same key with another body raises IdempotencyKeyReused."""
-    jobs, created = submit_jobs(store, [body], caller, idempotency_key, keep_keys, max_active)
-    return jobs[0], created
-
-
 def submit_jobs(
     store: StateStore,
     bodies: Sequence[JobSubmit],
@@ -186,7 +171,9 @@ def submit_jobs(
     max_active: int | None = None,
 ) -> tuple[list[Job], bool]:
     """Several submissions (each one job or an array of tasks), checked each and stored in one transaction: all
-    of them or none. (every job made, in order; whether this call made them), idempotent as submit_job.
+    of them or none. (every job made, in order; whether this call made them). With an Idempotency-Key, the same
+    key from the same caller with the same bodies returns the jobs the first request made (also after a crash,
+    for `keep_keys`); the same key with other bodies raises IdempotencyKeyReused.
     `max_active`: the most pending and running jobs the caller's tenant may have (TooManyRequestsError beyond)."""
     user_id = caller.user.id if caller.user else None
     specs: list[JobSpec] = []
@@ -198,25 +185,15 @@ def submit_jobs(
             raise ValidationError(e.field if len(bodies) == 1 else f"jobs.{i}.{e.field}", e.problem) from None
         if body.array is None:
             specs.append(spec)
-        else:  # every task is the checked spec with its own index
+        else:  # every task is the checked spec with its own index; `array_id` keys this body's array in the call
             arr = parse_array(body.array)
-            specs += [replace(spec, array_index=x, array_limit=arr.limit) for x in arr.indices]
-    if max_active is not None and caller.tenant_id is not None:
-        active = store.count_jobs(states=[JobState.PENDING, JobState.RUNNING], tenant_id=caller.tenant_id)
-        if active + len(specs) > max_active:
-            raise TooManyRequestsError(
-                f"the tenant has {active} jobs pending or running; {len(specs)} more would pass its limit of "
-                f"{max_active} (CORRAL_MAX_ACTIVE_JOBS_PER_TENANT): wait for some to end",
-                30,
-            )
+            specs += [replace(spec, array_id=i, array_index=x, array_limit=arr.limit) for x in arr.indices]
     now = datetime.now(UTC)
     if idempotency_key is None:
-        if len(specs) == 1:
-            return [store.create_job(specs[0], now)], True
-        return store.create_jobs(specs, now), True
+        return store.create_jobs(specs, now, max_active), True
     owner = f"user:{caller.user.id}" if caller.user else f"token:{caller.token.id}"
     fingerprint = request_fingerprint(bodies[0]) if len(bodies) == 1 else request_fingerprint_of(bodies)
-    return store.create_jobs_once(specs, now, owner, idempotency_key, fingerprint, keep_keys)
+    return store.create_jobs_once(specs, now, owner, idempotency_key, fingerprint, keep_keys, max_active)
 
 
 def request_fingerprint(body: JobSubmit) -> str:
