@@ -21,7 +21,7 @@ from corral.server.services.jobs import load_job, submit_jobs
 from corral.server.services.tenancy import known_tenant_names
 
 if TYPE_CHECKING:
-    from corral.server.background.scheduling import Scheduler
+    from corral.server.services.notify import Trigger
     from corral.server.settings import Settings
     from corral.store.base import StateStore
     from corral.store.records import Job
@@ -44,7 +44,7 @@ def create_job(
     """Submit a job (with `array`, a job array: answers its first task, whose id is the array's id). With
     `Idempotency-Key`, a retry (same key, same body, same caller) returns the job the first
     request made, marked `Idempotent-Replayed: true`; the same key with another body is refused (422)."""
-    jobs = _submit([body], response, caller, store, sched, settings, idempotency_key)
+    jobs = _submit([body], response, caller, store, sched.trigger, settings, idempotency_key)
     return job_out(request, store, sched, jobs[0])
 
 
@@ -62,7 +62,7 @@ def create_jobs(
     """Submit several jobs (each may be an array) in one call: every one is checked, then all are stored in one
     transaction, or none (the error names `jobs.N.field`). Answers every job made, arrays' tasks included, in
     order. `Idempotency-Key` works as for a single submission."""
-    jobs = _submit(body.jobs, response, caller, store, sched, settings, idempotency_key)
+    jobs = _submit(body.jobs, response, caller, store, sched.trigger, settings, idempotency_key)
     names = known_tenant_names(store, {j.spec.tenant_id for j in jobs})
     return [job_out(request, store, sched, j, names) for j in jobs]
 
@@ -72,7 +72,7 @@ def _submit(
     response: Response,
     caller: Principal,
     store: StateStore,
-    sched: Scheduler,
+    trigger: Trigger,
     settings: Settings,
     idempotency_key: str | None,
 ) -> list[Job]:
@@ -81,7 +81,7 @@ def _submit(
     keep = timedelta(seconds=settings.idempotency_key_ttl_s)
     jobs, created = submit_jobs(store, bodies, caller, idempotency_key, keep, settings.max_active_jobs_per_tenant)
     if created:
-        sched.trigger.fire()
+        trigger.fire()
     else:
         response.headers["Idempotent-Replayed"] = "true"
     return jobs
