@@ -44,7 +44,9 @@ class FakeGpu:
     ecc_counts: tuple[int, int] = (0, 0)  # volatile (corrected, uncorrected)
     retired_pages: tuple[int, int] | None = None  # (multiple single-bit, double-bit); None: Ampere+
     remapped_rows: tuple[int, int, int, int] | None = (0, 0, 0, 0)  # (corr, unc, pending, failed)
-    pcie_kib_s: tuple[int, int] = (0, 0)  # (tx, rx)
+    pcie_kib_s: tuple[int, int] = (0, 0)  # (tx, rx) as nvmlDeviceGetPcieThroughput answers
+    pcie_bytes: tuple[int, int] | None = (0, 0)  # cumulative (tx, rx) byte counters; None: driver lacks them
+    memory_affinity: int | None = None  # NUMA node of nvmlDeviceGetMemoryAffinity; None: NOT_SUPPORTED
     nvlink_kib: tuple[int, int] | None = None  # cumulative (tx, rx); None: no NVLink counters
     processes: list[tuple[int, int | None]] = field(default_factory=list)  # (pid, used bytes)
     event_types: int = pynvml.nvmlEventTypeXidCriticalError | pynvml.nvmlEventTypeDoubleBitEccError
@@ -151,6 +153,10 @@ class FakeNvml:
     NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR: int = pynvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR
     NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX: int = pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX
     NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX: int = pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX
+    NVML_FI_DEV_PCIE_COUNT_TX_BYTES: int = pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES
+    NVML_FI_DEV_PCIE_COUNT_RX_BYTES: int = pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES
+    NVML_SUCCESS: int = pynvml.NVML_SUCCESS
+    NVML_AFFINITY_SCOPE_NODE: int = pynvml.NVML_AFFINITY_SCOPE_NODE
     nvmlEventTypeXidCriticalError: int = pynvml.nvmlEventTypeXidCriticalError  # noqa: N815
     nvmlEventTypeDoubleBitEccError: int = pynvml.nvmlEventTypeDoubleBitEccError  # noqa: N815
 
@@ -384,15 +390,23 @@ class FakeNvml:
         for wanted in field_ids:
             field_id, scope = wanted if isinstance(wanted, tuple) else (wanted, 0)
             counters = {
-                pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX: 0,
-                pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX: 1,
+                pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX: (gpu.nvlink_kib, 0),
+                pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX: (gpu.nvlink_kib, 1),
+                pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES: (gpu.pcie_bytes, 0),
+                pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES: (gpu.pcie_bytes, 1),
             }
-            if gpu.nvlink_kib is None or field_id not in counters:
+            source, which = counters.get(field_id, (None, 0))
+            if source is None:
                 out.append(FakeFieldValue(field_id, scope, pynvml.NVML_ERROR_NOT_SUPPORTED, FakeValue(0)))
             else:
-                value = FakeValue(gpu.nvlink_kib[counters[field_id]])
-                out.append(FakeFieldValue(field_id, scope, pynvml.NVML_SUCCESS, value))
+                out.append(FakeFieldValue(field_id, scope, pynvml.NVML_SUCCESS, FakeValue(source[which])))
         return out
+
+    def nvmlDeviceGetMemoryAffinity(self, handle: FakeHandle, node_set_size: int, scope: int) -> list[int]:  # noqa: N802
+        node = self._supported(self._gpu(handle, "nvmlDeviceGetMemoryAffinity").memory_affinity)
+        words = [0] * node_set_size
+        words[node // 64] |= 1 << (node % 64)
+        return words
 
     def nvmlDeviceGetComputeRunningProcesses(self, handle: FakeHandle) -> list[FakeProcess]:  # noqa: N802
         gpu = self._gpu(handle, "nvmlDeviceGetComputeRunningProcesses")

@@ -13,11 +13,18 @@ from typing import Any, TypeVar
 import pynvml  # type: ignore[import-untyped]  # nvidia-ml-py ships no type information
 
 from corral.agent.gpu.base import GpuBackendError
-from corral.agent.gpu.nvml_telemetry import GpuLostError, NvmlEventWatcher, compute_failure_event, read_gpu_sample
+from corral.agent.gpu.nvml_telemetry import (
+    GpuLostError,
+    NvmlEventWatcher,
+    PcieCounters,
+    compute_failure_event,
+    read_gpu_sample,
+)
 from corral.core.resources import GpuInfo
 from corral.core.telemetry import GpuEvent, GpuReadout, GpuSample
 
 _MIB = 1024 * 1024
+_NODE_SET_WORDS = 4  # 64-bit words of NUMA node mask asked from NVML: nodes 0..255
 _T = TypeVar("_T")
 
 # The NVML surface is the pynvml module or a FakeNvml with the same attributes; it is untyped either way.
@@ -155,6 +162,7 @@ class NvmlGpuBackend:
         self._event_lock = threading.Lock()  # one watcher; never held while sampling
         self._initialized = False
         self._watcher = NvmlEventWatcher(nvml, clock)
+        self._pcie = PcieCounters()
 
     def discover(self) -> list[GpuInfo]:
         with self._lock:
@@ -183,7 +191,7 @@ class NvmlGpuBackend:
                 try:
                     handle = nv.nvmlDeviceGetHandleByIndex(index)
                     uuid = decode_text(nv.nvmlDeviceGetUUID(handle))
-                    samples.append(read_gpu_sample(nv, handle, index, uuid, now))
+                    samples.append(read_gpu_sample(nv, handle, index, uuid, now, self._pcie))
                 except (nv.NVMLError, GpuLostError) as e:
                     events.append(compute_failure_event(nv, index, e, now))
             return GpuReadout(tuple(samples), tuple(events))
@@ -243,12 +251,35 @@ class NvmlGpuBackend:
             return default
 
     def _numa_node(self, probe: _Probe) -> int | None:
+        """The host NUMA node nearest the GPU: NVML's memory affinity, else its NUMA node id, else sysfs.
+
+        Memory affinity comes first: on an H200 in a VM (driver 580) NumaNodeId answered NOT_SUPPORTED and
+        sysfs -1 while the memory affinity named node 0, as `nvidia-smi topo -m` does; on coherent GPUs
+        (Grace Hopper) NumaNodeId names the GPU's own memory node, which holds no CPUs.
+        """
+        node = self._memory_affinity_node(probe)
+        if node is not None:
+            return node
         getter = getattr(self._nvml, "nvmlDeviceGetNumaNodeId", None)  # absent before nvidia-ml-py 12
         if getter is not None:
             node = self._optional(probe, lambda: int(getter(probe.handle)), None)
             if node is not None:
                 return node if node >= 0 else None
         return self._sysfs_numa_node(probe.bus_id)
+
+    def _memory_affinity_node(self, probe: _Probe) -> int | None:
+        """The lowest NUMA node in NVML's memory-affinity mask (scope node); None if unsupported or empty."""
+        nv = self._nvml
+        getter = getattr(nv, "nvmlDeviceGetMemoryAffinity", None)
+        scope = getattr(nv, "NVML_AFFINITY_SCOPE_NODE", None)
+        if getter is None or scope is None:
+            return None
+        empty: list[int] = []
+        words = self._optional(probe, lambda: [int(w) for w in getter(probe.handle, _NODE_SET_WORDS, scope)], empty)
+        for word_index, word in enumerate(words):
+            if word:
+                return int(word_index * 64 + (word & -word).bit_length() - 1)
+        return None
 
     def _sysfs_numa_node(self, bus_id: str) -> int | None:
         if not bus_id:

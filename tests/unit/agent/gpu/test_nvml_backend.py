@@ -75,6 +75,18 @@ def test_numa_falls_back_to_sysfs(tmp_path: Path) -> None:
     assert [g.numa_node for g in gpus] == [1, None]  # second GPU: no sysfs entry
 
 
+def test_numa_from_memory_affinity_first(tmp_path: Path) -> None:
+    """As on a real H200 VM (driver 580): NumaNodeId NOT_SUPPORTED, sysfs -1, memory affinity node 0."""
+    fake = FakeNvml.pcie_box(2)
+    fake.gpus[0].numa_node, fake.gpus[0].memory_affinity = None, 0
+    fake.gpus[1].numa_node, fake.gpus[1].memory_affinity = 0, 65  # a second word of the mask; wins over NumaNodeId
+    sysfs_dir = tmp_path / "bus" / "pci" / "devices" / normalize_bus_id(fake.gpus[0].pci_bus_id)
+    sysfs_dir.mkdir(parents=True)
+    (sysfs_dir / "numa_node").write_text("-1\n")
+    gpus = NvmlGpuBackend(fake, sysfs_root=tmp_path).discover()
+    assert [g.numa_node for g in gpus] == [0, 65]
+
+
 def test_lost_gpu_is_reported_unhealthy_not_raised() -> None:
     fake = FakeNvml.dgx(8)
     fake.lose(3)

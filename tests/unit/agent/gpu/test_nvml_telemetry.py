@@ -34,9 +34,34 @@ def test_sample_reads_every_metric_of_a_busy_gpu() -> None:
     assert s.throttle_reason_names == ("sw_power_cap", "hw_thermal_slowdown")
     assert (s.ecc_sbe_total, s.ecc_dbe_total) == (5, 1)
     assert (s.remapped_rows_correctable, s.remapped_rows_uncorrectable, s.remap_pending) == (3, 1, True)
-    assert (s.pcie_tx_kib_s, s.pcie_rx_kib_s) == (300_000.0, 600_000.0)
+    assert (s.pcie_tx_kib_s, s.pcie_rx_kib_s) == (None, None)  # a rate needs two passes of the counters
     assert (s.nvlink_tx_kib, s.nvlink_rx_kib) == (1000, 2000)
     assert s.processes == (GpuProcess(4244, 81559 * 3 // 4),)
+
+
+def test_pcie_rate_comes_from_the_byte_counters_between_passes_not_the_slow_call() -> None:
+    fake = FakeNvml.dgx(2)
+    fake.busy(1)  # the slow call would answer 300,000 / 600,000 KiB/s: it must not be used
+    backend = _backend(fake)
+    fake.gpus[1].pcie_bytes = (10 << 20, 20 << 20)
+    backend.sample(100.0)
+    fake.gpus[1].pcie_bytes = ((10 << 20) + 4 * 1024 * 1000, (20 << 20) + 2 * 1024 * 1000)
+    s = backend.sample(104.0).samples[1]
+    assert (s.pcie_tx_kib_s, s.pcie_rx_kib_s) == (1000.0, 500.0)
+    assert fake.calls["nvmlDeviceGetPcieThroughput"] == 0
+    fake.gpus[1].pcie_bytes = (5, 5)  # counters went backwards (driver reloaded): start over, no bogus rate
+    s = backend.sample(106.0).samples[1]
+    assert (s.pcie_tx_kib_s, s.pcie_rx_kib_s) == (None, None)
+    fake.gpus[1].pcie_bytes = (5 + 2048 * 1024 * 2, 5)
+    assert backend.sample(108.0).samples[1].pcie_tx_kib_s == 2048.0
+
+
+def test_pcie_rate_falls_back_to_the_throughput_call_without_counters() -> None:
+    fake = FakeNvml.dgx(2)
+    fake.busy(1)
+    fake.gpus[1].pcie_bytes = None  # an older driver
+    s = _backend(fake).sample(1.0).samples[1]
+    assert (s.pcie_tx_kib_s, s.pcie_rx_kib_s) == (300_000.0, 600_000.0)
 
 
 def test_idle_gpu_has_no_processes_and_idle_throttle() -> None:
