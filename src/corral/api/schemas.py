@@ -202,7 +202,10 @@ class JobOut(BaseModel):
     priority: int
     exit_code: int | None
     reason: str
-    pending_reason: str | None
+    pending_reason: str | None = Field(description="why it waits, in one plain sentence (pending only)")
+    pending_code: str | None = Field(
+        None, description="why it waits, as a stable code: capacity, quota, gang-incomplete... (pending only)"
+    )
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
@@ -237,6 +240,7 @@ class JobOut(BaseModel):
         now: datetime,
         *,
         pending_reason: str | None = None,
+        pending_code: str | None = None,
         position: int | None = None,
         eta: datetime | None = None,
         tenant: str | None = None,
@@ -261,6 +265,7 @@ class JobOut(BaseModel):
             exit_code=job.exit_code,
             reason=job.reason,
             pending_reason=pending_reason,
+            pending_code=pending_code,
             created_at=job.created_at,
             started_at=job.started_at,
             finished_at=job.finished_at,

@@ -255,7 +255,7 @@ def jobs(argv: list[str]) -> None:
     p = _Parser(
         prog="corral jobs",
         description="List pending and running jobs (all with --all), oldest first; the tasks of a job array in one "
-        "line per state (ID 12_[0-999%%50]) unless -r.",
+        "line per state (ID 12_[0-999%50]) unless -r.",
     )
     p.add_argument("--all", "-a", action="store_true", help="Include finished jobs.")
     p.add_argument("--array", "-r", action="store_true", help="One line per task of a job array (as squeue -r).")

@@ -115,7 +115,10 @@ def select_within_group_limits(
             chosen.add(j.id)
         else:
             held[j.id] = PendingStatus(
-                reasons.ARRAY_LIMIT, f"its array runs at most {j.group_limit} tasks at once", UNRANKED
+                reasons.ARRAY_LIMIT,
+                f"its array runs at most {j.group_limit} tasks at once",
+                UNRANKED,
+                text=f"its array already runs {j.group_limit} tasks at once, its limit (%{j.group_limit})",
             )
     return [j for j in pending if not (j.group and j.group_limit > 0) or j.id in chosen], held
 
@@ -128,7 +131,8 @@ def compute_cpu_only(engine: Cluster, jobs: Sequence[QueuedJob]) -> tuple[list[A
         request = job.to_request()
         got = engine.place(request) if job.nodes == 1 else engine.place_gang(request, job.nodes)
         if isinstance(got, Unschedulable):
-            pending[job.id] = PendingStatus(reasons.CAPACITY, got.reason, UNRANKED)
+            text = f"waiting for CPU and memory on a node: {got.reason}"
+            pending[job.id] = PendingStatus(reasons.CAPACITY, got.reason, UNRANKED, text=text)
         else:
             admit.append(Admit(job.id, "", tuple(got) if isinstance(got, list) else (got,)))
     return admit, pending

@@ -115,7 +115,8 @@ def test_jobs_get_disjoint_gpus_and_the_rest_waits(api: Any) -> None:
     running = [j for j in jobs if j["state"] == "RUNNING"]
     assert set(running[0]["gpus"]).isdisjoint(running[1]["gpus"])
     waiting = next(j for j in jobs if j["state"] == "PENDING")
-    assert waiting["pending_reason"].startswith("capacity"), waiting["pending_reason"]
+    assert waiting["pending_code"] == "capacity", waiting
+    assert waiting["pending_reason"].startswith("waiting for 4 free GPUs; none is free"), waiting["pending_reason"]
     # the agent hears about both assignments; the first one's exit frees GPUs for the third job
     reply = client.post("/api/v1/agents/n1/sync", json={"running": [], "exits": []}, headers=agent("n1")).json()
     assert sorted(a["job_id"] for a in reply["assignments"]) == sorted(j["id"] for j in running)

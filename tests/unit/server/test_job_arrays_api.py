@@ -97,7 +97,8 @@ def test_an_array_runs_at_most_its_limit_at_once_and_each_task_knows_its_index(w
     tasks = world.jobs(alice, array_id=array_id)
     assert [t["array_index"] for t in tasks if t["state"] == "RUNNING"] == [0, 1]
     waiting = [t for t in tasks if t["state"] == "PENDING"]
-    assert len(waiting) == 4 and all(t["pending_reason"].startswith("array-limit") for t in waiting), waiting
+    assert len(waiting) == 4 and all(t["pending_code"] == "array-limit" for t in waiting), waiting
+    assert waiting[0]["pending_reason"] == "its array already runs 2 tasks at once, its limit (%2)"
     reply = world.sync([])
     env = {a["job_id"]: a["env"] for a in reply["assignments"]}
     assert {e["CORRAL_ARRAY_INDEX"] for e in env.values()} == {"0", "1"}

@@ -121,9 +121,12 @@ def test_maximum_is_never_exceeded_and_pending_says_why(world: World) -> None:
     first, second = world.submit(capped), world.submit(capped)
     world.settle(lambda: world.job(first)["state"] == "RUNNING", "first runs")
     job = world.settle(
-        lambda: (j := world.job(second))["pending_reason"] and j["pending_reason"].startswith("quota") and j,
+        lambda: (j := world.job(second))["pending_code"] == "quota" and j,
         "second waits on quota",
     )
+    assert job["pending_reason"] == (
+        "waiting for tenant capped's own jobs to free GPUs: this one would bring it to 2 GPUs, above its maximum of 1"
+    ), job["pending_reason"]
     assert job["queue_position"] == 0
     assert world.job(second)["state"] == "PENDING"
 

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from corral.core.resources import FULL_GPU_MILLI
-from corral.scheduler.queueing import reasons
+from corral.scheduler.queueing import reasons, wording
 from corral.scheduler.queueing.backfill import Reservation, allow_backfill, compute_reservation
 from corral.scheduler.queueing.capacity import Ledger
 from corral.scheduler.queueing.eta import EtaEstimator
@@ -531,13 +531,36 @@ def _explain(cyc: _Cycle, statuses: list[tuple[QueuedJob, str, str]]) -> dict[st
             ends[r.model] = max(ends.get(r.model, cyc.now_s), r.expected_end_s or cyc.now_s)
     for pos, (job, reason, detail) in enumerate(statuses):
         models = [m for m in cyc.ledger.models() if job.matches(m)]
-        when = None
+        when: float | None = None
+        freed_by: tuple[str, bool] | None = None
         if reason == reasons.PREEMPTING:
             when = max((ends[m] for m in models if m in ends), default=cyc.now_s)
         elif reason != reasons.MODEL and models:
-            when = eta.estimate(models[0], job.need_milli)
-        out[job.id] = reasons.PendingStatus(reason, detail or reasons.DESCRIPTIONS.get(reason, ""), pos, when)
+            when, freed_by = eta.estimate_why(models[0], job.need_milli)
+        facts = _wait_facts(cyc, job, models, reason, pos, when, freed_by)
+        text = wording.compute_wait_sentence(reason, detail, job, facts)
+        out[job.id] = reasons.PendingStatus(reason, detail or reasons.DESCRIPTIONS.get(reason, ""), pos, when, text)
     return out
+
+
+def _wait_facts(
+    cyc: _Cycle,
+    job: QueuedJob,
+    models: list[str],
+    reason: str,
+    pos: int,
+    when: float | None,
+    freed_by: tuple[str, bool] | None,
+) -> wording.WaitFacts:
+    """Where GPUs of the job's models are free now (only asked for jobs waiting on capacity)."""
+    free_by_node: tuple[tuple[str, int], ...] | None = None
+    free_gpus = 0.0
+    if reason in (reasons.CAPACITY, reasons.GANG):
+        if cyc.ledger.knows_nodes:
+            free_by_node = wording.merge_free_by_node([cyc.ledger.whole_free(m, 1) for m in models])
+        else:
+            free_gpus = sum(max(cyc.ledger.free(m), 0) for m in models) / 1000
+    return wording.WaitFacts(cyc.now_s, free_by_node, free_gpus, when, freed_by, pos)
 
 
 __all__ = ["Admission", "AdmissionPlan", "QueueState", "compute_admission", "with_attained", "TOTAL"]

@@ -8,7 +8,7 @@ QUOTA = "quota"  # admitting it would exceed the tenant's maximum
 BORROW = "borrow-limit"  # it needs borrowed GPUs and the cohort has none idle
 CAPACITY = "capacity"  # not enough free GPUs of an allowed model
 MODEL = "model-constraint"  # no GPU of the asked model in the pool at all (waiting won't help)
-GANG = "gang-incomplete"  # some but not all of the gang's GPUs are free; it starts all at once or not at all
+GANG = "gang-incomplete"  # a multi-node job: some but not all of its nodes' GPUs are free; it starts all at once
 BEHIND_HEAD = "behind-head"  # a strict queue's head is blocked and this job is behind it
 RESERVED = "backfill-reserved"  # it would delay the reserved start of a blocked head
 PREEMPTING = "preempting"  # victims were signalled; it starts when they exit
@@ -32,9 +32,11 @@ DESCRIPTIONS = {
 @dataclass(frozen=True, slots=True)
 class PendingStatus:
     """`reason` is one of the codes above; `eta_s` an estimated start (None = unknown, e.g. running jobs
-    without time limits); `position` the job's 0-based rank among pending jobs."""
+    without time limits); `position` the job's 0-based rank among pending jobs; `text` the one plain sentence
+    shown to users (wording.compute_wait_sentence), `detail` the engine's own note."""
 
     reason: str
     detail: str
     position: int
     eta_s: float | None = None
+    text: str = ""

@@ -32,7 +32,9 @@ class LoopStore(SchedulingStore, OperationsStore, Protocol):
     """What the loop reads and writes: the scheduling roles, plus node events (a node it finds lost)."""
 
 
-REASON_CONFLICT = "conflict: its GPUs were taken by another writer; placed again next cycle"
+REASON_CONFLICT = "its GPUs were taken by another writer at the last moment; it is placed again next cycle"
+CODE_CONFLICT = "conflict"
+CODE_RETRY = "retry-backoff"
 
 
 class Scheduler(Loop):
@@ -58,7 +60,8 @@ class Scheduler(Loop):
         self.queueing = get_queueing_policy(queueing)
         self.cancel_grace_s = cancel_grace_s
         self.pending_info: dict[int, tuple[int, datetime | None]] = {}  # job id -> (queue position, ETA)
-        self.pending_reasons: dict[int, str] = {}
+        self.pending_reasons: dict[int, str] = {}  # job id -> one plain sentence (the API's pending_reason)
+        self.pending_codes: dict[int, str] = {}  # job id -> its stable code (pending_code)
         self._usage: dict[str, float] = {}
         self._usage_at: datetime | None = None
         self._usage_loaded = False
@@ -104,7 +107,7 @@ class Scheduler(Loop):
             tenants = self.store.list_tenants()
             self._update_usage(running, tenants, now)
             if not pending:
-                self.pending_reasons, self.pending_info = {}, {}
+                self.pending_reasons, self.pending_codes, self.pending_info = {}, {}, {}
                 return []
             # Jobs in retry backoff wait outside the cycle; the rest (with or without GPUs) go through it.
             waiting = [j for j in pending if j.not_before is not None and j.not_before > now]
@@ -146,18 +149,22 @@ class Scheduler(Loop):
         for job_id in applied.started:
             self._latencies.append(max((now - created[job_id]).total_seconds(), 0.0))
         reasons: dict[int, str] = {}
+        codes: dict[int, str] = {}
         info: dict[int, tuple[int, datetime | None]] = {}
         for job in waiting:
-            reasons[job.id] = f"retry-backoff: until {job.not_before:%H:%M:%S} ({job.reason})"
+            reasons[job.id] = f"waiting to retry at {job.not_before:%H:%M:%S} UTC after: {job.reason}"
+            codes[job.id] = CODE_RETRY
         for job_id in applied.rejected:
-            reasons[int(job_id)] = REASON_CONFLICT
+            reasons[int(job_id)], codes[int(job_id)] = REASON_CONFLICT, CODE_CONFLICT
         for job_id, status in plan.pending.items():
             jid = int(job_id)
-            reasons.setdefault(jid, f"{status.reason}: {status.detail}" if status.detail else status.reason)
+            if jid not in reasons:
+                reasons[jid] = status.text or (f"{status.reason}: {status.detail}" if status.detail else status.reason)
+                codes[jid] = status.reason
             if status.position != UNRANKED:
                 eta = datetime.fromtimestamp(status.eta_s, UTC) if status.eta_s is not None else None
                 info[jid] = (status.position, eta)
-        self.pending_reasons, self.pending_info = reasons, info
+        self.pending_reasons, self.pending_codes, self.pending_info = reasons, codes, info
 
     def _update_usage(self, running: list[Job], tenants: list[Tenant], now: datetime) -> None:
         """Decayed GPU-seconds per tenant (fair share's history), advanced to `now`. The history is read from the

@@ -37,7 +37,7 @@ def job_out(
     """The job's wire shape with the scheduler's pending reason, position and ETA."""
     if names is None:
         names = known_tenant_names(store, (job.spec.tenant_id,))
-    out = to_out(job, sched.pending_reasons, names, sched.pending_info)
+    out = to_out(job, sched.pending_reasons, names, sched.pending_info, sched.pending_codes)
     if out.web_url:  # on the job-UI origin when it has one (CORRAL_JOB_UI_PORT)
         out.web_url = job_ui_base(request) + out.web_url
     return out

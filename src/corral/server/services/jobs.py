@@ -225,17 +225,29 @@ def load_job(store: StateStore, job_id: int, caller: Principal | None = None) ->
     return job
 
 
+WAITING_FOR_SCHEDULER = "waiting for the scheduler"  # a job no scheduling pass has looked at yet
+CODE_NEW = "new"
+
+
 def to_out(
     job: Job,
     pending_reasons: dict[int, str],
     tenants: dict[int, str] | None = None,
     pending_info: dict[int, tuple[int, datetime | None]] | None = None,
+    pending_codes: dict[int, str] | None = None,
 ) -> JobOut:
-    pending_reason, position, eta = None, None, None
+    pending_reason, pending_code, position, eta = None, None, None, None
     if job.state is JobState.PENDING:
-        pending_reason = pending_reasons.get(job.id, "waiting for the scheduler")
+        pending_reason = pending_reasons.get(job.id, WAITING_FOR_SCHEDULER)
+        pending_code = (pending_codes or {}).get(job.id, CODE_NEW if job.id not in pending_reasons else None)
         position, eta = (pending_info or {}).get(job.id, (None, None))
     tenant = (tenants or {}).get(job.spec.tenant_id) if job.spec.tenant_id else None
     return JobOut.from_job(
-        job, datetime.now(UTC), pending_reason=pending_reason, position=position, eta=eta, tenant=tenant
+        job,
+        datetime.now(UTC),
+        pending_reason=pending_reason,
+        pending_code=pending_code,
+        position=position,
+        eta=eta,
+        tenant=tenant,
     )
