@@ -281,12 +281,12 @@ def jobs(argv: list[str]) -> None:
         return
     now = time.time()
     columns = ["ID", "NAME", "TENANT", "STATE", "NODE", "GPUS", "TIME", "REASON"]
-    print_table(columns, _fit(columns, [_compact_row(j, now) for j in shown], 80, last_min=12))
+    print_table(columns, fit_last_column(columns, [_compact_row(j, now) for j in shown], 80, last_min=12))
 
 
 def _compact_row(j: dict[str, Any], now: float) -> list[str]:
     """squeue's habit: short columns, TIME = how long it has run (running) or waited (pending) or ran (finished)."""
-    started, created, finished = (_epoch(j.get(k)) for k in ("started_at", "created_at", "finished_at"))
+    started, created, finished = (epoch(j.get(k)) for k in ("started_at", "created_at", "finished_at"))
     if j["state"] == "PENDING":
         age = now - created if created else None
     elif started:
@@ -300,28 +300,28 @@ def _compact_row(j: dict[str, Any], now: float) -> list[str]:
         reason = f"exit {j['exit_code']}" + (f": {reason}" if reason else "")
     return [
         str(j["id"]),
-        _clip(j.get("name") or "", 14),
-        _clip(j.get("tenant") or "", 10),
+        clip(j.get("name") or "", 14),
+        clip(j.get("tenant") or "", 10),
         j["state"],
-        _clip(j.get("node") or "", 10),
+        clip(j.get("node") or "", 10),
         ",".join(map(str, j.get("gpus") or ())) or str(j.get("gpu_count") or ""),
         "" if age is None else format_duration(age),
         reason,
     ]
 
 
-def _fit(columns: Sequence[str], rows: list[list[str]], width: int, last_min: int) -> list[list[str]]:
+def fit_last_column(columns: Sequence[str], rows: list[list[str]], width: int, last_min: int) -> list[list[str]]:
     """Clip the last column so that every line fits `width` characters (two spaces between columns)."""
     fixed = [max(len(r[i]) for r in [list(columns), *rows]) for i in range(len(columns) - 1)]
     room = max(width - sum(fixed) - 2 * len(fixed), last_min)
-    return [[*r[:-1], _clip(r[-1], room)] for r in rows]
+    return [[*r[:-1], clip(r[-1], room)] for r in rows]
 
 
-def _clip(text: str, width: int) -> str:
+def clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[: max(width - 1, 0)] + "…"
 
 
-def _epoch(value: Any) -> float | None:
+def epoch(value: Any) -> float | None:
     if not value:
         return None
     from datetime import datetime
@@ -411,9 +411,9 @@ def _job_row(j: dict[str, Any]) -> tuple[Any, ...]:
         j.get("node"),
         ",".join(map(str, j.get("gpus") or ())) or j.get("gpu_count") or "",
         j.get("exit_code"),
-        _zoned(short_time(j.get("created_at"))),
+        zoned(short_time(j.get("created_at"))),
         j.get("pending_reason") or j.get("reason"),
-        _zoned(short_time(j.get("eta"))),
+        zoned(short_time(j.get("eta"))),
     )
 
 
@@ -424,7 +424,7 @@ def _shell_join(argv: Sequence[str]) -> str:
     return shlex.join(argv)
 
 
-def _zoned(text: str) -> str:
+def zoned(text: str) -> str:
     return f"{text} UTC" if text else ""  # the API's times are UTC
 
 
@@ -455,9 +455,9 @@ def print_job(j: dict[str, Any]) -> None:
         ("command", _shell_join(j.get("command") or ())),
         ("exit code", j.get("exit_code")),
         ("reason", j.get("pending_reason") or j.get("reason")),
-        ("created", _zoned(short_time(j.get("created_at")))),
-        ("started", _zoned(short_time(j.get("started_at")))),
-        ("finished", _zoned(short_time(j.get("finished_at")))),
+        ("created", zoned(short_time(j.get("created_at")))),
+        ("started", zoned(short_time(j.get("started_at")))),
+        ("finished", zoned(short_time(j.get("finished_at")))),
     ]
     if j.get("array_id") is not None:
         limit = f" (at most {j['array_limit']} at once)" if j.get("array_limit") else ""

@@ -3,10 +3,13 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Sequence
 from typing import Annotated, Any
 
 import typer
 
+from corral.cli import light
 from corral.cli.config import make_client
 from corral.cli.output import console, print_json, print_table, short_time
 
@@ -18,30 +21,66 @@ sim_app = typer.Typer(help="Simulated GPUs: inject faults.", no_args_is_help=Tru
 
 
 @nodes_app.callback()
-def nodes(ctx: typer.Context, as_json: JSON = False) -> None:
-    """List nodes with their GPUs free/total."""
+def nodes(
+    ctx: typer.Context,
+    as_json: JSON = False,
+    wide: Annotated[
+        bool, typer.Option("--wide", "-w", help="Every column, full times with their zone (default: fits 80 columns).")
+    ] = False,
+) -> None:
+    """List nodes with their GPUs free/total (as sinfo: short columns that fit 80; --wide for all)."""
     if ctx.invoked_subcommand is not None:
         return
     with make_client() as c:
         items = c.nodes()
     if as_json:
         return print_json(items)
-    rows = [
-        (
-            n.name,
-            n.state + (" (cordoned)" if n.cordoned else ""),
-            n.backend,
-            f"{n.gpus_free}/{n.gpus_total}",
-            n.gpus_unhealthy or "",
-            ", ".join(n.gpu_models),
-            n.isolation or "?",
-            short_time(n.last_heartbeat_at),
+    if not items:
+        print("no nodes (start an agent: corral agent --join ..., see README)")
+        return
+    columns, rows = compute_node_table(items, time.time(), wide)
+    light.print_table(columns, rows if wide else light.fit_last_column(columns, rows, 80, last_min=10))
+
+
+def compute_node_table(items: Sequence[Any], now: float, wide: bool) -> tuple[list[str], list[list[str]]]:
+    """The nodes table: compact (NODE, STATE, GPUS free/total, DOWN, SEEN ago, MODELS) or every column. STATE
+    reads DEGRADED for a ready node with a GPU out of service, CORDONED for one taking no new work."""
+    if wide:
+        columns = ["NODE", "STATE", "BACKEND", "GPUS FREE", "UNHEALTHY", "MODELS", "JOBS RUN AS", "HEARTBEAT"]
+        rows = [
+            [
+                n.name,
+                n.state + (" (cordoned)" if n.cordoned else ""),
+                n.backend,
+                f"{n.gpus_free}/{n.gpus_total}",
+                str(n.gpus_unhealthy or ""),
+                ", ".join(n.gpu_models),
+                n.isolation or "?",
+                light.zoned(short_time(n.last_heartbeat_at)),
+            ]
+            for n in items
+        ]
+        return columns, rows
+    columns = ["NODE", "STATE", "GPUS", "DOWN", "SEEN", "MODELS"]
+    rows = []
+    for n in items:
+        state = n.state
+        if n.cordoned and state == "READY":
+            state = "CORDONED"
+        elif n.gpus_unhealthy and state == "READY":
+            state = "DEGRADED"
+        seen = light.epoch(n.last_heartbeat_at)
+        rows.append(
+            [
+                light.clip(n.name, 20),
+                state,
+                f"{n.gpus_free}/{n.gpus_total}",
+                str(n.gpus_unhealthy or ""),
+                "" if seen is None else light.format_duration(now - seen) + " ago",
+                ",".join(n.gpu_models),
+            ]
         )
-        for n in items
-    ]
-    print_table(
-        None, ["NODE", "STATE", "BACKEND", "GPUS FREE", "UNHEALTHY", "MODELS", "JOBS RUN AS", "HEARTBEAT"], rows
-    )
+    return columns, rows
 
 
 def _node_action(action: str, node: str) -> None:

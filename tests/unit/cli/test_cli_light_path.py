@@ -220,14 +220,14 @@ JOB = {
 
 
 def test_the_default_job_table_fits_80_columns_with_ages(capsys: pytest.CaptureFixture[str]) -> None:
-    now = light._epoch("2026-11-26T01:02:03Z")
+    now = light.epoch("2026-11-26T01:02:03Z")
     assert now is not None
     running = dict(JOB, id=7, state="RUNNING", node="gpu-a", gpus=[0, 1], started_at="2026-11-26T00:59:58Z")
     running.update(pending_reason=None, queue_position=None)
     done = dict(running, id=8, state="FAILED", exit_code=3, finished_at="2026-11-26T01:00:00Z", reason="crashed")
     rows = [light._compact_row(j, now) for j in (JOB, running, done)]
     columns = ["ID", "NAME", "TENANT", "STATE", "NODE", "GPUS", "TIME", "REASON"]
-    light.print_table(columns, light._fit(columns, rows, 80, 12))
+    light.print_table(columns, light.fit_last_column(columns, rows, 80, 12))
     lines = capsys.readouterr().out.splitlines()
     assert all(len(line) <= 80 for line in lines), lines
     assert lines[1].startswith("1234  a-rather-long…  computer-…  PENDING") and "1h02m  #3 capacity: wai" in lines[1]

@@ -1,0 +1,56 @@
+"""`corral nodes` fits an 80-column terminal (as sinfo), says DEGRADED for a node with a GPU out of service,
+and --wide keeps every column with times in UTC (issue 14)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from types import SimpleNamespace
+
+from corral.cli import light
+from corral.cli.nodes import compute_node_table
+
+NOW = datetime(2026, 11, 26, 14, 0, tzinfo=UTC)
+
+
+def node(name: str, **kw: object) -> SimpleNamespace:
+    fields: dict[str, object] = dict(
+        name=name,
+        state="READY",
+        cordoned=False,
+        backend="simulated",
+        gpus_free=6,
+        gpus_total=8,
+        gpus_unhealthy=0,
+        gpu_models=["NVIDIA H100 80GB HBM3"],
+        isolation="per-user accounts",
+        last_heartbeat_at="2026-11-26T13:59:57Z",
+    )
+    fields.update(kw)
+    return SimpleNamespace(**fields)
+
+
+NODES = [
+    node("dgx-h100-rack4-slot17.cluster.example.org"),
+    node("b", gpus_unhealthy=1, gpus_free=3),
+    node("c", cordoned=True, gpu_models=["NVIDIA A100-SXM4-80GB", "NVIDIA A100-PCIE-40GB"]),
+    node("d", state="LOST", last_heartbeat_at="2026-11-26T11:00:00Z"),
+]
+
+
+def test_the_default_table_fits_80_columns_and_reads_states_and_ages(capsys) -> None:  # type: ignore[no-untyped-def]
+    columns, rows = compute_node_table(NODES, NOW.timestamp(), wide=False)
+    light.print_table(columns, light.fit_last_column(columns, rows, 80, last_min=10))
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["NODE", "STATE", "GPUS", "DOWN", "SEEN", "MODELS"]
+    assert all(len(line) <= 80 for line in lines), lines
+    by_node = {r[0]: r for r in rows}
+    assert by_node["b"][1:4] == ["DEGRADED", "3/8", "1"]
+    assert by_node["c"][1] == "CORDONED" and by_node["d"][1] == "LOST"
+    assert by_node["dgx-h100-rack4-slot…"][4] == "3s ago" and by_node["d"][4] == "3h00m ago"
+
+
+def test_wide_keeps_every_column_with_times_in_utc() -> None:
+    columns, rows = compute_node_table(NODES, NOW.timestamp(), wide=True)
+    assert columns == ["NODE", "STATE", "BACKEND", "GPUS FREE", "UNHEALTHY", "MODELS", "JOBS RUN AS", "HEARTBEAT"]
+    assert rows[0][0] == "dgx-h100-rack4-slot17.cluster.example.org" and rows[0][-1] == "2026-11-26 13:59:57 UTC"
+    assert rows[2][1] == "READY (cordoned)"
