@@ -11,7 +11,7 @@ import typer
 
 from corral.cli import light
 from corral.cli.config import make_client
-from corral.cli.output import console, print_json, print_table, short_time
+from corral.cli.output import console, print_json, short_time
 
 JSON = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
@@ -120,7 +120,11 @@ def node_events(node: str, as_json: JSON = False) -> None:
 
 
 @gpus_app.callback()
-def gpus(ctx: typer.Context, as_json: JSON = False) -> None:
+def gpus(
+    ctx: typer.Context,
+    as_json: JSON = False,
+    wide: Annotated[bool, typer.Option("--wide", "-w", help="Every column (default: fits 80 columns).")] = False,
+) -> None:
     """List every GPU, free or used, and by which job."""
     if ctx.invoked_subcommand is not None:
         return
@@ -128,22 +132,48 @@ def gpus(ctx: typer.Context, as_json: JSON = False) -> None:
         items = c.gpus()
     if as_json:
         return print_json(items)
+    columns, rows = compute_gpu_table(items, wide)
+    light.print_table(columns, rows if wide else light.fit_last_column(columns, rows, 80, last_min=12))
+
+
+def compute_gpu_table(items: Sequence[Any], wide: bool) -> tuple[list[str], list[list[str]]]:
+    """One row per GPU; compact: memory in GiB, NVLink as a peer count, the status last (clipped to fit)."""
+
+    def status(g: Any) -> str:
+        if g.health != "HEALTHY":
+            return g.health.lower() + (f" ({g.health_reason})" if g.health_reason else "")
+        return "used" if g.job_id else "free"
+
+    if wide:
+        columns = ["NODE", "GPU", "MODEL", "MEMORY", "NUMA", "NVLINK", "STATUS", "JOB"]
+        rows = [
+            [
+                g.node,
+                str(g.index),
+                g.model,
+                f"{g.memory_mib} MiB",
+                "" if g.numa_node is None else str(g.numa_node),
+                ",".join(map(str, g.nvlink_peers)),
+                status(g),
+                "" if g.job_id is None else str(g.job_id),
+            ]
+            for g in items
+        ]
+        return columns, rows
+    columns = ["NODE", "GPU", "MODEL", "MEM", "NVLINK", "JOB", "STATUS"]
     rows = [
-        (
-            g.node,
-            g.index,
-            g.model,
-            f"{g.memory_mib} MiB",
-            g.numa_node,
-            ",".join(map(str, g.nvlink_peers)),
-            g.health.lower() + (f" ({g.health_reason})" if g.health_reason else "")
-            if g.health != "HEALTHY"
-            else ("used" if g.job_id else "free"),
-            g.job_id,
-        )
+        [
+            light.clip(g.node, 16),
+            str(g.index),
+            light.clip(g.model, 22),
+            f"{g.memory_mib / 1024:.0f}G",
+            f"{len(g.nvlink_peers)} peers" if g.nvlink_peers else "",
+            "" if g.job_id is None else str(g.job_id),
+            status(g),
+        ]
         for g in items
     ]
-    print_table(None, ["NODE", "GPU", "MODEL", "MEMORY", "NUMA", "NVLINK", "STATUS", "JOB"], rows)
+    return columns, rows
 
 
 @gpus_app.command("enable")

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from types import SimpleNamespace
 
 from corral.cli import light
-from corral.cli.nodes import compute_node_table
+from corral.cli.nodes import compute_gpu_table, compute_node_table
 
 NOW = datetime(2026, 11, 26, 14, 0, tzinfo=UTC)
 
@@ -54,3 +54,35 @@ def test_wide_keeps_every_column_with_times_in_utc() -> None:
     assert columns == ["NODE", "STATE", "BACKEND", "GPUS FREE", "UNHEALTHY", "MODELS", "JOBS RUN AS", "HEARTBEAT"]
     assert rows[0][0] == "dgx-h100-rack4-slot17.cluster.example.org" and rows[0][-1] == "2026-11-26 13:59:57 UTC"
     assert rows[2][1] == "READY (cordoned)"
+
+
+def gpu(node: str, index: int, **kw: object) -> SimpleNamespace:
+    fields: dict[str, object] = dict(
+        node=node,
+        index=index,
+        model="NVIDIA H100 80GB HBM3",
+        memory_mib=81559,
+        numa_node=0,
+        nvlink_peers=[i for i in range(8) if i != index],
+        health="HEALTHY",
+        health_reason="",
+        job_id=None,
+    )
+    fields.update(kw)
+    return SimpleNamespace(**fields)
+
+
+def test_the_gpu_table_fits_80_columns_and_keeps_the_fault_in_words(capsys) -> None:  # type: ignore[no-untyped-def]
+    items = [
+        gpu("dgx-h100-rack4-slot17", 0, job_id=12345),
+        gpu("dgx-h100-rack4-slot17", 1, health="UNHEALTHY", health_reason="Xid 79: fell off the bus"),
+    ]
+    columns, rows = compute_gpu_table(items, wide=False)
+    light.print_table(columns, light.fit_last_column(columns, rows, 80, last_min=12))
+    lines = capsys.readouterr().out.splitlines()
+    assert all(len(line) <= 80 for line in lines), lines
+    assert rows[0][3:6] == ["80G", "7 peers", "12345"] and rows[0][6] == "used"
+    assert lines[2].endswith("…") or "Xid 79" in lines[2]
+    assert rows[1][6] == "unhealthy (Xid 79: fell off the bus)"
+    wide_columns, wide_rows = compute_gpu_table(items, wide=True)
+    assert wide_columns[5] == "NVLINK" and wide_rows[0][5] == "1,2,3,4,5,6,7" and wide_rows[0][3] == "81559 MiB"
