@@ -141,7 +141,7 @@ def compute_gpu_table(items: Sequence[Any], wide: bool) -> tuple[list[str], list
 
     def status(g: Any) -> str:
         if g.health != "HEALTHY":
-            return g.health.lower() + (f" ({g.health_reason})" if g.health_reason else "")
+            return str(g.health).lower() + (f" ({g.health_reason})" if g.health_reason else "")
         return "used" if g.job_id else "free"
 
     if wide:
