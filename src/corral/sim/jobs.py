@@ -25,6 +25,7 @@ from corral.scheduler.queueing import (
     compute_decayed_usage,
 )
 from corral.scheduler.queueing.admission import with_attained
+from corral.scheduler.queueing.prediction import DurationPredictor, JobFeatures
 from corral.sim.jobs_trace import SimCluster, TraceJob, compute_gang
 from corral.sim.store import compute_store_time, load_store, submit_request
 from corral.store.applier import apply_plan
@@ -48,6 +49,11 @@ class SimConfig:
     restart_overhead_s: float = 5.0
     quotas: QuotaBook | None = None
     horizon_s: float | None = None  # stop here even if jobs are left (a run that would never end)
+    # Predict run times from the jobs finished so far (None: when the policy's order is `predict`).
+    predict: bool | None = None
+    # Explain one cycle every this many simulated seconds and score each pending job's ETA against its next
+    # start (SimResult.eta_errors_s); None: never (cycles skip reasons and ETAs).
+    eta_sample_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +97,10 @@ class SimResult:
     cycles: int = 0
     preemptions: int = 0
     starts: list[Start] = field(default_factory=list)  # every start (restarts too), in start order
+    # With SimConfig.eta_sample_s: |ETA - actual next start| per sampled pending job that had an ETA, and how
+    # many sampled pending jobs had none (unknown: only jobs without a time limit or prediction ahead).
+    eta_errors_s: list[float] = field(default_factory=list)
+    eta_unknown: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +144,10 @@ class _Sim:
     last_cycle: float = -1e18
     cycle_at: float | None = None
     result: SimResult | None = None
+    predictor: DurationPredictor | None = None
+    features: dict[str, JobFeatures] = field(default_factory=dict)
+    next_eta_sample: float = 0.0
+    eta_open: dict[str, list[float]] = field(default_factory=dict)  # job -> ETAs given while it waited
 
     def push(self, t: float, kind: int, job_id: str = "", version: int = 0) -> None:
         self.seq += 1
@@ -162,6 +176,9 @@ def simulate_jobs(
     weights = {t: (q.fair_weight() if (q := quotas.get(t)) else 1.0) for t in tenants}
     engine = Cluster(cluster.infos(), cfg.placement, rng=None if cfg.seed is None else random.Random(cfg.seed))
     sim = _Sim(cfg, cluster, quotas, engine, load_store(engine.infos))
+    if cfg.predict or (cfg.predict is None and cfg.policy.order == "predict"):
+        sim.predictor = DurationPredictor()
+        sim.features = {t.job.id: t.features or JobFeatures(t.job.tenant, t.job.tenant, gpus=t.job.gpus) for t in trace}
     per_node = cluster.max_gpus_per_node()
     sim.result = SimResult([], [], [], sum(cluster.pool_milli.values()), weights)
     jobs = {t.job.id: t for t in trace}
@@ -177,6 +194,8 @@ def simulate_jobs(
             tj = jobs[job_id]
             job = tj.job if cfg.policy.order == "sjf" else replace(tj.job, known_duration_s=None)
             job = compute_gang(job, per_node)
+            if sim.predictor is not None:  # from the jobs finished before now only
+                job = replace(job, predicted=sim.predictor.predict(sim.features[job_id]))
             sim.pending[job_id] = job
             sim.store_id[job_id] = submit_request(
                 sim.store, job.to_request(), job.id, compute_store_time(now), nodes=job.nodes, priority=job.priority
@@ -213,6 +232,8 @@ def _leave(sim: _Sim, job_id: str, now: float, finished: bool) -> None:
     res = sim.result
     assert res is not None
     res.held.append(Interval(job_id, r.job.tenant, r.start_s, now, r.job.need_milli, r.model))
+    if finished and sim.predictor is not None:
+        sim.predictor.record(sim.features[job_id], sim.duration[job_id])
     if finished:
         job = r.job
         res.present.append(Interval(job.id, job.tenant, job.submit_s, now, job.need_milli))
@@ -229,7 +250,10 @@ def _leave(sim: _Sim, job_id: str, now: float, finished: bool) -> None:
             )
         )
     else:
-        sim.pending[job_id] = with_attained(r.job, r, now)  # keeps its submit time: its place in line
+        requeued = with_attained(r.job, r, now)  # keeps its submit time: its place in line
+        if sim.predictor is not None:  # predicted again from what has finished since it arrived
+            requeued = replace(requeued, predicted=sim.predictor.predict(sim.features[job_id]))
+        sim.pending[job_id] = requeued
 
 
 def _cycle(sim: _Sim, now: float) -> None:
@@ -243,8 +267,13 @@ def _cycle(sim: _Sim, now: float) -> None:
         return
     running = list(sim.running.values())
     state = QueueState(list(sim.pending.values()), running, {}, sim.quotas, sim.usage, sim.cluster.pool_milli)
-    plan = compute_plan(Snapshot((), state), now, sim.engine.policy, cfg.policy, explain=False, cluster=sim.engine)
+    explain = cfg.eta_sample_s is not None and now >= sim.next_eta_sample
+    plan = compute_plan(Snapshot((), state), now, sim.engine.policy, cfg.policy, explain=explain, cluster=sim.engine)
     plan = _commit(sim, plan, now)
+    if explain:
+        assert cfg.eta_sample_s is not None
+        sim.next_eta_sample = now + cfg.eta_sample_s
+        _sample_etas(sim, plan)
     for p in plan.preempt:
         _preempt(sim, p.job_id, p.for_job_id, now)
     for job_id in plan.nominate:  # waiting on GPUs that preempted jobs release: it keeps its claim on them
@@ -259,6 +288,8 @@ def _cycle(sim: _Sim, now: float) -> None:
             job, now, a.model, parts=tuple((p.node, p.gpu_indices) for p in a.placements)
         )
         sim.placed[a.job_id] = a.placements
+        for eta in sim.eta_open.pop(a.job_id, ()):
+            res.eta_errors_s.append(abs(eta - now))
         res.starts.append(Start(a.job_id, now, a.placements))
         overhead = cfg.restart_overhead_s if restart else 0.0
         sim.overhead[a.job_id] = overhead
@@ -266,6 +297,19 @@ def _cycle(sim: _Sim, now: float) -> None:
         sim.push(now + overhead + sim.remaining[a.job_id], FINISH, a.job_id, sim.version[a.job_id])
     if sim.pending and (cfg.policy.preempt or plan.preempt):
         sim.want_cycle(now + 30.0)  # service levels change while jobs run: look again even if nothing happens
+
+
+def _sample_etas(sim: _Sim, plan: Plan) -> None:
+    """Keep the ETA of every job still pending after this explained cycle, to score at its next start."""
+    assert sim.result is not None
+    admitted = {a.job_id for a in plan.admit}
+    for job_id, status in plan.pending.items():  # the plan's ids are the trace's (only _commit translates)
+        if job_id in admitted or job_id not in sim.pending:
+            continue
+        if status.eta_s is None:
+            sim.result.eta_unknown += 1
+        else:
+            sim.eta_open.setdefault(job_id, []).append(status.eta_s)
 
 
 def _preempt(sim: _Sim, job_id: str, for_job_id: str, now: float) -> None:

@@ -19,6 +19,7 @@ from corral.core.errors import ValidationError
 from corral.core.gpuspec import DEFAULT_MEMORY_GB
 from corral.core.resources import FULL_GPU_MILLI, GpuInfo, NodeInfo
 from corral.scheduler.queueing.jobs import QueuedJob
+from corral.scheduler.queueing.prediction import JobFeatures
 from corral.sim.openb import TraceError, load_nodes
 
 FORMATS = ("chronus", "tiresias", "corral")
@@ -31,10 +32,12 @@ COLUMNS = {
 
 @dataclass(frozen=True, slots=True)
 class TraceJob:
-    """A job of the trace and how long it really runs (the simulator's secret; `sjf` is told it)."""
+    """A job of the trace and how long it really runs (the simulator's secret; `sjf` is told it).
+    `features`: what a run-time predictor may know of it at submission (None: tenant and GPUs only)."""
 
     job: QueuedJob
     duration_s: float
+    features: JobFeatures | None = None
 
 
 @dataclass(slots=True)
@@ -78,7 +81,10 @@ def _chronus(row: dict[str, str], path: Path, line: int) -> TraceJob:
     tenant = (row.get("user") or "").strip()
     if not tenant:
         raise TraceError(path, line, "user", "empty tenant")
-    return _common(row, path, line, tenant, "num_gpu", "submit_time", "duration")
+    tj = _common(row, path, line, tenant, "num_gpu", "submit_time", "duration")
+    # Philly's virtual cluster is the tenant and the only user known; the model trained stands in for the job's name.
+    name = (row.get("model_name") or "").strip()
+    return replace(tj, features=JobFeatures(user=tenant, tenant=tenant, name=name, gpus=tj.job.gpus))
 
 
 def _tiresias(row: dict[str, str], path: Path, line: int) -> TraceJob:

@@ -97,3 +97,10 @@ def test_every_code_has_a_sentence_of_its_own() -> None:
     for code in CODES:
         text = compute_wait_sentence(code, "", job, WaitFacts(NOW, (), 0.0, NOW + 60, ("7", True)))
         assert text and text != code and text != reasons.DESCRIPTIONS.get(code, ""), code
+
+
+def test_another_tenants_job_is_not_named_only_when_its_gpus_free() -> None:
+    nodes = [make_node("gpu-a").gpus(4).used(1000, 1000, 0, 0).build()]
+    theirs = RunningJob(qjob("77", 2, tenant="rival", limit=5400), NOW - 1800, "A100-80GB", parts=(("gpu-a", (0, 1)),))
+    text = sentence(nodes, [qjob("w", 4)], [theirs])["w"]
+    assert "77" not in text and text.endswith("the next frees at 14:05 UTC when a running job reaches its time limit")

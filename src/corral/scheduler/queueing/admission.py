@@ -10,7 +10,7 @@ from corral.core.resources import FULL_GPU_MILLI
 from corral.scheduler.queueing import reasons, wording
 from corral.scheduler.queueing.backfill import Reservation, allow_backfill, compute_reservation
 from corral.scheduler.queueing.capacity import Ledger
-from corral.scheduler.queueing.eta import EtaEstimator
+from corral.scheduler.queueing.eta import EtaEstimator, compute_predicted_ends
 from corral.scheduler.queueing.fairshare import compute_fair_shares, select_within_share
 from corral.scheduler.queueing.jobs import (
     QueueConfig,
@@ -22,7 +22,13 @@ from corral.scheduler.queueing.jobs import (
     is_dominated,
 )
 from corral.scheduler.queueing.node_room import MAX_VICTIM_NODES, NodeIndex, is_node_bound, rank_nodes
-from corral.scheduler.queueing.ordering import RankContext, RankKey, compute_rank, compute_tenant_order_key
+from corral.scheduler.queueing.ordering import (
+    ATTAINED_ORDERS,
+    RankContext,
+    RankKey,
+    compute_rank,
+    compute_tenant_order_key,
+)
 from corral.scheduler.queueing.policy import QueueingPolicy
 from corral.scheduler.queueing.preemption import (
     DEFRAG,
@@ -149,9 +155,7 @@ def compute_admission(
     """Walk pending jobs in rank order; each starts if quota, capacity (all gang parts) and reservations
     allow, else it may preempt, else it waits with a reason. `explain=False` skips reasons and ETAs (the
     simulator's fast path)."""
-    attained = (
-        {r.job.id: running_attained(r, now_s) for r in state.running} if policy.order in ("las", "corral") else {}
-    )
+    attained = {r.job.id: running_attained(r, now_s) for r in state.running} if policy.order in ATTAINED_ORDERS else {}
     ctx = compute_rank_context(state, policy, attained, now_s)
     ranks = {j.id: compute_rank(j, policy, ctx, i) for i, j in enumerate(state.pending)}
     if policy.preempt:
@@ -523,12 +527,14 @@ def _reserve(cyc: _Cycle, job: QueuedJob) -> None:
 def _explain(cyc: _Cycle, statuses: list[tuple[QueuedJob, str, str]]) -> dict[str, reasons.PendingStatus]:
     """Reasons, positions and ETAs in rank order; a job waiting only on higher-ranked work says so."""
     free = {m: cyc.ledger.free(m) for m in cyc.ledger.models()}
-    eta = EtaEstimator(free, cyc.state.running, cyc.now_s)
+    predicted = compute_predicted_ends(cyc.state.running, cyc.now_s) if cyc.policy.order == "predict" else None
+    eta = EtaEstimator(free, cyc.state.running, cyc.now_s, predicted)
     out: dict[str, reasons.PendingStatus] = {}
     ends: dict[str, float] = {}  # per model, when its last job being preempted must be gone
     for r in cyc.state.running:
         if r.terminating:
             ends[r.model] = max(ends.get(r.model, cyc.now_s), r.expected_end_s or cyc.now_s)
+    tenant_of = {r.job.id: r.job.tenant for r in cyc.state.running}
     for pos, (job, reason, detail) in enumerate(statuses):
         models = [m for m in cyc.ledger.models() if job.matches(m)]
         when: float | None = None
@@ -537,6 +543,8 @@ def _explain(cyc: _Cycle, statuses: list[tuple[QueuedJob, str, str]]) -> dict[st
             when = max((ends[m] for m in models if m in ends), default=cyc.now_s)
         elif reason != reasons.MODEL and models:
             when, freed_by = eta.estimate_why(models[0], job.need_milli)
+            if freed_by is not None and tenant_of.get(freed_by[0]) != job.tenant:
+                freed_by = ("", freed_by[1])  # another tenant's job: when, not which (its id is not this user's)
         facts = _wait_facts(cyc, job, models, reason, pos, when, freed_by)
         text = wording.compute_wait_sentence(reason, detail, job, facts)
         out[job.id] = reasons.PendingStatus(reason, detail or reasons.DESCRIPTIONS.get(reason, ""), pos, when, text)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 from corral.core.errors import ValidationError
 from corral.core.requests import ResourceRequest, model_matches
 from corral.core.resources import FULL_GPU_MILLI
+from corral.scheduler.queueing.prediction import DurationPrediction
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,6 +21,8 @@ class QueuedJob:
     plan, cleared when it starts); nominated jobs take the GPUs they freed before newcomers do.
     `request`: the full per-node request (minimum GPU memory, CPU, host memory, NVLink...), None = only
     the fields above (the queueing simulators' jobs).
+    `predicted`: its run time as predicted from finished jobs (prediction.py; None = unknown), read only by
+    the `predict` order.
     """
 
     id: str
@@ -39,6 +42,7 @@ class QueuedJob:
     # Jobs of one `group` (the tasks of a job array) run at most `group_limit` at once (0: no limit).
     group: str = ""
     group_limit: int = 0
+    predicted: DurationPrediction | None = None
 
     def __post_init__(self) -> None:
         if self.gpus < 0 or self.nodes < 1:

@@ -1,5 +1,6 @@
 """Named queueing policies: how pending jobs are ordered and which mechanisms (backfill, preemption,
-fair share) are on. `corral` is the default; `fifo`, `sjf`, `las` are the published baselines."""
+fair share) are on. `corral` is the default; `fifo`, `sjf`, `las` are the published baselines; `predict` is
+`corral` with run times predicted from finished jobs in place of service levels (issue 15)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from dataclasses import dataclass
 
 from corral.core.errors import ValidationError
 
-ORDERS = ("fifo", "sjf", "las", "corral")
+ORDERS = ("fifo", "sjf", "las", "corral", "predict")
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +50,19 @@ POLICIES: dict[str, QueueingPolicy] = {
     "corral": QueueingPolicy(
         "corral",
         "corral",
+        backfill=True,
+        preempt=True,
+        fair_share=True,
+        las_thresholds_gpu_s=CORRAL_THRESHOLDS_GPU_S,
+        min_run_s=30.0,
+        half_life_s=3600.0,
+    ),
+    # `corral`'s mechanisms and fair share, unchanged; within a tier, the job's expected remaining GPU-seconds
+    # given its attained service (ordering.compute_predicted_level) replaces the service level, and
+    # jobs without a prediction (cold start) fall back to the service levels on the same GPU-second scale.
+    "predict": QueueingPolicy(
+        "predict",
+        "predict",
         backfill=True,
         preempt=True,
         fair_share=True,

@@ -26,7 +26,7 @@ class WaitFacts:
     """What the cycle knows about a waiting job's chances: fully free GPUs of its models per node (most first;
     `free_by_node` None when the ledger counts GPUs and knows no nodes, then `free_gpus` is the count), and
     when it is expected to start (`eta_s`, None = unknown) because which running job ends (`freed_by`: its id,
-    True when it reaches its time limit, False when it is being preempted)."""
+    "" when it is another tenant's, True when it reaches its time limit, False when it is being preempted)."""
 
     now_s: float
     free_by_node: tuple[tuple[str, int], ...] | None = None
@@ -106,7 +106,8 @@ def compute_eta_words(facts: WaitFacts) -> str:
         return f"expected to start about {when}"
     job_id, by_limit = facts.freed_by
     how = "reaches its time limit" if by_limit else "has stopped (it is being preempted)"
-    return f"the next frees at {when} when job {job_id} {how}"
+    which = f"job {job_id}" if job_id else "a running job"  # another tenant's job is not named
+    return f"the next frees at {when} when {which} {how}"
 
 
 def compute_wait_sentence(code: str, detail: str, job: QueuedJob, facts: WaitFacts) -> str:
