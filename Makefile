@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: up test test-fast test-e2e typecheck lint bench clean browser-deps directory-deps mutate mutate-sample
+.PHONY: up test test-fast test-e2e typecheck lint bench clean browser-deps directory-deps docker-deps mutate mutate-sample
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,13 @@ browser-deps:
 	@command -v chromium >/dev/null || { SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
 	  $$SUDO apt-get $(APT_WAIT) update -qq && $$SUDO apt-get $(APT_WAIT) install -y --no-install-recommends chromium; } \
 	  || echo "WARNING: chromium could not be installed; the browser tests will be skipped (under CI=true they fail)"
+
+# The container tests' real parts (tests/docker_deps.sh): Debian's docker.io (apt waits for the dpkg lock), dockerd
+# started by hand when none answers (no systemd needed), and the local image corral-test/busybox:1 built from
+# busybox-static (nothing is pulled from the internet); sudo only when not root. A part that cannot be had is a
+# WARNING: the container tests then skip loudly (fail under CI=true).
+docker-deps:
+	@tests/docker_deps.sh
 
 # The directory-login tests' real parts: Debian's OpenLDAP slapd (+ ldap-utils), and an OpenID Connect provider
 # (panva's oidc-provider, pinned in tests/directory_login/oidc_provider/package-lock.json) run by node. apt waits
@@ -56,13 +63,13 @@ lint: $(VENV)/.dev-installed
 	$(BIN)/ruff format --check src tests bench
 
 # As prerequisites, lint and the type check finish before pytest starts (with -j as well).
-test: $(VENV)/.dev-installed browser-deps directory-deps lint typecheck
+test: $(VENV)/.dev-installed browser-deps directory-deps docker-deps lint typecheck
 	$(BIN)/python -m pytest -q -ra
 
-test-fast: $(VENV)/.dev-installed directory-deps lint typecheck
+test-fast: $(VENV)/.dev-installed directory-deps docker-deps lint typecheck
 	$(BIN)/python -m pytest -q -ra -m "not e2e and not slow"
 
-test-e2e: $(VENV)/.dev-installed directory-deps
+test-e2e: $(VENV)/.dev-installed directory-deps docker-deps
 	$(BIN)/python -m pytest -q -ra -m e2e
 
 # Mutation testing (issue 21; not in CI: hours on two cores): mutmut over core/, scheduler/ and the store's job-state

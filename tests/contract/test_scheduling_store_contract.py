@@ -232,6 +232,28 @@ def test_pages_by_id_in_both_directions(store: SchedulingStore) -> None:
     assert [j.id for j in store.list_jobs(limit=2, newest_first=True, before_id=ids[3])] == [ids[2], ids[1]]
 
 
+def test_name_filter_is_any_case_literal_text_and_counts_agree(store: SchedulingStore) -> None:
+    tenant = store.create_tenant("vision", T0).id
+    ids = {
+        n: job(store, name=n, tenant_id=tenant if n != "Train-BERT" else None)
+        for n in ("train-a", "eval_5%", "Train-BERT")
+    }
+    cases = {
+        "train": ["train-a", "Train-BERT"],
+        "TRAIN-": ["train-a", "Train-BERT"],
+        "_5%": ["eval_5%"],
+        "%": ["eval_5%"],
+        "_": ["eval_5%"],
+        "nothing": [],
+    }
+    for text, names in cases.items():
+        assert [j.id for j in store.list_jobs(name_contains=text)] == [ids[n] for n in names], text
+        assert store.count_jobs(name_contains=text) == len(names), text
+    assert [j.id for j in store.list_jobs(name_contains="train", tenant_id=tenant)] == [ids["train-a"]]
+    assert store.count_jobs(name_contains="train", tenant_id=tenant, states=[JobState.PENDING]) == 1
+    assert store.count_jobs(user_id=10_000) == 0 and store.list_jobs(user_id=10_000) == []
+
+
 # ---- the guarded assign: what it re-checks -----------------------------------------
 def _cordon(s: SchedulingStore) -> None:
     s.set_node_cordoned("n1", True)  # type: ignore[attr-defined]

@@ -17,9 +17,13 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from corral.agent.gpu import load_gpu_backend
 from corral.agent.identity import CertRenewer, NodeTlsFiles, join, mtls_context, usable_identity
 from corral.agent.runner import Agent
+from corral.agent.runtimes import DEFAULT_DOCKER_HOST, load_container_executor
 from corral.api.paths import default_data_dir, secure_data_dir
+from corral.core.containers import parse_allowed_mounts
+from corral.core.errors import ValidationError
 from corral.executors.jobhome import CHECKPOINTS
 from corral.executors.process import ProcessExecutor
+from corral.executors.router import RuntimeRouter
 from corral.sdk.client import AgentClient, CorralConnectionError
 
 log = logging.getLogger("corral.agent")
@@ -59,6 +63,17 @@ class AgentSettings(BaseSettings):
         "else jobs/ in the data dir).",
     )
 
+    docker_host: str = Field(
+        DEFAULT_DOCKER_HOST,
+        description="The container engine's API (Docker, or Podman's Docker-compatible socket): with one that "
+        "answers, the node runs jobs with an image; empty or none: processes only.",
+    )
+    allowed_mounts: str = Field(
+        "",
+        description="Comma-separated host directories under which container jobs may mount paths (checked "
+        "again here with symbolic links resolved); empty: no host mounts.",
+    )
+
     @property
     def effective_address(self) -> str:
         if self.advertise_address:
@@ -72,6 +87,15 @@ class AgentSettings(BaseSettings):
     @classmethod
     def _expand(cls, v: Path) -> Path:
         return Path(v).expanduser().resolve()
+
+    @field_validator("allowed_mounts")
+    @classmethod
+    def _check_allowed_mounts(cls, v: str) -> str:
+        try:
+            parse_allowed_mounts(v)
+        except ValidationError as e:
+            raise ValueError(e.problem) from e
+        return v
 
     @property
     def agent_dir(self) -> Path:
@@ -119,12 +143,20 @@ class JoinNeeded(Exception):
     """No usable certificate and no join token: str() says what to run."""
 
 
-def build_agent(settings: AgentSettings) -> tuple[Agent, AgentClient, ProcessExecutor]:
+def build_agent(settings: AgentSettings) -> tuple[Agent, AgentClient, RuntimeRouter]:
     """Wire an Agent for this node (its certificate must be in place: `ensure_identity`). Raises
     ValidationError/GpuBackendError for a bad `gpus` setting."""
     backend = load_gpu_backend(settings.gpus, settings.node_name)
     secure_data_dir(settings.data_dir, skip=(settings.work_root,))
-    executor = ProcessExecutor(settings.agent_dir / "jobs", work_root=settings.work_root)
+    process = ProcessExecutor(settings.agent_dir / "jobs", work_root=settings.work_root)
+    containers = load_container_executor(
+        settings.docker_host,
+        settings.agent_dir / "containers",
+        settings.node_name,
+        settings.allowed_mounts,
+        nvidia=backend.name == "nvml",  # real GPUs: the container gets them by device request; simulated: env only
+    )
+    executor = RuntimeRouter(process, containers)
     if executor.isolation != "users":
         log.warning(
             "SINGLE-USER MODE: the agent is not root, so every job runs as %s and can read everything that "
@@ -142,8 +174,10 @@ def build_agent(settings: AgentSettings) -> tuple[Agent, AgentClient, ProcessExe
         settings.agent_dir / "logs",
         poll_wait_s=settings.poll_wait_s,
         metrics_interval_s=settings.metrics_interval_s,
-        checkpoint_dir=executor.work_root / CHECKPOINTS,
+        checkpoint_dir=process.work_root / CHECKPOINTS,
         address=settings.effective_address,
+        runtimes=executor.runtimes,
+        image_digests=executor.image_digests,
     )
     return agent, client, executor
 

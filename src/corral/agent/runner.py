@@ -12,6 +12,7 @@ import queue
 import socket
 import threading
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -31,6 +32,7 @@ from corral.api.schemas import (
     RunRef,
     SimFaultCommand,
 )
+from corral.core.containers import container_from_dict
 from corral.core.errors import CorralError
 from corral.core.simfault import parse_sim_fault
 from corral.core.telemetry import TelemetryBatch, batch_to_dict
@@ -58,6 +60,8 @@ class Agent:
         metrics_interval_s: float = 5.0,
         checkpoint_dir: Path | None = None,
         address: str = "",
+        runtimes: tuple[str, ...] = ("process",),
+        image_digests: Callable[[], dict[str, str]] | None = None,
     ) -> None:
         self.client = client
         self.node = node
@@ -69,6 +73,8 @@ class Agent:
         self.labels = labels or {}
         self.metrics_interval_s = metrics_interval_s
         self.address = address
+        self.runtimes = runtimes
+        self._image_digests = image_digests or dict
         self.checkpoint_dir = checkpoint_dir or log_dir.parent / "checkpoints"
         self.shipper = LogShipper(client, node)
         self._lock = threading.Lock()  # launches and the running/exits view happen under it
@@ -98,6 +104,7 @@ class Agent:
             gpus=gpus,
             agent_version=__version__,
             isolation=self.executor.isolation,
+            runtimes=list(self.runtimes),
         )
 
     def register(self, retry_s: float = 1.0) -> None:
@@ -206,6 +213,7 @@ class Agent:
         with self._lock:
             running = self._running_runs()
             exits = self.executor.collect_exits()
+            digests = self._image_digests()
             self._seq += 1
             seq = self._seq
         for ex in exits:  # the whole log reaches the server before the exit does
@@ -220,6 +228,7 @@ class Agent:
                 web_ports=self.web_ports.reports(),
                 boot=self._boot,
                 seq=seq,
+                image_digests=digests,
             ),
         )
         self.web_ports.set_checks(reply.web_ports)
@@ -254,6 +263,9 @@ class Agent:
             identity=identity,
             checkpoint_dir=self.checkpoint_dir / str(a.job_id),
             secret_env=dict(a.secret_env),
+            container=container_from_dict(a.container),
+            cpu_milli=a.cpu_milli,
+            memory_mib=a.memory_mib,
         )
         with self._lock:
             if run in self._run_gpus:  # two syncs in flight can both carry a new assignment: launch once

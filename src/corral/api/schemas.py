@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -10,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from corral.api import bounds
 from corral.api.secrets import check_secret_env
+from corral.core import containers
 from corral.core.arrays import MAX_ARRAY_TASKS, MAX_ARRAY_TEXT, parse_array
 from corral.core.errors import ValidationError
 from corral.core.models import Job, JobSpec
@@ -79,6 +81,28 @@ class JobSubmit(BaseModel):
         "it starts; listings show the names, never values (plain `env` values are not secret)",
     )
 
+    image: str | None = Field(
+        None,
+        max_length=containers.MAX_IMAGE_CHARS,
+        description="run in a container of this image (on a node with the docker runtime); without it the job "
+        "runs as a plain process",
+    )
+    mounts: list[Annotated[str, Field(max_length=bounds.MAX_PATH_CHARS * 2 + 4)]] = Field(
+        default_factory=list,
+        max_length=containers.MAX_MOUNTS,
+        description="host paths for the container, SRC:DST or SRC:DST:ro; only under the prefixes the cluster "
+        "allows (CORRAL_ALLOWED_MOUNTS)",
+    )
+    shm_size_mib: int | None = Field(
+        None,
+        ge=1,
+        le=containers.MAX_SHM_MIB,
+        description=f"the container's /dev/shm in MiB (default {containers.DEFAULT_SHM_MIB}, or a quarter of "
+        "memory_mib when that is less)",
+    )
+    container_user: str | None = Field(
+        None, max_length=21, description="UID[:GID] the container runs as (default: the job's own Unix identity)"
+    )
     array: str | None = Field(
         None,
         max_length=MAX_ARRAY_TEXT,
@@ -96,6 +120,47 @@ class JobSubmit(BaseModel):
             except ValidationError as e:
                 raise ValueError(e.problem) from None
         return v
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, v: str | None) -> str | None:
+        return None if v is None else _value_error(containers.check_image, v)
+
+    @field_validator("container_user")
+    @classmethod
+    def _container_user(cls, v: str | None, info: ValidationInfo) -> str | None:
+        if v is not None and not info.data.get("image"):
+            raise ValueError("only a job with an image runs as a container user")
+        if v is not None and info.data.get(
+            "mounts"
+        ):  # host files are used as the job's own identity, never a chosen one
+            raise ValueError("a job with host mounts runs as its own Unix identity: drop the mounts or the user")
+        return None if v is None else _value_error(containers.check_user, v)
+
+    @field_validator("mounts")
+    @classmethod
+    def _mounts(cls, v: list[str], info: ValidationInfo) -> list[str]:
+        if v and not info.data.get("image"):
+            raise ValueError("only a job with an image mounts host paths")
+        return [str(_value_error(containers.parse_mount, m)) for m in v]
+
+    @field_validator("shm_size_mib")
+    @classmethod
+    def _shm(cls, v: int | None, info: ValidationInfo) -> int | None:
+        if v is not None and not info.data.get("image"):
+            raise ValueError("only a job with an image has a shared-memory size")
+        return v
+
+    @property
+    def container(self) -> containers.ContainerSpec | None:
+        if self.image is None:
+            return None
+        return containers.ContainerSpec(
+            image=self.image,
+            mounts=tuple(containers.parse_mount(m) for m in self.mounts),
+            shm_size_mib=self.shm_size_mib,
+            user=self.container_user,
+        )
 
     @field_validator("command")
     @classmethod
@@ -184,7 +249,16 @@ class JobSubmit(BaseModel):
             schedule_id=schedule_id,
             port=0 if self.web_ui or self.port else None,  # Corral assigns the port at hand-over
             secret_env=dict(self.secret_env),
+            container=self.container,
         )
+
+
+def _value_error(check: Callable[[str], Any], value: str) -> Any:
+    """A core check's ValidationError as pydantic's ValueError (so the 422 names the field)."""
+    try:
+        return check(value)
+    except ValidationError as e:
+        raise ValueError(e.problem) from None
 
 
 class JobOut(BaseModel):
@@ -232,6 +306,13 @@ class JobOut(BaseModel):
     array_limit: int | None = Field(
         None, description="a task of a job array: its array's tasks run at most this many at once"
     )
+    image: str | None = Field(None, description="the container image it runs in (None: a plain process)")
+    image_digest: str | None = Field(
+        None, description="the image its current attempt runs, as the node's engine identifies it (once started)"
+    )
+    mounts: list[str] = Field(default_factory=list, description="host mounts of its container, SRC:DST[:ro]")
+    shm_size_mib: int | None = Field(None, description="its container's /dev/shm in MiB, when it asked for one")
+    container_user: str | None = Field(None, description="UID[:GID] its container runs as, when it asked for one")
 
     @classmethod
     def from_job(
@@ -286,6 +367,11 @@ class JobOut(BaseModel):
             array_id=s.array_id,
             array_index=s.array_index,
             array_limit=s.array_limit,
+            image=s.container.image if s.container else None,
+            image_digest=job.image_digest or None,
+            mounts=[str(m) for m in s.container.mounts] if s.container else [],
+            shm_size_mib=s.container.shm_size_mib if s.container else None,
+            container_user=s.container.user if s.container else None,
         )
 
 
@@ -421,6 +507,10 @@ class NodeOut(BaseModel):
         description="users: jobs run as their users' Unix identities; single-user: every "
         "job runs as the agent's user (the agent is not root); empty: unknown",
     )
+    runtimes: list[str] = Field(
+        default_factory=lambda: ["process"],
+        description="how its agent runs jobs: process, and docker where it reaches a container engine",
+    )
 
 
 class EventOut(BaseModel):
@@ -535,6 +625,9 @@ class AgentRegister(BaseModel):
         pattern="^(users|single-user)?$",
         description="users: jobs run as their users' Unix identities; single-user: as the agent's",
     )
+    runtimes: list[Annotated[str, Field(pattern="^(process|docker)$")]] = Field(
+        default_factory=lambda: ["process"], max_length=4, description="how this agent runs jobs: process, docker"
+    )
 
 
 class RunRef(BaseModel):
@@ -611,6 +704,11 @@ class AgentSync(BaseModel):
     boot: str = Field(
         "", max_length=64, description="the agent process's random id (its reports' `seq` restart with it)"
     )
+    image_digests: dict[Annotated[str, Field(max_length=64)], Annotated[str, Field(max_length=255)]] = Field(
+        default_factory=dict,
+        max_length=4096,
+        description="run key (job.attempt[.rank]) -> the image its container runs, for running container jobs",
+    )
     seq: int = Field(
         0,
         ge=0,
@@ -635,6 +733,11 @@ class Assignment(BaseModel):
     secret_env: dict[str, str] = Field(
         default_factory=dict, repr=False, description="VAR -> secret value: kept out of files and logs on the node"
     )
+    container: dict[str, Any] | None = Field(
+        None, description="a container job: image, mounts, shm_size_mib, user (core.containers.container_to_dict)"
+    )
+    cpu_milli: int = Field(0, description="the job's CPU request: a container's limit")
+    memory_mib: int = Field(0, description="the job's memory request: a container's limit")
 
     @property
     def run(self) -> RunRef:

@@ -42,6 +42,10 @@ FLAG_OF_FIELD = {
     "web_ui": "--web-ui",
     "nodes": "--nodes",
     "array": "--array",
+    "image": "--image",
+    "mounts": "--mount",
+    "shm_size_mib": "--shm-size",
+    "container_user": "--user",
 }
 
 
@@ -96,7 +100,31 @@ def _submit_parser() -> _Parser:
         help="VAR=NAME, repeatable: VAR gets the value of your tenant's secret NAME (`corral secrets create NAME`) "
         "when the job starts; only the name is ever shown.",
     )
-    p.add_argument("--workdir", help="Working directory on the node (absolute).")
+    p.add_argument("--workdir", help="Working directory on the node (absolute); with --image, in the container.")
+    p.add_argument(
+        "--image",
+        help="Run in a container of this image (on a node with the docker runtime; docs/containers.md). Without "
+        "it the job runs as a plain process.",
+    )
+    p.add_argument(
+        "--mount",
+        action="append",
+        default=[],
+        metavar="SRC:DST[:ro]",
+        help="With --image, repeatable: host path SRC at DST in the container; only under the directories the "
+        "cluster allows (CORRAL_ALLOWED_MOUNTS).",
+    )
+    p.add_argument(
+        "--shm-size",
+        metavar="SIZE",
+        help="With --image: the container's /dev/shm, e.g. 512m or 8g (default 1g, or a quarter of its memory).",
+    )
+    p.add_argument(
+        "--user",
+        metavar="UID[:GID]",
+        help="With --image: run as this numeric user in the container (default: your own Unix identity); not "
+        "with --mount.",
+    )
     p.add_argument("--priority", type=int, default=0, help="Higher runs first.")
     p.add_argument("--queue", default="default", help="One of your tenant's queues.")
     p.add_argument("--time-limit", type=int, help="Seconds; the job is stopped after it (helps backfill).")
@@ -148,6 +176,9 @@ def _check_flags(a: argparse.Namespace) -> None:
         raise ValidationError("--nodes", f"{a.nodes} nodes: ask for 1 or more")
     if a.time_limit is not None and a.time_limit < 1:
         raise ValidationError("--time-limit", f"{a.time_limit} s: a time limit is at least 1 second")
+    for flag, given in (("--mount", a.mount), ("--shm-size", a.shm_size), ("--user", a.user)):
+        if given and a.image is None:
+            raise ValidationError(flag, "applies to a container job: add --image IMAGE")
 
 
 def _job_body(a: argparse.Namespace, command: list[str]) -> dict[str, Any]:
@@ -168,7 +199,22 @@ def _job_body(a: argparse.Namespace, command: list[str]) -> dict[str, Any]:
     for key, value in optional:
         if value is not None:
             body[key] = value
+    if a.image is not None:
+        body.update(image=a.image, mounts=list(a.mount))
+        if a.shm_size is not None:
+            body["shm_size_mib"] = _parse_shm_size(a.shm_size)
+        if a.user is not None:
+            body["container_user"] = a.user
     return body
+
+
+def _parse_shm_size(text: str) -> int:
+    from corral.core.containers import parse_size_mib
+
+    try:
+        return parse_size_mib(text)
+    except ValidationError as e:
+        raise ValidationError("--shm-size", e.problem) from None
 
 
 def _flag_error(e: Exception, prefix: str = "") -> Exception:

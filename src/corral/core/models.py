@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from corral.core.containers import RUNTIME_DOCKER, RUNTIME_PROCESS, ContainerSpec
 from corral.core.requests import ResourceRequest
 from corral.core.resources import GpuInfo
 from corral.core.states import JobState
@@ -79,6 +80,7 @@ class Node:
     address: str = ""  # host or IP the server uses to reach jobs on this node (their web UIs)
     gpu_status: tuple[GpuStatus, ...] = ()
     isolation: str = ""  # users | single-user: whether its agent runs jobs as their users (reported at register)
+    runtimes: tuple[str, ...] = (RUNTIME_PROCESS,)  # how its agent can run jobs: process, docker (reported)
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +119,7 @@ class JobSpec:
     array_id: int | None = None
     array_index: int | None = None
     array_limit: int | None = None
+    container: ContainerSpec | None = None  # runs in a container of this image (else as a process): core/containers.py
     request: ResourceRequest = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -132,6 +135,7 @@ def compute_request(spec: JobSpec) -> ResourceRequest:
         min_gpu_memory_mib=spec.min_gpu_memory_mib,
         cpu_milli=spec.cpu_milli,
         memory_mib=spec.memory_mib,
+        runtime=RUNTIME_DOCKER if spec.container is not None else RUNTIME_PROCESS,
     )
 
 
@@ -159,6 +163,7 @@ class Job:
     parts: tuple[tuple[str, tuple[int, ...]], ...] = ()  # (node, GPU indices) per rank while placed
     delivered_to: frozenset[str] = frozenset()  # nodes whose agent holds its part
     part_exits: dict[str, int] = field(default_factory=dict)  # node -> exit code of its part (gangs)
+    image_digest: str = ""  # a container job: the image its current attempt runs (reported by the agent)
 
     @property
     def placed_parts(self) -> tuple[tuple[str, tuple[int, ...]], ...]:

@@ -35,6 +35,7 @@ class NodeInfo:
     memory_mib: int = 0
     labels: tuple[tuple[str, str], ...] = ()
     taints: tuple[str, ...] = ()
+    runtimes: tuple[str, ...] = ("process",)  # how its agent runs jobs: "process", and "docker" with an engine
 
     @property
     def gpu_count(self) -> int:

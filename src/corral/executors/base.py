@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from corral.core.containers import ContainerSpec
 from corral.core.unix_identity import JobIdentity
 
 # Exit codes an executor reports for jobs that did not run to their own end, shell style.
@@ -28,6 +29,9 @@ class LaunchSpec:
     checkpoint_dir: Path | None = None  # kept across attempts; created owned by the job's identity
     # VAR -> value of the job's tenant secrets: written only to a 0600 file the shim reads and deletes at once
     secret_env: Mapping[str, str] = field(default_factory=dict, repr=False)
+    container: ContainerSpec | None = None  # run in a container of this image (ContainerExecutor); None: a process
+    cpu_milli: int = 0  # the job's requests: a container's limits (0: none)
+    memory_mib: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +44,8 @@ class ExitRecord:
 class Executor(Protocol):
     """Runs jobs on this node. Failures of jobs are events (ExitRecords), never exceptions.
 
-    Implementations: ProcessExecutor (plain processes). All methods are thread-safe and non-blocking.
+    Implementations: ProcessExecutor (plain processes), ContainerExecutor (containers of the job's image) and
+    RuntimeRouter (each job to the one of those its spec asks for). All methods are thread-safe and non-blocking.
     `isolation` is "users" when every job runs under its own identity, "single-user" when jobs run as the
     executor's own user (it cannot switch users).
     """

@@ -17,6 +17,7 @@ from corral.scheduler.framework import (
     REASON_MIG,
     REASON_MODEL,
     REASON_NVLINK,
+    REASON_RUNTIME,
     REASON_TAINT,
     REASON_TOO_FEW_GPUS,
     REASON_UNSCHEDULABLE_NODE,
@@ -60,7 +61,7 @@ def available_positions(node: NodeState, request: ResourceRequest) -> list[int]:
 
 
 def check_node_constraints(node: NodeState, request: ResourceRequest) -> Status:
-    """Labels and taints: permanent properties of the node, checked before any capacity."""
+    """Labels, taints and runtimes: permanent properties of the node, checked before any capacity."""
     if not node.schedulable:
         return Status(Code.UNRESOLVABLE, REASON_UNSCHEDULABLE_NODE)
     if request.node_selector:
@@ -69,6 +70,8 @@ def check_node_constraints(node: NodeState, request: ResourceRequest) -> Status:
             return Status(Code.UNRESOLVABLE, REASON_LABELS)
     if node.info.taints and any(t not in request.tolerations for t in node.info.taints):
         return Status(Code.UNRESOLVABLE, REASON_TAINT)
+    if request.runtime not in node.info.runtimes:  # an image job needs an agent with a container engine
+        return Status(Code.UNRESOLVABLE, REASON_RUNTIME)
     return SUCCESS
 
 

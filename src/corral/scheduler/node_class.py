@@ -38,4 +38,4 @@ def compute_hardware_key(info: NodeInfo) -> tuple[object, ...]:
         (g.model, g.memory_mib, g.healthy, g.numa_node, g.pcie_switch, g.nvlink_peers, g.ecc_enabled, g.mig_profile)
         for g in info.gpus
     )
-    return (gpus, info.cpu_milli, info.memory_mib, info.labels, info.taints)
+    return (gpus, info.cpu_milli, info.memory_mib, info.labels, info.taints, info.runtimes)

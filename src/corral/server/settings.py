@@ -141,6 +141,11 @@ class Settings(BaseSettings):
         description="UIDs (and GIDs) jobs run as: a user without an admin-set "
         "mapping runs as START + its user id (`corral users unix`).",
     )
+    allowed_mounts: str = Field(
+        "",
+        description="Comma-separated host directories under which container jobs may mount paths "
+        "(`--mount SRC:DST`); empty: no host mounts at all.",
+    )
     # ---- directory login (docs/directory-login.md) ----
     ldap_url: str = Field(
         "",
@@ -210,6 +215,24 @@ class Settings(BaseSettings):
         import hashlib
 
         return int.from_bytes(hashlib.sha256(str(self.data_dir).encode()).digest()[:4], "big")
+
+    @field_validator("allowed_mounts")
+    @classmethod
+    def _check_allowed_mounts(cls, v: str) -> str:
+        from corral.core.containers import parse_allowed_mounts
+        from corral.core.errors import ValidationError
+
+        try:
+            parse_allowed_mounts(v)
+        except ValidationError as e:
+            raise ValueError(e.problem) from e
+        return v
+
+    @property
+    def allowed_mount_prefixes(self) -> tuple[str, ...]:
+        from corral.core.containers import parse_allowed_mounts
+
+        return parse_allowed_mounts(self.allowed_mounts)
 
     @property
     def job_port_range(self) -> range:

@@ -129,7 +129,10 @@ class MemoryStore:
         schedule_id: int | None = None,
         after_id: int | None = None,
         array_id: int | None = None,
+        user_id: int | None = None,
+        name_contains: str | None = None,
     ) -> list[Job]:
+        text = (name_contains or "").casefold()
         with self._lock:
             pool: Iterable[Job] = (
                 self._jobs.values() if states is None else [j for s in set(states) for j in self._by_state[s].values()]
@@ -143,12 +146,31 @@ class MemoryStore:
                 and (array_id is None or j.spec.array_id == array_id)
                 and (node is None or j.node == node)
                 and (schedule_id is None or j.spec.schedule_id == schedule_id)
+                and (user_id is None or j.spec.user_id == user_id)
+                and text in j.spec.name.casefold()
             ]
             jobs.sort(key=lambda j: j.id, reverse=newest_first)
             return jobs[:limit] if limit is not None else jobs
 
-    def count_jobs(self, states: Sequence[JobState] | None = None, tenant_id: int | None = None) -> int:
-        return len(self.list_jobs(states=states, tenant_id=tenant_id))
+    def count_jobs(
+        self,
+        states: Sequence[JobState] | None = None,
+        tenant_id: int | None = None,
+        user_id: int | None = None,
+        name_contains: str | None = None,
+        node: str | None = None,
+        array_id: int | None = None,
+    ) -> int:
+        return len(
+            self.list_jobs(
+                states=states,
+                tenant_id=tenant_id,
+                user_id=user_id,
+                name_contains=name_contains,
+                node=node,
+                array_id=array_id,
+            )
+        )
 
     def count_jobs_by_tenant(self, states: Sequence[JobState]) -> dict[int | None, int]:
         counts: dict[int | None, int] = {}
@@ -223,6 +245,14 @@ class MemoryStore:
             if job is None:
                 return False
             self._put(replace(job, spec=replace(job.spec, port=port)))
+            return True
+
+    def set_image_digest(self, job_id: int, attempt: int, digest: str) -> bool:
+        with self._lock:
+            job = self._by_state[JobState.RUNNING].get(job_id)
+            if job is None or job.attempt != attempt:
+                return False
+            self._put(replace(job, image_digest=digest[:255]))
             return True
 
     def record_part_exit(self, job_id: int, node: str, exit_code: int) -> dict[str, int]:
@@ -329,6 +359,7 @@ class MemoryStore:
         now: datetime,
         address: str = "",
         isolation: str = "",
+        runtimes: Sequence[str] = ("process",),
     ) -> Node:
         with self._lock:
             old = self._nodes.get(name)
@@ -352,6 +383,7 @@ class MemoryStore:
                 cordoned=old.cordoned if old else False,
                 address=address or hostname,
                 isolation=isolation,
+                runtimes=tuple(runtimes),
                 gpus=(),
                 gpu_status=status,
             )

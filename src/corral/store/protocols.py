@@ -95,13 +95,23 @@ class JobStore(Protocol):
         schedule_id: int | None = None,
         after_id: int | None = None,
         array_id: int | None = None,
+        user_id: int | None = None,
+        name_contains: str | None = None,
     ) -> list[Job]:
         """Jobs ordered by id (descending with `newest_first`); every other argument filters (`node`: the first
-        part's node; `before_id` / `after_id`: ids below / above, for pages; `array_id`: the tasks of an array).
-        Read-only."""
+        part's node; `before_id` / `after_id`: ids below / above, for pages; `array_id`: the tasks of an array;
+        `name_contains`: names holding that text, any case, `%` and `_` taken literally). Read-only."""
 
-    def count_jobs(self, states: Sequence[JobState] | None = None, tenant_id: int | None = None) -> int:
-        """How many jobs match the filters. Read-only."""
+    def count_jobs(
+        self,
+        states: Sequence[JobState] | None = None,
+        tenant_id: int | None = None,
+        user_id: int | None = None,
+        name_contains: str | None = None,
+        node: str | None = None,
+        array_id: int | None = None,
+    ) -> int:
+        """How many jobs match the filters (as list_jobs reads them). Read-only."""
 
     def count_jobs_by_tenant(self, states: Sequence[JobState]) -> dict[int | None, int]:
         """tenant id (None: no tenant) -> how many jobs in `states` it has; tenants without any are left out.
@@ -130,6 +140,10 @@ class JobStore(Protocol):
 
     def set_job_port(self, job_id: int, port: int) -> bool:
         """Record the web-UI port assigned to a RUNNING job on its node (False: not RUNNING or unknown). Idempotent."""
+
+    def set_image_digest(self, job_id: int, attempt: int, digest: str) -> bool:
+        """Record the image a RUNNING container job's `attempt` runs, as its node's engine named it (False: not that
+        attempt RUNNING, or unknown). Idempotent."""
 
     def record_part_exit(self, job_id: int, node: str, exit_code: int) -> dict[str, int]:
         """Keep a gang part's exit code; returns every part's exit code so far ({} for an unknown job).
@@ -182,10 +196,11 @@ class NodeStore(Protocol):
         now: datetime,
         address: str = "",
         isolation: str = "",
+        runtimes: Sequence[str] = ("process",),
     ) -> Node:
         """Register or re-register a node, replacing its GPU inventory (GPU health and admin state follow the
         GPU's UUID); marks it READY. `address` defaults to the hostname; `isolation` is what its agent reported
-        (users | single-user). Idempotent."""
+        (users | single-user), `runtimes` how it runs jobs (process, docker). Idempotent."""
 
     def get_node(self, name: str) -> Node | None:
         """The node with its GPUs, or None. Read-only."""

@@ -10,12 +10,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import create_engine, event, func, or_, select, update
+from sqlalchemy import Select, create_engine, event, func, or_, select, update
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from corral.core.arrays import assign_array_ids, compute_array_group
+from corral.core.containers import container_from_dict, container_to_dict
 from corral.core.errors import ConflictError
 from corral.core.resources import GpuInfo
 from corral.core.states import JobState, can_transition, compute_sources
@@ -217,6 +218,7 @@ class SqlStore(
         now: datetime,
         address: str = "",
         isolation: str = "",
+        runtimes: Sequence[str] = ("process",),
     ) -> Node:
         with self._tx() as s:
             row = s.get(NodeRow, name)
@@ -224,6 +226,7 @@ class SqlStore(
                 row = NodeRow(name=name, registered_at=now)
                 s.add(row)
             row.hostname, row.backend, row.isolation = hostname, backend, isolation
+            row.runtimes = list(runtimes)
             row.cpu_milli, row.memory_mib, row.labels = cpu_milli, memory_mib, dict(labels)
             row.address = address or hostname
             row.state, row.last_heartbeat_at = "READY", now
@@ -317,23 +320,18 @@ class SqlStore(
         schedule_id: int | None = None,
         after_id: int | None = None,
         array_id: int | None = None,
+        user_id: int | None = None,
+        name_contains: str | None = None,
     ) -> list[Job]:
         with self._tx() as s:
-            q = select(JobRow).order_by(JobRow.id.desc() if newest_first else JobRow.id)
+            q = _where_job(select(JobRow), states, tenant_id, user_id, name_contains, node, array_id)
+            q = q.order_by(JobRow.id.desc() if newest_first else JobRow.id)
             if schedule_id is not None:
                 q = q.where(JobRow.schedule_id == schedule_id)
-            if states is not None:
-                q = q.where(JobRow.state.in_([st.value for st in states]))
-            if tenant_id is not None:
-                q = q.where(JobRow.tenant_id == tenant_id)
             if before_id is not None:
                 q = q.where(JobRow.id < before_id)
             if after_id is not None:
                 q = q.where(JobRow.id > after_id)
-            if array_id is not None:
-                q = q.where(JobRow.array_id == array_id)
-            if node is not None:
-                q = q.where(JobRow.node == node)
             if limit is not None:
                 q = q.limit(limit)
             return [_job(r) for r in s.scalars(q).all()]
@@ -382,13 +380,18 @@ class SqlStore(
                 return [(*r[:6], _utc(r[6]), _utc(r[7]), r[8], [], [], r[11]) for r in rows]
             return [(*r[:6], _utc(r[6]), _utc(r[7]), r[8], list(r[9] or []), list(r[10] or []), r[11]) for r in rows]
 
-    def count_jobs(self, states: Sequence[JobState] | None = None, tenant_id: int | None = None) -> int:
+    def count_jobs(
+        self,
+        states: Sequence[JobState] | None = None,
+        tenant_id: int | None = None,
+        user_id: int | None = None,
+        name_contains: str | None = None,
+        node: str | None = None,
+        array_id: int | None = None,
+    ) -> int:
         with self._tx() as s:
             q = select(func.count()).select_from(JobRow)
-            if states is not None:
-                q = q.where(JobRow.state.in_([st.value for st in states]))
-            if tenant_id is not None:
-                q = q.where(JobRow.tenant_id == tenant_id)
+            q = _where_job(q, states, tenant_id, user_id, name_contains, node, array_id)
             return int(s.scalar(q) or 0)
 
     def count_jobs_by_tenant(self, states: Sequence[JobState]) -> dict[int | None, int]:
@@ -499,6 +502,15 @@ class SqlStore(
         with self._tx() as s:
             res = s.execute(
                 update(JobRow).where(JobRow.id == job_id, JobRow.state == JobState.RUNNING.value).values(port=port)
+            )
+            return bool(affected_rows(res))
+
+    def set_image_digest(self, job_id: int, attempt: int, digest: str) -> bool:
+        with self._tx() as s:
+            res = s.execute(
+                update(JobRow)
+                .where(JobRow.id == job_id, JobRow.attempt == attempt, JobRow.state == JobState.RUNNING.value)
+                .values(image_digest=digest[:255])
             )
             return bool(affected_rows(res))
 
@@ -639,6 +651,7 @@ _NODE_COLUMNS = (
     NodeRow.cordoned,
     NodeRow.address,
     NodeRow.isolation,
+    NodeRow.runtimes,
 )
 _GPU_COLUMNS = (
     GpuRow.node_name,
@@ -677,7 +690,7 @@ def _gpu_of_columns(g: Any) -> tuple[GpuInfo, GpuStatus]:
 
 def _node_of_columns(r: Any, gpus: Sequence[tuple[GpuInfo, GpuStatus]]) -> Node:
     """A row of _NODE_COLUMNS as `_node` makes it from a NodeRow."""
-    name, hostname, backend, cpu_milli, memory_mib, state, registered, heartbeat, labels, cordoned, address, iso = r
+    name, hostname, backend, cpu_milli, memory_mib, state, registered, heartbeat, labels, cordoned, address, iso, rt = r
     return Node(
         name=name,
         hostname=hostname,
@@ -693,6 +706,7 @@ def _node_of_columns(r: Any, gpus: Sequence[tuple[GpuInfo, GpuStatus]]) -> Node:
         address=address or hostname,
         gpu_status=tuple(st for _, st in gpus),
         isolation=iso or "",
+        runtimes=tuple(rt or ("process",)),
     )
 
 
@@ -712,6 +726,7 @@ def _node(r: NodeRow, gpus: Sequence[GpuRow]) -> Node:
         address=r.address or r.hostname,
         gpu_status=tuple(GpuStatus(g.index, g.healthy, g.health_reason or "", g.disabled) for g in gpus),
         isolation=r.isolation or "",
+        runtimes=tuple(r.runtimes or ("process",)),
     )
 
 
@@ -749,6 +764,7 @@ def insert_job(s: Session, spec: JobSpec, now: datetime) -> JobRow:
         array_id=spec.array_id,
         array_index=spec.array_index,
         array_limit=spec.array_limit,
+        container=container_to_dict(spec.container) if spec.container is not None else None,
     )
     s.add(row)
     s.flush()
@@ -786,6 +802,31 @@ def insert_jobs(s: Session, specs: Sequence[JobSpec], now: datetime, max_active:
     return rows
 
 
+def _where_job(
+    q: Select[Any],
+    states: Sequence[JobState] | None,
+    tenant_id: int | None,
+    user_id: int | None,
+    name_contains: str | None,
+    node: str | None = None,
+    array_id: int | None = None,
+) -> Select[Any]:
+    """The filters list_jobs and count_jobs share (X-Total-Count counts what the list pages through)."""
+    if node is not None:
+        q = q.where(JobRow.node == node)
+    if array_id is not None:
+        q = q.where(JobRow.array_id == array_id)
+    if states is not None:
+        q = q.where(JobRow.state.in_([st.value for st in states]))
+    if tenant_id is not None:
+        q = q.where(JobRow.tenant_id == tenant_id)
+    if user_id is not None:
+        q = q.where(JobRow.user_id == user_id)
+    if name_contains:
+        q = q.where(JobRow.name.icontains(name_contains, autoescape=True))
+    return q
+
+
 def _job(r: JobRow) -> Job:
     spec = JobSpec(
         command=tuple(r.command),
@@ -811,6 +852,7 @@ def _job(r: JobRow) -> Job:
         array_id=r.array_id,
         array_index=r.array_index,
         array_limit=r.array_limit,
+        container=container_from_dict(r.container),
     )
     return Job(
         id=r.id,
@@ -835,6 +877,7 @@ def _job(r: JobRow) -> Job:
         parts=compute_placed_parts(r.node, r.gpu_indices or (), r.parts or []),
         delivered_to=frozenset(x for x in (r.delivered_nodes or "").split(",") if x),
         part_exits={str(k): int(v) for k, v in (r.part_exits or {}).items()},
+        image_digest=r.image_digest or "",
     )
 
 

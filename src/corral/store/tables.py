@@ -125,6 +125,7 @@ class NodeRow(Base):
     cordoned: Mapped[bool] = mapped_column(Boolean, default=False)
     address: Mapped[str] = mapped_column(String(255), default="")  # where the server reaches jobs' web UIs
     isolation: Mapped[str] = mapped_column(String(16), default="", server_default="")  # users | single-user (0010)
+    runtimes: Mapped[list[str] | None] = mapped_column(JSON, nullable=True)  # process, docker (0019; None: process)
 
 
 class GpuRow(Base):
@@ -195,6 +196,10 @@ class JobRow(Base):
     array_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
     array_index: Mapped[int | None] = mapped_column(Integer, nullable=True)
     array_limit: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # A container job: its image, mounts, shm size and user (core.containers.container_to_dict), and the image its
+    # current attempt runs as the node's engine named it. Migration 0019.
+    container: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    image_digest: Mapped[str] = mapped_column(String(255), default="", server_default="")
 
     __table_args__ = (
         Index("ix_jobs_state", "state"),

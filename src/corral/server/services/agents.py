@@ -10,6 +10,7 @@ import threading
 from datetime import UTC, datetime
 
 from corral.api.schemas import AgentRegister, AgentSync, Assignment, RunRef
+from corral.core.containers import container_to_dict
 from corral.core.errors import ValidationError
 from corral.core.states import JobState, state_for_exit
 from corral.core.unix_identity import DEFAULT_JOB_UIDS, JobIdentity, UidRange, compute_job_identity, parse_uid_range
@@ -37,6 +38,7 @@ def register_node(store: StateStore, body: AgentRegister) -> Node:
         datetime.now(UTC),
         address=body.address,
         isolation=body.isolation,
+        runtimes=tuple(body.runtimes),
     )
 
 
@@ -121,6 +123,7 @@ def apply_reports(store: StateStore, node: str, body: AgentSync, fresh: bool = T
         return acked, freed
     seen = {r for r in body.running} | {ex.run for ex in body.exits}
     # Only runs not yet noted as delivered to this node: usually none, and then no write at all.
+    _record_image_digests(store, node, body, mine)
     store.mark_delivered(
         [
             r.job_id
@@ -135,6 +138,16 @@ def apply_reports(store: StateStore, node: str, body: AgentSync, fresh: bool = T
                 job.id, JobState.FAILED, None, f"lost: the agent on {node} no longer runs it", now
             )
     return acked, freed
+
+
+def _record_image_digests(store: StateStore, node: str, body: AgentSync, mine: dict[int, Job]) -> None:
+    """The image a running container job's current attempt runs, as its node's engine named it: written once
+    (only a change is a write)."""
+    for key, digest in body.image_digests.items():
+        run = RunRef.from_key(key)
+        job = mine.get(run.job_id)
+        if _current(job, node, run) and job is not None and job.image_digest != digest:
+            store.set_image_digest(job.id, job.attempt, digest)
 
 
 def compute_assignments(
@@ -240,4 +253,7 @@ def _assignment(job: Job, node: str, uuids: dict[int, str], store: StateStore, w
         workdir=s.workdir,
         gpu_indices=list(gpus),
         gpu_uuids=[uuids.get(i, "") for i in gpus],
+        container=container_to_dict(s.container) if s.container is not None else None,
+        cpu_milli=s.cpu_milli,
+        memory_mib=s.memory_mib,
     )

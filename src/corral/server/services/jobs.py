@@ -11,6 +11,7 @@ from typing import Any
 
 from corral.api.schemas import JobOut, JobSubmit
 from corral.core.arrays import parse_array
+from corral.core.containers import check_mounts_allowed
 from corral.core.errors import NotFoundError, ValidationError
 from corral.core.requests import ResourceRequest, model_matches
 from corral.core.states import JobState
@@ -139,6 +140,7 @@ def job_spec_for(
     user_id: int | None,
     schedule_id: int | None = None,
     ctx: SubmitContext | None = None,
+    allowed_mounts: Sequence[str] = (),
 ) -> JobSpec:
     """Check a submission against the tenant's queues and quotas and the pool; the spec to store, or
     ValidationError naming the field. `ctx`: the tenant's queues, quotas and the nodes, loaded once per call."""
@@ -159,6 +161,8 @@ def job_spec_for(
     check_fits_some_node(spec.request, ctx.nodes, body.nodes)
     check_tenant_quota_covers(store, tenant_id, spec.request, ctx.quotas)
     check_secret_refs(store, tenant_id, body.secret_env, body.env)  # names only: values are read at hand-over
+    if spec.container is not None:  # host paths only under the admin's prefixes (the agent checks links too)
+        check_mounts_allowed(spec.container.mounts, allowed_mounts)
     return spec
 
 
@@ -169,18 +173,20 @@ def submit_jobs(
     idempotency_key: str | None = None,
     keep_keys: timedelta = timedelta(hours=24),
     max_active: int | None = None,
+    allowed_mounts: Sequence[str] = (),
 ) -> tuple[list[Job], bool]:
     """Several submissions (each one job or an array of tasks), checked each and stored in one transaction: all
     of them or none. (every job made, in order; whether this call made them). With an Idempotency-Key, the same
     key from the same caller with the same bodies returns the jobs the first request made (also after a crash,
     for `keep_keys`); the same key with other bodies raises IdempotencyKeyReused.
-    `max_active`: the most pending and running jobs the caller's tenant may have (TooManyRequestsError beyond)."""
+    `max_active`: the most pending and running jobs the caller's tenant may have (TooManyRequestsError beyond).
+    `allowed_mounts`: host path prefixes container jobs may mount (CORRAL_ALLOWED_MOUNTS; none: no host mounts)."""
     user_id = caller.user.id if caller.user else None
     specs: list[JobSpec] = []
     ctx = load_submit_context(store, caller.tenant_id) if caller.tenant_id is not None else None
     for i, body in enumerate(bodies):
         try:
-            spec = job_spec_for(store, body, caller.tenant_id, user_id, ctx=ctx)
+            spec = job_spec_for(store, body, caller.tenant_id, user_id, ctx=ctx, allowed_mounts=allowed_mounts)
         except ValidationError as e:
             raise ValidationError(e.field if len(bodies) == 1 else f"jobs.{i}.{e.field}", e.problem) from None
         if body.array is None:
