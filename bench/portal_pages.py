@@ -163,6 +163,7 @@ def page_requests(node: str, running: int, finished: int, paths: set[str]) -> di
             "/api/v1/jobs?state=RUNNING&limit=1",
             "/api/v1/alerts?state=firing",
             series("gpu_util_pct", "agg=avg"),
+            f"/api/v1/metrics/allocated?{rng}",
         ],
         "nodes": ["/nodes", *boot, "/api/v1/nodes"],
         "node": [

@@ -37,7 +37,8 @@ def test_three_four_gpu_jobs_cancel_wait_and_restart(corral_factory: Any) -> Non
         30,
         "the third job's pending reason",
     )
-    assert re.fullmatch(r"capacity: 1 node: not enough free GPUs", reason), reason
+    assert re.fullmatch(r"waiting for 4 free GPUs; none is free; .+", reason), reason
+    assert c.job(third["id"])["pending_code"] == "capacity"
 
     # the third runs after one of the first two finished; `wait` returns the exit code
     for i in ids:

@@ -142,7 +142,7 @@ def compute_gpu_table(items: Sequence[Any], wide: bool) -> tuple[list[str], list
     def status(g: Any) -> str:
         if g.health != "HEALTHY":
             return str(g.health).lower() + (f" ({g.health_reason})" if g.health_reason else "")
-        return "used" if g.job_id else "free"
+        return "used" if g.job_id or g.used_milli else "free"  # another tenant's job shows no id
 
     if wide:
         columns = ["NODE", "GPU", "MODEL", "MEMORY", "NUMA", "NVLINK", "STATUS", "JOB"]

@@ -8,6 +8,7 @@ failure, or when an admin enables it. An admin-disabled GPU stays out until enab
 from __future__ import annotations
 
 import dataclasses
+import re
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -31,6 +32,27 @@ class GpuHealth(StrEnum):
 REASON_RECOVERED = "recovered"
 REASON_ADMIN_ENABLE = "admin_enable"
 REASON_ADMIN_DISABLE = "admin_disable"
+
+
+_FAULT_WORDS = {
+    "xid": "an Xid error",
+    "ecc_dbe": "double-bit ECC error",
+    "off_bus": "fallen off the bus",
+    "nvml_error": "NVML cannot read it",
+    "temperature": "over its temperature limit",
+    "gpu_missing": "missing",
+    REASON_ADMIN_DISABLE: "disabled by an admin",
+}
+
+
+def describe_gpu_fault(reason: str, detail: str = "") -> str:
+    """A GPU's health reason in words: ("xid", "fatal Xid 79: ...") -> "Xid 79", "off_bus" -> "fallen off the
+    bus"; an unknown reason as it is (pure)."""
+    if reason == "xid":
+        m = re.search(r"Xid (\d+)", detail)
+        if m:
+            return f"Xid {m.group(1)}"
+    return _FAULT_WORDS.get(reason, reason)
 
 
 @dataclass(frozen=True, slots=True)

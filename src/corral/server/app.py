@@ -8,7 +8,9 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from corral import __version__
 from corral.core.health import HealthPolicy
@@ -18,7 +20,7 @@ from corral.server.ca import CertificateAuthority
 from corral.server.context import ServerContext
 from corral.server.directory.ldap import build_ldap_directory
 from corral.server.directory.oidc import build_oidc_client
-from corral.server.errors import install_error_handlers
+from corral.server.errors import error_body, install_error_handlers
 from corral.server.health import SchedulerAndAgentWaker, TelemetryService
 from corral.server.inputs import InputGuard
 from corral.server.keyring import load_keyring
@@ -148,6 +150,7 @@ def create_app(settings: Settings, store: StateStore | None = None) -> FastAPI:
     )
     app.state.ctx = ctx  # the one place the components live; routes read them through server/deps.py
     install_error_handlers(app)
+    install_page_not_found(app)
     app.add_middleware(InputGuard)  # body size and NUL bytes, before any route (server/inputs.py)
     document_error_responses(app)  # the OpenAPI lists every error status the routes answer
     for module in (health, jobs, schedules, nodes, agents, tenants, users, metrics, alerts, reports, session, web):
@@ -164,6 +167,17 @@ def create_app(settings: Settings, store: StateStore | None = None) -> FastAPI:
         app.include_router(proxy.router)
         app.state.job_ui_app = None
     return app
+
+
+def install_page_not_found(app: FastAPI) -> None:
+    """No route: a browser's page path (/nosuchpage) gets the portal's 404 page, HTML with status 404; the API and
+    the other machine paths keep the JSON error body."""
+
+    @app.exception_handler(404)
+    async def _not_found(request: Request, exc: StarletteHTTPException) -> Response:
+        if web.is_page_path(request.method, request.url.path):
+            return web.page_not_found()
+        return JSONResponse(error_body("http_error", str(exc.detail)), status_code=404)
 
 
 def create_job_ui_app(app: FastAPI) -> FastAPI:

@@ -67,6 +67,7 @@ def gpu(node: str, index: int, **kw: object) -> SimpleNamespace:
         health="HEALTHY",
         health_reason="",
         job_id=None,
+        used_milli=0,
     )
     fields.update(kw)
     return SimpleNamespace(**fields)
@@ -74,7 +75,7 @@ def gpu(node: str, index: int, **kw: object) -> SimpleNamespace:
 
 def test_the_gpu_table_fits_80_columns_and_keeps_the_fault_in_words(capsys) -> None:  # type: ignore[no-untyped-def]
     items = [
-        gpu("dgx-h100-rack4-slot17", 0, job_id=12345),
+        gpu("dgx-h100-rack4-slot17", 0, job_id=12345, used_milli=1000),
         gpu("dgx-h100-rack4-slot17", 1, health="UNHEALTHY", health_reason="Xid 79: fell off the bus"),
     ]
     columns, rows = compute_gpu_table(items, wide=False)
@@ -84,5 +85,7 @@ def test_the_gpu_table_fits_80_columns_and_keeps_the_fault_in_words(capsys) -> N
     assert rows[0][3:6] == ["80G", "7 peers", "12345"] and rows[0][6] == "used"
     assert lines[2].endswith("…") or "Xid 79" in lines[2]
     assert rows[1][6] == "unhealthy (Xid 79: fell off the bus)"
+    other = compute_gpu_table([gpu("n", 2, used_milli=1000)], wide=False)[1][0]  # another tenant's job: no id
+    assert other[5:] == ["", "used"]
     wide_columns, wide_rows = compute_gpu_table(items, wide=True)
     assert wide_columns[5] == "NVLINK" and wide_rows[0][5] == "1,2,3,4,5,6,7" and wide_rows[0][3] == "81559 MiB"

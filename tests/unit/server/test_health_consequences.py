@@ -138,3 +138,16 @@ def test_the_servers_waker_fires_the_scheduler_trigger_and_notifies_the_node() -
 
     SchedulerAndAgentWaker(Trigger(), Notifier()).capacity_changed("n7")
     assert fired == ["scheduler", "agent n7"]
+
+
+def test_the_failure_is_recorded_before_the_requeue_it_caused(node: SqlStore) -> None:
+    job = running_job(node, [1])
+    service(node, FakeWaker()).receive("n1", batch(T0 + 1, gpus=3, xid_on=1))
+    kinds = [e.kind for e in node.list_events(job.id)]
+    assert kinds.index("gpu_failed") < kinds.index("requeued"), kinds
+
+
+def test_alerts_and_health_name_the_fault_in_words(node: SqlStore) -> None:
+    health = service(node, FakeWaker())
+    health.receive("n1", batch(T0 + 1, gpus=3, xid_on=1))
+    assert health.unhealthy() == {"n1": {1: "Xid 79"}}

@@ -77,8 +77,9 @@ def apply_gpu_failure(
     outcome: dict[int, JobState] = {}
     for job in jobs:
         if gpu_index in job.gpus_on(node):
-            outcome[job.id] = requeue_after_failure(store, job, reason, now, backoff_base_s)
+            # The failure first, then what it led to (requeued, failed, cancelled): events list in that order.
             store.add_event(job.id, "gpu_failed", reason, now)
+            outcome[job.id] = requeue_after_failure(store, job, reason, now, backoff_base_s)
     return outcome
 
 

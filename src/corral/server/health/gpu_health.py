@@ -20,6 +20,7 @@ from corral.core.health import (
     apply_admin_enable,
     compute_gpu_failures,
     compute_health,
+    describe_gpu_fault,
 )
 from corral.core.telemetry import TelemetryBatch
 from corral.store.protocols import OperationsStore
@@ -100,9 +101,10 @@ class GpuHealthTracker:
         return None if failure is None else failure.detail
 
     def unhealthy(self) -> dict[str, dict[int, str]]:
-        """node -> {GPU index: reason} for GPUs the checks hold UNHEALTHY now."""
+        """node -> {GPU index: reason in words ("Xid 79", "fallen off the bus")} for GPUs the checks hold
+        UNHEALTHY now."""
         with self._lock:
             return {
-                n: {g.index: g.reason for g in s.gpus if g.health is GpuHealth.UNHEALTHY}
+                n: {g.index: describe_gpu_fault(g.reason, g.detail) for g in s.gpus if g.health is GpuHealth.UNHEALTHY}
                 for n, s in self._health.items()
             }

@@ -79,7 +79,15 @@ def _submit(
     """Both submit routes: check the role, store (or replay) the jobs, wake the scheduler or mark the replay."""
     caller.require(Action.SUBMIT)
     keep = timedelta(seconds=settings.idempotency_key_ttl_s)
-    jobs, created = submit_jobs(store, bodies, caller, idempotency_key, keep, settings.max_active_jobs_per_tenant)
+    jobs, created = submit_jobs(
+        store,
+        bodies,
+        caller,
+        idempotency_key,
+        keep,
+        settings.max_active_jobs_per_tenant,
+        allowed_mounts=settings.allowed_mount_prefixes,
+    )
     if created:
         trigger.fire()
     else:
@@ -105,33 +113,66 @@ def list_jobs(
     newest_first: bool = False,
     node: Annotated[str | None, Query(max_length=255)] = None,
     array_id: Annotated[int | None, Query(ge=1, le=MAX_ID, description="only the tasks of this job array")] = None,
+    tenant: Annotated[str | None, Query(min_length=1, max_length=64, description="only this tenant's jobs")] = None,
+    user: Annotated[str | None, Query(min_length=1, max_length=64, description="only this user's jobs")] = None,
+    name: Annotated[str | None, Query(max_length=255, description="only jobs whose name holds this text")] = None,
 ) -> list[JobOut]:
     """Pending and running jobs (`all=true`: every job), of the caller's tenant (admins: of all), oldest first
-    (`newest_first=true`: newest first), at most `limit` (default 500) per answer.
+    (`newest_first=true`: newest first), at most `limit` (default 500) per answer. `tenant`, `user` and `name`
+    narrow the list (an unknown tenant or user matches no job).
 
     Pages: when more may follow, the answer carries `Link: <next page>; rel="next"` (the same query with
     `after_id`, or `before_id` when newest first, = the last id of this page). `X-Total-Count` counts all
     matches.
     """
     states = state or (None if all else [JobState.PENDING, JobState.RUNNING])
-    scope = caller.tenant_scope()
+    who = _filter_ids(store, caller, tenant, user)
+    if who is None:  # the filter names a tenant or user the caller cannot see: nothing matches
+        response.headers["X-Total-Count"] = "0"
+        return []
+    tenant_id, user_id = who
     jobs = store.list_jobs(
         states=states,
-        tenant_id=scope,
+        tenant_id=tenant_id,
         limit=limit,
         newest_first=newest_first,
         before_id=before_id,
         after_id=after_id,
         node=node,
         array_id=array_id,
+        user_id=user_id,
+        name_contains=name or None,
     )
-    response.headers["X-Total-Count"] = str(store.count_jobs(states=states, tenant_id=scope))
+    total = store.count_jobs(
+        states=states, tenant_id=tenant_id, user_id=user_id, name_contains=name or None, node=node, array_id=array_id
+    )
+    response.headers["X-Total-Count"] = str(total)
     if len(jobs) == limit:
         cursor = {"before_id": jobs[-1].id} if newest_first else {"after_id": jobs[-1].id}
         nxt = request.url.include_query_params(**cursor)
         response.headers["Link"] = f'<{nxt.path}?{nxt.query}>; rel="next"'
     names = known_tenant_names(store, {j.spec.tenant_id for j in jobs})
     return [job_out(request, store, sched, j, names) for j in jobs]
+
+
+def _filter_ids(
+    store: StateStore, caller: Principal, tenant: str | None, user: str | None
+) -> tuple[int | None, int | None] | None:
+    """(tenant id, user id) to filter by, the caller's own tenant for a non-admin; None when a named tenant or user
+    does not exist or lies outside the caller's tenant (another tenant's existence is private)."""
+    scope = caller.tenant_scope()
+    tenant_id, user_id = scope, None
+    if tenant is not None:
+        found = store.find_tenant(tenant)
+        if found is None or (scope is not None and found.id != scope):
+            return None
+        tenant_id = found.id
+    if user is not None:
+        person = store.find_user(user)
+        if person is None or (scope is not None and person.tenant_id != scope):
+            return None
+        user_id = person.id
+    return tenant_id, user_id
 
 
 @router.get("/{job_id}", response_model=JobOut)
@@ -169,11 +210,17 @@ def job_logs(
     offset: Offset = 0,
     rank: Annotated[int, Query(ge=0, le=1024, description="part of a multi-node job")] = 0,
 ) -> Response:
-    """Log bytes from `offset` (every attempt, in order). Headers: X-Log-Size (bytes held), X-Job-State."""
+    """Log bytes from `offset` (every attempt, in order). Headers: X-Log-Size (bytes held), X-Job-State,
+    X-Log-Runs (`attempt=bytes` of each attempt's run log, oldest first, comma-separated: the newest 100)."""
     job = load_job(store, job_id, caller)
     data = logs.read(job_id, offset, rank=rank)
+    runs = logs.run_sizes(job_id, rank)
     return Response(
         content=data,
         media_type="text/plain; charset=utf-8",
-        headers={"X-Log-Size": str(logs.size(job_id, rank)), "X-Job-State": job.state.value},
+        headers={
+            "X-Log-Size": str(sum(n for _, n in runs)),
+            "X-Log-Runs": ",".join(f"{attempt}={n}" for attempt, n in runs[-100:]),
+            "X-Job-State": job.state.value,
+        },
     )

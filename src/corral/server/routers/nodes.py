@@ -8,6 +8,7 @@ from fastapi import APIRouter, Depends, Query
 
 from corral.api.schemas import AuditOut, EventOut, GpuOut, NodeOut
 from corral.core.errors import ConflictError
+from corral.core.states import JobState
 from corral.core.tenancy import Action
 from corral.server.auth import Principal, require_user
 from corral.server.deps import NotifierDep, SchedulerDep, StoreDep, TelemetryDep
@@ -19,6 +20,15 @@ from corral.store.snapshot import compute_usage, compute_usage_from_holders
 
 router = APIRouter(prefix="/api/v1", tags=["nodes"])
 User = Annotated[Principal, Depends(require_user)]
+
+
+def _visible_jobs(store: StateStore, caller: Principal) -> set[int] | None:
+    """The running jobs whose ids the caller may see on a GPU: its tenant's (None: all, for admins). Another
+    tenant's job id is not a member's to know (it could not open the job anyway)."""
+    scope = caller.tenant_scope()
+    if scope is None:
+        return None
+    return {j.id for j in store.list_jobs(states=[JobState.RUNNING], tenant_id=scope)}
 
 
 def _usage(store: StateStore, node: str | None = None) -> Usage:
@@ -39,10 +49,11 @@ def get_node(name: str, _: User, store: StoreDep) -> NodeOut:
 
 
 @router.get("/gpus", response_model=list[GpuOut])
-def list_gpus(_: User, store: StoreDep, node: str | None = None) -> list[GpuOut]:
+def list_gpus(caller: User, store: StoreDep, node: str | None = None) -> list[GpuOut]:
     usage = _usage(store, node)
     nodes = [operations.load_node(store, node)] if node else store.list_nodes()
-    return [g for n in nodes for g in gpus_out(n, usage)]
+    visible = _visible_jobs(store, caller)
+    return [g for n in nodes for g in gpus_out(n, usage, visible)]
 
 
 @router.post("/nodes/{name}/cordon", response_model=NodeOut)
@@ -81,13 +92,13 @@ def enable_gpu(
     n = operations.set_gpu_enabled(store, caller, node, index, True)
     health.admin_enable(node, index)
     sched.trigger.fire()
-    return gpus_out(n, _usage(store))
+    return gpus_out(n, _usage(store), _visible_jobs(store, caller))
 
 
 @router.post("/gpus/{node}/{index}/disable", response_model=list[GpuOut])
 def disable_gpu(node: str, index: GpuIndex, caller: User, store: StoreDep) -> list[GpuOut]:
     n = operations.set_gpu_enabled(store, caller, node, index, False)
-    return gpus_out(n, _usage(store))
+    return gpus_out(n, _usage(store), _visible_jobs(store, caller))
 
 
 @router.get("/nodes/{name}/events", response_model=list[EventOut])

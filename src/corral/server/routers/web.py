@@ -57,6 +57,20 @@ def _page() -> HTMLResponse:
     return _shell()
 
 
+# Paths that programs call (the API, the session endpoints, files, jobs' web UIs): an unknown one stays a JSON 404.
+MACHINE_PREFIXES = ("/api/", "/web/", "/static/", "/proxy/")
+
+
+def is_page_path(method: str, path: str) -> bool:
+    """A path a browser opens as a page: GET or HEAD, outside the machine prefixes."""
+    return method in ("GET", "HEAD") and not (path + "/").startswith(MACHINE_PREFIXES)
+
+
+def page_not_found() -> HTMLResponse:
+    """The portal's own 404 view (the shell, whose router shows it) with HTTP 404, for a page path nobody serves."""
+    return _shell(404)
+
+
 for _path in PAGES:
     router.add_api_route(_path, _page, methods=["GET"], response_class=HTMLResponse)
 

@@ -6,12 +6,15 @@ corral.alerts.defaults."""
 from __future__ import annotations
 
 import logging
+import re
+import string
 import time
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from corral.alerts.defaults import DEFAULT_RULES
 from corral.alerts.engine import AlertEngine
 from corral.alerts.evaluator import ActionRequest, Alert, AlertChange, AlertState, SeriesPoint
 from corral.alerts.notifiers import EmailNotifier, NotificationDispatcher, Notifier, WebhookNotifier
@@ -26,6 +29,7 @@ from corral.alerts.series import (
 )
 from corral.alerts.silences import MAX_TENANT_SILENCE_S, Silence, parse_silence, silence_to_dict
 from corral.core.errors import ConflictError, ForbiddenError, NotFoundError, ValidationError
+from corral.core.health import describe_gpu_fault
 from corral.core.rollup import RetentionPolicy, compute_closed_before, compute_retention_cutoffs
 from corral.core.states import JobState
 from corral.core.tenancy import Action
@@ -40,6 +44,27 @@ from corral.store.protocols import AlertingStore
 from corral.store.telemetry import AlertHistoryRecord
 
 log = logging.getLogger("corral.alerts")
+MAX_SUMMARY = 1000  # characters of a rule's summary template
+_WIDE = re.compile(r"\d{4,}")  # a width or precision of 1000 or more in a format spec
+
+
+def check_summary_template(template: str) -> None:
+    """Raises ValidationError when a rule's summary template would make every alert of the rule a huge string:
+    `{value:>300000000}` is 300 MB per alert and evaluation round (kept in memory, the history and every answer),
+    and a nested field (`{value:{threshold}}`) takes its width from a number the rule chooses. At most
+    MAX_SUMMARY characters, so that many fields 999 wide stay under 100 kB."""
+    if len(template) > MAX_SUMMARY:
+        raise ValidationError("summary", f"at most {MAX_SUMMARY} characters")
+    try:
+        fields = list(string.Formatter().parse(template))
+    except ValueError:
+        return  # a broken template is shown as it is (evaluator.compute_summary)
+    for _, name, spec, _ in fields:
+        if name is not None and spec and ("{" in spec or _WIDE.search(spec)):
+            raise ValidationError("summary", f"a field's format may not be nested nor 1000 wide or more ({spec!r})")
+
+
+_DEFAULT_NAMES = frozenset(r.name for r in DEFAULT_RULES)  # a tenant rule may not take one (it would replace it)
 STALE_AFTER_S = 120.0  # a node's last batch older than this no longer feeds sampled series
 
 
@@ -126,9 +151,19 @@ class AlertService:
         rules = []
         for r in self.store.list_alert_rules():
             try:
-                rules.append(parse_rule(r.spec))
+                rule = parse_rule(r.spec)
             except ValidationError as e:  # a rule stored by an older version that no longer parses
                 log.error("alert rule %s ignored: %s", r.name, e)
+                continue
+            if rule.tenant and rule.name in _DEFAULT_NAMES:  # stored before create_rule refused it
+                log.error("alert rule %s of tenant %s ignored: it would replace the cluster's", r.name, rule.tenant)
+                continue
+            try:
+                check_summary_template(rule.summary)
+            except ValidationError as e:
+                log.error("alert rule %s ignored: %s", r.name, e)
+                continue
+            rules.append(rule)
         self.engine.set_custom_rules(rules)
         now = time.time()
         for sid, spec in self.store.list_silences():
@@ -184,8 +219,14 @@ class AlertService:
             utilization.update(
                 {(name, s.index): s.utilization_percent for s in batch.gpus if s.utilization_percent is not None}
             )
+        in_words = self.telemetry.unhealthy()  # "Xid 79" where the checks saw the fault; else the stored reason
         for n in nodes:
-            unhealthy = {s.index: s.reason or "unhealthy" for s in n.gpu_status if not s.healthy}
+            said = in_words.get(n.name, {})
+            unhealthy = {
+                s.index: said.get(s.index) or describe_gpu_fault(s.reason) or "unhealthy"
+                for s in n.gpu_status
+                if not s.healthy
+            }
             series += compute_health_series(n.name, unhealthy, {g.index: g.uuid for g in n.gpus})
         series += compute_node_lost_series(n.name for n in nodes if n.state == "LOST")
         series += compute_job_utilization_series(placements, utilization)
@@ -197,6 +238,8 @@ class AlertService:
         return series
 
     def evaluate(self, now: float) -> list[AlertChange]:
+        """One round. The history keeps what fired and what resolved: a pending alert is not history (one whose
+        job ends, or whose condition clears, before its for-duration is dropped and leaves no row behind)."""
         result = self.engine.evaluate(self.compute_series(now), now)
         at = datetime.fromtimestamp(now, UTC)
         self.store.add_alert_history(
@@ -212,6 +255,7 @@ class AlertService:
                     at,
                 )
                 for c in result.changes
+                if c.alert.state is not AlertState.PENDING
             ]
         )
         return result.changes
@@ -289,7 +333,8 @@ class AlertService:
                 "at": h.at.isoformat(),
             }
             for h in self.store.list_alert_history(limit)
-            if tenant is None or h.labels.get("tenant") in (None, tenant)
+            if h.state != AlertState.PENDING.value  # rows an older version wrote when an alert became pending
+            and (tenant is None or h.labels.get("tenant") in (None, tenant))
         ]
 
     def list_rules(self, caller: Principal) -> list[dict[str, Any]]:
@@ -311,6 +356,10 @@ class AlertService:
                 )
             data |= {"scope": "tenant", "tenant": self._tenant_name(caller)}
         rule: AlertRule = parse_rule(data)
+        check_summary_template(rule.summary)
+        if rule.tenant and rule.name in _DEFAULT_NAMES:
+            # a same-named rule replaces the built-in one for the whole cluster: only an admin's may
+            raise ValidationError("name", f"{rule.name!r} is the name of a built-in rule of the cluster; pick another")
         if rule.tenant and RuleAction.CORDON_NODE in rule.actions:
             # a node is shared by every tenant: only the cluster's rules may take one out
             raise ValidationError("actions", "a tenant's rule may stop its own jobs (stop_job) but not cordon nodes")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from corral.api.schemas import GpuOut, NodeOut
 from corral.store.records import Node
 
@@ -27,14 +29,19 @@ def node_out(n: Node, usage: Usage) -> NodeOut:
         cordoned=n.cordoned,
         gpus_unhealthy=sum(1 for g in n.gpus if not g.healthy),
         isolation=n.isolation,
+        runtimes=list(n.runtimes),
     )
 
 
-def gpus_out(n: Node, usage: Usage) -> list[GpuOut]:
+def gpus_out(n: Node, usage: Usage, visible_jobs: Collection[int] | None = None) -> list[GpuOut]:
+    """The node's GPUs. `visible_jobs`: the job ids the caller may know (its tenant's); a GPU held by another
+    tenant's job shows as used without its job id (None: every id, for admins)."""
     status = {s.index: s for s in n.gpu_status}
     out = []
     for g in n.gpus:
         used, job_id = usage.get((n.name, g.index), (0, None))
+        if job_id is not None and visible_jobs is not None and job_id not in visible_jobs:
+            job_id = None
         st = status.get(g.index)
         health = "DISABLED" if st and st.disabled else ("UNHEALTHY" if st and not st.healthy else "HEALTHY")
         out.append(

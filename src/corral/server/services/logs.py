@@ -43,6 +43,17 @@ class LogStore:
         except FileNotFoundError:
             return 0
 
+    def run_sizes(self, job_id: int, rank: int = 0) -> list[tuple[int, int]]:
+        """(attempt, bytes) of each run log of one rank, oldest first: where each attempt's part of the stream ends."""
+        out = []
+        for p in self._runs(job_id, rank):
+            m = _RUN_FILE.match(p.name)
+            try:
+                out.append((int(m.group(2)) if m else 0, p.stat().st_size))
+            except FileNotFoundError:
+                continue
+        return out
+
     def size(self, job_id: int, rank: int = 0) -> int:
         """Bytes of the whole stream (every attempt) of one rank."""
         return sum(p.stat().st_size for p in self._runs(job_id, rank))

@@ -45,6 +45,7 @@ function paintHeader(section) {
   $("#who").textContent = logged ? `${session.user} · ${session.role}${session.tenant ? " · " + session.tenant : ""}` : "";
   $$("#nav a").forEach((a) => {
     a.classList.toggle("active", a.dataset.nav === section);
+    if (a.dataset.nav === section) a.setAttribute("aria-current", "page"); else a.removeAttribute("aria-current");
     if (a.dataset.role) a.hidden = !a.dataset.role.split(" ").includes(session.role);
   });
 }

@@ -1,4 +1,5 @@
 // Small DOM helpers shared by the pages: escaping, formatting, tables, field errors, toasts.
+import { fmtDateTime } from "./format.js";
 export const $ = (sel, root = document) => root.querySelector(sel);
 export const $$ = (sel, root = document) => Array.from(root.querySelectorAll(sel));
 
@@ -26,7 +27,7 @@ export function dur(s) {
   return Math.floor(s / 86400) + "d " + Math.floor((s % 86400) / 3600) + "h";
 }
 
-export const time = (iso) => (iso ? new Date(iso).toLocaleString() : "");
+export const time = (iso) => fmtDateTime(iso); // one format on every page: 24-hour with the zone
 export const num = (v, digits = 1) => (v === null || v === undefined ? "—" : Number(v).toFixed(digits));
 export const stateTag = (s) => `<span class="state ${esc(s)}">${esc(s)}</span>`;
 export const bar = (frac) => `<div class="bar"><span style="width:${Math.max(0, Math.min(100, frac * 100)).toFixed(1)}%"></span></div>`;
@@ -36,7 +37,8 @@ export function table(cols, rows, empty = "nothing here") {
   const body = rows.length
     ? rows.map((r) => "<tr>" + r.map((c) => `<td>${c}</td>`).join("") + "</tr>").join("")
     : `<tr><td colspan="${cols.length}" class="muted">${esc(empty)}</td></tr>`;
-  return `<table><thead><tr>${head}</tr></thead><tbody>${body}</tbody></table>`;
+  // In a container of its own that scrolls sideways: a wide table never widens the page (a phone's width).
+  return `<div class="table-scroll"><table><thead><tr>${head}</tr></thead><tbody>${body}</tbody></table></div>`;
 }
 
 export function toast(msg) {

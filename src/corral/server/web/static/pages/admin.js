@@ -19,12 +19,12 @@ export async function render(page) {
   const admin = isAdmin(), tenantAdmin = canManageTenant();
   const tenants = await get("/api/v1/tenants");
   const tenantNames = tenants.map((t) => t.name);
-  const TENANT = [["name", "Name", "text", "vision"], ["parent", "Parent", "select", ["", ...tenantNames]], ["weight", "Fair-share weight", "number", "1"]];
-  const USER = [["name", "User name", "text", "alice"], ["role", "Role", "select", admin ? ROLES : ROLES.slice(0, 3)],
+  const TENANT = [["name", "Name", "text", "e.g. vision"], ["parent", "Parent", "select", ["", ...tenantNames]], ["weight", "Fair-share weight", "number", "e.g. 2 (empty: 1)"]];
+  const USER = [["name", "User name", "text", "e.g. alice"], ["role", "Role", "select", admin ? ROLES : ROLES.slice(0, 3)],
     ["tenant", "Tenant", "select", tenantNames], ["password", "Password (8+ characters)", "password", ""]];
-  const QUOTA = [["tenant", "Tenant", "select", tenantNames], ["gpu_model", "GPU model (empty: all)", "text", "H100"],
-    ["guaranteed_gpus", "Guaranteed GPUs", "number", "0"], ["max_gpus", "Max GPUs (empty: no limit)", "number", ""]];
-  const TOKEN = [["name", "Token name", "text", "ci"], ...(tenantAdmin ? [["user", "For user (empty: me)", "text", ""]] : []),
+  const QUOTA = [["tenant", "Tenant", "select", tenantNames], ["gpu_model", "GPU model (empty: all)", "text", "e.g. H100"],
+    ["guaranteed_gpus", "Guaranteed GPUs", "number", "e.g. 4 (empty: 0)"], ["max_gpus", "Max GPUs (empty: no limit)", "number", ""]];
+  const TOKEN = [["name", "Token name", "text", "e.g. ci"], ...(tenantAdmin ? [["user", "For user (empty: me)", "text", ""]] : []),
     ["expires_in_s", "Expires in (s, empty: never)", "number", ""]];
   page.root.innerHTML = `<h1>Admin</h1>
     <h2>Tenants</h2><div id="tenants"></div>${admin ? formHtml("tenant-form", TENANT, "Create tenant") : ""}

@@ -1,15 +1,45 @@
 // Alerts: what fires now, the history, the rule editor and silences.
-import { get, has, isAdmin, send } from "../api.js";
+import { ApiError, get, has, isAdmin, send } from "../api.js";
+import { fmtDateTime } from "../format.js";
 import { $, esc, live, table, toast } from "../ui.js";
 import { bindForm, formHtml } from "./forms.js";
 
-const RULE_FIELDS = [["name", "Name", "text", "gpu-hot"], ["metric", "Metric", "text", "gpu_temperature_c"],
-  ["op", "Op", "select", [">", ">=", "<", "<=", "==", "!="]], ["threshold", "Threshold", "number", "85"], ["for_s", "For (s)", "number", "60"],
-  ["severity", "Severity", "select", ["warning", "critical", "info"]], ["selector", "Selector (JSON)", "json"], ["tenant", "Tenant", "text", ""]];
-const SILENCE_FIELDS = [["matchers", "Matchers (JSON)", "json"], ["until", "Until (ISO time)", "text", new Date(Date.now() + 86400e3).toISOString().slice(0, 16) + "Z"], ["comment", "Comment", "text", ""]];
+// The labels a rule's selector and a silence's matchers are made of, one input each: [input, label name, words].
+const LABEL_INPUTS = [["node", "node", "node"], ["gpu", "gpu", "GPU"], ["tenant_label", "tenant", "tenant"], ["job", "job", "job"]];
+const title = (t) => t[0].toUpperCase() + t.slice(1);
+const RULE_FIELDS = [["name", "Name", "text", "e.g. gpu-hot"], ["metric", "Metric", "text", "e.g. gpu_temperature_c"],
+  ["op", "Op", "select", [">", ">=", "<", "<=", "==", "!="]], ["threshold", "Threshold", "number", "e.g. 85"], ["for_s", "For (s)", "number", "e.g. 60"],
+  ["severity", "Severity", "select", ["warning", "critical", "info"]],
+  ...LABEL_INPUTS.map(([k, , what]) => [k, `Only ${what}`, "text", k === "gpu" ? "e.g. 0" : "empty: any"]),
+  ["selector", "More label matchers", "text", 'e.g. pool="a"'], ["tenant", "Rule of tenant (empty: the cluster's)", "text", "e.g. vision"]];
+const DURATIONS = [[3600, "1 hour"], [4 * 3600, "4 hours"], [86400, "1 day"], [3 * 86400, "3 days"], [7 * 86400, "7 days"], [30 * 86400, "30 days"]];
+const SILENCE_FIELDS = [["alertname", "Rule", "text", "e.g. gpu_temperature"],
+  ...LABEL_INPUTS.map(([k, , what]) => [k, title(what), "text", k === "gpu" ? "e.g. 0" : "empty: any"]),
+  ["matchers", "More label matchers", "text", 'e.g. severity="critical"'], ["duration_s", "For", "select", DURATIONS],
+  ["until", "Or until (ISO time)", "text", "e.g. 2030-01-31T18:00Z"], ["comment", "Comment", "text", "e.g. maintenance window"]];
 // Selectors and matchers come as {label: value} objects or as `label="value", ...` strings.
 const labels = (o) => esc(typeof o === "string" ? o : Object.entries(o || {}).map(([k, v]) => `${k}=${v}`).join(" "));
-const when = (v) => (v === null || v === undefined || v === "" ? "" : new Date(typeof v === "number" ? v * 1000 : v).toLocaleString());
+const when = (v) => fmtDateTime(v);
+const quoted = (v) => `"${String(v).replace(/[\\"]/g, (c) => "\\" + c)}"`;
+
+// One selector text from the label inputs (each `label="value"`) and the free matchers text (selector text, or a
+// JSON object {label: value}); the inputs it used are removed from `body`. Throws an ApiError naming the input.
+export function selectorOf(body, inputs, extraKey) {
+  const parts = [];
+  for (const [k, name] of inputs) {
+    const v = body[k]; delete body[k];
+    if (v === undefined) continue;
+    if (name === "gpu" && !/^\d+$/.test(String(v))) throw new ApiError(0, "invalid", "a GPU index, e.g. 0", k);
+    parts.push(`${name}=${quoted(v)}`);
+  }
+  let extra = body[extraKey]; delete body[extraKey];
+  if (extra !== undefined && /^\s*\{/.test(extra)) {
+    try { extra = Object.entries(JSON.parse(extra)).map(([k, v]) => `${k}=${quoted(v)}`).join(", "); }
+    catch (_) { throw new ApiError(0, "invalid", 'label matchers like node="gpu-1", gpu=~"0|1"', extraKey); }
+  }
+  if (extra) parts.push(extra);
+  return parts.join(", ");
+}
 
 export async function render(page) {
   document.title = "Alerts · Corral";
@@ -42,9 +72,17 @@ export async function render(page) {
       [labels(s.matchers), esc(when(s.until ?? s.ends_at)), esc(s.comment), del("silences", s.id)]), "no silences");
   };
   if (isAdmin()) {
-    bindForm("rule-form", RULE_FIELDS, async (body) => { body.selector = body.selector || {}; await send("POST", "/api/v1/alert-rules", body); toast("rule added"); await refresh(); });
-    bindForm("silence-form", SILENCE_FIELDS, async (body) => { body.matchers = body.matchers || {}; await send("POST", "/api/v1/silences", body); toast("silence added"); await refresh(); },
-      { ends_at: "until", starts_at: "until" });
+    bindForm("rule-form", RULE_FIELDS, async (body) => {
+      body.selector = selectorOf(body, LABEL_INPUTS, "selector");
+      if (body.tenant) body.scope = "tenant";
+      await send("POST", "/api/v1/alert-rules", body); toast("rule added"); await refresh();
+    });
+    bindForm("silence-form", SILENCE_FIELDS, async (body) => {
+      body.matchers = selectorOf(body, [["alertname", "alertname"], ...LABEL_INPUTS], "matchers");
+      if (!body.matchers) throw new ApiError(0, "invalid", "name a rule or at least one label to silence", "alertname");
+      if (body.until) delete body.duration_s; else body.duration_s = Number(body.duration_s);
+      await send("POST", "/api/v1/silences", body); toast("silence added"); await refresh();
+    }, { ends_at: "until", starts_at: "until", duration_s: "duration_s", selector: "matchers" });
     page.root.addEventListener("click", async (e) => {
       const b = e.target.closest("button[data-del]"); if (!b) return;
       try { await send("DELETE", `/api/v1/${b.dataset.del}/${encodeURIComponent(b.dataset.id)}`); await refresh(); } catch (err) { toast(err.message); }

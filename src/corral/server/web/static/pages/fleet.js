@@ -1,6 +1,7 @@
 // Fleet overview: GPUs by model and pool, the queue and why jobs wait, utilisation over time, firing alerts.
 import { get, getWithTotal, has } from "../api.js";
 import { RangePicker, TimeChart } from "../chart.js";
+import { fmtDateTime } from "../format.js";
 import { $, bar, esc, table } from "../ui.js";
 import { live } from "../ui.js";
 import { reasonText } from "./jobs.js";
@@ -50,16 +51,24 @@ export async function render(page) {
     <h2>Firing alerts</h2><div id="alerts"></div>`;
   const range = new RangePicker($("#range"), () => refreshCharts());
   const charts = $("#charts");
-  const util = new TimeChart(charts, { title: "GPU utilisation (mean of all GPUs)", unit: "%", yMax: 100, id: "fleet-util",
-    onZoom: (a, b) => range.zoom(a, b), onReset: () => range.reset() });
-  const alloc = new TimeChart(charts, { title: "GPUs allocated (since this page opened)", id: "fleet-alloc" });
-  const allocPoints = [];
+  const zoom = { onZoom: (a, b) => range.zoom(a, b), onReset: () => range.reset() };
+  const util = new TimeChart(charts, { title: "GPU utilisation (mean of all GPUs)", unit: "%", id: "fleet-util", ...zoom });
+  const alloc = new TimeChart(charts, { title: "GPUs allocated to jobs", unit: "GPUs", id: "fleet-alloc", ...zoom });
 
   async function refreshCharts() {
-    if (!has("/api/v1/metrics/series")) { util.setData([], "metrics are not available on this server"); return; }
+    const r = range.current(), span = range.span();
+    // Both from the server's history, so a reload or a second visit draws the same past.
+    const [u, a] = await Promise.all([
+      has("/api/v1/metrics/series") ? get("/api/v1/metrics/series", { metric: "gpu_util_pct", agg: "avg", ...r }) : null,
+      has("/api/v1/metrics/allocated") ? get("/api/v1/metrics/allocated", r) : null,
+    ]);
+    if (page.closed) return;
     // One series averaged in the database (agg=avg), not every GPU's series averaged here.
-    const res = await get("/api/v1/metrics/series", { metric: "gpu_util_pct", agg: "avg", ...range.current() });
-    util.setData(res.series.map((s) => ({ name: "mean", points: s.points })));
+    // Both over the whole range, so that the two graphs side by side share their time axis.
+    if (u) util.setData(u.series.map((s) => ({ name: "mean of all GPUs", points: s.points })), undefined, span);
+    else util.setData([], "metrics are not available on this server");
+    if (a) alloc.setData(a.series.map((s) => ({ name: "GPUs held by running jobs", points: s.points })), undefined, span);
+    else alloc.setData([], "allocation history is not available on this server");
   }
 
   async function refresh() {
@@ -86,19 +95,16 @@ export async function render(page) {
     $("#by-pool").innerHTML = table(["Pool", ...cols.slice(1)], pools);
     const reasons = new Map();
     for (const j of pending.items) {
-      const r = reasonText(j.pending_reason);
+      const r = reasonText(j.pending_code || j.pending_reason); // grouped by cause, not by each job's numbers
       reasons.set(r, (reasons.get(r) || 0) + 1);
     }
     $("#queue").innerHTML = `<p><b data-queue-length>${pending.total}</b> pending, ${running.total} running. <a href="/jobs">Open the queue</a></p>` +
       table([pending.total > REASON_SAMPLE ? `Pending reason (of the oldest ${REASON_SAMPLE})` : "Pending reason", "Jobs"], [...reasons].sort((a, b) => b[1] - a[1]).map(([r, n]) => [esc(r), n]), "nothing is waiting");
-    allocPoints.push([Date.now() / 1000, total.used]);
-    if (allocPoints.length > 1800) allocPoints.shift();
-    alloc.setData([{ name: "allocated", points: allocPoints }]);
     if (has("/api/v1/alerts")) {
       const alerts = await get("/api/v1/alerts", { state: "firing" });
       $("#alerts").innerHTML = table(["Severity", "Rule", "Labels", "Value", "Since", "Message"], alerts.map((a) =>
         [esc(a.severity), esc(a.rule), esc(Object.entries(a.labels || {}).map(([k, v]) => `${k}=${v}`).join(" ")),
-          esc(a.value), esc(new Date(a.started_at).toLocaleString()), esc(a.message)]), "no alert is firing");
+          esc(a.value), esc(fmtDateTime(a.started_at)), esc(a.message)]), "no alert is firing");
     } else {
       $("#alerts").innerHTML = `<p class="muted">alerts are not available on this server</p>`;
     }

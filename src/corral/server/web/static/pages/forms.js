@@ -2,11 +2,14 @@
 import { ApiError } from "../api.js";
 import { $, clearErrors, esc, fieldError, showError, toast } from "../ui.js";
 
-// fields: [name, label, type ("text"|"number"|"password"|"select"|"json"), options]
+// fields: [name, label, type ("text"|"number"|"password"|"select"|"json"), options]. For a select, options are values
+// or [value, label] pairs; for an input, the hint shown as its placeholder (worded "e.g. ..." so it never reads as a
+// value that was filled in).
+const option = (o) => (Array.isArray(o) ? o : [o, o || "(none)"]);
 export function formHtml(id, fields, button) {
   return `<form class="inline" id="${id}" novalidate>` + fields.map(([k, label, type, opts]) => `<label>${esc(label)}` + (type === "select"
-    ? `<select name="${k}" data-field="${k}">${(opts || []).map((o) => `<option value="${esc(o)}">${esc(o || "(none)")}</option>`).join("")}</select>`
-    : `<input name="${k}" data-field="${k}" type="${type === "password" ? "password" : "text"}" placeholder="${esc(type === "json" ? "{}" : opts || "")}">`)
+    ? `<select name="${k}" data-field="${k}">${(opts || []).map(option).map(([v, t]) => `<option value="${esc(v)}">${esc(t)}</option>`).join("")}</select>`
+    : `<input name="${k}" data-field="${k}" type="${type === "password" ? "password" : "text"}"${type === "number" ? ' inputmode="numeric"' : ""} placeholder="${esc(type === "json" ? "e.g. {}" : opts || "")}">`)
     + `${fieldError(k)}</label>`).join("") + `<button type="submit">${esc(button)}</button><div class="form-error"></div></form>`;
 }
 

@@ -1,6 +1,7 @@
 // The jobs queue: position, pending reason and an ETA estimate; running jobs; history by pages.
-import { canSubmit, get, getWithTotal } from "../api.js";
-import { $, ago, dur, esc, live, stateTag, table } from "../ui.js";
+import { ApiError, canSubmit, get, getWithTotal } from "../api.js";
+import { fmtDateTime } from "../format.js";
+import { $, ago, clearErrors, dur, esc, live, showError, stateTag, table } from "../ui.js";
 
 // The scheduler's pending-reason codes, in words (codes the portal does not know are shown as they come).
 const REASONS = {
@@ -14,6 +15,9 @@ const REASONS = {
   preempting: "lower-ranked jobs are being preempted to make room",
   priority: "higher-ranked jobs take the free GPUs first",
   "array-limit": "its array already runs as many tasks at once as its limit allows",
+  "retry-backoff": "waiting to retry after a failure",
+  conflict: "placed again after its GPUs were taken at the last moment",
+  new: "waiting for the scheduler",
 };
 export const reasonText = (r) => (r ? REASONS[r] || REASONS[String(r).split(":")[0]] || r : "waiting for the scheduler");
 
@@ -43,22 +47,40 @@ const position = (j, i) => { const p = serverPosition(j); return p === null ? St
 // The scheduler's ETA carries its absolute time (data-eta, and a tooltip); a browser estimate says so.
 function etaCell(j, seconds) {
   if (seconds === null) return "unknown";
-  if (j.eta) return `<span data-eta="${esc(j.eta)}" title="${esc(new Date(j.eta).toLocaleString())}">~${esc(dur(seconds))}</span>`;
+  if (j.eta) return `<span data-eta="${esc(j.eta)}" title="${esc(fmtDateTime(j.eta))}">~${esc(dur(seconds))}</span>`;
   return `<span class="muted" title="estimated in the browser from running jobs' time limits">~${esc(dur(seconds))}</span>`;
 }
 
 const SHOWN = 200; // rows per list (the oldest first); the totals come from X-Total-Count
 const jobLink = (j) => `<a href="/jobs/${j.id}">#${j.id}</a>`;
+const TABS = [["queue", "Queue"], ["running", "Running"], ["history", "History"]];
+const STATES = ["", "SUCCEEDED", "FAILED", "CANCELLED", "RUNNING", "PENDING"];
+// How long a job ran (still runs: until now); nothing for one that never started.
+export const ranFor = (j, nowMs = Date.now()) => (j.started_at
+  ? dur(((j.finished_at ? new Date(j.finished_at).getTime() : nowMs) - new Date(j.started_at).getTime()) / 1000) : "—");
+
+// The history filter: each field is a query parameter of GET /api/v1/jobs, filtered by the server.
+const FILTER = `<form class="inline filters" id="history-filter" role="search" novalidate hidden>
+  <label>State <select name="state">${STATES.map((s) => `<option value="${s}">${s || "any"}</option>`).join("")}</select></label>
+  <label>Tenant <input name="tenant" data-field="tenant" maxlength="64" placeholder="e.g. vision" autocomplete="off"></label>
+  <label>User <input name="user" data-field="user" maxlength="64" placeholder="e.g. alice" autocomplete="off"></label>
+  <label>Name contains <input name="name" data-field="name" maxlength="255" placeholder="e.g. train" autocomplete="off"></label>
+  <button type="reset" class="secondary">Clear</button><div class="form-error"></div></form>`;
 
 export async function renderQueue(page) {
   document.title = "Jobs · Corral";
   page.root.innerHTML = `<h1>Jobs</h1><div class="row">${canSubmit() ? '<a href="/submit">Submit a job</a>' : ""}</div>
-    <div class="tabs"><button type="button" data-tab="queue" class="on">Queue</button><button type="button" data-tab="running">Running</button>
-    <button type="button" data-tab="history">History</button></div><div id="list"></div><div id="more"></div>`;
+    <div class="tabs" role="tablist" aria-label="Job lists">${TABS.map(([k, label], i) => `<button type="button" role="tab" id="tab-${k}"
+      data-tab="${k}" aria-controls="list" aria-selected="${i === 0}" class="${i === 0 ? "on" : ""}">${label}</button>`).join("")}</div>
+    ${FILTER}<div id="list" role="tabpanel" aria-labelledby="tab-queue"></div><div id="more"></div>`;
   let tab = "queue", older = [], total = 0;
+  const filter = $("#history-filter");
+  const filters = () => Object.fromEntries(new FormData(filter).entries());
   const refresh = async () => {
     if (tab === "history") {
-      const res = await getWithTotal("/api/v1/jobs", { all: true, limit: 50, newest_first: true });
+      const f = filters();
+      const res = await getWithTotal("/api/v1/jobs", { all: true, limit: 50, newest_first: true, ...f });
+      if (page.closed || tab !== "history" || JSON.stringify(f) !== JSON.stringify(filters())) return;
       total = res.total;
       const ids = new Set(res.items.map((j) => j.id));
       paintHistory([...res.items, ...older.filter((j) => !ids.has(j.id))]);
@@ -76,27 +98,54 @@ export async function renderQueue(page) {
     } else {
       $("#list").innerHTML = `<p class="muted">${running.total} running${running.total > SHOWN ? `, the oldest ${SHOWN} shown` : ""}</p>` + table(["Job", "Name", "Tenant", "Node", "GPUs", "Running for", "Time limit"],
         running.items.map((j) => [jobLink(j), esc(j.name), esc(j.tenant ?? ""), `<a href="/nodes/${encodeURIComponent(j.node)}">${esc(j.node)}</a>`,
-          esc(j.gpus.join(",")), esc(dur((Date.now() - new Date(j.started_at)) / 1000)), j.time_limit_s ? dur(j.time_limit_s) : "none"]), "nothing is running");
+          gpusOf(j) + (j.gpus.length ? ` <span class="muted">(${esc(j.gpus.join(","))})</span>` : ""), esc(ranFor(j)), j.time_limit_s ? dur(j.time_limit_s) : "none"]), "nothing is running");
     }
     $("#more").innerHTML = "";
   };
   const paintHistory = (jobs) => {
-    $("#list").innerHTML = `<p class="muted">${total} jobs</p>` + table(["Job", "Name", "State", "Tenant", "Node", "Exit", "Created", "Finished"],
-      jobs.map((j) => [jobLink(j), esc(j.name), stateTag(j.state), esc(j.tenant ?? ""), esc(j.node ?? ""), esc(j.exit_code ?? ""),
-        esc(new Date(j.created_at).toLocaleString()), esc(j.finished_at ? new Date(j.finished_at).toLocaleString() : "")]), "no jobs yet");
+    const filtered = Object.values(filters()).some((v) => v);
+    $("#list").innerHTML = `<p class="muted" data-total="${total}">${total} ${filtered ? "matching " : ""}job${total === 1 ? "" : "s"}</p>` +
+      table(["Job", "Name", "State", "Tenant", "Node", "GPUs", "Duration", "Exit", "Created", "Finished"],
+        jobs.map((j) => [jobLink(j), esc(j.name), stateTag(j.state), esc(j.tenant ?? ""), esc(j.node ?? ""), gpusOf(j), esc(ranFor(j)),
+          esc(j.exit_code ?? ""), esc(fmtDateTime(j.created_at)), esc(fmtDateTime(j.finished_at))]),
+        filtered ? "no job matches this filter" : "no jobs yet");
     $("#more").innerHTML = jobs.length < total ? `<button type="button" class="secondary" id="older">Older jobs</button>` : "";
     const btn = $("#older");
     if (btn) btn.addEventListener("click", async () => {
       const last = jobs[jobs.length - 1].id;
-      older = older.concat(await get("/api/v1/jobs", { all: true, limit: 50, newest_first: true, before_id: last }));
+      older = older.concat(await get("/api/v1/jobs", { all: true, limit: 50, newest_first: true, before_id: last, ...filters() }));
       await refresh();
     });
   };
-  page.root.querySelector(".tabs").addEventListener("click", (e) => {
+  const show = () => {
+    clearErrors(filter);
+    refresh().catch((err) => {
+      if (err instanceof ApiError && err.field) showError(filter, err.field, err.message); else page.error(err);
+    });
+  };
+  let typing = null;
+  filter.addEventListener("input", () => { older = []; clearTimeout(typing); typing = setTimeout(show, 250); });
+  filter.addEventListener("change", () => { older = []; clearTimeout(typing); show(); });
+  filter.addEventListener("reset", () => { older = []; setTimeout(show, 0); });
+  filter.addEventListener("submit", (e) => { e.preventDefault(); show(); });
+  const tabs = page.root.querySelector(".tabs");
+  // The arrow keys move between the tabs, as in any tab list.
+  tabs.addEventListener("keydown", (e) => {
+    const all = [...tabs.querySelectorAll("button[data-tab]")], i = all.indexOf(document.activeElement);
+    const step = { ArrowRight: 1, ArrowLeft: -1 }[e.key];
+    if (i < 0 || !step) return;
+    e.preventDefault();
+    const next = all[(i + step + all.length) % all.length];
+    next.focus(); next.click();
+  });
+  tabs.addEventListener("click", (e) => {
     const b = e.target.closest("button[data-tab]"); if (!b) return;
     tab = b.dataset.tab; older = [];
-    page.root.querySelectorAll(".tabs button").forEach((x) => x.classList.toggle("on", x === b));
-    refresh().catch((err) => page.error(err));
+    page.root.querySelectorAll(".tabs button").forEach((x) => { x.classList.toggle("on", x === b); x.setAttribute("aria-selected", String(x === b)); });
+    $("#list").setAttribute("aria-labelledby", b.id);
+    filter.hidden = tab !== "history";
+    $("#list").innerHTML = "";
+    show();
   });
   await live(page, refresh, 2000);
 }

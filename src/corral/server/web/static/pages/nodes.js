@@ -1,6 +1,7 @@
 // Nodes: the list with health and load, and one node with host graphs, GPU cards, topology, jobs, actions.
 import { ApiError, get, has, isAdmin, send } from "../api.js";
 import { RangePicker, TimeChart } from "../chart.js";
+import { eventText, faultText, fmtDateTime, kindText } from "../format.js";
 import { $, ago, bar, esc, live, num, stateTag, table, toast } from "../ui.js";
 import { fillCharts } from "./metrics.js";
 
@@ -13,7 +14,7 @@ export async function renderList(page) {
     const shown = nodes.filter((n) => !f || [n.name, n.state, ...n.gpu_models].some((s) => s.toLowerCase().includes(f)));
     $("#nodes").innerHTML = table(["Node", "State", "GPUs free / total", "GPU load", "Models", "CPU", "Memory", "Last heartbeat"],
       shown.map((n) => [`<a href="/nodes/${encodeURIComponent(n.name)}">${esc(n.name)}</a>`,
-        nodeState(n.state) + (n.cordoned ? ' <span class="warn">cordoned</span>' : "") + (n.gpus_unhealthy ? ` <span class="bad">${n.gpus_unhealthy} GPU unhealthy</span>` : ""),
+        nodeState(n) + (n.cordoned ? ' <span class="warn">cordoned</span>' : "") + (n.gpus_unhealthy ? ` <span class="bad">${n.gpus_unhealthy} GPU${n.gpus_unhealthy > 1 ? "s" : ""} unhealthy</span>` : ""),
         `${n.gpus_free} / ${n.gpus_total}`, bar(n.gpus_total ? 1 - n.gpus_free / n.gpus_total : 0), esc(n.gpu_models.join(", ")),
         `${num(n.cpu_milli / 1000, 0)} cores`, `${num(n.memory_mib / 1024, 0)} GiB`, esc(ago(n.last_heartbeat_at))]), "no nodes");
   };
@@ -21,8 +22,26 @@ export async function renderList(page) {
   await live(page, async () => { nodes = await get("/api/v1/nodes"); if (!page.closed) paint(); }, 3000);
 }
 
-export const byNewest = (events) => events.slice().sort((a, b) => new Date(b.at) - new Date(a.at));
-const nodeState = (s) => `<span class="${s === "READY" || s === "ready" ? "ok" : s.toLowerCase().includes("lost") ? "bad" : "warn"}">${esc(s)}</span>`;
+// Newest first; events of the same instant keep the API's order reversed (its sequence).
+export const byNewest = (events) => events.map((e, i) => [e, i])
+  .sort((a, b) => new Date(b[0].at) - new Date(a[0].at) || b[1] - a[1]).map(([e]) => e);
+
+// A READY node with a GPU out of the pool is DEGRADED, not green READY.
+export const nodeStateText = (n) => (n.state.toUpperCase() === "READY" && n.gpus_unhealthy ? "DEGRADED" : n.state);
+const nodeState = (n) => {
+  const s = nodeStateText(n);
+  const cls = s.toUpperCase() === "READY" ? "ok" : s.toLowerCase().includes("lost") ? "bad" : "warn";
+  return `<span class="${cls}" data-node-state="${esc(s)}">${esc(s)}</span>`;
+};
+
+// Why each unhealthy GPU is out, in words ("GPU 0: Xid 79"), from its reason and the newest event about it.
+export function faultsOf(gpus, events) {
+  return gpus.filter((g) => !g.healthy).map((g) => {
+    const ev = (events || []).filter((e) => e.gpu === g.index && e.kind === "gpu_unhealthy").at(-1);
+    return `GPU ${g.index}: ${faultText(g.health_reason || (ev && ev.message.split(":")[0]), ev ? ev.message : "")}`;
+  });
+}
+export const eventRow = (e) => [esc(fmtDateTime(e.at)), esc(kindText(e.kind) + (e.gpu !== null && e.gpu !== undefined ? ` (GPU ${e.gpu})` : "")), esc(eventText(e.message))];
 
 // nvidia-smi style: X itself, NV an NVLink peer, NODE same NUMA node over PCIe, SYS across NUMA nodes.
 export function topology(gpus) {
@@ -35,12 +54,17 @@ export function topology(gpus) {
     <p class="muted">NV = NVLink, NODE = PCIe within a NUMA node, SYS = PCIe across NUMA nodes, X = itself.</p>`;
 }
 
-function gpuCard(node, g, m) {
+function gpuCard(node, g, m, fault) {
+  const head = `<div class="card gpu-card" data-gpu="${g.index}"><h3><a href="/gpus/${encodeURIComponent(node)}/${g.index}">GPU ${g.index}</a> · ${esc(g.model)}</h3>
+    <div>${g.healthy ? (g.job_id !== null ? `job <a href="/jobs/${g.job_id}">#${g.job_id}</a>` : g.used_milli > 0 ? "used" : '<span class="ok">free</span>')
+      : `<span class="bad">${esc((g.health || "unhealthy").toLowerCase())}</span> <span class="muted" data-fault>${esc(fault || faultText(g.health_reason))}</span>`}</div>`;
+  // A GPU off the bus (or one the agent could not read) has no vitals: none are shown, not the last ones seen.
+  if (g.health_reason === "off_bus" || (!g.healthy && !m)) {
+    return head + `<div class="bad" data-no-vitals>${g.health_reason === "off_bus" ? "Off the bus" : "Not readable"}: no readings</div></div>`;
+  }
   const util = m ? m.util_pct : null, mem = m ? m.mem_used_mib : null;
   const memTotal = m && m.mem_total_mib ? m.mem_total_mib : g.memory_mib;
-  return `<div class="card gpu-card" data-gpu="${g.index}"><h3><a href="/gpus/${encodeURIComponent(node)}/${g.index}">GPU ${g.index}</a> · ${esc(g.model)}</h3>
-    <div>${g.healthy ? (g.job_id !== null ? `job <a href="/jobs/${g.job_id}">#${g.job_id}</a>` : '<span class="ok">free</span>')
-      : `<span class="bad">${esc((g.health || "unhealthy").toLowerCase())}</span> <span class="muted">${esc(g.health_reason || "")}</span>`}</div>
+  return head + `
     <div>Utilisation <b>${num(util, 0)}%</b></div>${bar((util || 0) / 100)}
     <div>Memory <b>${mem === null ? "—" : num(mem / 1024, 1)}</b> / ${num(memTotal / 1024, 0)} GiB</div>${bar(mem ? mem / memTotal : 0)}
     <div>Power <b>${num(m && m.power_w, 0)} W</b> · Temp <b>${num(m && m.temp_c, 0)} °C</b></div></div>`;
@@ -59,10 +83,10 @@ export async function renderNode(page) {
   const range = new RangePicker($("#range"), () => charts());
   const opts = (title, unit, yMax = null) => ({ title, unit, yMax, onZoom: (a, b) => range.zoom(a, b), onReset: () => range.reset() });
   const cs = {
-    cpu_pct: { chart: new TimeChart($("#charts"), { ...opts("CPU", "%", 100), id: "cpu" }) },
+    cpu_pct: { chart: new TimeChart($("#charts"), { ...opts("CPU busy", "%", 100), id: "cpu" }) },
     mem_used_pct: { chart: new TimeChart($("#charts"), { ...opts("Memory used", "%", 100), id: "mem" }) },
     disk_used_pct: { chart: new TimeChart($("#charts"), { ...opts("Disk used", "%", 100), id: "disk" }) },
-    net: { chart: new TimeChart($("#charts"), { ...opts("Network", "B/s"), id: "net" }), metrics: ["net_rx_bps", "net_tx_bps"] },
+    net: { chart: new TimeChart($("#charts"), { ...opts("Network traffic", "B/s"), id: "net" }), metrics: ["net_rx_bps", "net_tx_bps"] },
   };
   const charts = () => fillCharts(cs, { node: name }, range);
   const refresh = async () => {
@@ -75,19 +99,21 @@ export async function renderNode(page) {
     const mine = gpus.filter((g) => g.node === name).sort((a, b) => a.index - b.index);
     const byIndex = new Map(((latest && latest.gpus) || []).map((m) => [m.index, m]));
     const host = (latest && latest.host) || {};
-    $("#summary").innerHTML = `${nodeState(n.state)}${n.cordoned ? ' · <span class="warn" data-cordoned>cordoned</span>' : ""} · ${esc(n.backend)} · ${n.gpus_free} / ${n.gpus_total} GPUs free ·
+    const faults = faultsOf(mine, events);
+    $("#summary").innerHTML = `${nodeState(n)}${faults.length ? ` <span class="bad" data-node-faults>${esc(faults.join(" · "))}</span>` : ""}${n.cordoned ? ' · <span class="warn" data-cordoned>cordoned</span>' : ""} · ${esc(n.backend)} · ${n.gpus_free} / ${n.gpus_total} GPUs free ·
       ${num(n.cpu_milli / 1000, 0)} cores · ${num(n.memory_mib / 1024, 0)} GiB · heartbeat ${esc(ago(n.last_heartbeat_at))}` +
       (latest && latest.host ? ` · CPU ${num(host.cpu_pct ?? host.host_cpu_percent, 0)}% · RAM ${num(host.mem_used_pct ?? host.host_memory_used_percent, 0)}%` : "");
     // Cordon while the node takes work, Enable while it is cordoned (Drain either way: it also requeues jobs).
     page.root.querySelectorAll("#actions button[data-action]").forEach((b) => {
       if (b.dataset.action !== "drain") b.disabled = (b.dataset.action === "cordon") === n.cordoned;
     });
-    $("#gpus").innerHTML = mine.map((g) => gpuCard(name, g, byIndex.get(g.index))).join("") || `<p class="muted">no GPUs</p>`;
+    const faultOf = new Map(mine.filter((g) => !g.healthy).map((g, i) => [g.index, faults[i].replace(/^GPU \d+: /, "")]));
+    $("#gpus").innerHTML = mine.map((g) => gpuCard(name, g, byIndex.get(g.index), faultOf.get(g.index))).join("") || `<p class="muted">no GPUs</p>`;
     $("#topology").innerHTML = mine.length ? topology(mine) : "";
     $("#jobs").innerHTML = table(["Job", "Name", "State", "GPUs", "Tenant", "Started"], jobs.map((j) =>
-      [`<a href="/jobs/${j.id}">#${j.id}</a>`, esc(j.name), stateTag(j.state), esc(j.gpus.join(",")), esc(j.tenant ?? ""), esc(ago(j.started_at))]), "no jobs here");
+      [`<a href="/jobs/${j.id}">#${j.id}</a>`, esc(j.name), stateTag(j.state), esc(j.gpus.join(",")), esc(j.tenant ?? ""), esc(fmtDateTime(j.started_at))]), "no jobs here");
     $("#events").innerHTML = events === null ? `<p class="muted">node events are not available on this server</p>`
-      : table(["When", "Kind", "Message"], byNewest(events).slice(0, 50).map((e) => [esc(new Date(e.at).toLocaleString()), esc(e.kind), esc(e.message)]), "no events");
+      : table(["When", "Event", "What happened"], byNewest(events).slice(0, 50).map(eventRow), "no events");
   };
   paintActions(node, () => refresh().catch((e) => page.error(e)));
   await live(page, refresh, 3000);

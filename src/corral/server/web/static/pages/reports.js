@@ -1,11 +1,29 @@
 // Reports: GPU-hours and utilisation per tenant, user, GPU model or day over a range; charts and CSV export.
 import { get, has, query } from "../api.js";
-import { barChart } from "../chart.js";
 import { $, esc, num, table } from "../ui.js";
 
 const day = (d) => d.toISOString().slice(0, 10);
 // Two decimals, but a few minutes of GPU time still shows as more than 0.00 (three significant digits).
 export const hours = (h) => (h === null || h === undefined ? "—" : h > 0 && h < 1 ? Number(h.toPrecision(3)).toString() : num(h, 2));
+
+// Horizontal bars, one a row, each with its key on the left and its value at its end: read without hovering, and
+// as readable at a phone's width as on a desktop (the labels never crowd under narrow bars). A null value has no bar.
+export function valueBars(parent, rows, { title = "", format = (v) => String(v), empty = "no usage in this range" } = {}) {
+  const W = Math.max(parent.clientWidth || 600, 260), rowH = 24, pad = 4;
+  const labelW = Math.min(160, Math.round(W * 0.3)), valueW = 100, span = Math.max(20, W - labelW - valueW - 6);
+  const max = Math.max(1e-9, ...rows.map((r) => r.value ?? 0));
+  const H = Math.max(1, rows.length) * rowH + 2 * pad;
+  let out = `<svg viewBox="0 0 ${W} ${H}" width="100%" height="${H}" data-points="${rows.length}" class="bars" role="img" aria-label="${esc(title)}">`;
+  rows.forEach((r, i) => {
+    const y = pad + i * rowH, w = (r.value ?? 0) > 0 ? Math.max(2, (r.value / max) * span) : 0, label = String(r.label);
+    const short = label.length > 22 ? label.slice(0, 21) + "…" : label;
+    out += `<text x="${labelW - 6}" y="${y + 16}" text-anchor="end" font-size="12" fill="#1d2330">${esc(short)}</text>`;
+    out += `<rect x="${labelW}" y="${y + 5}" width="${w.toFixed(1)}" height="${rowH - 10}" rx="2" fill="#2b59c3"><title>${esc(label)}: ${esc(format(r.value))}</title></rect>`;
+    out += `<text x="${(labelW + w + 5).toFixed(1)}" y="${y + 16}" font-size="12" fill="#344054" data-value="${esc(label)}">${esc(format(r.value))}</text>`;
+  });
+  if (!rows.length) out += `<text x="${W / 2}" y="${H / 2 + 4}" text-anchor="middle" font-size="12" fill="#667085">${esc(empty)}</text>`;
+  parent.innerHTML = `<div class="chart"><h3>${esc(title)}</h3>${out}</svg></div>`;
+}
 
 export async function render(page) {
   document.title = "Reports · Corral";
@@ -30,8 +48,9 @@ export async function render(page) {
     $("#csv").href = "/api/v1/reports/usage" + query({ ...p, format: "csv" });
     const rows = await get("/api/v1/reports/usage", { ...p, format: "json" });
     if (page.closed) return;
-    barChart($("#hours"), rows.map((r) => ({ label: r.key, value: r.gpu_hours })), { unit: "GPU-h", title: `GPU-hours by ${p.group_by}` });
-    barChart($("#util"), rows.map((r) => ({ label: r.key, value: r.avg_util_pct ?? 0 })), { unit: "%", title: "Average GPU utilisation" });
+    valueBars($("#hours"), rows.map((r) => ({ label: r.key, value: r.gpu_hours })), { title: `GPU-hours by ${p.group_by}`, format: (v) => `${hours(v)} GPU-h` });
+    valueBars($("#util"), rows.map((r) => ({ label: r.key, value: r.avg_util_pct })), { title: "Average GPU utilisation",
+      format: (v) => (v === null || v === undefined ? "— (no samples)" : `${num(v, 1)} %`) });
     $("#table").innerHTML = table([p.group_by, "GPU-hours", "Jobs", "Avg utilisation %"], rows.map((r) =>
       [`<span data-key="${esc(r.key)}">${esc(r.key)}</span>`, hours(r.gpu_hours), r.jobs, num(r.avg_util_pct, 1)]), "no usage in this range");
   };

@@ -23,23 +23,24 @@ export function splitCommand(text) {
   return out;
 }
 
+// [field, label, kind, class, hint]: the hint is the input's placeholder, worded so it never reads as a value.
 const FIELDS = [
-  ["command", "Command", "text", "wide", "python train.py --epochs 3"],
-  ["name", "Name", "text", "", "defaults to the program's name"],
-  ["gpus", "GPUs (whole, on one node)", "number", "", "0"],
-  ["gpu_milli", "GPU share in milli (fraction of one GPU; 1000 = whole)", "number", "", "1000"],
-  ["gpu_model", "GPU model (e.g. H100 or A100|H100)", "text", "", "any"],
-  ["min_gpu_memory_mib", "Minimum GPU memory (MiB)", "number", "", "0"],
-  ["cpu_milli", "CPU (milli-cores)", "number", "", "0"],
-  ["memory_mib", "Memory (MiB)", "number", "", "0"],
-  ["workdir", "Data path / working directory (absolute)", "text", "", "/data/project"],
-  ["queue", "Queue", "text", "", "default"],
-  ["priority", "Priority (-1000..1000)", "number", "", "0"],
-  ["time_limit_s", "Time limit (seconds)", "number", "", "none"],
-  ["port", "Web UI (any number: Corral assigns the port, $CORRAL_JOB_PORT)", "number", "", "none"],
-  ["env", "Environment (KEY=VALUE, one a line)", "textarea", "wide", "NCCL_DEBUG=INFO"],
-  ["repeat", "Repeat schedule (empty: run once; a cron line, @daily or @every 15m)", "text", "", "once"],
-  ["timezone", "Time zone of the schedule", "text", "", "UTC"],
+  ["command", "Command", "text", "wide", "e.g. python train.py --epochs 3"],
+  ["name", "Name", "text", "", "empty: the program's name"],
+  ["gpus", "GPUs (whole, on one node)", "number", "", "e.g. 2 (empty: none)"],
+  ["gpu_milli", "GPU share in milli (fraction of one GPU; 1000 = whole)", "number", "", "e.g. 500 (empty: a whole GPU)"],
+  ["gpu_model", "GPU model (e.g. H100 or A100|H100)", "text", "", "empty: any model"],
+  ["min_gpu_memory_mib", "Minimum GPU memory (MiB)", "number", "", "e.g. 40000 (empty: any)"],
+  ["cpu_milli", "CPU (milli-cores)", "number", "", "e.g. 4000 (empty: none reserved)"],
+  ["memory_mib", "Memory (MiB)", "number", "", "e.g. 16384 (empty: none reserved)"],
+  ["workdir", "Data path / working directory (absolute)", "text", "", "e.g. /data/project"],
+  ["queue", "Queue", "text", "", "empty: the default queue"],
+  ["priority", "Priority (-1000..1000)", "number", "", "e.g. 10 (empty: normal)"],
+  ["time_limit_s", "Time limit (seconds)", "number", "", "e.g. 3600 (empty: no limit)"],
+  ["port", "Web UI (any number: Corral assigns the port, $CORRAL_JOB_PORT)", "number", "", "e.g. 8888 (empty: no web UI)"],
+  ["env", "Environment (KEY=VALUE, one a line)", "textarea", "wide", "e.g. NCCL_DEBUG=INFO"],
+  ["repeat", "Repeat schedule (empty: run once; a cron line, @daily or @every 15m)", "text", "", "e.g. @daily (empty: run once)"],
+  ["timezone", "Time zone of the schedule", "text", "", "empty: UTC"],
   ["concurrency", "If the previous run is still active", "select", "", ""],
 ];
 const CONCURRENCY = [["forbid", "skip this run (forbid)"], ["allow", "start another (allow)"], ["replace", "cancel it, start anew (replace)"]];
