@@ -1,9 +1,15 @@
-"""What several benchmarks share: a free local port and a percentile (nearest rank)."""
+"""What several benchmarks share: a free local port, a percentile (nearest rank), a `corral up` to measure."""
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
+import subprocess
+import sys
+import time
 from collections.abc import Sequence
+from pathlib import Path
 
 
 def free_port() -> int:
@@ -17,3 +23,52 @@ def pct(values: Sequence[float], p: float) -> float:
     """The p-th percentile of `values` by nearest rank (p in 0..100)."""
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, round(p / 100 * len(ordered)) - 1))]
+
+
+def start_corral_up(
+    command: Sequence[str], root: Path, env_extra: dict[str, str], log: Path | None = None, timeout_s: float = 90.0
+) -> tuple[subprocess.Popen[bytes], str, str]:
+    """`corral up` (command, e.g. [".venv/bin/corral"]) with its data dir, HOME and config under `root`, on a free
+    port, in its own session; returns (process, URL, admin token) once the API answers. Exits loudly when it does
+    not within `timeout_s` (the tail of `log` shown when one was given). `env_extra` adds or overrides CORRAL_*
+    settings (CORRAL_GPUS defaults to sim:8xH100-80GB); the caller's other CORRAL_* variables are dropped."""
+    import httpx
+
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")}
+    env.update(
+        CORRAL_PORT=str(port),
+        CORRAL_DATA_DIR=str(root / "data"),
+        CORRAL_GPUS="sim:8xH100-80GB",
+        HOME=str(root),
+        XDG_CONFIG_HOME=str(root / ".config"),
+    )
+    env.update(env_extra)
+    out = log.open("wb") if log is not None else subprocess.DEVNULL
+    proc = subprocess.Popen([*command, "up"], env=env, stdout=out, stderr=out, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if httpx.get(f"{url}/api/v1/nodes", headers={"Authorization": "Bearer x"}).status_code == 401:
+                break
+        except httpx.HTTPError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            tail = log.read_text(errors="replace")[-3000:] if log is not None and log.exists() else ""
+            stop_corral(proc)
+            sys.exit(f"`corral up` did not serve (exit {proc.returncode}){': ' + tail if tail else ''}")
+        time.sleep(0.1)
+    return proc, url, (root / "data" / "admin-token").read_text().strip()
+
+
+def stop_corral(proc: subprocess.Popen[bytes]) -> None:
+    """Ctrl-C to the server's whole session, then a kill if it is still there after 30 s."""
+    try:
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(30)
+    except ProcessLookupError:
+        return
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)

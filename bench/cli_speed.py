@@ -14,11 +14,9 @@ under 50 ms.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -27,7 +25,7 @@ import time
 from pathlib import Path
 
 import httpx
-from benchlib import free_port, pct
+from benchlib import pct, start_corral_up, stop_corral
 
 CORRAL = str(Path(sys.executable).with_name("corral"))
 
@@ -59,34 +57,11 @@ def main() -> None:
         ap.error("--runs must be at least 1")
     root = Path(tempfile.mkdtemp(prefix="corral-bench-"))
     root.chmod(0o711)  # jobs run as their own Unix users (root agent)
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")}
-    env.update(
-        CORRAL_PORT=str(port),
-        CORRAL_DATA_DIR=str(root / "data"),
-        CORRAL_GPUS="sim:8xH100-80GB",
-        HOME=str(root),
-        XDG_CONFIG_HOME=str(root / ".config"),
-    )
-    proc = subprocess.Popen(
-        [CORRAL, "up"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
-    )
-    url = f"http://127.0.0.1:{port}"
+    proc, url, token = start_corral_up([CORRAL], root, {})
     times: dict[str, list[float]] = {name: [] for name, _ in COMMANDS}
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{url}/api/v1/nodes", headers={"Authorization": "Bearer x"}).status_code == 401:
-                    break
-            except httpx.HTTPError:
-                pass
-            if proc.poll() is not None:
-                sys.exit(f"`corral up` exited {proc.returncode} before it served")
-            if time.monotonic() > deadline:
-                sys.exit("server did not start")
-            time.sleep(0.1)
-        token = (root / "data" / "admin-token").read_text().strip()
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")}
+        env.update(HOME=str(root), XDG_CONFIG_HOME=str(root / ".config"))
         with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30) as c:
             while not c.get("/api/v1/nodes").json():
                 time.sleep(0.1)
@@ -97,9 +72,7 @@ def main() -> None:
             for name, argv in COMMANDS:
                 times[name].append(timed(argv, cli_env))
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGINT)
-        proc.wait(30)
+        stop_corral(proc)
         shutil.rmtree(root, ignore_errors=True)
     rows = [
         {

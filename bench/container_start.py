@@ -13,10 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -24,37 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from benchlib import free_port, pct
+from benchlib import pct, start_corral_up, stop_corral
 
 CORRAL = str(Path(sys.executable).with_name("corral"))
 IMAGE = "corral-test/busybox:1"
-
-
-def _start_server(root: Path, marks: Path) -> tuple[subprocess.Popen[bytes], str]:
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")}
-    env.update(
-        CORRAL_PORT=str(port),
-        CORRAL_DATA_DIR=str(root / "data"),
-        CORRAL_GPUS="sim:8xH100-80GB",
-        CORRAL_ALLOWED_MOUNTS=str(marks),
-        HOME=str(root),
-        XDG_CONFIG_HOME=str(root / ".config"),
-    )
-    proc = subprocess.Popen(
-        [CORRAL, "up"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            if httpx.get(f"{url}/api/v1/nodes", headers={"Authorization": "Bearer x"}).status_code == 401:
-                return proc, url
-        except httpx.HTTPError:
-            pass
-        if time.monotonic() > deadline:
-            sys.exit("server did not start")
-        time.sleep(0.1)
 
 
 def _measure(c: httpx.Client, body: dict[str, Any], mark: Path) -> tuple[float, float]:
@@ -94,10 +64,9 @@ def main() -> None:
     marks = root / "marks"
     marks.mkdir()
     marks.chmod(0o1777)
-    proc, url = _start_server(root, marks)
+    proc, url, token = start_corral_up([CORRAL], root, {"CORRAL_ALLOWED_MOUNTS": str(marks)})
     times: dict[str, tuple[list[float], list[float]]] = {"container": ([], []), "process": ([], [])}
     try:
-        token = (root / "data" / "admin-token").read_text().strip()
         with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30) as c:
             while not c.get("/api/v1/nodes").json():
                 time.sleep(0.1)
@@ -120,8 +89,7 @@ def main() -> None:
                     times[kind][0].append(started)
                     times[kind][1].append(running)
     finally:
-        os.killpg(proc.pid, signal.SIGINT)
-        proc.wait(30)
+        stop_corral(proc)
     result: dict[str, Any] = {"jobs_each": args.jobs, "image": IMAGE}
     for kind, (started_s, running_s) in times.items():
         result[kind] = {

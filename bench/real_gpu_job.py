@@ -15,10 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -26,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from benchlib import free_port
+from benchlib import start_corral_up, stop_corral
 
 HERE = Path(__file__).resolve().parent
 
@@ -49,33 +46,10 @@ def main() -> int:
     load = root / "load.py"
     shutil.copy(HERE / "nvml_probe.py", load)  # its --load-worker needs only the standard library and libcuda
     load.chmod(0o644)
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")}
-    env.update(
-        CORRAL_PORT=str(port),
-        CORRAL_DATA_DIR=str(root / "data"),
-        CORRAL_GPUS=args.gpus,
-        HOME=str(root),
-        XDG_CONFIG_HOME=str(root / ".config"),
-    )
-    log = (root / "server.log").open("w")
-    proc = subprocess.Popen(corral_command() + ["up"], env=env, stdout=log, stderr=log, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
+    proc, url, token = start_corral_up(corral_command(), root, {"CORRAL_GPUS": args.gpus}, root / "server.log")
     report: dict[str, Any] = {"failures": []}
     failures: list[str] = report["failures"]
     try:
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                if httpx.get(f"{url}/api/v1/nodes", headers={"Authorization": "Bearer x"}).status_code == 401:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline or proc.poll() is not None:
-                print((root / "server.log").read_text()[-3000:], file=sys.stderr)
-                sys.exit("the server did not start")
-            time.sleep(0.2)
-        token = (root / "data" / "admin-token").read_text().strip()
         with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30) as c:
             while not (nodes := c.get("/api/v1/nodes").json()):
                 time.sleep(0.2)
@@ -132,11 +106,7 @@ def main() -> int:
             if node["backend"] == "nvml" and report["gpu_util_pct_max"] <= 0:
                 failures.append("the server's telemetry showed no utilisation on the job's GPU")
     finally:
-        os.killpg(proc.pid, signal.SIGINT)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+        stop_corral(proc)
     if args.json:
         print(json.dumps(report, indent=2))
     else:

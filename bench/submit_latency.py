@@ -11,17 +11,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 import httpx
-from benchlib import free_port, pct
+from benchlib import pct, start_corral_up, stop_corral
 
 CORRAL = str(Path(sys.executable).with_name("corral"))
 
@@ -36,31 +33,8 @@ def main() -> None:
     marks = root / "marks"
     marks.mkdir()
     marks.chmod(0o1777)
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")}
-    env.update(
-        CORRAL_PORT=str(port),
-        CORRAL_DATA_DIR=str(root / "data"),
-        CORRAL_GPUS="sim:8xH100-80GB",
-        HOME=str(root),
-        XDG_CONFIG_HOME=str(root / ".config"),
-    )
-    proc = subprocess.Popen(
-        [CORRAL, "up"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
-    )
-    url = f"http://127.0.0.1:{port}"
+    proc, url, token = start_corral_up([CORRAL], root, {})
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{url}/api/v1/nodes", headers={"Authorization": "Bearer x"}).status_code == 401:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                sys.exit("server did not start")
-            time.sleep(0.1)
-        token = (root / "data" / "admin-token").read_text().strip()
         h = {"Authorization": f"Bearer {token}"}
         with httpx.Client(base_url=url, headers=h, timeout=30) as c:
             while not c.get("/api/v1/nodes").json():
@@ -87,8 +61,7 @@ def main() -> None:
                 while c.get(f"/api/v1/jobs/{job['id']}").json()["state"] == "RUNNING":  # idle node again
                     time.sleep(0.01)
     finally:
-        os.killpg(proc.pid, signal.SIGINT)
-        proc.wait(30)
+        stop_corral(proc)
     result = {
         "jobs": args.jobs,
         "submit_to_process_start_ms": {
