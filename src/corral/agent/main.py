@@ -19,8 +19,6 @@ from corral.agent.identity import CertRenewer, NodeTlsFiles, join, mtls_context,
 from corral.agent.runner import Agent
 from corral.agent.runtimes import DEFAULT_DOCKER_HOST, load_container_executor
 from corral.api.paths import default_data_dir, secure_data_dir
-from corral.core.containers import parse_allowed_mounts
-from corral.core.errors import ValidationError
 from corral.executors.jobhome import CHECKPOINTS
 from corral.executors.process import ProcessExecutor
 from corral.executors.router import RuntimeRouter
@@ -91,11 +89,9 @@ class AgentSettings(BaseSettings):
     @field_validator("allowed_mounts")
     @classmethod
     def _check_allowed_mounts(cls, v: str) -> str:
-        try:
-            parse_allowed_mounts(v)
-        except ValidationError as e:
-            raise ValueError(e.problem) from e
-        return v
+        from corral.core.containers import check_allowed_mounts_setting
+
+        return check_allowed_mounts_setting(v)
 
     @property
     def agent_dir(self) -> Path:

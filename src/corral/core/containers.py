@@ -91,6 +91,15 @@ def parse_size_mib(text: str) -> int:
     return max(math.ceil(mib), 1)
 
 
+def check_allowed_mounts_setting(value: str) -> str:
+    """CORRAL_ALLOWED_MOUNTS as a settings validator (server and agent): the value, or ValueError with the problem."""
+    try:
+        parse_allowed_mounts(value)
+    except ValidationError as e:
+        raise ValueError(e.problem) from e
+    return value
+
+
 def parse_allowed_mounts(text: str) -> tuple[str, ...]:
     """CORRAL_ALLOWED_MOUNTS: comma-separated absolute directory prefixes (empty: no host mounts at all)."""
     prefixes = tuple(posixpath.normpath(p.strip()) for p in text.split(",") if p.strip())

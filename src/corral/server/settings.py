@@ -219,14 +219,9 @@ class Settings(BaseSettings):
     @field_validator("allowed_mounts")
     @classmethod
     def _check_allowed_mounts(cls, v: str) -> str:
-        from corral.core.containers import parse_allowed_mounts
-        from corral.core.errors import ValidationError
+        from corral.core.containers import check_allowed_mounts_setting
 
-        try:
-            parse_allowed_mounts(v)
-        except ValidationError as e:
-            raise ValueError(e.problem) from e
-        return v
+        return check_allowed_mounts_setting(v)
 
     @property
     def allowed_mount_prefixes(self) -> tuple[str, ...]:
