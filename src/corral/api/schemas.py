@@ -280,6 +280,12 @@ class JobOut(BaseModel):
     pending_code: str | None = Field(
         None, description="why it waits, as a stable code: capacity, quota, gang-incomplete... (pending only)"
     )
+    predicted_run_s: float | None = Field(
+        None, description="its run time as predicted from its tenant's finished jobs (pending and running only)"
+    )
+    prediction: str | None = Field(
+        None, description="the prediction's basis: 'median of 38 earlier jobs named train-* on 1 GPU: 2 h 10 m'"
+    )
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None

@@ -510,6 +510,8 @@ def print_job(j: dict[str, Any]) -> None:
         fields.append(
             ("array", f"{j['array_id']}_{j['array_index']}: task {j['array_index']} of array {j['array_id']}{limit}")
         )
+    if j.get("prediction"):  # pending or running: what its tenant's earlier jobs like it ran for
+        fields.append(("predicted", j["prediction"]))
     if j.get("web_url"):
         fields.append(("web UI", j["web_url"]))
     if j.get("secret_env"):  # names only: the values never leave the server except to the job's agent

@@ -27,7 +27,7 @@ MIN_JOBS = 8  # a key predicts once this many of its jobs have finished; else th
 @dataclass(frozen=True, slots=True)
 class JobFeatures:
     """What is known of a job when it is submitted. `name` and `script` as given: keys strip their digits
-    (`compute_name_key`). `time_limit_s` None = none declared."""
+    (`compute_name_key`). `time_limit_s` None = none declared. `scope`: see below."""
 
     user: str = ""
     tenant: str = ""
@@ -36,6 +36,9 @@ class JobFeatures:
     script: str = ""
     queue: str = ""
     time_limit_s: float | None = None
+    # Learning stays within a scope: the server sets the tenant, so one tenant's jobs never shape (nor reveal
+    # through an explanation) another's predictions; "" (the simulator) learns across the whole trace.
+    scope: str = ""
 
 
 def compute_name_key(name: str) -> str:
@@ -237,13 +240,14 @@ class DurationPredictor:
             key = key_fn(features)
             if not all(key):
                 continue
-            h = self._keys.get((label, key))
+            slot = (label, (features.scope, *key))
+            h = self._keys.get(slot)
             if h is None:
-                h = self._keys[(label, key)] = _History()
+                h = self._keys[slot] = _History()
                 if len(self._keys) > self.max_keys:
                     self._keys.popitem(last=False)
             else:
-                self._keys.move_to_end((label, key))
+                self._keys.move_to_end(slot)
             h.add(duration_s)
         self.recorded += 1
 
@@ -254,7 +258,7 @@ class DurationPredictor:
             key = key_fn(features)
             if not all(key):
                 continue
-            h = self._keys.get((label, key))
+            h = self._keys.get((label, (features.scope, *key)))
             if h is None or len(h.recent) < self.min_jobs:
                 continue
             basis = PredictionBasis(label, key, len(h.recent), h.median())

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import deque
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
@@ -19,17 +21,25 @@ from corral.scheduler.queueing import compute_decayed_usage, get_queueing_policy
 from corral.server.background.loop import Loop
 from corral.server.health.consequences import requeue_after_failure
 from corral.server.services.notify import NodeNotifier
+from corral.server.services.prediction import HISTORY_JOBS, RunTimePredictions
 from corral.store.applier import AppliedPlan, apply_plan
 from corral.store.protocols import OperationsStore, SchedulingStore
-from corral.store.records import Job, Tenant
+from corral.store.records import Job, Tenant, User
 from corral.store.snapshot import compute_running_job, load_snapshot
 
 log = logging.getLogger("corral.scheduler")
+SWEEP_EVERY_S = 5.0  # how often the newest successful jobs are read for the run-time predictions
+SWEEP_JOBS = 500  # how many: more than finish in SWEEP_EVERY_S at the burst rates measured (bench/burst.py)
 USAGE_SAVE_EVERY_S = 30.0  # fair share's history is written this often (and on stop), read back on start
 
 
-class LoopStore(SchedulingStore, OperationsStore, Protocol):
-    """What the loop reads and writes: the scheduling roles, plus node events (a node it finds lost)."""
+class UserNames(Protocol):
+    def list_users(self, tenant_id: int | None = None) -> list[User]: ...
+
+
+class LoopStore(SchedulingStore, OperationsStore, UserNames, Protocol):
+    """What the loop reads and writes: the scheduling roles, plus node events (a node it finds lost) and user
+    names (run-time predictions key on them)."""
 
 
 REASON_CONFLICT = "its GPUs were taken by another writer at the last moment; it is placed again next cycle"
@@ -69,6 +79,12 @@ class Scheduler(Loop):
         # job id -> when running jobs were first preempted for it: it gets the freed GPUs first
         self._nominated: dict[int, float] = {}
         self._latencies: deque[float] = deque(maxlen=10_000)  # submit -> placement, seconds
+        # Run times learnt from finished jobs (the store's history at start, then each job that succeeds).
+        self.predictions = RunTimePredictions()
+        self._history_learnt = False
+        self._swept_at = 0.0
+        self._was_running: set[int] = set()
+        self._user_names: dict[int, str] = {}
         self._lock = threading.Lock()
 
     def run_pass(self) -> float | None:
@@ -106,6 +122,7 @@ class Scheduler(Loop):
             running = self.store.list_jobs(states=[JobState.RUNNING])
             tenants = self.store.list_tenants()
             self._update_usage(running, tenants, now)
+            self._learn_run_times(running, tenants)
             if not pending:
                 self.pending_reasons, self.pending_codes, self.pending_info = {}, {}, {}
                 return []
@@ -122,6 +139,8 @@ class Scheduler(Loop):
                 running=running,
                 tenants=tenants,
             )
+            if self.queueing.order == "predict":
+                snapshot = self._with_predictions(snapshot, ready, running, tenants)
             plan = compute_plan(snapshot, now.timestamp(), self.policy, self.queueing)
             applied = apply_plan(self.store, plan, now)
             self._after_apply(plan, applied, pending, ready, waiting, now)
@@ -165,6 +184,50 @@ class Scheduler(Loop):
                 eta = datetime.fromtimestamp(status.eta_s, UTC) if status.eta_s is not None else None
                 info[jid] = (status.position, eta)
         self.pending_reasons, self.pending_codes, self.pending_info = reasons, codes, info
+
+    def user_names(self) -> dict[int, str]:
+        return dict(self._user_names)
+
+    def _learn_run_times(self, running: list[Job], tenants: list[Tenant]) -> None:
+        """Teach the predictor the store's recent successful jobs once, then each job that left the running set
+        since the last pass and succeeded (one read per such job)."""
+        names = {t.id: t.name for t in tenants}
+        now_running = {j.id for j in running}
+        clock = time.monotonic()
+        if not self._history_learnt or clock - self._swept_at >= SWEEP_EVERY_S:
+            # At start the store's history; then, every few seconds, the newest successes: jobs short enough to
+            # start and end between two passes never show in the running set below.
+            limit = HISTORY_JOBS if not self._history_learnt else SWEEP_JOBS
+            self._history_learnt, self._swept_at = True, clock
+            history = self.store.list_jobs(states=[JobState.SUCCEEDED], newest_first=True, limit=limit)
+            self._refresh_users(history)
+            self.predictions.learn(history, names, self._user_names)
+        left = [job for i in self._was_running - now_running if (job := self.store.get_job(i)) is not None]
+        self._was_running = now_running
+        if left:
+            self._refresh_users(left)
+            self.predictions.learn(left, names, self._user_names)
+
+    def _refresh_users(self, jobs: list[Job]) -> None:
+        if any(j.spec.user_id is not None and j.spec.user_id not in self._user_names for j in jobs):
+            self._user_names = {u.id: u.name for u in self.store.list_users()}
+
+    def _with_predictions(
+        self, snapshot: Snapshot, pending: list[Job], running: list[Job], tenants: list[Tenant]
+    ) -> Snapshot:
+        """The snapshot with each pending and running job's predicted run time (the `predict` ordering reads it)."""
+        names = {t.id: t.name for t in tenants}
+        self._refresh_users([*pending, *running])
+        guess = {str(j.id): self.predictions.predict(j, names, self._user_names) for j in (*pending, *running)}
+        queue = snapshot.queue
+        return replace(
+            snapshot,
+            queue=replace(
+                queue,
+                pending=[replace(q, predicted=guess.get(q.id)) for q in queue.pending],
+                running=[replace(r, job=replace(r.job, predicted=guess.get(r.job.id))) for r in queue.running],
+            ),
+        )
 
     def _update_usage(self, running: list[Job], tenants: list[Tenant], now: datetime) -> None:
         """Decayed GPU-seconds per tenant (fair share's history), advanced to `now`. The history is read from the

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from fastapi import Request, WebSocket
 
 from corral.api.schemas import JobOut
+from corral.core.states import JobState
 from corral.server.context import context_of
 from corral.server.services.jobs import to_out
 from corral.server.services.tenancy import known_tenant_names
@@ -38,6 +39,10 @@ def job_out(
     if names is None:
         names = known_tenant_names(store, (job.spec.tenant_id,))
     out = to_out(job, sched.pending_reasons, names, sched.pending_info, sched.pending_codes)
+    if job.state in (JobState.PENDING, JobState.RUNNING):
+        guess = sched.predictions.predict(job, names, sched.user_names())
+        if guess is not None:
+            out.predicted_run_s, out.prediction = round(guess.median_s, 1), guess.describe()
     if out.web_url:  # on the job-UI origin when it has one (CORRAL_JOB_UI_PORT)
         out.web_url = job_ui_base(request) + out.web_url
     return out

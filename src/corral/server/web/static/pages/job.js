@@ -116,7 +116,7 @@ export async function render(page) {
     $("#info").innerHTML = table(["Command", "Tenant", "Queue", "Priority", "GPUs", "Node", "Exit", "Ran for", "Reason", "In line", "Requeued"], [[
       `<code>${esc(shellJoin(job.command))}</code>`, esc(job.tenant ?? ""), esc(job.queue), job.priority, gpusOf(job),
       job.node ? `<a href="/nodes/${encodeURIComponent(job.node)}">${esc(job.node)}</a>` : "—", esc(job.exit_code ?? ""),
-      ran === null ? "—" : dur(ran), esc(job.pending_reason ? reasonText(job.pending_reason) : messageText(job.reason)), inLine(job),
+      (ran === null ? "—" : dur(ran)) + (job.prediction ? `<div class="muted" data-prediction>predicted: ${esc(job.prediction)}</div>` : ""), esc(job.pending_reason ? reasonText(job.pending_reason) : messageText(job.reason)), inLine(job),
       `<span data-requeued>${esc(requeuedText(events))}</span>`]]);
     $("#gpus").innerHTML = job.node && job.gpus.length ? job.gpus.map((g) =>
       `<a href="/gpus/${encodeURIComponent(job.node)}/${g}">${esc(job.node)} GPU ${g}</a>`).join(" · ") : `<p class="muted">no GPUs assigned</p>`;

@@ -1,0 +1,81 @@
+"""Run-time predictions in the server: the scheduler's predictor (scheduler/queueing/prediction.py, the same code
+the simulator runs) fed from the store's history of finished jobs.
+
+It learns the store's recent successful jobs when the server starts (so what it learned survives a restart: the
+history is durable) and each job that succeeds afterwards, as the scheduler sees it leave the running set. Every
+key is scoped to the job's tenant: one tenant's jobs never shape, nor show through an explanation, another
+tenant's predictions. The scheduler thread records; API threads read: one lock around the predictor.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Mapping
+
+from corral.core.states import JobState
+from corral.scheduler.queueing.prediction import DurationPrediction, DurationPredictor, JobFeatures
+from corral.store.records import Job
+
+HISTORY_JOBS = 20_000  # successful jobs learnt at start, newest first
+DEFAULT_TENANT = "default"
+
+
+def compute_features(job: Job, tenants: Mapping[int, str], users: Mapping[int, str]) -> JobFeatures:
+    """What a prediction keys on, from the job as submitted: its user's and tenant's names, its name, GPUs per node,
+    command, queue and time limit; scoped to its tenant."""
+    s = job.spec
+    tenant = tenants.get(s.tenant_id or 0, DEFAULT_TENANT)
+    return JobFeatures(
+        user=users.get(s.user_id or 0, ""),
+        tenant=tenant,
+        name=s.name,
+        gpus=s.gpus * s.nodes,
+        script=" ".join(s.command[:8]),
+        queue=s.queue,
+        time_limit_s=float(s.time_limit_s) if s.time_limit_s else None,
+        scope=tenant,
+    )
+
+
+def compute_run_s(job: Job) -> float | None:
+    """How long a finished job's last attempt ran; None when it never started or did not succeed."""
+    if job.state is not JobState.SUCCEEDED or job.started_at is None or job.finished_at is None:
+        return None
+    return max((job.finished_at - job.started_at).total_seconds(), 0.0)
+
+
+class RunTimePredictions:
+    """The server's predictor and what it has learnt. `learn` takes finished jobs (others are ignored, so a caller
+    may pass every job that left the running set); `predict` answers for a pending or running job."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._predictor = DurationPredictor()
+        self._learnt: set[int] = set()  # job ids recorded, so a job seen twice counts once (bounded below)
+
+    @property
+    def recorded(self) -> int:
+        with self._lock:
+            return self._predictor.recorded
+
+    def learn(self, jobs: Iterable[Job], tenants: Mapping[int, str], users: Mapping[int, str]) -> int:
+        """Record each successful job once, oldest finish first; returns how many were new."""
+        done = sorted((j for j in jobs if compute_run_s(j) is not None), key=lambda j: (j.finished_at, j.id))
+        added = 0
+        with self._lock:
+            for job in done:
+                if job.id in self._learnt:
+                    continue
+                run_s = compute_run_s(job)
+                assert run_s is not None
+                self._predictor.record(compute_features(job, tenants, users), run_s)
+                self._learnt.add(job.id)
+                added += 1
+            if len(self._learnt) > 4 * HISTORY_JOBS:  # ids only guard against a double count of recent jobs
+                self._learnt = set(sorted(self._learnt)[-2 * HISTORY_JOBS :])
+        return added
+
+    def predict(self, job: Job, tenants: Mapping[int, str], users: Mapping[int, str]) -> DurationPrediction | None:
+        features = compute_features(job, tenants, users)
+        with self._lock:
+            return self._predictor.predict(features)
