@@ -414,3 +414,19 @@ def test_times_read_in_one_24_hour_format_with_their_zone_on_every_page(
     page.get_by_role("tab", name="History").click()
     expect(page.locator("#list")).to_contain_text("clock-check")
     assert zoned.search(page.locator("#list").inner_text())
+
+
+def test_the_job_page_shows_the_predicted_run_time_and_its_basis(
+    admin_tab: Tab, cluster: Cluster, cleanup: list[int]
+) -> None:
+    """Issue 15: after 8 successful jobs named sweep-N, a running sweep-99 shows what they ran for."""
+    done = [_submit(cluster, command=["sleep", "0.2"], gpus=1, name=f"sweep-{i}") for i in range(8)]
+    _ended(cluster, *done)
+    job = _submit(cluster, command=["sleep", "60"], gpus=1, name="sweep-99")
+    cleanup.append(job)
+    shown = wait_for(
+        lambda: (j := cluster.api("GET", f"/jobs/{job}").json())["prediction"] and j, 30, "a prediction for sweep-99"
+    )
+    assert re.fullmatch(r"median of 8 earlier jobs by admin named sweep-\* on 1 GPU: \d+ s", shown["prediction"])
+    admin_tab.goto(f"/jobs/{job}")
+    expect(admin_tab.page.locator("[data-prediction]")).to_have_text(f"predicted: {shown['prediction']}")
