@@ -24,7 +24,9 @@ def test_job_web_ui_through_the_proxy(corral_factory: Any) -> None:
         "echo prefix=$CORRAL_PROXY_PREFIX port=$PORT; printf 'hello from the job' > index.html; "
         "exec python3 -m http.server $CORRAL_JOB_PORT --bind 127.0.0.1",
     )
-    shown = wait_for(lambda: (j := c.job(job))["state"] == "RUNNING" and j, 30, "running")
+    # RUNNING comes first; the web URL once the agent's sync has handed the job its port (on a loaded CI machine
+    # the two were seen apart)
+    shown = wait_for(lambda: (j := c.job(job))["state"] == "RUNNING" and j["web_url"] and j, 30, "running, web UI")
     assert shown["web_url"] == f"{c.ui_url}/proxy/jobs/{job}/"  # the job-UI origin, apart from the API's
     token = (c.data_dir / "admin-token").read_text().strip()
     auth = {"Authorization": f"Bearer {token}"}
