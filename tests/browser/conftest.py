@@ -25,6 +25,7 @@ CHROMIUM_ARGS = [
     "--disable-quic",
 ]
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "artifacts" / "screenshots"
+TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
 EXPECTED_404 = re.compile(r"Failed to load resource: the server responded with a status of 404")
 
 
@@ -76,6 +77,19 @@ class Cluster(Corral):
         """Every route a page drives is shipped: one missing from the OpenAPI fails the test (never a skip)."""
         missing = [p for p in paths if not self.has_api(p)]
         assert not missing, f"the server no longer serves {', '.join(missing)}: a shipped route was removed"
+
+    def job_state(self, job: int) -> str:
+        return str(self.api("GET", f"/jobs/{job}").json()["state"])
+
+    def submit_job(self, token: str | None = None, **spec: Any) -> int:
+        """POST /jobs as the admin (or `token`'s user); the new job's id (a refusal fails the test)."""
+        r = self.api("POST", "/jobs", token=token, json=spec)
+        assert r.status_code == 201, r.text
+        return int(r.json()["id"])
+
+    def wait_ended(self, *jobs: int, timeout_s: float) -> None:
+        for job in jobs:
+            wait_for(lambda j=job: self.job_state(j) in TERMINAL, timeout_s, f"job {job} ended")
 
 
 @pytest.fixture(scope="module")

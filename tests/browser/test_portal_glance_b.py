@@ -9,7 +9,6 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Callable, Iterator
-from typing import Any
 
 import httpx
 import pytest
@@ -29,21 +28,6 @@ PHONE = {"width": 390, "height": 844}
 DESKTOP = {"width": 1300, "height": 900}
 
 
-def _state(cluster: Cluster, job: int) -> str:
-    return str(cluster.api("GET", f"/jobs/{job}").json()["state"])
-
-
-def _submit(cluster: Cluster, token: str | None = None, **spec: Any) -> int:
-    r = cluster.api("POST", "/jobs", token=token, json=spec)
-    assert r.status_code == 201, r.text
-    return int(r.json()["id"])
-
-
-def _ended(cluster: Cluster, *jobs: int) -> None:
-    for job in jobs:
-        wait_for(lambda j=job: _state(cluster, j) in ("SUCCEEDED", "FAILED", "CANCELLED"), 60, f"job {job} ended")
-
-
 @pytest.fixture
 def cleanup(cluster: Cluster) -> Iterator[list[int]]:
     """Jobs to cancel after the test, whatever happened, so the next test finds the GPUs free."""
@@ -51,7 +35,7 @@ def cleanup(cluster: Cluster) -> Iterator[list[int]]:
     yield jobs
     for job in jobs:
         cluster.api("POST", f"/jobs/{job}/cancel")
-    _ended(cluster, *jobs)
+    cluster.wait_ended(*jobs, timeout_s=60)
 
 
 def _member_token(cluster: Cluster, tenant: str, user: str) -> str:
@@ -115,10 +99,10 @@ def test_history_shows_gpus_and_duration_and_filters_on_the_server(
     tag = uuid.uuid4().hex[:6]
     tenant, user = f"hist-{tag}", f"hist-{tag}-user"
     token = _member_token(cluster, tenant, user)
-    theirs = _submit(cluster, token, command=["sleep", "2"], gpus=2, gpu_model="H100", name=f"{tag}-train")
-    mine = _submit(cluster, command=["false"], gpus=1, gpu_model="H100", name=f"{tag}-eval")
+    theirs = cluster.submit_job(token, command=["sleep", "2"], gpus=2, gpu_model="H100", name=f"{tag}-train")
+    mine = cluster.submit_job(command=["false"], gpus=1, gpu_model="H100", name=f"{tag}-eval")
     cleanup += [theirs, mine]
-    _ended(cluster, theirs, mine)
+    cluster.wait_ended(theirs, mine, timeout_s=60)
 
     page = admin_tab.page
     admin_tab.goto("/jobs")
@@ -215,9 +199,9 @@ def test_alert_rule_and_silence_from_fields_and_an_ended_jobs_pending_alert_leav
     page.fill("#silence-form input[name=gpu]", "")
 
     # A rule from its fields, on one job: pending while the job runs (its for-duration is an hour).
-    job = _submit(cluster, command=["sleep", "300"], gpus=1, gpu_model="A100", name="glance-idle")
+    job = cluster.submit_job(command=["sleep", "300"], gpus=1, gpu_model="A100", name="glance-idle")
     cleanup.append(job)
-    wait_for(lambda: _state(cluster, job) == "RUNNING", 30, "the job runs")
+    wait_for(lambda: cluster.job_state(job) == "RUNNING", 30, "the job runs")
     rule = f"glance-{uuid.uuid4().hex[:6]}"
     page.fill("#rule-form input[name=name]", rule)
     page.fill("#rule-form input[name=metric]", "job_gpu_utilization_percent")
@@ -234,7 +218,7 @@ def test_alert_rule_and_silence_from_fields_and_an_ended_jobs_pending_alert_leav
     admin_tab.shot("alerts-pending")
 
     cluster.api("POST", f"/jobs/{job}/cancel")
-    _ended(cluster, job)
+    cluster.wait_ended(job, timeout_s=60)
     expect(pending).to_have_count(0, timeout=30_000)  # the job ended: its alert is gone...
     history = cluster.api("GET", "/alerts", params={"history": "true", "limit": 1000}).json()
     assert not [h for h in history if h["rule"] == rule], history  # ...and left no "pending" row behind
@@ -278,9 +262,9 @@ def test_report_bars_carry_their_values(admin_tab: Tab, cluster: Cluster, cleanu
     tag = uuid.uuid4().hex[:6]
     tenant = f"bars-{tag}"
     token = _member_token(cluster, tenant, f"{tenant}-user")
-    job = _submit(cluster, token, command=["sleep", "2"], gpus=2, gpu_model="H100", name="barred")
+    job = cluster.submit_job(token, command=["sleep", "2"], gpus=2, gpu_model="H100", name="barred")
     cleanup.append(job)
-    _ended(cluster, job)
+    cluster.wait_ended(job, timeout_s=60)
     page = admin_tab.page
     admin_tab.goto("/reports")
     page.select_option("#report-form select[name=group_by]", "tenant")
@@ -340,8 +324,8 @@ def _wide(tab: Tab) -> list[str]:
 
 @pytest.fixture
 def shown_job(cluster: Cluster) -> Iterator[int]:
-    job = _submit(cluster, command=["sh", "-c", "echo a line of output; sleep 1"], gpus=1, name="photographed")
-    _ended(cluster, job)
+    job = cluster.submit_job(command=["sh", "-c", "echo a line of output; sleep 1"], gpus=1, name="photographed")
+    cluster.wait_ended(job, timeout_s=60)
     yield job
 
 
@@ -397,8 +381,8 @@ def test_times_read_in_one_24_hour_format_with_their_zone_on_every_page(
 ) -> None:
     """The browser's locale (en-US here: '11/26/2026, 4:14:19 AM') never shows: every full time is
     `2026-11-26 04:14:19 UTC`, on the jobs history, the job page and the alerts page alike."""
-    job = _submit(cluster, command=["true"], gpus=1, name="clock-check")
-    _ended(cluster, job)
+    job = cluster.submit_job(command=["true"], gpus=1, name="clock-check")
+    cluster.wait_ended(job, timeout_s=60)
     page = admin_tab.page
     locale_time = re.compile(r"\d{1,2}/\d{1,2}/\d{4}|\b\d{1,2}:\d{2}(:\d{2})?\s?[AP]M\b")
     zoned = re.compile(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2} [A-Z]")
@@ -420,9 +404,9 @@ def test_the_job_page_shows_the_predicted_run_time_and_its_basis(
     admin_tab: Tab, cluster: Cluster, cleanup: list[int]
 ) -> None:
     """Issue 15: after 8 successful jobs named sweep-N, a running sweep-99 shows what they ran for."""
-    done = [_submit(cluster, command=["sleep", "0.2"], gpus=1, name=f"sweep-{i}") for i in range(8)]
-    _ended(cluster, *done)
-    job = _submit(cluster, command=["sleep", "60"], gpus=1, name="sweep-99")
+    done = [cluster.submit_job(command=["sleep", "0.2"], gpus=1, name=f"sweep-{i}") for i in range(8)]
+    cluster.wait_ended(*done, timeout_s=60)
+    job = cluster.submit_job(command=["sleep", "60"], gpus=1, name="sweep-99")
     cleanup.append(job)
     shown = wait_for(
         lambda: (j := cluster.api("GET", f"/jobs/{job}").json())["prediction"] and j, 30, "a prediction for sweep-99"

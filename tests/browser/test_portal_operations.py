@@ -8,7 +8,6 @@ import re
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -28,16 +27,6 @@ def _needs(cluster: Cluster, *paths: str) -> None:
     cluster.require_api(*paths)  # a shipped route missing from the OpenAPI fails, never skips
 
 
-def _state(cluster: Cluster, job: int) -> str:
-    return str(cluster.api("GET", f"/jobs/{job}").json()["state"])
-
-
-def _submit(cluster: Cluster, token: str | None = None, **spec: Any) -> int:
-    r = cluster.api("POST", "/jobs", token=token, json=spec)
-    assert r.status_code == 201, r.text
-    return int(r.json()["id"])
-
-
 @pytest.fixture
 def cleanup(cluster: Cluster) -> Iterator[list[int]]:
     """Jobs to cancel after the test, whatever happened, so the next test finds the GPUs free."""
@@ -45,8 +34,7 @@ def cleanup(cluster: Cluster) -> Iterator[list[int]]:
     yield jobs
     for job in jobs:
         cluster.api("POST", f"/jobs/{job}/cancel")
-    for job in jobs:
-        wait_for(lambda j=job: _state(cluster, j) in ("SUCCEEDED", "FAILED", "CANCELLED"), 30, f"job {job} ended")
+    cluster.wait_ended(*jobs, timeout_s=30)
 
 
 def _tenant_member_token(cluster: Cluster, tenant: str) -> str:
@@ -66,8 +54,8 @@ def test_reports_chart_table_and_csv_export_for_a_job_that_ran(admin_tab: Tab, c
     # A tenant of its own, so its row holds exactly this one job whatever else the server ran.
     tenant = f"rep-{uuid.uuid4().hex[:6]}"
     token = _tenant_member_token(cluster, tenant)
-    job = _submit(cluster, token, command=["sleep", "2"], gpus=2, gpu_model="H100", name="reported")
-    wait_for(lambda: _state(cluster, job) == "SUCCEEDED", 60, "the reported job ran")
+    job = cluster.submit_job(token, command=["sleep", "2"], gpus=2, gpu_model="H100", name="reported")
+    wait_for(lambda: cluster.job_state(job) == "SUCCEEDED", 60, "the reported job ran")
 
     page = admin_tab.page
     admin_tab.goto("/reports")
@@ -105,8 +93,7 @@ def test_job_web_ui_opens_through_the_proxy_with_the_session(
     site = cluster.shared / f"site-{uuid.uuid4().hex[:8]}"  # the job runs as its user: not in root's tmp_path
     site.mkdir(mode=0o755)
     (site / "index.html").write_text(f'<!doctype html><link rel="icon" href="data:,"><h1 id="hello">{marker}</h1>')
-    job = _submit(
-        cluster,
+    job = cluster.submit_job(
         command=["sh", "-c", "exec python3 -m http.server $CORRAL_JOB_PORT --bind 127.0.0.1"],
         web_ui=True,
         workdir=str(site),
@@ -169,9 +156,9 @@ def test_admin_drains_a_node_its_job_is_requeued_then_enables_it(
     admin_tab: Tab, cluster: Cluster, cleanup: list[int]
 ) -> None:
     _needs(cluster, "/api/v1/nodes/{name}/drain", "/api/v1/nodes/{name}/uncordon")
-    job = _submit(cluster, command=["sleep", "300"], gpus=1, gpu_model="A100", name="to-drain")
+    job = cluster.submit_job(command=["sleep", "300"], gpus=1, gpu_model="A100", name="to-drain")
     cleanup.append(job)
-    wait_for(lambda: _state(cluster, job) == "RUNNING", 30, "the job runs on node-b")
+    wait_for(lambda: cluster.job_state(job) == "RUNNING", 30, "the job runs on node-b")
 
     page = admin_tab.page
     admin_tab.goto("/nodes/node-b")
@@ -184,7 +171,7 @@ def test_admin_drains_a_node_its_job_is_requeued_then_enables_it(
         expect(page.locator("#events")).to_contain_text("drained")
         expect(page.locator("#jobs")).not_to_contain_text(f"#{job}", timeout=30_000)
         assert cluster.api("GET", "/nodes/node-b").json()["cordoned"] is True
-        assert _state(cluster, job) == "PENDING"  # back in the queue; node-b is the only A100 node
+        assert cluster.job_state(job) == "PENDING"  # back in the queue; node-b is the only A100 node
         admin_tab.shot("node-drained")
         page.click("#actions button[data-action=uncordon]")
         expect(page.locator("[data-cordoned]")).to_have_count(0)
@@ -207,10 +194,10 @@ def test_declining_the_drain_question_changes_nothing(admin_tab: Tab, cluster: C
 
 def test_queue_shows_the_schedulers_position_and_eta(admin_tab: Tab, cluster: Cluster, cleanup: list[int]) -> None:
     # All four A100s held for at most 10 minutes: the waiting job's ETA is when that time limit runs out.
-    holder = _submit(cluster, command=["sleep", "600"], gpus=4, gpu_model="A100", time_limit_s=600, name="holder")
+    holder = cluster.submit_job(command=["sleep", "600"], gpus=4, gpu_model="A100", time_limit_s=600, name="holder")
     cleanup.append(holder)
-    wait_for(lambda: _state(cluster, holder) == "RUNNING", 30, "the holder runs")
-    waiting = _submit(cluster, command=["true"], gpus=4, gpu_model="A100", name="waits-for-a100")
+    wait_for(lambda: cluster.job_state(holder) == "RUNNING", 30, "the holder runs")
+    waiting = cluster.submit_job(command=["true"], gpus=4, gpu_model="A100", name="waits-for-a100")
     cleanup.append(waiting)
     shown = wait_for(
         lambda: (j := cluster.api("GET", f"/jobs/{waiting}").json())["eta"] and j,
