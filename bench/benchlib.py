@@ -25,6 +25,19 @@ def pct(values: Sequence[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(p / 100 * len(ordered)) - 1))]
 
 
+def make_bench_root(with_marks: bool = False) -> Path:
+    """A fresh temp dir for one run, 0711: jobs run as their own Unix users (root agent) and reach only what they
+    are told by name. With `with_marks`, a world-writable sticky `marks/` in it where jobs leave timestamps."""
+    import tempfile
+
+    root = Path(tempfile.mkdtemp(prefix="corral-bench-"))
+    root.chmod(0o711)
+    if with_marks:
+        (root / "marks").mkdir()
+        (root / "marks").chmod(0o1777)
+    return root
+
+
 def start_corral_up(
     command: Sequence[str], root: Path, env_extra: dict[str, str], log: Path | None = None, timeout_s: float = 90.0
 ) -> tuple[subprocess.Popen[bytes], str, str]:

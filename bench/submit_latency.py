@@ -13,12 +13,11 @@ import argparse
 import json
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import httpx
-from benchlib import pct, start_corral_up, stop_corral
+from benchlib import make_bench_root, pct, start_corral_up, stop_corral
 
 CORRAL = str(Path(sys.executable).with_name("corral"))
 
@@ -28,11 +27,8 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=50)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    root = Path(tempfile.mkdtemp(prefix="corral-bench-"))
-    root.chmod(0o711)  # jobs run as their own Unix users (root agent): they reach marks/ by name, nothing else
+    root = make_bench_root(with_marks=True)
     marks = root / "marks"
-    marks.mkdir()
-    marks.chmod(0o1777)
     proc, url, token = start_corral_up([CORRAL], root, {})
     try:
         h = {"Authorization": f"Bearer {token}"}
