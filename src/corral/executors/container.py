@@ -9,7 +9,6 @@ A finished container is removed as soon as its exit is recorded; `ack` forgets t
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -36,7 +35,7 @@ from corral.executors.container_config import (
     find_mount_refusal,
 )
 from corral.executors.container_logs import LogFollower, prepare_agent_log
-from corral.executors.jobdir import check_job_id
+from corral.executors.jobdir import check_job_id, load_json
 from corral.executors.shim import write_json_atomic
 
 log = logging.getLogger("corral.agent")
@@ -311,14 +310,14 @@ class ContainerExecutor:
             raise ValidationError("docker_host", f"the container engine did not answer: {_engine_message(e)}") from e
         by_key = {c.labels.get(LABEL_RUN, ""): c for c in containers}
         for path in sorted(p for p in self._state_dir.iterdir() if p.is_dir()):
-            launch = _load(path / _LAUNCH)
+            launch = load_json(path / _LAUNCH)
             if not isinstance(launch, dict):
                 continue
             run = _Run(path.name, path, Path(str(launch["log_path"])))
             self._runs[run.key] = run
-            cancel = _load(path / _CANCEL)
+            cancel = load_json(path / _CANCEL)
             run.cancel_deadline = float(cancel["deadline"]) if isinstance(cancel, dict) else None
-            done = _load(path / _EXIT)
+            done = load_json(path / _EXIT)
             container = by_key.pop(run.key, None)
             if isinstance(done, dict):
                 run.exit = ExitRecord(run.key, int(done.get("exit_code", EXIT_LOST)), str(done.get("reason", "")))
@@ -391,10 +390,3 @@ def _remove_quietly(container: Container) -> None:
         container.remove(force=True, v=True)  # and its anonymous volumes (an image's VOLUME): nothing left behind
     except _ENGINE_ERRORS:
         pass  # already gone (or the engine is away: the next agent removes it as an orphan)
-
-
-def _load(path: Path) -> object:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None

@@ -76,7 +76,7 @@ class JobDir:
         write_json_atomic(self.path / SHIM_FILE, {"pid": shim.pid, "create_time": shim.create_time})
 
     def load_shim(self) -> ShimIdentity | None:
-        data = _load_json(self.path / SHIM_FILE)
+        data = load_json(self.path / SHIM_FILE)
         if not isinstance(data, dict):
             return None
         return ShimIdentity(pid=int(data["pid"]), create_time=float(data["create_time"]))
@@ -88,7 +88,7 @@ class JobDir:
         path = self.path / EXIT_FILE
         if not path.exists():
             return None
-        data = _load_json(path)
+        data = load_json(path)
         if not isinstance(data, dict) or not isinstance(data.get("exit_code"), int):
             return ExitRecord(self.job_id, 255, "lost: unreadable exit record")
         return ExitRecord(self.job_id, data["exit_code"], str(data.get("reason", "")))
@@ -97,7 +97,7 @@ class JobDir:
         write_json_atomic(self.path / CANCEL_FILE, {"deadline": deadline, "killed": killed})
 
     def load_cancel(self) -> tuple[float, bool] | None:
-        data = _load_json(self.path / CANCEL_FILE)
+        data = load_json(self.path / CANCEL_FILE)
         if not isinstance(data, dict):
             return None
         return float(data["deadline"]), bool(data["killed"])
@@ -106,7 +106,8 @@ class JobDir:
         shutil.rmtree(self.path, ignore_errors=True)
 
 
-def _load_json(path: Path) -> object:
+def load_json(path: Path) -> object:
+    """A JSON state file's content; None when it is missing or unreadable (a torn or foreign file)."""
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
