@@ -11,6 +11,7 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
@@ -185,8 +186,10 @@ class Scheduler(Loop):
                 info[jid] = (status.position, eta)
         self.pending_reasons, self.pending_codes, self.pending_info = reasons, codes, info
 
-    def user_names(self) -> dict[int, str]:
-        return dict(self._user_names)
+    def user_names(self) -> Mapping[int, str]:
+        """User id -> name, as last read (replaced whole, never changed in place: callers may keep it, not copy it;
+        a job page lists up to 500 jobs and asked for a copy per job)."""
+        return self._user_names
 
     def _learn_run_times(self, running: list[Job], tenants: list[Tenant]) -> None:
         """Teach the predictor the store's recent successful jobs once, then each job that left the running set
