@@ -65,6 +65,17 @@ def check_summary_template(template: str) -> None:
 
 
 _DEFAULT_NAMES = frozenset(r.name for r in DEFAULT_RULES)  # a tenant rule may not take one (it would replace it)
+
+
+def check_stored_rule(rule: AlertRule) -> None:
+    """What a rule must hold to be kept, when it is created and when stored rules are loaded again: a bounded
+    summary template, and a tenant's rule never named as a built-in one (a same-named rule replaces the built-in
+    for the whole cluster: only an admin's may). Raises ValidationError naming the field."""
+    check_summary_template(rule.summary)
+    if rule.tenant and rule.name in _DEFAULT_NAMES:
+        raise ValidationError("name", f"{rule.name!r} is the name of a built-in rule of the cluster; pick another")
+
+
 STALE_AFTER_S = 120.0  # a node's last batch older than this no longer feeds sampled series
 
 
@@ -155,11 +166,8 @@ class AlertService:
             except ValidationError as e:  # a rule stored by an older version that no longer parses
                 log.error("alert rule %s ignored: %s", r.name, e)
                 continue
-            if rule.tenant and rule.name in _DEFAULT_NAMES:  # stored before create_rule refused it
-                log.error("alert rule %s of tenant %s ignored: it would replace the cluster's", r.name, rule.tenant)
-                continue
             try:
-                check_summary_template(rule.summary)
+                check_stored_rule(rule)  # one stored before create_rule refused such rules
             except ValidationError as e:
                 log.error("alert rule %s ignored: %s", r.name, e)
                 continue
@@ -356,10 +364,7 @@ class AlertService:
                 )
             data |= {"scope": "tenant", "tenant": self._tenant_name(caller)}
         rule: AlertRule = parse_rule(data)
-        check_summary_template(rule.summary)
-        if rule.tenant and rule.name in _DEFAULT_NAMES:
-            # a same-named rule replaces the built-in one for the whole cluster: only an admin's may
-            raise ValidationError("name", f"{rule.name!r} is the name of a built-in rule of the cluster; pick another")
+        check_stored_rule(rule)
         if rule.tenant and RuleAction.CORDON_NODE in rule.actions:
             # a node is shared by every tenant: only the cluster's rules may take one out
             raise ValidationError("actions", "a tenant's rule may stop its own jobs (stop_job) but not cordon nodes")
