@@ -31,6 +31,7 @@ class ResourceRequest:
     ecc: bool = False  # only GPUs with ECC enabled
     mig_profile: str = ""  # `gpus` MIG instances of this profile (e.g. "1g.10gb") instead of whole GPUs
     runtime: str = "process"  # what runs it: "process", or "docker" for a job with an image (core/containers.py)
+    image: str = ""  # a container job's image ("" for a process): only breaks ties between equal placements
 
     def __post_init__(self) -> None:
         validate_request(self)

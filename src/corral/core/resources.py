@@ -36,6 +36,9 @@ class NodeInfo:
     labels: tuple[tuple[str, str], ...] = ()
     taints: tuple[str, ...] = ()
     runtimes: tuple[str, ...] = ("process",)  # how its agent runs jobs: "process", and "docker" with an engine
+    # Container images cached on the node (refs as jobs name them): placement prefers, among equal choices, a
+    # node that has a job's image. Not hardware: node classes ignore it (scheduler/node_class.py).
+    images: frozenset[str] = frozenset()
 
     @property
     def gpu_count(self) -> int:

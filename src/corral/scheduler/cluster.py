@@ -12,6 +12,9 @@ caller's seeded `random.Random` (the FGD artifact's scheduler: lexicographically
 prefixed with a seeded permutation), so equal choices keep landing on the same nodes; with
 `seeded_order=False` they are drawn uniformly each time (kube-scheduler's selectHost). Same seed, same
 decisions either way. Without `rng`, ties go to the node first in the order given.
+A request with a container image (`request.image`) prefers, among the tied best, the nodes that have the image
+cached (`NodeInfo.images`): the same tie rule then picks among those. The image never changes a score or a fit,
+so such requests share verdicts with the same request without an image.
 """
 
 from __future__ import annotations
@@ -77,6 +80,10 @@ class Cluster:
         self._cpu_used = [s.cpu_used_milli for s in states] if states else [0] * len(self.infos)
         self._mem_used = [s.memory_used_mib for s in states] if states else [0] * len(self.infos)
         self._schedulable = [s.schedulable for s in states] if states else [True] * len(self.infos)
+        self._image_nodes: dict[str, list[int]] = {}  # image -> nodes that have it cached, in the order given
+        for i, info in enumerate(self.infos):
+            for image in info.images:
+                self._image_nodes.setdefault(image, []).append(i)
         self._excluded: set[int] = set()  # nodes a gang being placed already holds (never chosen twice)
         self._held: set[int] = set()  # nodes kept for one waiting job this cycle (hold / release_holds)
         self._whole_free: dict[tuple[str, int], tuple[int, list[tuple[str, int]]]] = {}
@@ -188,7 +195,9 @@ class Cluster:
     def _request_id(self, request: ResourceRequest) -> int:
         rid = self._request_ids.get(request)
         if rid is None:
-            rid = self._request_ids[request] = len(self._request_ids)
+            # The image only breaks ties: a request shares its verdicts with the same request without one.
+            rid = self._request_id(replace(request, image="")) if request.image else len(self._request_ids)
+            self._request_ids[request] = rid
         return rid
 
     def _verdict(self, cls: NodeClass, request: ResourceRequest, rid: int) -> tuple[float, tuple[int, ...]] | None:
@@ -220,6 +229,19 @@ class Cluster:
                 best.append((cls, v[1]))
         if not best:
             return Unschedulable(self.explain(request, rid))
+        cached = self._with_image(request.image, best) if request.image else None
+        if cached:
+            node, cls, positions = self._pick_cached(cached)
+        else:
+            node, cls, positions = self._pick(best)
+        if self._randomized and self.rng is not None and request.gpus == 1 and request.gpu_milli < FULL_GPU_MILLI:
+            # `random` also draws the GPU a share goes on, among those with room (as the artifact does).
+            room = available_positions(cls.state, request)
+            positions = (room[self.rng.randrange(len(room))],)
+        return node, self._actual_positions(node, cls, positions)
+
+    def _pick(self, best: list[tuple[NodeClass, tuple[int, ...]]]) -> tuple[int, NodeClass, tuple[int, ...]]:
+        """The node the tie rules choose among the best classes."""
         cls, positions = best[0]
         if self._first_wins and self._shuffled:
             # `first-free`: literally the first node (in the order given) among the best.
@@ -240,11 +262,32 @@ class Cluster:
             node = list(cls.members)[pick] if len(cls.members) > 1 else next(iter(cls.members))
         else:
             node = next(iter(cls.members))
-        if self._randomized and self.rng is not None and request.gpus == 1 and request.gpu_milli < FULL_GPU_MILLI:
-            # `random` also draws the GPU a share goes on, among those with room (as the artifact does).
-            room = available_positions(cls.state, request)
-            positions = (room[self.rng.randrange(len(room))],)
-        return node, self._actual_positions(node, cls, positions)
+        return node, cls, positions
+
+    def _with_image(
+        self, image: str, best: list[tuple[NodeClass, tuple[int, ...]]]
+    ) -> list[tuple[int, NodeClass, tuple[int, ...]]]:
+        """(node, its class, positions) for the nodes of the best classes that have `image` cached, in the order
+        given: classes group nodes by hardware and load, not images, so the members are looked at one by one
+        (only those that have the image: O(nodes with it), not O(nodes))."""
+        nodes = self._image_nodes.get(image)
+        if not nodes:
+            return []
+        positions_of = {cls: positions for cls, positions in best}  # NodeClass hashes by identity
+        return [(n, c, positions_of[c]) for n in nodes if (c := self._node_class[n]) in positions_of]
+
+    def _pick_cached(
+        self, cached: list[tuple[int, NodeClass, tuple[int, ...]]]
+    ) -> tuple[int, NodeClass, tuple[int, ...]]:
+        """The tie rules of `_pick`, over the best nodes that have the image."""
+        if self._first_wins and self._shuffled:
+            return min(cached, key=lambda t: t[0])
+        if self._ranks is not None:
+            ranks = self._ranks
+            return min(cached, key=lambda t: ranks[t[0]])
+        if self.rng is not None and len(cached) > 1:
+            return cached[self.rng.randrange(len(cached))]
+        return cached[0]
 
     def _actual_positions(self, node: int, cls: NodeClass, positions: tuple[int, ...]) -> tuple[int, ...]:
         """Map positions in the class's (sorted) load tuple to the node's own GPUs of that load."""

@@ -82,6 +82,7 @@ def compute_snapshot(nodes: Sequence[Node], running: Sequence[Job]) -> list[Node
             memory_mib=n.memory_mib,
             labels=tuple(sorted(n.labels.items())),
             runtimes=n.runtimes,
+            images=frozenset(n.images),
         )
         u = use.get(n.name) or NodeUse()
         used = tuple(min(1000, u.gpu_milli.get(g.index, 0)) for g in n.gpus)
