@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 
 import docker
+import httpx
 from docker.errors import DockerException, ImageNotFound
 from requests.exceptions import RequestException
 
@@ -14,6 +15,10 @@ from realparts import missing_real_part
 TEST_IMAGE = "corral-test/busybox:1"
 DOCKER_HOST = os.environ.get("CORRAL_DOCKER_HOST", "unix:///var/run/docker.sock")
 HOW = "run `make docker-deps` (as root or with sudo: Debian's docker.io, dockerd, the local test image)"
+# The private registry `make docker-deps` runs (tests/docker_deps.sh): password auth, two images only a login pulls.
+REGISTRY = f"127.0.0.1:{os.environ.get('CORRAL_TEST_REGISTRY_PORT', '5055')}"
+REGISTRY_USER, REGISTRY_PASSWORD = "alice", "s3cret"
+PRIVATE_IMAGES = (f"{REGISTRY}/team/busybox:1", f"{REGISTRY}/team/busybox:2")
 
 
 def require_engine() -> docker.DockerClient:
@@ -28,6 +33,26 @@ def require_engine() -> docker.DockerClient:
     except ImageNotFound:
         missing_real_part(f"the local test image {TEST_IMAGE}", HOW)
     return client
+
+
+def require_registry() -> str:
+    """The test registry's address, once it answers and asks for a login."""
+    try:
+        status = httpx.get(f"http://{REGISTRY}/v2/", timeout=5).status_code
+    except httpx.HTTPError as e:
+        missing_real_part(f"the private test registry at {REGISTRY} ({e})", HOW)
+    if status != 401:
+        missing_real_part(f"a password-protected registry at {REGISTRY} (it answered {status})", HOW)
+    return REGISTRY
+
+
+def remove_images(client: docker.DockerClient, *images: str) -> None:
+    """Take images off the engine (a pull then fetches them again); absent ones are fine."""
+    for image in images:
+        try:
+            client.images.remove(image, force=True)
+        except ImageNotFound:
+            pass
 
 
 def remove_node_containers(client: docker.DockerClient, node: str) -> None:

@@ -53,11 +53,10 @@ def _run(c: Corral, engine: Any) -> None:
     early = c.submit("--image", TEST_IMAGE, "--", "sh", "-c", "echo early")
     wait_for(lambda: "docker" in (c.job(early).get("pending_reason") or ""), 30, "a pending reason naming docker")
 
-    # A forbidden host mount is refused at submit, naming the flag (a malformed one) or the field (the server's
-    # policy, in its own words, as for its other checks).
+    # A forbidden host mount is refused at submit, naming the flag (a malformed one, or the server's policy).
     for mount, named in (
-        ("/etc:/host-etc", "mounts: /etc is not under a directory this cluster allows"),
-        ("/var/run/docker.sock:/var/run/docker.sock", "mounts: /var/run/docker.sock is not under"),
+        ("/etc:/host-etc", "--mount: /etc is not under a directory this cluster allows"),
+        ("/var/run/docker.sock:/var/run/docker.sock", "--mount: /var/run/docker.sock is not under"),
         (f"{c.shared}/../..:/host", "--mount: "),
     ):
         r = c.cli("submit", "--image", TEST_IMAGE, "--mount", mount, "--", "true")

@@ -260,7 +260,7 @@ def check_prose_claims(c: Corral, s: Session, text: str) -> None:
     # The CLI: "Every mistake (an unknown flag, more GPUs than any node has, a malformed `--env` pair, an unknown
     # job, an unreachable server, a bad token) ends in one `error: ...` line and a non-zero exit; nothing is
     # half-created", and the refusal of an impossible job reads as the README quotes it
-    quoted = re.search(r"\(`(gpus: 9 GPUs requested but the largest node has 8)`\)", text.replace("\n", " "))
+    quoted = re.search(r"`(--gpus: 9 GPUs requested but the largest node has 8)`\)", text.replace("\n", " "))
     assert quoted, "README.md: the quoted refusal of `--gpus 9` is gone"
     admin_env = s.envs["admin"]
     mistakes = {

@@ -72,6 +72,12 @@ class AgentSettings(BaseSettings):
         "again here with symbolic links resolved); empty: no host mounts.",
     )
 
+    image_cache_gb: str = Field(
+        "",
+        description="Container images this node keeps, in GB (decimals allowed): beyond it the least recently "
+        "used image Corral pulled goes, never one a container uses; default 100, 0 or none: no limit.",
+    )
+
     @property
     def effective_address(self) -> str:
         if self.advertise_address:
@@ -92,6 +98,14 @@ class AgentSettings(BaseSettings):
         from corral.core.containers import check_allowed_mounts_setting
 
         return check_allowed_mounts_setting(v)
+
+    @field_validator("image_cache_gb")
+    @classmethod
+    def _check_image_cache_gb(cls, v: str) -> str:
+        from corral.executors.image_cache import parse_cache_gb
+
+        parse_cache_gb(v)
+        return v
 
     @property
     def agent_dir(self) -> Path:
@@ -150,6 +164,7 @@ def build_agent(settings: AgentSettings) -> tuple[Agent, AgentClient, RuntimeRou
         settings.agent_dir / "containers",
         settings.node_name,
         settings.allowed_mounts,
+        image_cache_gb=settings.image_cache_gb,
         nvidia=backend.name == "nvml",  # real GPUs: the container gets them by device request; simulated: env only
     )
     executor = RuntimeRouter(process, containers)
@@ -174,6 +189,8 @@ def build_agent(settings: AgentSettings) -> tuple[Agent, AgentClient, RuntimeRou
         address=settings.effective_address,
         runtimes=executor.runtimes,
         image_digests=executor.image_digests,
+        phases=executor.phases,
+        cached_images=executor.cached_images,
     )
     return agent, client, executor
 

@@ -11,6 +11,7 @@ import os
 import queue
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -37,10 +38,11 @@ from corral.core.errors import CorralError
 from corral.core.simfault import parse_sim_fault
 from corral.core.telemetry import TelemetryBatch, batch_to_dict
 from corral.core.unix_identity import JobIdentity
-from corral.executors.base import Executor, ExitRecord, LaunchSpec
+from corral.executors.base import Executor, ExitRecord, LaunchSpec, RegistryLogin
 from corral.sdk.client import AgentClient, CorralAPIError, CorralSDKError
 
 log = logging.getLogger("corral.agent")
+PHASE_REPORT_EVERY_S = 1.0  # a pull's progress reaches the server at most this often
 TELEMETRY_QUEUE = 120  # batches kept while the server is unreachable (10 min at 5 s); older ones drop
 
 
@@ -62,6 +64,8 @@ class Agent:
         address: str = "",
         runtimes: tuple[str, ...] = ("process",),
         image_digests: Callable[[], dict[str, str]] | None = None,
+        phases: Callable[[], dict[str, str]] | None = None,
+        cached_images: Callable[[], list[str] | None] | None = None,
     ) -> None:
         self.client = client
         self.node = node
@@ -75,6 +79,11 @@ class Agent:
         self.address = address
         self.runtimes = runtimes
         self._image_digests = image_digests or dict
+        self._phases = phases or dict
+        self._cached_images = cached_images or (lambda: None)
+        self._phases_sent: dict[str, str] = {}
+        self._phase_sync_at = 0.0
+        self._images_sent: list[str] | None = None  # as last sent; None: send them with the next report
         self.checkpoint_dir = checkpoint_dir or log_dir.parent / "checkpoints"
         self.shipper = LogShipper(client, node)
         self._lock = threading.Lock()  # launches and the running/exits view happen under it
@@ -105,6 +114,7 @@ class Agent:
             agent_version=__version__,
             isolation=self.executor.isolation,
             runtimes=list(self.runtimes),
+            images=self._cached_images(),
         )
 
     def register(self, retry_s: float = 1.0) -> None:
@@ -113,6 +123,7 @@ class Agent:
         while not self._stop.is_set():
             try:
                 self.client.register(body)
+                self._images_sent = body.images
                 log.info("registered node %s with %d GPU(s) (%s)", self.node, len(body.gpus), self.backend.name)
                 return
             except CorralAPIError:
@@ -168,10 +179,22 @@ class Agent:
                 for run in self._running_runs():
                     self.shipper.ship(run.job_id, run.attempt, self.log_path(run), run.rank)
                 exited = bool(self.executor.collect_exits())
-                if self.web_ports.refresh() or exited:  # a UI that starts or stops listening is reported at once
+                if self.web_ports.refresh() or exited or self._phase_news():  # reported at once
                     self.sync_once(0.0)
             except CorralSDKError as e:
                 log.warning("report failed: %s", e)
+
+    def _phase_news(self) -> bool:
+        """A run's phase changed (a pull progressed, or its command started): report it, at most once a second
+        while only percentages move."""
+        phases = self._phases()
+        if phases == self._phases_sent:
+            return False
+        now = time.monotonic()
+        if set(phases) == set(self._phases_sent) and now - self._phase_sync_at < PHASE_REPORT_EVERY_S:
+            return False
+        self._phase_sync_at = now
+        return True
 
     def _enqueue_batch(self, batch: TelemetryBatch) -> None:
         """Collector sink (its thread): hand over, never block; the oldest batch goes when full."""
@@ -214,6 +237,8 @@ class Agent:
             running = self._running_runs()
             exits = self.executor.collect_exits()
             digests = self._image_digests()
+            phases = self._phases()
+            images = self._cached_images()
             self._seq += 1
             seq = self._seq
         for ex in exits:  # the whole log reaches the server before the exit does
@@ -229,8 +254,12 @@ class Agent:
                 boot=self._boot,
                 seq=seq,
                 image_digests=digests,
+                phases=phases,
+                images=images if images != self._images_sent else None,
             ),
         )
+        self._phases_sent = phases
+        self._images_sent = images
         self.web_ports.set_checks(reply.web_ports)
         for run in reply.acked_exits:
             self.executor.ack(run.key)
@@ -263,6 +292,11 @@ class Agent:
             identity=identity,
             checkpoint_dir=self.checkpoint_dir / str(a.job_id),
             secret_env=dict(a.secret_env),
+            registry_login=(
+                RegistryLogin(a.registry_auth.host, a.registry_auth.username, a.registry_auth.password)
+                if a.registry_auth
+                else None
+            ),
             container=container_from_dict(a.container),
             cpu_milli=a.cpu_milli,
             memory_mib=a.memory_mib,

@@ -12,6 +12,7 @@ from requests.exceptions import RequestException
 
 from corral.core.containers import parse_allowed_mounts
 from corral.executors.container import ContainerExecutor
+from corral.executors.image_cache import ImageCache, parse_cache_gb
 
 log = logging.getLogger("corral.agent")
 DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
@@ -32,9 +33,10 @@ def connect_engine(docker_host: str) -> docker.DockerClient | None:
 
 
 def load_container_executor(
-    docker_host: str, state_dir: Path, node: str, allowed_mounts: str, nvidia: bool
+    docker_host: str, state_dir: Path, node: str, allowed_mounts: str, nvidia: bool, image_cache_gb: str = ""
 ) -> ContainerExecutor | None:
-    """The node's container executor, or None when no engine answers (the node then runs processes only)."""
+    """The node's container executor, or None when no engine answers (the node then runs processes only).
+    Its image cache keeps what it pulled within `image_cache_gb` (CORRAL_IMAGE_CACHE_GB)."""
     client = connect_engine(docker_host)
     if client is None:
         return None
@@ -46,6 +48,7 @@ def load_container_executor(
         allowed_mounts=parse_allowed_mounts(allowed_mounts),
         nvidia=nvidia,
         engine_socket=socket,
+        image_cache=ImageCache(client, state_dir.parent / "images", parse_cache_gb(image_cache_gb)),
     )
     version = client.version().get("Version", "?")
     log.info(

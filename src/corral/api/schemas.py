@@ -10,7 +10,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from corral.api import bounds
-from corral.api.secrets import check_secret_env
+from corral.api.secrets import check_secret_env, check_secret_name
 from corral.core import containers
 from corral.core.arrays import MAX_ARRAY_TASKS, MAX_ARRAY_TEXT, parse_array
 from corral.core.errors import ValidationError
@@ -19,6 +19,7 @@ from corral.core.resources import GpuInfo
 from corral.core.states import JobState
 
 MAX_BATCH_JOBS = 1000  # submissions in one POST /api/v1/jobs/batch
+MAX_NODE_IMAGES = 200  # cached images a node reports (the most recently used)
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -103,6 +104,12 @@ class JobSubmit(BaseModel):
     container_user: str | None = Field(
         None, max_length=21, description="UID[:GID] the container runs as (default: the job's own Unix identity)"
     )
+    registry_secret: str | None = Field(
+        None,
+        max_length=64,
+        description="name of a tenant secret of kind registry whose login pulls the image (its host must be the "
+        "image's registry)",
+    )
     array: str | None = Field(
         None,
         max_length=MAX_ARRAY_TEXT,
@@ -137,6 +144,13 @@ class JobSubmit(BaseModel):
             raise ValueError("a job with host mounts runs as its own Unix identity: drop the mounts or the user")
         return None if v is None else _value_error(containers.check_user, v)
 
+    @field_validator("registry_secret")
+    @classmethod
+    def _registry_secret(cls, v: str | None, info: ValidationInfo) -> str | None:
+        if v is not None and not info.data.get("image"):
+            raise ValueError("only a job with an image pulls with a registry secret")
+        return None if v is None else check_secret_name(v)
+
     @field_validator("mounts")
     @classmethod
     def _mounts(cls, v: list[str], info: ValidationInfo) -> list[str]:
@@ -160,6 +174,7 @@ class JobSubmit(BaseModel):
             mounts=tuple(containers.parse_mount(m) for m in self.mounts),
             shm_size_mib=self.shm_size_mib,
             user=self.container_user,
+            registry_secret=self.registry_secret,
         )
 
     @field_validator("command")
@@ -319,6 +334,12 @@ class JobOut(BaseModel):
     mounts: list[str] = Field(default_factory=list, description="host mounts of its container, SRC:DST[:ro]")
     shm_size_mib: int | None = Field(None, description="its container's /dev/shm in MiB, when it asked for one")
     container_user: str | None = Field(None, description="UID[:GID] its container runs as, when it asked for one")
+    registry_secret: str | None = Field(None, description="the tenant's registry secret its image is pulled with")
+    phase: str | None = Field(
+        None,
+        description="what a RUNNING job does before its command starts, e.g. 'pulling 43%' (its GPUs are held "
+        "meanwhile); None once its command runs",
+    )
 
     @classmethod
     def from_job(
@@ -378,6 +399,8 @@ class JobOut(BaseModel):
             mounts=[str(m) for m in s.container.mounts] if s.container else [],
             shm_size_mib=s.container.shm_size_mib if s.container else None,
             container_user=s.container.user if s.container else None,
+            registry_secret=s.container.registry_secret if s.container else None,
+            phase=(job.phase or None) if job.state is JobState.RUNNING else None,
         )
 
 
@@ -517,6 +540,11 @@ class NodeOut(BaseModel):
         default_factory=lambda: ["process"],
         description="how its agent runs jobs: process, and docker where it reaches a container engine",
     )
+    images: list[str] | None = Field(
+        None,
+        description="container images cached on the node, most recently used first (shown to admins only: an "
+        "image's name may be a tenant's private matter)",
+    )
 
 
 class EventOut(BaseModel):
@@ -634,6 +662,9 @@ class AgentRegister(BaseModel):
     runtimes: list[Annotated[str, Field(pattern="^(process|docker)$")]] = Field(
         default_factory=lambda: ["process"], max_length=4, description="how this agent runs jobs: process, docker"
     )
+    images: list[Annotated[str, Field(max_length=255)]] | None = Field(
+        None, max_length=MAX_NODE_IMAGES, description="container images cached on the node, most recently used first"
+    )
 
 
 class RunRef(BaseModel):
@@ -715,6 +746,16 @@ class AgentSync(BaseModel):
         max_length=4096,
         description="run key (job.attempt[.rank]) -> the image its container runs, for running container jobs",
     )
+    phases: dict[Annotated[str, Field(max_length=64)], Annotated[str, Field(max_length=64)]] = Field(
+        default_factory=dict,
+        max_length=4096,
+        description="run key -> what the run does before its command starts (e.g. 'pulling 43%'); absent once it runs",
+    )
+    images: list[Annotated[str, Field(max_length=255)]] | None = Field(
+        None,
+        max_length=MAX_NODE_IMAGES,
+        description="container images cached on the node, most recently used first (None: unchanged / not known)",
+    )
     seq: int = Field(
         0,
         ge=0,
@@ -722,6 +763,14 @@ class AgentSync(BaseModel):
         description="the report's number in the agent's order of snapshots: one older than a report the server "
         "applied already (two syncs cross on the way) is applied for its exits only",
     )
+
+
+class RegistryAuth(BaseModel):
+    """A registry login handed to the agent that pulls a job's image: never stored or logged on the node."""
+
+    host: str
+    username: str
+    password: str = Field(repr=False)
 
 
 class Assignment(BaseModel):
@@ -741,6 +790,9 @@ class Assignment(BaseModel):
     )
     container: dict[str, Any] | None = Field(
         None, description="a container job: image, mounts, shm_size_mib, user (core.containers.container_to_dict)"
+    )
+    registry_auth: RegistryAuth | None = Field(
+        None, repr=False, description="the login its image is pulled with (a tenant registry secret, opened)"
     )
     cpu_milli: int = Field(0, description="the job's CPU request: a container's limit")
     memory_mib: int = Field(0, description="the job's memory request: a container's limit")

@@ -46,6 +46,7 @@ FLAG_OF_FIELD = {
     "mounts": "--mount",
     "shm_size_mib": "--shm-size",
     "container_user": "--user",
+    "registry_secret": "--registry-secret",
 }
 
 
@@ -115,6 +116,12 @@ def _submit_parser() -> _Parser:
         "cluster allows (CORRAL_ALLOWED_MOUNTS).",
     )
     p.add_argument(
+        "--registry-secret",
+        metavar="NAME",
+        help="With --image: pull it with your tenant's registry login NAME (`corral secrets create NAME --registry "
+        "HOST --username U --password-stdin`).",
+    )
+    p.add_argument(
         "--shm-size",
         metavar="SIZE",
         help="With --image: the container's /dev/shm, e.g. 512m or 8g (default 1g, or a quarter of its memory).",
@@ -176,7 +183,12 @@ def _check_flags(a: argparse.Namespace) -> None:
         raise ValidationError("--nodes", f"{a.nodes} nodes: ask for 1 or more")
     if a.time_limit is not None and a.time_limit < 1:
         raise ValidationError("--time-limit", f"{a.time_limit} s: a time limit is at least 1 second")
-    for flag, given in (("--mount", a.mount), ("--shm-size", a.shm_size), ("--user", a.user)):
+    for flag, given in (
+        ("--mount", a.mount),
+        ("--shm-size", a.shm_size),
+        ("--user", a.user),
+        ("--registry-secret", a.registry_secret),
+    ):
         if given and a.image is None:
             raise ValidationError(flag, "applies to a container job: add --image IMAGE")
 
@@ -205,6 +217,8 @@ def _job_body(a: argparse.Namespace, command: list[str]) -> dict[str, Any]:
             body["shm_size_mib"] = _parse_shm_size(a.shm_size)
         if a.user is not None:
             body["container_user"] = a.user
+        if a.registry_secret is not None:
+            body["registry_secret"] = a.registry_secret
     return body
 
 
@@ -218,10 +232,11 @@ def _parse_shm_size(text: str) -> int:
 
 
 def _flag_error(e: Exception, prefix: str = "") -> Exception:
-    """A schema error (422) about a submitted field, re-worded with the flag the user typed."""
+    """A refusal about a submitted field (the schema's 422, or the server's own checks' 400: a queue, a secret, a
+    mount policy), re-worded with the flag the user typed."""
     from corral.sdk.errors import CorralAPIError
 
-    if not isinstance(e, CorralAPIError) or e.status != 422 or not e.field:
+    if not isinstance(e, CorralAPIError) or e.status not in (400, 422) or not e.field:
         return e
     loc = e.field.split(".")
     if prefix:
@@ -344,6 +359,8 @@ def _compact_row(j: dict[str, Any], now: float) -> list[str]:
         reason = f"#{j['queue_position'] + 1} {reason}"
     if j["state"] in ("SUCCEEDED", "FAILED") and j.get("exit_code") is not None:
         reason = f"exit {j['exit_code']}" + (f": {reason}" if reason else "")
+    if j.get("phase"):  # a RUNNING job before its command starts: its GPUs are held meanwhile
+        reason = j["phase"]
     return [
         str(j["id"]),
         clip(j.get("name") or "", 14),
@@ -452,7 +469,7 @@ def _job_row(j: dict[str, Any]) -> tuple[Any, ...]:
         j["id"],
         j["name"],
         j["tenant"],
-        j["state"],
+        state_text(j),
         "" if j.get("queue_position") is None else j["queue_position"] + 1,
         j.get("node"),
         ",".join(map(str, j.get("gpus") or ())) or j.get("gpu_count") or "",
@@ -491,11 +508,16 @@ def show(argv: list[str]) -> None:
         print(f"  {e['at'][:19]}  {e['kind']:<16} {e['message']}")
 
 
+def state_text(j: dict[str, Any]) -> str:
+    """The state, with what a RUNNING job does before its command starts: "RUNNING (pulling 43%)"."""
+    return str(j["state"]) + (f" ({j['phase']})" if j.get("phase") else "")
+
+
 def print_job(j: dict[str, Any]) -> None:
     fields: list[tuple[str, Any]] = [
         ("id", j["id"]),
         ("name", j["name"]),
-        ("state", j["state"]),
+        ("state", state_text(j)),
         ("node", j.get("node")),
         ("gpus", ",".join(map(str, j.get("gpus") or ())) or f"{j.get('gpu_count')} requested"),
         ("command", _shell_join(j.get("command") or ())),
@@ -514,6 +536,12 @@ def print_job(j: dict[str, Any]) -> None:
         fields.append(("predicted", j["prediction"]))
     if j.get("web_url"):
         fields.append(("web UI", j["web_url"]))
+    if j.get("image"):
+        fields.append(("image", j["image"] + (f" ({j['image_digest']})" if j.get("image_digest") else "")))
+        if j.get("registry_secret"):
+            fields.append(("pulled with", f"registry secret {j['registry_secret']}"))
+        if j.get("mounts"):
+            fields.append(("mounts", ", ".join(j["mounts"])))
     if j.get("secret_env"):  # names only: the values never leave the server except to the job's agent
         fields.append(("secrets", ", ".join(f"{var} <- {name}" for var, name in sorted(j["secret_env"].items()))))
     if (j.get("nodes") or 1) > 1:

@@ -50,6 +50,7 @@ class ContainerSpec:
     mounts: tuple[Mount, ...] = ()
     shm_size_mib: int | None = None  # None: DEFAULT_SHM_MIB, or a quarter of the job's memory when that is less
     user: str | None = None  # "UID[:GID]" inside the container; None: the job's own Unix identity
+    registry_secret: str | None = None  # a tenant secret of kind registry: the login its pull uses
 
 
 def check_image(image: str) -> str:
@@ -57,6 +58,25 @@ def check_image(image: str) -> str:
     if not image or len(image) > MAX_IMAGE_CHARS or not _IMAGE.match(image):
         raise ValidationError("image", f"{image!r} is not an image reference (e.g. pytorch/pytorch:2.4, reg:5000/a/b)")
     return image
+
+
+def registry_host(image: str) -> str:
+    """The registry an image reference is pulled from, as Docker reads it: the first path component when it
+    looks like a host (has a '.' or a ':', or is `localhost`), else Docker Hub (`docker.io`)."""
+    first, sep, _ = image.partition("/")
+    if sep and ("." in first or ":" in first or first == "localhost"):
+        return first.lower()
+    return "docker.io"
+
+
+def same_registry(secret_host: str, image: str) -> bool:
+    """A registry secret's host serves the image (Docker Hub answers to several names)."""
+    hub = {"docker.io", "index.docker.io", "registry-1.docker.io"}
+    host, wanted = (
+        secret_host.strip().lower().removeprefix("https://").removeprefix("http://").rstrip("/"),
+        registry_host(image),
+    )
+    return host == wanted or (host in hub and wanted in hub)
 
 
 def check_user(user: str) -> str:
@@ -139,6 +159,7 @@ def container_to_dict(spec: ContainerSpec) -> dict[str, object]:
         "mounts": [str(m) for m in spec.mounts],
         "shm_size_mib": spec.shm_size_mib,
         "user": spec.user,
+        "registry_secret": spec.registry_secret,
     }
 
 
@@ -148,9 +169,11 @@ def container_from_dict(data: dict[str, object] | None) -> ContainerSpec | None:
     mounts = data.get("mounts") or []
     shm = data.get("shm_size_mib")
     user = data.get("user")
+    secret = data.get("registry_secret")
     return ContainerSpec(
         image=str(data["image"]),
         mounts=tuple(parse_mount(str(m)) for m in mounts) if isinstance(mounts, list) else (),
         shm_size_mib=int(shm) if isinstance(shm, int) else None,
         user=str(user) if user else None,
+        registry_secret=str(secret) if secret else None,
     )

@@ -81,6 +81,7 @@ class Node:
     gpu_status: tuple[GpuStatus, ...] = ()
     isolation: str = ""  # users | single-user: whether its agent runs jobs as their users (reported at register)
     runtimes: tuple[str, ...] = (RUNTIME_PROCESS,)  # how its agent can run jobs: process, docker (reported)
+    images: tuple[str, ...] = ()  # container images cached on it, most recently used first (reported)
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +137,7 @@ def compute_request(spec: JobSpec) -> ResourceRequest:
         cpu_milli=spec.cpu_milli,
         memory_mib=spec.memory_mib,
         runtime=RUNTIME_DOCKER if spec.container is not None else RUNTIME_PROCESS,
+        image=spec.container.image if spec.container is not None else "",
     )
 
 
@@ -164,6 +166,7 @@ class Job:
     delivered_to: frozenset[str] = frozenset()  # nodes whose agent holds its part
     part_exits: dict[str, int] = field(default_factory=dict)  # node -> exit code of its part (gangs)
     image_digest: str = ""  # a container job: the image its current attempt runs (reported by the agent)
+    phase: str = ""  # a RUNNING job before its command starts: e.g. "pulling 43%" (reported by the agent)
 
     @property
     def placed_parts(self) -> tuple[tuple[str, tuple[int, ...]], ...]:

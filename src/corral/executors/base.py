@@ -17,6 +17,15 @@ EXIT_LOST = 255
 
 
 @dataclass(frozen=True, slots=True)
+class RegistryLogin:
+    """The login a container job's image is pulled with (a tenant's registry secret, opened by the server)."""
+
+    host: str
+    username: str
+    password: str = field(repr=False)
+
+
+@dataclass(frozen=True, slots=True)
 class LaunchSpec:
     job_id: str
     command: tuple[str, ...]
@@ -30,6 +39,7 @@ class LaunchSpec:
     # VAR -> value of the job's tenant secrets: written only to a 0600 file the shim reads and deletes at once
     secret_env: Mapping[str, str] = field(default_factory=dict, repr=False)
     container: ContainerSpec | None = None  # run in a container of this image (ContainerExecutor); None: a process
+    registry_login: RegistryLogin | None = field(default=None, repr=False)  # pulls the container's image
     cpu_milli: int = 0  # the job's requests: a container's limits (0: none)
     memory_mib: int = 0
 

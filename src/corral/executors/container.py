@@ -25,7 +25,14 @@ from docker.models.containers import Container
 from requests.exceptions import RequestException
 
 from corral.core.errors import ValidationError
-from corral.executors.base import EXIT_CANNOT_EXECUTE, EXIT_COMMAND_NOT_FOUND, EXIT_LOST, ExitRecord, LaunchSpec
+from corral.executors.base import (
+    EXIT_CANNOT_EXECUTE,
+    EXIT_COMMAND_NOT_FOUND,
+    EXIT_LOST,
+    ExitRecord,
+    LaunchSpec,
+    RegistryLogin,
+)
 from corral.executors.container_config import (
     LABEL_NODE,
     LABEL_RUN,
@@ -35,6 +42,8 @@ from corral.executors.container_config import (
     find_mount_refusal,
 )
 from corral.executors.container_logs import LogFollower, prepare_agent_log
+from corral.executors.image_cache import ImageCache
+from corral.executors.image_pull import PullCancelled, PullFailed, pull_image
 from corral.executors.jobdir import check_job_id, load_json
 from corral.executors.shim import write_json_atomic
 
@@ -59,6 +68,7 @@ class _Run:
     cancel_deadline: float | None = None  # wall clock: survives a restart
     exit: ExitRecord | None = None
     digest: str = ""
+    phase: str = ""  # before its command starts: "pulling 43%"
 
 
 class ContainerExecutor:
@@ -78,6 +88,7 @@ class ContainerExecutor:
         allowed_mounts: tuple[str, ...] = (),
         nvidia: bool = False,
         engine_socket: str = "",
+        image_cache: ImageCache | None = None,
     ) -> None:
         self._client = client
         self._state_dir = state_dir
@@ -85,6 +96,7 @@ class ContainerExecutor:
         self._allowed = allowed_mounts
         self._nvidia = nvidia
         self._socket = engine_socket
+        self._cache = image_cache
         self._init = bool(_engine_info(client).get("InitBinary"))  # a tiny init as PID 1 passes SIGTERM on
         self._lock = threading.RLock()
         self._runs: dict[str, _Run] = {}
@@ -102,9 +114,19 @@ class ContainerExecutor:
             return job_id in self._runs
 
     def image_digests(self) -> dict[str, str]:
-        """Run key -> the image its container runs (repo digest when pulled from a registry, else the image id)."""
+        """Run key -> the image its container runs or ran (repo digest when pulled from a registry, else the image
+        id), until its exit is acknowledged: a job that ends at once still shows what it ran."""
         with self._lock:
-            return {k: r.digest for k, r in self._runs.items() if r.digest and r.exit is None}
+            return {k: r.digest for k, r in self._runs.items() if r.digest}
+
+    def phases(self) -> dict[str, str]:
+        """Run key -> what a starting run does before its command runs ("pulling 43%"); runs without one absent."""
+        with self._lock:
+            return {k: r.phase for k, r in self._runs.items() if r.phase and r.exit is None}
+
+    def cached_images(self) -> list[str] | None:
+        """The images this node keeps, most recently used first (None: no image cache)."""
+        return self._cache.cached() if self._cache is not None else None
 
     # ----- Executor -----
     def launch(self, spec: LaunchSpec) -> None:
@@ -157,7 +179,7 @@ class ContainerExecutor:
 
     # ----- launching (a thread per launch: pulling and creating take a while) -----
     def _start(self, run: _Run, spec: LaunchSpec) -> None:
-        code, reason, container = self._create_and_start(spec)
+        code, reason, container = self._create_and_start(run, spec)
         if container is None:  # as a process job's shim does: the reason is in the job's log too
             try:
                 prepare_agent_log(spec.log_path)
@@ -167,6 +189,7 @@ class ContainerExecutor:
                 pass
         with self._lock:
             run.starting = False
+            run.phase = ""
             if container is None:
                 self._finish(run, ExitRecord(run.key, code, reason))
                 return
@@ -178,7 +201,7 @@ class ContainerExecutor:
             if run.cancel_deadline is not None:  # cancelled while it was being created
                 self._stop_later(run)
 
-    def _create_and_start(self, spec: LaunchSpec) -> tuple[int, str, Container | None]:
+    def _create_and_start(self, run: _Run, spec: LaunchSpec) -> tuple[int, str, Container | None]:
         assert spec.container is not None
         c = spec.container
         refusal = find_mount_refusal(c, self._allowed, self._socket)
@@ -189,7 +212,9 @@ class ContainerExecutor:
             return EXIT_CANNOT_EXECUTE, "refused: a job never runs as uid or gid 0", None
         try:
             prepare_agent_log(spec.log_path)
-            self._ensure_image(c.image)
+            self._ensure_image(run, c.image, spec.registry_login)
+        except (PullFailed, PullCancelled) as e:
+            return _pull_outcome(e)
         except _ENGINE_ERRORS as e:  # first: requests' errors are OSErrors too
             return EXIT_ENGINE_REFUSED, f"cannot start: image {c.image}: {_engine_message(e)}", None
         except OSError as e:
@@ -207,21 +232,61 @@ class ContainerExecutor:
         container: Container | None = None
         try:
             self._remove_leftover(str(kwargs["name"]))
-            container = self._client.containers.create(**kwargs)
+            try:
+                container = self._client.containers.create(**kwargs)
+            except ImageNotFound:  # evicted between its check and now (another start's eviction): once more
+                self._ensure_image(run, c.image, spec.registry_login, pull=True)
+                container = self._client.containers.create(**kwargs)
             container.start()
+            self._evict_later()  # now that its container holds its image, the cache may shrink
             return 0, "", container
+        except (PullFailed, PullCancelled) as e:
+            return _pull_outcome(e)
         except _ENGINE_ERRORS as e:
             if container is not None:
                 _remove_quietly(container)
             code, reason = _start_failure(spec, e)
             return code, reason, None
 
-    def _ensure_image(self, image: str) -> None:
-        """The image is on this node: used as it is when present (a cached image starts at once), else pulled."""
-        try:
-            self._client.images.get(image)
-        except ImageNotFound:
-            self._client.images.pull(image)
+    def _ensure_image(self, run: _Run, image: str, login: RegistryLogin | None, pull: bool = False) -> None:
+        """The image is on this node. A cached image starts at once, unless it came with a registry login: then
+        the registry is asked again (with this job's login, or none), so a job that could not pull a private image
+        cannot run it from another tenant's cached copy either. A job with a login always asks the registry (the
+        layers it has are not fetched again). Raises PullFailed or PullCancelled."""
+        cached = self._cache.has(image) if self._cache is not None else _engine_has(self._client, image)
+        private = self._cache is not None and self._cache.is_private(image)
+        if cached and login is None and not private and not pull:
+            if self._cache is not None:
+                self._cache.touch(image)
+            return
+
+        def on_phase(phase: str) -> None:
+            with self._lock:
+                run.phase = phase
+
+        def cancelled() -> bool:
+            with self._lock:
+                return run.cancel_deadline is not None
+
+        pull_image(self._client, image, login, on_phase, cancelled)
+        if self._cache is not None:
+            self._cache.record_pull(image, private=login is not None)
+
+    def _evict_later(self) -> None:
+        """Keep the image cache within its limit, off the launch path (removing images takes a while)."""
+        cache = self._cache
+        if cache is None:
+            return
+
+        def evict() -> None:
+            try:
+                removed = cache.evict()
+                if removed:
+                    log.info("image cache: removed %s (least recently used)", ", ".join(removed))
+            except Exception:  # never let housekeeping kill the agent
+                log.exception("image cache eviction failed")
+
+        threading.Thread(target=evict, name="corral-image-evict", daemon=True).start()
 
     def _remove_leftover(self, name: str) -> None:
         """A container of the same name left by a launch that was interrupted before it recorded anything."""
@@ -343,6 +408,21 @@ class ContainerExecutor:
             if run.cancel_deadline is not None:
                 self._stop_later(run)
         log.info("re-adopted container %s (%s)", container.name, container.status)
+
+
+def _pull_outcome(e: PullFailed | PullCancelled) -> tuple[int, str, None]:
+    """A launch that ended in its pull: cancelled meanwhile (as a SIGTERM), or the image could not be had."""
+    if isinstance(e, PullCancelled):
+        return 143, "cancelled while its image was being pulled", None
+    return EXIT_ENGINE_REFUSED, str(e), None
+
+
+def _engine_has(client: docker.DockerClient, image: str) -> bool:
+    try:
+        client.images.get(image)
+        return True
+    except ImageNotFound:
+        return False
 
 
 def _engine_info(client: docker.DockerClient) -> dict[str, Any]:

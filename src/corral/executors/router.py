@@ -71,6 +71,12 @@ class RuntimeRouter:
     def image_digests(self) -> dict[str, str]:
         return self.container.image_digests() if self.container is not None else {}
 
+    def phases(self) -> dict[str, str]:
+        return self.container.phases() if self.container is not None else {}
+
+    def cached_images(self) -> list[str] | None:
+        return self.container.cached_images() if self.container is not None else None
+
     def close(self) -> None:
         self.process.close()
         if self.container is not None:

@@ -214,6 +214,8 @@ class MemoryStore:
                     parts=placed,
                     delivered_to=frozenset(),
                     part_exits={},
+                    image_digest="",
+                    phase="",
                     started_at=now,
                     delivered=False,
                     reason="",
@@ -253,6 +255,22 @@ class MemoryStore:
             if job is None or job.attempt != attempt:
                 return False
             self._put(replace(job, image_digest=digest[:255]))
+            return True
+
+    def set_job_phase(self, job_id: int, attempt: int, phase: str) -> bool:
+        with self._lock:
+            job = self._by_state[JobState.RUNNING].get(job_id)
+            if job is None or job.attempt != attempt:
+                return False
+            self._put(replace(job, phase=phase[:64]))
+            return True
+
+    def set_node_images(self, name: str, images: Sequence[str]) -> bool:
+        with self._lock:
+            node = self._nodes.get(name)
+            if node is None:
+                return False
+            self._nodes[name] = replace(node, images=tuple(images))
             return True
 
     def record_part_exit(self, job_id: int, node: str, exit_code: int) -> dict[str, int]:
@@ -384,6 +402,7 @@ class MemoryStore:
                 address=address or hostname,
                 isolation=isolation,
                 runtimes=tuple(runtimes),
+                images=old.images if old else (),
                 gpus=(),
                 gpu_status=status,
             )

@@ -145,6 +145,13 @@ class JobStore(Protocol):
         """Record the image a RUNNING container job's `attempt` runs, as its node's engine named it (False: not that
         attempt RUNNING, or unknown). Idempotent."""
 
+    def set_job_phase(self, job_id: int, attempt: int, phase: str) -> bool:
+        """Record what a RUNNING job's `attempt` does before its command starts ("pulling 43%"; "" once it runs).
+        False: not that attempt RUNNING, or unknown. Idempotent."""
+
+    def set_node_images(self, name: str, images: Sequence[str]) -> bool:
+        """Record the container images cached on a node, most recently used first (False: unknown node)."""
+
     def record_part_exit(self, job_id: int, node: str, exit_code: int) -> dict[str, int]:
         """Keep a gang part's exit code; returns every part's exit code so far ({} for an unknown job).
         Idempotent per (job, node)."""

@@ -449,6 +449,8 @@ class SqlStore(
                     node_list="," + ",".join(n for n, _ in parts) + ",",
                     delivered_nodes="",
                     part_exits={},
+                    image_digest="",
+                    phase="",
                     started_at=now,
                     delivered=False,
                     reason="",
@@ -512,6 +514,20 @@ class SqlStore(
                 .where(JobRow.id == job_id, JobRow.attempt == attempt, JobRow.state == JobState.RUNNING.value)
                 .values(image_digest=digest[:255])
             )
+            return bool(affected_rows(res))
+
+    def set_job_phase(self, job_id: int, attempt: int, phase: str) -> bool:
+        with self._tx() as s:
+            res = s.execute(
+                update(JobRow)
+                .where(JobRow.id == job_id, JobRow.attempt == attempt, JobRow.state == JobState.RUNNING.value)
+                .values(phase=phase[:64])
+            )
+            return bool(affected_rows(res))
+
+    def set_node_images(self, name: str, images: Sequence[str]) -> bool:
+        with self._tx() as s:
+            res = s.execute(update(NodeRow).where(NodeRow.name == name).values(images=list(images)))
             return bool(affected_rows(res))
 
     def record_part_exit(self, job_id: int, node: str, exit_code: int) -> dict[str, int]:
@@ -652,6 +668,7 @@ _NODE_COLUMNS = (
     NodeRow.address,
     NodeRow.isolation,
     NodeRow.runtimes,
+    NodeRow.images,
 )
 _GPU_COLUMNS = (
     GpuRow.node_name,
@@ -690,7 +707,22 @@ def _gpu_of_columns(g: Any) -> tuple[GpuInfo, GpuStatus]:
 
 def _node_of_columns(r: Any, gpus: Sequence[tuple[GpuInfo, GpuStatus]]) -> Node:
     """A row of _NODE_COLUMNS as `_node` makes it from a NodeRow."""
-    name, hostname, backend, cpu_milli, memory_mib, state, registered, heartbeat, labels, cordoned, address, iso, rt = r
+    (
+        name,
+        hostname,
+        backend,
+        cpu_milli,
+        memory_mib,
+        state,
+        registered,
+        heartbeat,
+        labels,
+        cordoned,
+        address,
+        iso,
+        rt,
+        im,
+    ) = r
     return Node(
         name=name,
         hostname=hostname,
@@ -707,6 +739,7 @@ def _node_of_columns(r: Any, gpus: Sequence[tuple[GpuInfo, GpuStatus]]) -> Node:
         gpu_status=tuple(st for _, st in gpus),
         isolation=iso or "",
         runtimes=tuple(rt or ("process",)),
+        images=tuple(im or ()),
     )
 
 
@@ -727,6 +760,7 @@ def _node(r: NodeRow, gpus: Sequence[GpuRow]) -> Node:
         gpu_status=tuple(GpuStatus(g.index, g.healthy, g.health_reason or "", g.disabled) for g in gpus),
         isolation=r.isolation or "",
         runtimes=tuple(r.runtimes or ("process",)),
+        images=tuple(r.images or ()),
     )
 
 
@@ -878,6 +912,7 @@ def _job(r: JobRow) -> Job:
         delivered_to=frozenset(x for x in (r.delivered_nodes or "").split(",") if x),
         part_exits={str(k): int(v) for k, v in (r.part_exits or {}).items()},
         image_digest=r.image_digest or "",
+        phase=r.phase or "",
     )
 
 

@@ -126,6 +126,7 @@ class NodeRow(Base):
     address: Mapped[str] = mapped_column(String(255), default="")  # where the server reaches jobs' web UIs
     isolation: Mapped[str] = mapped_column(String(16), default="", server_default="")  # users | single-user (0010)
     runtimes: Mapped[list[str] | None] = mapped_column(JSON, nullable=True)  # process, docker (0019; None: process)
+    images: Mapped[list[str] | None] = mapped_column(JSON, nullable=True)  # cached container images (0020)
 
 
 class GpuRow(Base):
@@ -200,6 +201,8 @@ class JobRow(Base):
     # current attempt runs as the node's engine named it. Migration 0019.
     container: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     image_digest: Mapped[str] = mapped_column(String(255), default="", server_default="")
+    # What a RUNNING attempt does before its command starts, as its agent reports it ("pulling 43%"). Migration 0020.
+    phase: Mapped[str] = mapped_column(String(64), default="", server_default="")
 
     __table_args__ = (
         Index("ix_jobs_state", "state"),

@@ -187,9 +187,17 @@ def test_a_refused_field_is_named_by_its_flag(field: str, message: str, prefix: 
     assert isinstance(e, ValidationError) and (e.field, e.problem) == (flag, problem)
 
 
-def test_errors_that_are_not_about_a_flag_keep_their_words() -> None:
+def test_the_servers_own_checks_name_the_flag_too() -> None:
     domain = CorralAPIError(400, "invalid", "gpu_model: no B200 GPUs in the pool", "gpu_model", {})
-    assert light._flag_error(domain) is domain  # the server's own check: its words name the field already
+    e = light._flag_error(domain)  # a check of the server's (the pool, a secret, a mount policy), not the schema's
+    assert isinstance(e, ValidationError) and (e.field, e.problem) == ("--gpu-model", "no B200 GPUs in the pool")
+    secret = CorralAPIError(400, "invalid", "registry_secret: no secret 'x' in this tenant", "registry_secret", {})
+    assert str(light._flag_error(secret)) == "--registry-secret: no secret 'x' in this tenant"
+
+
+def test_errors_that_are_not_about_a_flag_keep_their_words() -> None:
+    tenant = CorralAPIError(400, "invalid", "tenant: the caller belongs to no tenant", "tenant", {})
+    assert light._flag_error(tenant) is tenant  # no flag sets it
     other = CorralAPIError(422, "invalid", "schedule: bad cron", "schedule", {})
     assert light._flag_error(other, "job") is other
     assert light.describe_error(CorralAPIError(404, "not_found", "job '7' not found", None, {})) == "job '7' not found"

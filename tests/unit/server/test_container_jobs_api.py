@@ -15,8 +15,10 @@ from fastapi.testclient import TestClient
 
 from corral.api.schemas import AgentSync, RunRef
 from corral.core.resources import GpuInfo
+from corral.core.states import JobState
 from corral.server.app import create_app
 from corral.server.bootstrap import ensure_credentials
+from corral.server.keyring import Keyring, load_keyring
 from corral.server.services.agents import apply_reports, compute_assignments
 from corral.server.settings import Settings
 from corral.store.sql import SqlStore, open_store
@@ -29,9 +31,13 @@ class Api:
         self.client = client
         self.auth = {"Authorization": f"Bearer {admin_token}"}
         self.store = store
+        self.keyring: Callable[[], Keyring] = lambda: None  # type: ignore[assignment,return-value]
 
     def submit(self, **body: Any) -> Any:
         return self.client.post("/api/v1/jobs", headers=self.auth, json={"command": ["sh", "-c", "true"], **body})
+
+    def post(self, path: str, body: dict[str, Any]) -> Any:
+        return self.client.post(f"/api/v1{path}", headers=self.auth, json=body)
 
     def get(self, path: str) -> Any:
         r = self.client.get(f"/api/v1{path}", headers=self.auth)
@@ -54,7 +60,9 @@ def make_api(database_url: str, tmp_path: Path) -> Iterator[Callable[..., Api]]:
         client = TestClient(create_app(settings, store))
         client.__enter__()
         clients.append(client)
-        return Api(client, creds.admin_token, store)
+        api = Api(client, creds.admin_token, store)
+        api.keyring = lambda: load_keyring(settings.effective_secrets_key_file, store.secret_key_ids())
+        return api
 
     yield make
     for c in clients:
@@ -133,7 +141,14 @@ def test_hand_over_carries_the_container_and_the_reported_digest_shows(make_api:
     assert node is not None
     assignments, _ = compute_assignments(store, node, set())
     a = next(a for a in assignments if a.job_id == job_id)
-    assert a.container == {"image": IMAGE, "mounts": [], "shm_size_mib": None, "user": "1234:1234"}
+    assert a.container == {
+        "image": IMAGE,
+        "mounts": [],
+        "shm_size_mib": None,
+        "user": "1234:1234",
+        "registry_secret": None,
+    }
+    assert a.registry_auth is None
     assert (a.cpu_milli, a.memory_mib) == (1500, 2048)
     run = RunRef(job_id=job_id, attempt=job["attempt"])
     digest = "corral-test/busybox@sha256:" + "ab" * 32
@@ -142,3 +157,80 @@ def test_hand_over_carries_the_container_and_the_reported_digest_shows(make_api:
     stale = RunRef(job_id=job_id, attempt=job["attempt"] + 1)  # another attempt's report changes nothing
     apply_reports(store, "boxy", AgentSync(running=[run], image_digests={stale.key: "sha256:" + "cd" * 32}))
     assert api.get(f"/jobs/{job_id}")["image_digest"] == digest
+
+
+REGISTRY = "registry.example.com:5000"
+PRIVATE = f"{REGISTRY}/team/trainer:3"
+
+
+def _placed(api: Api, job_id: int) -> Any:
+    now = datetime.now(UTC)
+    api.store.touch_node("boxy", now)
+    if api.get(f"/jobs/{job_id}")["state"] == "PENDING":  # or the scheduler thread placed it already
+        api.store.assign_job(job_id, "boxy", [0], now)
+    return api.get(f"/jobs/{job_id}")
+
+
+def test_a_registry_secret_is_checked_at_submit_and_opened_only_for_the_agent(make_api: Callable[..., Api]) -> None:
+    api = make_api()
+    login = {"name": "team-login", "value": "pa55", "kind": "registry", "host": REGISTRY, "username": "ann"}
+    assert api.post("/secrets", login).status_code == 201
+    assert api.post("/secrets", {"name": "plain", "value": "x"}).status_code == 201
+    for body, words in (
+        ({"image": PRIVATE, "registry_secret": "nope"}, "no secret 'nope' in this tenant"),
+        ({"image": PRIVATE, "registry_secret": "plain"}, "is not a registry login"),
+        ({"image": "docker.io/library/python:3", "registry_secret": "team-login"}, f"logs in to {REGISTRY}"),
+        ({"image": "python:3", "registry_secret": "team-login"}, "comes from docker.io"),
+        ({"registry_secret": "team-login"}, "only a job with an image"),
+        ({"image": PRIVATE, "registry_secret": "../x"}, "not a secret name"),
+    ):
+        error = _field_error(api.submit(**body))
+        assert "registry_secret" in error and words in error, (body, error)
+    r = api.submit(image=PRIVATE, registry_secret="team-login", gpus=1)
+    assert r.status_code == 201, r.text
+    job = _placed(api, r.json()["id"])
+    assert job["registry_secret"] == "team-login" and "pa55" not in str(job)
+    node = api.store.get_node("boxy")
+    assert node is not None
+    assignments, _ = compute_assignments(api.store, node, set(), api.keyring())
+    auth = next(a for a in assignments if a.job_id == job["id"]).registry_auth
+    assert auth is not None and (auth.host, auth.username, auth.password) == (REGISTRY, "ann", "pa55")
+    assert "pa55" not in repr(auth)  # never in a log line
+
+
+def test_a_job_whose_registry_secret_is_gone_fails_naming_it_instead_of_starting(make_api: Callable[..., Api]) -> None:
+    api = make_api()
+    login = {"name": "gone", "value": "pa55", "kind": "registry", "host": REGISTRY, "username": "ann"}
+    assert api.post("/secrets", login).status_code == 201
+    r = api.submit(image=PRIVATE, registry_secret="gone", gpus=1)
+    assert r.status_code == 201, r.text
+    assert api.client.delete("/api/v1/secrets/gone", headers=api.auth).status_code == 204
+    job = _placed(api, r.json()["id"])
+    node = api.store.get_node("boxy")
+    assert node is not None
+    assignments, _ = compute_assignments(api.store, node, set(), api.keyring())
+    assert all(a.job_id != job["id"] for a in assignments)
+    failed = api.get(f"/jobs/{job['id']}")
+    assert failed["state"] == "FAILED" and "registry secret 'gone' no longer exists" in failed["reason"]
+
+
+def test_the_pull_phase_shows_while_it_lasts_and_the_node_reports_its_images(make_api: Callable[..., Api]) -> None:
+    api = make_api()
+    r = api.submit(image=IMAGE, gpus=1)
+    assert r.status_code == 201, r.text
+    job = _placed(api, r.json()["id"])
+    run = RunRef(job_id=job["id"], attempt=job["attempt"])
+    assert job["phase"] is None
+    apply_reports(api.store, "boxy", AgentSync(phases={run.key: "pulling 43%"}, images=[IMAGE]))
+    shown = api.get(f"/jobs/{job['id']}")
+    assert (shown["state"], shown["phase"]) == ("RUNNING", "pulling 43%")  # its GPUs are held meanwhile
+    assert api.get("/nodes/boxy")["images"] == [IMAGE]
+    stale = RunRef(job_id=job["id"], attempt=job["attempt"] + 1)  # another attempt's phase changes nothing
+    apply_reports(api.store, "boxy", AgentSync(phases={stale.key: "pulling 1%", run.key: "pulling 43%"}))
+    assert api.get(f"/jobs/{job['id']}")["phase"] == "pulling 43%"
+    apply_reports(api.store, "boxy", AgentSync(running=[run]))  # its command runs: no phase any more
+    assert api.get(f"/jobs/{job['id']}")["phase"] is None
+    apply_reports(api.store, "boxy", AgentSync(running=[run], phases={run.key: "pulling 99%"}))
+    api.store.finish_job(job["id"], JobState.CANCELLED, 143, "cancelled", datetime.now(UTC))
+    assert api.get(f"/jobs/{job['id']}")["phase"] is None  # an ended job has none, whatever was last reported
+    assert api.get("/nodes/boxy")["images"] == [IMAGE]  # an unchanged list is not sent (None), and kept

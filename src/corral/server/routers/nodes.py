@@ -38,14 +38,14 @@ def _usage(store: StateStore, node: str | None = None) -> Usage:
 
 
 @router.get("/nodes", response_model=list[NodeOut])
-def list_nodes(_: User, store: StoreDep) -> list[NodeOut]:
+def list_nodes(caller: User, store: StoreDep) -> list[NodeOut]:
     usage = _usage(store)
-    return [node_out(n, usage) for n in store.list_nodes()]
+    return [node_out(n, usage, caller.is_admin) for n in store.list_nodes()]
 
 
 @router.get("/nodes/{name}", response_model=NodeOut)
-def get_node(name: str, _: User, store: StoreDep) -> NodeOut:
-    return node_out(operations.load_node(store, name), _usage(store, name))
+def get_node(name: str, caller: User, store: StoreDep) -> NodeOut:
+    return node_out(operations.load_node(store, name), _usage(store, name), caller.is_admin)
 
 
 @router.get("/gpus", response_model=list[GpuOut])

@@ -9,14 +9,14 @@ from __future__ import annotations
 import threading
 from datetime import UTC, datetime
 
-from corral.api.schemas import AgentRegister, AgentSync, Assignment, RunRef
+from corral.api.schemas import AgentRegister, AgentSync, Assignment, RegistryAuth, RunRef
 from corral.core.containers import container_to_dict
 from corral.core.errors import ValidationError
 from corral.core.states import JobState, state_for_exit
 from corral.core.unix_identity import DEFAULT_JOB_UIDS, JobIdentity, UidRange, compute_job_identity, parse_uid_range
 from corral.core.webports import DEFAULT_JOB_PORTS, parse_port_range
 from corral.server.keyring import Keyring
-from corral.server.services.secrets import SecretUnavailable, resolve_secret_env
+from corral.server.services.secrets import SecretUnavailable, resolve_registry_secret, resolve_secret_env
 from corral.server.services.webports import assign_web_port, is_head
 from corral.store.base import StateStore
 from corral.store.records import Job, Node
@@ -27,7 +27,7 @@ DEFAULT_JOB_PORT_RANGE = parse_port_range(DEFAULT_JOB_PORTS)
 
 def register_node(store: StateStore, body: AgentRegister) -> Node:
     gpus = [g.to_info() for g in body.gpus]
-    return store.upsert_node(
+    node = store.upsert_node(
         body.name,
         body.hostname or body.name,
         body.backend,
@@ -40,6 +40,9 @@ def register_node(store: StateStore, body: AgentRegister) -> Node:
         isolation=body.isolation,
         runtimes=tuple(body.runtimes),
     )
+    if body.images is not None and tuple(body.images) != node.images:
+        store.set_node_images(node.name, body.images)
+    return node
 
 
 def _on(job: Job, node: str) -> bool:
@@ -114,6 +117,7 @@ def apply_reports(store: StateStore, node: str, body: AgentSync, fresh: bool = T
     freed = False
     acked: list[RunRef] = []
     mine = {j.id: j for j in store.list_node_jobs(node)}
+    _record_image_digests(store, node, body, mine)  # first: a run that ended at once ran an image too
     for ex in body.exits:
         job = mine.get(ex.job_id) or store.get_job(ex.job_id)
         if job is not None and _current(job, node, ex.run):
@@ -123,7 +127,9 @@ def apply_reports(store: StateStore, node: str, body: AgentSync, fresh: bool = T
         return acked, freed
     seen = {r for r in body.running} | {ex.run for ex in body.exits}
     # Only runs not yet noted as delivered to this node: usually none, and then no write at all.
-    _record_image_digests(store, node, body, mine)
+    _record_phases(store, node, body, mine)
+    if body.images is not None:
+        _record_node_images(store, node, body.images)
     store.mark_delivered(
         [
             r.job_id
@@ -148,6 +154,24 @@ def _record_image_digests(store: StateStore, node: str, body: AgentSync, mine: d
         job = mine.get(run.job_id)
         if _current(job, node, run) and job is not None and job.image_digest != digest:
             store.set_image_digest(job.id, job.attempt, digest)
+
+
+def _record_phases(store: StateStore, node: str, body: AgentSync, mine: dict[int, Job]) -> None:
+    """What each running run of this node does before its command starts ("pulling 43%"), and "" once it
+    runs: only a change is a write. A gang's phase is its head's (rank 0)."""
+    for job in mine.values():
+        run = _run_of(job, node)
+        if run.rank or not _current(job, node, run):
+            continue
+        phase = body.phases.get(run.key, "")
+        if phase != job.phase and (phase or run in body.running or job.phase):
+            store.set_job_phase(job.id, job.attempt, phase)
+
+
+def _record_node_images(store: StateStore, node: str, images: list[str]) -> None:
+    current = store.get_node(node)
+    if current is not None and tuple(images) != current.images:
+        store.set_node_images(node, images)
 
 
 def compute_assignments(
@@ -185,6 +209,7 @@ def compute_assignments(
         if run not in running and node.name not in job.delivered_to:
             try:
                 secret_env = _open_secrets(store, keyring, job)
+                registry_auth = _open_registry_auth(store, keyring, job)
                 identity = load_job_identity(store, job, uids)
             except (SecretUnavailable, ValidationError) as e:
                 store.finish_job(job.id, JobState.FAILED, None, f"cannot start: {e.message}", datetime.now(UTC))
@@ -194,6 +219,7 @@ def compute_assignments(
                 _assignment(job, node.name, uuids, store, web_port).model_copy(
                     update={
                         "secret_env": secret_env,
+                        "registry_auth": registry_auth,
                         "uid": identity.uid,
                         "gid": identity.gid,
                         "unix_user": identity.user,
@@ -219,6 +245,17 @@ def _open_secrets(store: StateStore, keyring: Keyring | None, job: Job) -> dict[
     if keyring is None:
         raise SecretUnavailable("the server handed the job out without its secrets keyring")
     return resolve_secret_env(store, keyring, job.spec.tenant_id, job.spec.secret_env)
+
+
+def _open_registry_auth(store: StateStore, keyring: Keyring | None, job: Job) -> RegistryAuth | None:
+    """The registry login a container job's image is pulled with, opened for its agent only."""
+    c = job.spec.container
+    if c is None or not c.registry_secret:
+        return None
+    if keyring is None:
+        raise SecretUnavailable("the server handed the job out without its secrets keyring")
+    host, username, password = resolve_registry_secret(store, keyring, job.spec.tenant_id, c.registry_secret)
+    return RegistryAuth(host=host, username=username, password=password)
 
 
 def _assignment(job: Job, node: str, uuids: dict[int, str], store: StateStore, web_port: int | None) -> Assignment:

@@ -11,7 +11,8 @@ from corral.store.records import Node
 Usage = dict[tuple[str, int], tuple[int, int]]
 
 
-def node_out(n: Node, usage: Usage) -> NodeOut:
+def node_out(n: Node, usage: Usage, show_images: bool = False) -> NodeOut:
+    """`show_images`: list the images cached on the node (admins: an image's name may be a tenant's secret)."""
     free = sum(1 for g in n.gpus if g.healthy and (n.name, g.index) not in usage)
     return NodeOut(
         name=n.name,
@@ -30,6 +31,7 @@ def node_out(n: Node, usage: Usage) -> NodeOut:
         gpus_unhealthy=sum(1 for g in n.gpus if not g.healthy),
         isolation=n.isolation,
         runtimes=list(n.runtimes),
+        images=list(n.images) if show_images else None,
     )
 
 

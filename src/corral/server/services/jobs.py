@@ -16,7 +16,7 @@ from corral.core.errors import NotFoundError, ValidationError
 from corral.core.requests import ResourceRequest, model_matches
 from corral.core.states import JobState
 from corral.server.auth import Principal
-from corral.server.services.secrets import check_secret_refs
+from corral.server.services.secrets import check_registry_secret_ref, check_secret_refs
 from corral.store.base import StateStore
 from corral.store.protocols import SubmissionStore, TenancyStore
 from corral.store.records import Job, JobSpec, Node, Quota
@@ -163,6 +163,8 @@ def job_spec_for(
     check_secret_refs(store, tenant_id, body.secret_env, body.env)  # names only: values are read at hand-over
     if spec.container is not None:  # host paths only under the admin's prefixes (the agent checks links too)
         check_mounts_allowed(spec.container.mounts, allowed_mounts)
+        if spec.container.registry_secret:
+            check_registry_secret_ref(store, tenant_id, spec.container.registry_secret, spec.container.image)
     return spec
 
 

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from typing import Protocol
 
 from corral.api.secrets import KeyRotationOut, SecretIn, SecretKind, SecretOut, SecretUpdate
+from corral.core.containers import registry_host, same_registry
 from corral.core.errors import CorralError, NotFoundError, ValidationError
 from corral.core.tenancy import Action
 from corral.server.auth import Principal
@@ -167,6 +168,40 @@ def resolve_secret_env(
         except KeyringError as e:
             raise SecretUnavailable(f"secret {name!r} (for {var}) cannot be opened: {e.problem}") from e
     return values
+
+
+def check_registry_secret_ref(store: SecretStore, tenant_id: int, name: str, image: str) -> None:
+    """At submit: the job's `registry_secret` is a registry login of its own tenant whose host serves the image
+    (422 naming `registry_secret` otherwise). Another tenant's secret of that name is simply not there."""
+    record = store.find_secrets(tenant_id, [name]).get(name)
+    if record is None:
+        raise ValidationError("registry_secret", f"no secret {name!r} in this tenant")
+    if record.kind != SecretKind.REGISTRY.value:
+        raise ValidationError(
+            "registry_secret", f"secret {name!r} is not a registry login (create one with --registry HOST)"
+        )
+    host = record.meta.get("host", "")
+    if not same_registry(host, image):
+        raise ValidationError(
+            "registry_secret", f"secret {name!r} logs in to {host}, but image {image} comes from {registry_host(image)}"
+        )
+
+
+def resolve_registry_secret(
+    store: StateStore, keyring: Keyring, tenant_id: int | None, name: str
+) -> tuple[str, str, str]:
+    """(host, username, password) of a tenant's registry secret, for the agent that pulls a job's image. Raises
+    SecretUnavailable naming the secret when it was deleted since submit or cannot be opened."""
+    if tenant_id is None:
+        raise SecretUnavailable("the job belongs to no tenant, so it has no registry secret")
+    record = store.find_secrets(tenant_id, [name]).get(name)
+    if record is None or record.kind != SecretKind.REGISTRY.value:
+        raise SecretUnavailable(f"registry secret {name!r} no longer exists in the job's tenant")
+    try:
+        password = keyring.open(Sealed(record.key_id, record.sealed), secret_context(tenant_id, name))
+    except KeyringError as e:
+        raise SecretUnavailable(f"registry secret {name!r} cannot be opened: {e.problem}") from e
+    return record.meta.get("host", ""), record.meta.get("username", ""), password
 
 
 def rotate_key(store: SecretAdminStore, keyring: Keyring, caller: Principal) -> KeyRotationOut:
