@@ -22,7 +22,31 @@ export function retrySpec(j) {
   if (j.workdir) spec.workdir = j.workdir;
   if (j.time_limit_s) spec.time_limit_s = j.time_limit_s;
   if (j.web_ui || j.port) spec.web_ui = true;  // Corral assigns the port again
+  if (j.secret_env && Object.keys(j.secret_env).length) spec.secret_env = j.secret_env;  // names: the values stay sealed
+  if (j.nodes > 1) spec.nodes = j.nodes;  // a gang again
+  if (j.image) { // the same container again (its image by name: a newer push of the tag is pulled)
+    spec.image = j.image;
+    if (j.mounts && j.mounts.length) spec.mounts = j.mounts;
+    if (j.shm_size_mib) spec.shm_size_mib = j.shm_size_mib;
+    if (j.container_user) spec.container_user = j.container_user;
+    if (j.registry_secret) spec.registry_secret = j.registry_secret;
+  }
   return spec;
+}
+
+// What a running job does before its command starts ("pulling 43%"), shown beside its state; "" otherwise.
+export const phaseText = (j) => (j.phase ? `· ${j.phase}` : "");
+
+// A container job's image, mounts, /dev/shm, user and registry login; "" for a plain process.
+export function containerTable(j) {
+  if (!j.image) return "";
+  const mounts = (j.mounts || []).map((m) => `<code>${esc(m)}</code>`).join("<br>") || "none";
+  return table(["Image", "Image digest", "Mounts", "Shared memory", "Container user", "Registry secret"], [[
+    `<code data-image>${esc(j.image)}</code>`,
+    j.image_digest ? `<code>${esc(j.image_digest)}</code>` : `<span class="muted">once it starts</span>`, mounts,
+    j.shm_size_mib ? `${esc(j.shm_size_mib)} MiB` : `<span class="muted">default</span>`,
+    j.container_user ? esc(j.container_user) : `<span class="muted">the job's own</span>`,
+    j.registry_secret ? esc(j.registry_secret) : `<span class="muted">none</span>`]]);
 }
 
 // "GPU 0 on n1 failed (xid: fatal Xid 79: simulated)" -> "GPU 0 on n1 failed (Xid 79)": the fault in words.
@@ -58,8 +82,8 @@ export async function render(page) {
   const id = Number(page.params[0]);
   let job = await get(`/api/v1/jobs/${id}`);
   document.title = `Job #${id} · Corral`;
-  page.root.innerHTML = `<h1>Job #${id} <span id="name"></span> <span id="state"></span></h1>
-    <div class="row" id="actions"></div><div class="row" id="webui"></div><div id="info"></div>
+  page.root.innerHTML = `<h1>Job #${id} <span id="name"></span> <span id="state"></span> <span id="phase" aria-live="polite"></span></h1>
+    <div class="row" id="actions"></div><div class="row" id="webui"></div><div id="info"></div><div id="container"></div>
     <h2>Timeline</h2><ul class="timeline" id="timeline"></ul>
     <h2>Logs</h2><div id="logs" data-size="0"></div>
     <h2>GPUs</h2><div id="gpus"></div><div id="range"></div><div class="charts" id="charts"></div>`;
@@ -104,6 +128,7 @@ export async function render(page) {
   function paint() {
     $("#name").textContent = job.name ? `· ${job.name}` : "";
     $("#state").innerHTML = stateTag(job.state);
+    $("#phase").textContent = phaseText(job);
     const cancel = $("#cancel");
     if (cancel) {
       cancel.disabled = TERMINAL.has(job.state) || job.cancel_requested;
@@ -118,6 +143,7 @@ export async function render(page) {
       job.node ? `<a href="/nodes/${encodeURIComponent(job.node)}">${esc(job.node)}</a>` : "—", esc(job.exit_code ?? ""),
       (ran === null ? "—" : dur(ran)) + (job.prediction ? `<div class="muted" data-prediction>predicted: ${esc(job.prediction)}</div>` : ""), esc(job.pending_reason ? reasonText(job.pending_reason) : messageText(job.reason)), inLine(job),
       `<span data-requeued>${esc(requeuedText(events))}</span>`]]);
+    $("#container").innerHTML = containerTable(job);
     $("#gpus").innerHTML = job.node && job.gpus.length ? job.gpus.map((g) =>
       `<a href="/gpus/${encodeURIComponent(job.node)}/${g}">${esc(job.node)} GPU ${g}</a>`).join(" · ") : `<p class="muted">no GPUs assigned</p>`;
   }

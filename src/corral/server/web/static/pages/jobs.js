@@ -51,6 +51,9 @@ function etaCell(j, seconds) {
   return `<span class="muted" title="estimated in the browser from running jobs' time limits">~${esc(dur(seconds))}</span>`;
 }
 
+// The state, and what a running job does before its command starts ("RUNNING · pulling 43%") while it says.
+export const stateWithPhase = (j) => stateTag(j.state) + (j.phase ? ` <span class="muted" data-phase>· ${esc(j.phase)}</span>` : "");
+
 const SHOWN = 200; // rows per list (the oldest first); the totals come from X-Total-Count
 const jobLink = (j) => `<a href="/jobs/${j.id}">#${j.id}</a>`;
 const TABS = [["queue", "Queue"], ["running", "Running"], ["history", "History"]];
@@ -96,8 +99,8 @@ export async function renderQueue(page) {
         line.map((j, i) => [position(j, i), jobLink(j), esc(j.name), esc(j.tenant ?? ""), esc(j.queue), j.priority, gpusOf(j), esc(ago(j.created_at)),
           esc(reasonText(j.pending_reason || j.reason)), etaCell(j, eta[i])]), "the queue is empty");
     } else {
-      $("#list").innerHTML = `<p class="muted">${running.total} running${running.total > SHOWN ? `, the oldest ${SHOWN} shown` : ""}</p>` + table(["Job", "Name", "Tenant", "Node", "GPUs", "Running for", "Time limit"],
-        running.items.map((j) => [jobLink(j), esc(j.name), esc(j.tenant ?? ""), `<a href="/nodes/${encodeURIComponent(j.node)}">${esc(j.node)}</a>`,
+      $("#list").innerHTML = `<p class="muted">${running.total} running${running.total > SHOWN ? `, the oldest ${SHOWN} shown` : ""}</p>` + table(["Job", "Name", "State", "Tenant", "Node", "GPUs", "Running for", "Time limit"],
+        running.items.map((j) => [jobLink(j), esc(j.name), stateWithPhase(j), esc(j.tenant ?? ""), `<a href="/nodes/${encodeURIComponent(j.node)}">${esc(j.node)}</a>`,
           gpusOf(j) + (j.gpus.length ? ` <span class="muted">(${esc(j.gpus.join(","))})</span>` : ""), esc(ranFor(j)), j.time_limit_s ? dur(j.time_limit_s) : "none"]), "nothing is running");
     }
     $("#more").innerHTML = "";
@@ -106,7 +109,7 @@ export async function renderQueue(page) {
     const filtered = Object.values(filters()).some((v) => v);
     $("#list").innerHTML = `<p class="muted" data-total="${total}">${total} ${filtered ? "matching " : ""}job${total === 1 ? "" : "s"}</p>` +
       table(["Job", "Name", "State", "Tenant", "Node", "GPUs", "Duration", "Exit", "Created", "Finished"],
-        jobs.map((j) => [jobLink(j), esc(j.name), stateTag(j.state), esc(j.tenant ?? ""), esc(j.node ?? ""), gpusOf(j), esc(ranFor(j)),
+        jobs.map((j) => [jobLink(j), esc(j.name), stateWithPhase(j), esc(j.tenant ?? ""), esc(j.node ?? ""), gpusOf(j), esc(ranFor(j)),
           esc(j.exit_code ?? ""), esc(fmtDateTime(j.created_at)), esc(fmtDateTime(j.finished_at))]),
         filtered ? "no job matches this filter" : "no jobs yet");
     $("#more").innerHTML = jobs.length < total ? `<button type="button" class="secondary" id="older">Older jobs</button>` : "";
