@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: up test test-fast test-e2e typecheck lint bench clean browser-deps directory-deps docker-deps mutate mutate-sample
+.PHONY: up test test-fast test-e2e test-podman typecheck lint bench clean browser-deps directory-deps docker-deps podman-deps mutate mutate-sample
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,16 @@ browser-deps:
 docker-deps:
 	@tests/docker_deps.sh
 
+# Podman's Docker-compatible API socket (tests/podman_deps.sh): Debian's podman (with crun/runc, conmon, netavark,
+# catatonit), `podman system service` on unix:///run/podman/podman.sock, the same local test image; the registry is
+# docker-deps'. The container tests then run once more against it: the same executor code on the other engine.
+podman-deps: docker-deps
+	@tests/podman_deps.sh
+PODMAN_TESTS := tests/integration/test_container_executor.py tests/integration/test_image_cache.py \
+  tests/e2e/test_containers.py tests/e2e/test_container_registry.py tests/e2e/test_container_lifecycle.py
+test-podman: $(VENV)/.dev-installed podman-deps
+	CORRAL_DOCKER_HOST=unix:///run/podman/podman.sock $(BIN)/python -m pytest -q -ra $(PODMAN_TESTS)
+
 # The directory-login tests' real parts: Debian's OpenLDAP slapd (+ ldap-utils), and an OpenID Connect provider
 # (panva's oidc-provider, pinned in tests/directory_login/oidc_provider/package-lock.json) run by node. apt waits
 # for the dpkg lock rather than giving up; sudo only when not root. Missing parts make those tests skip loudly
@@ -63,8 +73,9 @@ lint: $(VENV)/.dev-installed
 	$(BIN)/ruff format --check src tests bench
 
 # As prerequisites, lint and the type check finish before pytest starts (with -j as well).
-test: $(VENV)/.dev-installed browser-deps directory-deps docker-deps lint typecheck
+test: $(VENV)/.dev-installed browser-deps directory-deps docker-deps podman-deps lint typecheck
 	$(BIN)/python -m pytest -q -ra
+	CORRAL_DOCKER_HOST=unix:///run/podman/podman.sock $(BIN)/python -m pytest -q -ra $(PODMAN_TESTS)
 
 test-fast: $(VENV)/.dev-installed directory-deps docker-deps lint typecheck
 	$(BIN)/python -m pytest -q -ra -m "not e2e and not slow"

@@ -7,7 +7,7 @@ import os
 
 import docker
 import httpx
-from docker.errors import DockerException, ImageNotFound
+from docker.errors import DockerException, ImageNotFound, NotFound
 from requests.exceptions import RequestException
 
 from realparts import missing_real_part
@@ -51,7 +51,7 @@ def remove_images(client: docker.DockerClient, *images: str) -> None:
     for image in images:
         try:
             client.images.remove(image, force=True)
-        except ImageNotFound:
+        except NotFound:  # Podman: a plain 404
             pass
 
 

@@ -19,6 +19,7 @@ from container_engine import (
     PRIVATE_IMAGES,
     REGISTRY_PASSWORD,
     REGISTRY_USER,
+    TEST_IMAGE,
     remove_images,
     remove_node_containers,
     require_engine,
@@ -109,7 +110,9 @@ def _run(c: Corral, engine: Any, registry: str) -> None:
     failed = _ended(c, stolen)
     assert failed["state"] == "FAILED", failed
     assert f"cannot pull image {ONE} from {registry} without a login" in failed["reason"]
-    assert "no basic auth credentials" in failed["reason"]  # the registry's own answer
+    assert (
+        "no basic auth credentials" in failed["reason"] or "authentication required" in failed["reason"]
+    )  # the registry's own answer
     assert "got it" not in c.cli("logs", str(stolen), env=bob).stdout
     assert _free_gpus(c) == 2  # its GPUs were freed at once
     # ...not with a wrong login of its own...
@@ -133,7 +136,7 @@ def _run(c: Corral, engine: Any, registry: str) -> None:
     wait_for(lambda: c.job(holder)["state"] == "RUNNING" and c.job(holder)["image_digest"], 60, "holder running")
     second = _ended(c, _submit(c, ann, "--image", TWO, "--registry-secret", "team-login", "--", "true"))
     assert second["state"] == "SUCCEEDED", second
-    tags = lambda: {t for i in engine.images.list() for t in i.tags}  # noqa: E731
+    tags = lambda: {t for i in engine.api.images() for t in i.get("RepoTags") or ()}  # noqa: E731 (one call: no race)
     assert ONE in tags()  # over the limit, but a running container uses it
     assert c.cli("cancel", str(holder), env=ann).returncode == 0
     wait_for(lambda: c.job(holder)["state"] == "CANCELLED", 60, "holder cancelled")
@@ -141,6 +144,17 @@ def _run(c: Corral, engine: Any, registry: str) -> None:
     assert third["state"] == "SUCCEEDED", third
     wait_for(lambda: ONE not in tags(), 30, f"{ONE} evicted (least recently used, no longer in use)")
     assert TWO in tags()
-    # The node reports what it keeps (to admins: an image's name may be a tenant's own matter).
-    wait_for(lambda: next(n for n in c.cli_json("nodes") if n["name"] == NODE)["images"] == [TWO], 30, "images")
+    # The node reports the images it keeps for placement (to admins), never a private one: where a tenant's job lands
+    # must not tell it where another tenant's private image is. A public image it ran is reported.
+    public = _ended(c, _submit(c, ann, "--image", TEST_IMAGE, "--", "true"))
+    assert public["state"] == "SUCCEEDED", public
+    wait_for(lambda: next(n for n in c.cli_json("nodes") if n["name"] == NODE)["images"] == [TEST_IMAGE], 30, "images")
     assert all(n.get("images") is None for n in c.cli_json_as(bob, "nodes"))
+
+    # Another tenant naming the private image by its digest (shown on ann's job) gets no further than by its tag.
+    by_digest = _ended(c, _submit(c, bob, "--image", third["image_digest"], "--", "true"))
+    assert by_digest["state"] == "FAILED" and (
+        "no basic auth credentials" in by_digest["reason"] or "authentication required" in by_digest["reason"]
+    ), by_digest
+    r = c.cli("submit", "--image", third["image_digest"].rpartition("@")[2], "--", "true", env=bob)
+    assert r.returncode != 0 and "looks like an image id" in r.stderr  # an id names whatever a node holds

@@ -39,6 +39,12 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")  # tab and newline allowed (c
 _CONTROL_OR_NEWLINE = re.compile(r"[\x00-\x1f\x7f]")
 
 
+def printable(value: str, limit: int) -> str:
+    """`value` with control characters (NUL, escapes, newlines) replaced by spaces, at most `limit` characters: for
+    text a node or a registry wrote that is stored and shown back (an exit reason), kept rather than refused."""
+    return _CONTROL_OR_NEWLINE.sub(" ", value[:limit])
+
+
 def problem_in_text(value: str, *, single_line: bool = False) -> str | None:
     """Why `value` cannot be stored and shown as text (NUL or terminal control characters), or None."""
     if "\x00" in value:

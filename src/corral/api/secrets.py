@@ -22,7 +22,7 @@ class SecretKind(StrEnum):
 
 
 def check_secret_name(name: str) -> str:
-    if not SECRET_NAME.match(name):
+    if not SECRET_NAME.fullmatch(name):
         raise ValueError(f"{name!r} is not a secret name (letters, digits, '.', '_', '-'; 1-64 characters)")
     return name
 
@@ -32,7 +32,7 @@ def check_secret_env(refs: dict[str, str]) -> dict[str, str]:
     if len(refs) > MAX_SECRET_REFS:
         raise ValueError(f"at most {MAX_SECRET_REFS} secret variables")
     for var, name in refs.items():
-        if not ENV_NAME.match(var):
+        if not ENV_NAME.fullmatch(var):
             raise ValueError(f"invalid environment variable name {var[:130]!r}")
         if var.upper().startswith(RESERVED_PREFIXES) or var in RESERVED_NAMES:
             raise ValueError(f"{var} is reserved for Corral (CORRAL_*, CUDA_*, NVIDIA_*, PORT)")
@@ -49,6 +49,23 @@ def check_secret_value(value: str) -> str:
     if "\x00" in value:
         raise ValueError("contains a NUL byte (an environment variable cannot hold one)")
     return value
+
+
+_REGISTRY_HOST = re.compile(r"^(https?://)?[A-Za-z0-9]([A-Za-z0-9.-]{0,252})(:[0-9]{1,5})?/?$")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def check_registry_host(host: str | None) -> str | None:
+    """A registry's host[:port] (a scheme allowed, as `docker login` takes it); nothing else."""
+    if host is not None and not _REGISTRY_HOST.fullmatch(host):
+        raise ValueError(f"{host[:80]!r} is not a registry host (host or host:port, e.g. registry.example.com:5000)")
+    return host
+
+
+def check_registry_user(username: str | None) -> str | None:
+    if username is not None and (_CONTROL.search(username) or username != username.strip()):
+        raise ValueError("must not hold control characters or surrounding spaces")
+    return username
 
 
 class SecretIn(BaseModel):
@@ -71,6 +88,16 @@ class SecretIn(BaseModel):
     @classmethod
     def _name(cls, v: str) -> str:
         return check_secret_name(v)
+
+    @field_validator("host")
+    @classmethod
+    def _host(cls, v: str | None) -> str | None:
+        return check_registry_host(v)
+
+    @field_validator("username")
+    @classmethod
+    def _username(cls, v: str | None) -> str | None:
+        return check_registry_user(v)
 
     @field_validator("value")
     @classmethod
@@ -99,6 +126,16 @@ class SecretUpdate(BaseModel):
     @classmethod
     def _value(cls, v: str) -> str:
         return check_secret_value(v)
+
+    @field_validator("host")
+    @classmethod
+    def _host(cls, v: str | None) -> str | None:
+        return check_registry_host(v)
+
+    @field_validator("username")
+    @classmethod
+    def _username(cls, v: str | None) -> str | None:
+        return check_registry_user(v)
 
 
 class SecretOut(BaseModel):

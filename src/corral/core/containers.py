@@ -29,6 +29,7 @@ _IMAGE = re.compile(
     r"^(?:[a-zA-Z0-9.-]+(?::[0-9]+)?/)?[a-z0-9]+(?:[._-]{1,2}[a-z0-9]+)*(?:/[a-z0-9]+(?:[._-]{1,2}[a-z0-9]+)*)*"
     r"(?::[\w][\w.-]{0,127})?(?:@sha256:[0-9a-f]{64})?$"
 )
+_IMAGE_ID = re.compile(r"^(sha256:)?[0-9a-f]{1,64}$")
 _USER = re.compile(r"^[0-9]{1,10}(?::[0-9]{1,10})?$")
 _SIZE = re.compile(r"^([0-9]{1,9})([kmgt]?)(?:i?b)?$", re.IGNORECASE)
 _SIZE_MIB = {"k": 1 / 1024, "": 1 / (1 << 20), "m": 1, "g": 1024, "t": 1 << 20}
@@ -54,9 +55,12 @@ class ContainerSpec:
 
 
 def check_image(image: str) -> str:
-    """The image reference, or ValidationError naming `image`."""
-    if not image or len(image) > MAX_IMAGE_CHARS or not _IMAGE.match(image):
+    """The image reference, or ValidationError naming `image`. Never an image id (`sha256:...`, or hex that an engine
+    reads as an id's prefix): an id names whatever image a node holds, another tenant's private one included."""
+    if not image or len(image) > MAX_IMAGE_CHARS or not _IMAGE.fullmatch(image):
         raise ValidationError("image", f"{image!r} is not an image reference (e.g. pytorch/pytorch:2.4, reg:5000/a/b)")
+    if _IMAGE_ID.fullmatch(image):
+        raise ValidationError("image", f"{image!r} looks like an image id: name the image (repository[:tag][@digest])")
     return image
 
 
@@ -64,7 +68,8 @@ def registry_host(image: str) -> str:
     """The registry an image reference is pulled from, as Docker reads it: the first path component when it
     looks like a host (has a '.' or a ':', or is `localhost`), else Docker Hub (`docker.io`)."""
     first, sep, _ = image.partition("/")
-    if sep and ("." in first or ":" in first or first == "localhost"):
+    # Docker's splitDockerDomain: a first component with a '.', a ':', an upper-case letter, or `localhost` is a host
+    if sep and ("." in first or ":" in first or first == "localhost" or first != first.lower()):
         return first.lower()
     return "docker.io"
 
@@ -81,7 +86,7 @@ def same_registry(secret_host: str, image: str) -> bool:
 
 def check_user(user: str) -> str:
     """ "UID[:GID]" with numbers only (names would be resolved inside the image, where /etc/passwd is the image's)."""
-    if not _USER.match(user):
+    if not _USER.fullmatch(user):
         raise ValidationError("container_user", f"{user!r}: give a numeric UID or UID:GID")
     if 0 in (int(x) for x in user.split(":")):  # as for process jobs: a job never runs as root
         raise ValidationError("container_user", f"{user!r}: a job never runs as uid or gid 0")

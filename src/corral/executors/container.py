@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import re
 import shutil
 import threading
 import time
@@ -43,7 +44,7 @@ from corral.executors.container_config import (
 )
 from corral.executors.container_logs import LogFollower, prepare_agent_log
 from corral.executors.image_cache import ImageCache
-from corral.executors.image_pull import PullCancelled, PullFailed, pull_image
+from corral.executors.image_pull import PullCancelled, PullFailed, check_access, pull_image
 from corral.executors.jobdir import check_job_id, load_json
 from corral.executors.shim import write_json_atomic
 
@@ -53,6 +54,11 @@ _LAUNCH, _CANCEL, _EXIT = "launch.json", "cancel.json", "exit"
 _ENGINE_ERRORS = (DockerException, RequestException)
 _LIST_EVERY_S = 0.2
 _LOG_DRAIN_S = 10.0
+# States of a container that has not ended: Docker's, and Podman's "stopping" (its exit code is not known yet).
+_LIVE_STATES = ("running", "created", "restarting", "paused", "stopping")
+_CATATONIT_EXEC = re.compile(
+    rb"\(catatonit:[0-9]+\): failed to exec pid1: (No such file or directory|Permission denied)"
+)
 
 
 @dataclass
@@ -96,8 +102,9 @@ class ContainerExecutor:
         self._allowed = allowed_mounts
         self._nvidia = nvidia
         self._socket = engine_socket
-        self._cache = image_cache
-        self._init = bool(_engine_info(client).get("InitBinary"))  # a tiny init as PID 1 passes SIGTERM on
+        # Always one: it is also what keeps a private image to the jobs that may pull it (no limit by default).
+        self._cache = image_cache or ImageCache(client, state_dir.parent / f"{state_dir.name}-images", None)
+        self._init = _engine_has_init(client)  # a tiny init as PID 1 passes SIGTERM on
         self._lock = threading.RLock()
         self._runs: dict[str, _Run] = {}
         self._listed: dict[str, dict[str, Any]] = {}
@@ -254,11 +261,16 @@ class ContainerExecutor:
         cannot run it from another tenant's cached copy either. A job with a login always asks the registry (the
         layers it has are not fetched again). Raises PullFailed or PullCancelled."""
         cached = self._cache.has(image) if self._cache is not None else _engine_has(self._client, image)
-        private = self._cache is not None and self._cache.is_private(image)
-        if cached and login is None and not private and not pull:
-            if self._cache is not None:
-                self._cache.touch(image)
-            return
+        if cached and not pull:
+            if login is not None or (self._cache is not None and self._cache.is_private(image)):
+                try:  # the registry decides, even for a digest the node holds (a pull of one asks nobody)
+                    check_access(self._client, image, login)
+                except NotImplementedError:
+                    pull = True
+            if login is None and not pull:
+                if self._cache is not None:
+                    self._cache.touch(image)
+                return
 
         def on_phase(phase: str) -> None:
             with self._lock:
@@ -307,7 +319,7 @@ class ContainerExecutor:
                 info = listed.get(run.key)
                 if info is None:
                     self._lost_or_listed_late(run)
-                elif info.get("State") not in ("running", "created", "restarting", "paused"):
+                elif info.get("State") not in _LIVE_STATES:
                     self._collect(run)
         except _ENGINE_ERRORS as e:
             log.warning("container engine: %s", _engine_message(e))
@@ -342,6 +354,9 @@ class ContainerExecutor:
             reason = "cancelled: killed after grace period" if code == 137 else "cancelled"
         elif state.get("OOMKilled"):
             reason = "out of memory: the container reached its memory limit"
+        elif code == 1 and self._init and (failure := _init_exec_failure(container)):
+            code, reason = failure
+            _note_in_log(run.log_path, reason)  # the init's own line does not name the program
         self._finish(run, ExitRecord(run.key, code, reason))
         _remove_quietly(container)
 
@@ -425,12 +440,18 @@ def _engine_has(client: docker.DockerClient, image: str) -> bool:
         return False
 
 
-def _engine_info(client: docker.DockerClient) -> dict[str, Any]:
+def _engine_has_init(client: docker.DockerClient) -> bool:
+    """Docker names its init binary in /info; Podman's compatible API leaves it out, though Podman runs one (its
+    catatonit) for `init` as Docker does: it says it is Podman in /version."""
     try:
         info = client.info()
-        return info if isinstance(info, dict) else {}
+        if isinstance(info, dict) and info.get("InitBinary"):
+            return True
+        version = client.version()
+        components = version.get("Components") if isinstance(version, dict) else None
+        return any(isinstance(c, dict) and c.get("Name") == "Podman Engine" for c in components or ())
     except _ENGINE_ERRORS:
-        return {}
+        return False
 
 
 def _digest_of(container: Container) -> str:
@@ -443,6 +464,31 @@ def _digest_of(container: Container) -> str:
         return str(container.attrs.get("Image", ""))
     digests = image.attrs.get("RepoDigests") or []
     return str(digests[0]) if digests else str(image.id or "")
+
+
+def _init_exec_failure(container: Container) -> tuple[int, str] | None:
+    """The command could not be run by Podman's init (catatonit), which exits 1 where Docker's (tini) exits 127 or
+    126: as a shell would report it, from the one line catatonit leaves on stderr. None when that is not it."""
+    try:
+        tail = container.logs(stdout=False, stderr=True, tail=1)
+    except _ENGINE_ERRORS:
+        return None
+    found = _CATATONIT_EXEC.search(tail) if isinstance(tail, bytes) else None
+    if found is None:
+        return None
+    config = container.attrs.get("Config") or {}
+    program = str((config.get("Cmd") or [""])[0])
+    if found.group(1) == b"Permission denied":
+        return EXIT_CANNOT_EXECUTE, f"permission denied: {program}"
+    return EXIT_COMMAND_NOT_FOUND, f"command not found: {program} (in image {config.get('Image', '')})"
+
+
+def _note_in_log(path: Path, reason: str) -> None:
+    try:
+        with open(path, "ab") as f:
+            f.write(f"corral: {reason}\n".encode())
+    except OSError:
+        pass
 
 
 def _start_failure(spec: LaunchSpec, e: Exception) -> tuple[int, str]:

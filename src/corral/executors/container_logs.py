@@ -1,10 +1,10 @@
 """A container's stdout and stderr, appended to the job's durable log (the same file a process job writes).
 
 The engine keeps the container's output (json-file driver); a follower thread streams it with timestamps, writes
-each line without its timestamp, and keeps the newest timestamp written in the job's state dir. An agent that
-was killed and restarted resumes from there, so the log holds every line once (lines stamped in the very same
-nanosecond as the last one written before the crash are the exception, and a kill between a line and its
-recorded position repeats that one line).
+each line without its timestamp, and keeps the newest timestamp written, with how many lines bore it, in the job's
+state dir. An agent that was killed and restarted resumes from there, so the log holds every line once (a kill
+between a line and its recorded position repeats that one line). Docker stamps lines to the nanosecond, Podman's
+compatible API to the second: many lines may share one stamp, hence the count.
 """
 
 from __future__ import annotations
@@ -34,12 +34,13 @@ def compute_timestamp_key(stamp: str) -> tuple[str, int]:
     return whole, int((fraction or "0").ljust(9, "0")[:9])
 
 
-def load_position(state_dir: Path) -> str:
+def load_position(state_dir: Path) -> tuple[str, int]:
+    """The newest timestamp written ("" for none) and how many lines bearing it were written."""
     try:
         data = json.loads((state_dir / LOG_POSITION_FILE).read_text(encoding="utf-8"))
-        return str(data.get("last", ""))
-    except (OSError, ValueError):
-        return ""
+        return str(data.get("last", "")), int(data.get("count", 1))
+    except (OSError, ValueError, TypeError, AttributeError):
+        return "", 0
 
 
 class LogFollower:
@@ -49,7 +50,7 @@ class LogFollower:
         self._container = container
         self._log_path = log_path
         self._state_dir = state_dir
-        self._last = load_position(state_dir)
+        self._last, self._count = load_position(state_dir)
         self._thread = threading.Thread(target=self._run, name=f"corral-logs-{state_dir.name}", daemon=True)
 
     def start(self) -> None:
@@ -74,7 +75,7 @@ class LogFollower:
                     except RequestException:
                         complete = False
                     self._container.reload()
-                    if complete and self._container.status not in ("running", "restarting", "paused"):
+                    if complete and self._container.status not in ("running", "restarting", "paused", "stopping"):
                         return
                     if time.monotonic() - began < 0.5:
                         time.sleep(0.5)  # no busy loop against an engine that ends streams at once
@@ -85,6 +86,7 @@ class LogFollower:
         """The container's output lines not yet written (stdout and stderr interleaved as they came)."""
         last_key = compute_timestamp_key(self._last) if self._last else None
         since = calendar.timegm(time.strptime(last_key[0], "%Y-%m-%dT%H:%M:%S")) if last_key else None
+        seen = 0  # lines of this stream stamped last_key
         stream = self._container.logs(stdout=True, stderr=True, stream=True, follow=True, timestamps=True, since=since)
         for chunk in stream:  # one frame: one message of the container, "<timestamp> <text>"
             stamp, _, text = chunk.partition(b" ")
@@ -92,10 +94,16 @@ class LogFollower:
                 yield chunk  # an engine that does not stamp its lines
                 continue
             key = compute_timestamp_key(stamp.decode("ascii"))
-            if last_key is not None and key <= last_key:
-                continue  # written before the agent restarted
-            last_key = key
-            self._last = stamp.decode("ascii")
+            if last_key is not None and key < last_key:
+                continue  # written before the agent restarted (or before this stream broke)
+            if key == last_key:
+                seen += 1
+                if seen <= self._count:
+                    continue  # this stamp's lines already written
+                self._count = seen
+            else:
+                last_key, seen, self._count = key, 1, 1
+                self._last = stamp.decode("ascii")
             yield text
             self._save()
 
@@ -106,7 +114,7 @@ class LogFollower:
             return
         tmp = self._state_dir / (LOG_POSITION_FILE + ".tmp")
         try:
-            tmp.write_text(json.dumps({"last": self._last}), encoding="utf-8")
+            tmp.write_text(json.dumps({"last": self._last, "count": self._count}), encoding="utf-8")
             os.replace(tmp, self._state_dir / LOG_POSITION_FILE)
         except OSError:
             pass  # the job's state dir is gone: the job was acknowledged meanwhile

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import docker
-from docker.errors import DockerException, ImageNotFound
+from docker.errors import DockerException, ImageNotFound, NotFound
 from requests.exceptions import RequestException
 
 from corral.executors.jobdir import load_json
@@ -127,16 +127,36 @@ class ImageCache:
         return True
 
     def is_private(self, image: str) -> bool:
-        """The index says Corral pulled it with registry credentials (no engine call)."""
+        """Whether the image the engine has under this name is one Corral pulled with a registry login, by image id:
+        the same image named another way (by digest, another tag, another spelling of its repository) is as
+        private. Fails closed: a name the engine cannot resolve now counts as private (the caller pulls)."""
         with self._lock:
             entry = self._index.get(image)
-            return entry is not None and entry.private
+            if entry is not None and entry.private:
+                return True
+            private_ids = {e.id for e in self._index.values() if e.private}
+        if not private_ids:
+            return False
+        try:
+            image_id = str(self._client.images.get(image).id)
+        except ImageNotFound:
+            return False  # not on the node: it is pulled anyway
+        except _ENGINE_ERRORS as e:
+            log.warning("image cache: cannot inspect %s (%s); treating it as private", image, e)
+            return True
+        return image_id in private_ids
 
     def cached(self) -> list[str]:
         """Refs in the index that the engine still has, most recently used first, at most MAX_REPORTED (one list of
-        the engine's images). On an engine error: the index as it stands, unchecked (logged)."""
+        the engine's images). Never a private image (pulled with a registry login): the node reports these for
+        placement, and a tenant must not learn where another tenant's private image is by where its job lands. On
+        an engine error: the index as it stands, unchecked (logged)."""
         with self._lock:
-            order = sorted(self._index.items(), key=lambda kv: kv[1].last_used, reverse=True)
+            order = sorted(
+                ((ref, e) for ref, e in self._index.items() if not e.private),
+                key=lambda kv: kv[1].last_used,
+                reverse=True,
+            )
         try:
             ids, refs = self._engine_images()
         except _ENGINE_ERRORS as e:
@@ -231,7 +251,7 @@ class ImageCache:
                 for ref in refs:
                     try:
                         self._client.images.remove(image=ref, force=False)
-                    except ImageNotFound:
+                    except NotFound:  # Docker says ImageNotFound; Podman a plain 404 ("image not known")
                         pass  # gone meanwhile: its space is free all the same
             except _ENGINE_ERRORS as e:
                 log.warning("image cache: not removing %s (%s): %s", ", ".join(refs), image_id, e)

@@ -7,15 +7,17 @@ login, and a job without one never starts from such an image without asking the 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import docker
 from docker.utils import parse_repository_tag
 
-from corral.core.containers import registry_host
+from corral.core.containers import registry_host, same_registry
 from corral.executors.base import RegistryLogin
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # Per-layer statuses of the engine's pull stream that mean the layer needs no more bytes.
 _DONE = frozenset({"Download complete", "Pull complete", "Already exists", "Verifying Checksum", "Extracting"})
 
@@ -79,6 +81,8 @@ def pull_image(
 ) -> None:
     """Pull `image` through the engine, with `login` (none: anonymously, never with the agent's own Docker
     config). Calls `on_phase` as progress changes. Raises PullFailed or PullCancelled."""
+    if login is not None and not same_registry(login.host, image):  # the server checked; a login never strays
+        raise PullFailed(describe_failure(image, f"the login is for {login.host}, not this registry", login))
     repo, tag = parse_repository_tag(image)
     auth = {"username": login.username, "password": login.password} if login else {}
     progress = PullProgress()
@@ -103,11 +107,29 @@ def pull_image(
         raise PullFailed(describe_failure(image, str(e.explanation or e), login)) from e
 
 
+def check_access(client: docker.DockerClient, image: str, login: RegistryLogin | None) -> None:
+    """Ask the registry whether `login` (none: anonymously) may read `image`, without pulling it: the engine's
+    /distribution call fetches the manifest every time, where a pull of a digest the node holds asks nobody. Raises
+    PullFailed with the registry's answer. An engine without the call (an older Podman) answers 404: then a pull
+    must do (the caller pulls)."""
+    if login is not None and not same_registry(login.host, image):
+        raise PullFailed(describe_failure(image, f"the login is for {login.host}, not this registry", login))
+    auth = {"username": login.username, "password": login.password} if login else {}
+    try:
+        client.api.inspect_distribution(image, auth_config=auth)  # type: ignore[no-untyped-call]
+    except docker.errors.APIError as e:
+        # No such route: Docker says {"message": "page not found"}, Podman 4.3 a bare text "Not Found".
+        if e.status_code == 404 and str(e.explanation or "").strip().lower() in ("page not found", "not found"):
+            raise NotImplementedError("the engine cannot ask a registry without pulling") from e
+        raise PullFailed(describe_failure(image, str(e.explanation or e), login)) from e
+
+
 def describe_failure(image: str, message: str, login: RegistryLogin | None) -> str:
     """The reason a job shows: the image, the registry, whose login was tried, and what the registry said."""
     host = registry_host(image)
     who = f"as {login.username}" if login else "without a login (no --registry-secret)"
-    return f"cannot pull image {image} from {host} {who}: {message.strip()[:400]}"
+    said = _CONTROL.sub(" ", message.strip()[:400])  # the registry's words, which a tenant's registry chooses
+    return f"cannot pull image {image} from {host} {who}: {said}"
 
 
 def _close(stream: Iterable[Any]) -> None:

@@ -146,6 +146,8 @@ def check_secret_refs(store: SecretStore, tenant_id: int, refs: Mapping[str, str
     for var, name in sorted(refs.items()):
         if name not in found:
             raise ValidationError("secret_env", f"no secret {name!r} in this tenant (for {var})")
+        if found[name].kind == SecretKind.REGISTRY.value:  # a registry login serves pulls only, never a job's eyes
+            raise ValidationError("secret_env", f"secret {name!r} is a registry login: use it with --registry-secret")
 
 
 def resolve_secret_env(
@@ -161,7 +163,7 @@ def resolve_secret_env(
     values: dict[str, str] = {}
     for var, name in sorted(refs.items()):
         record = found.get(name)
-        if record is None:
+        if record is None or record.kind == SecretKind.REGISTRY.value:  # replaced by a registry login since submit
             raise SecretUnavailable(f"secret {name!r} (for {var}) no longer exists in the job's tenant")
         try:
             values[var] = keyring.open(Sealed(record.key_id, record.sealed), secret_context(tenant_id, name))
