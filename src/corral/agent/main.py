@@ -23,6 +23,7 @@ from corral.executors.jobhome import CHECKPOINTS
 from corral.executors.process import ProcessExecutor
 from corral.executors.router import RuntimeRouter
 from corral.sdk.client import AgentClient, CorralConnectionError
+from corral.sdk.endpoints import parse_urls, split_urls
 
 log = logging.getLogger("corral.agent")
 
@@ -34,7 +35,8 @@ class AgentSettings(BaseSettings):
 
     server_url: str = Field(
         "https://127.0.0.1:8602",
-        description="The server's agent port (mutual TLS), as `corral up` prints it; `corral agent --join URL`.",
+        description="The server's agent port (mutual TLS), as `corral up` prints it; `corral agent --join URL`. "
+        "Several replicas' agent ports, comma-separated: the agent fails over among them.",
     )
     join_token_file: str = Field(
         "",
@@ -84,8 +86,15 @@ class AgentSettings(BaseSettings):
             return self.advertise_address
         from urllib.parse import urlparse
 
-        host = urlparse(self.server_url).hostname or ""
-        return "127.0.0.1" if host in ("127.0.0.1", "localhost", "::1") else socket.gethostname()
+        hosts = {urlparse(u).hostname or "" for u in split_urls(self.server_url)}
+        return "127.0.0.1" if hosts <= {"127.0.0.1", "localhost", "::1"} else socket.gethostname()
+
+    @field_validator("server_url")
+    @classmethod
+    def _check_server_url(cls, v: str) -> str:
+        """One URL, or several replicas' separated by commas; each an http(s) URL with a host."""
+        urls = parse_urls(v)
+        return v if len(urls) == 1 else ",".join(urls)
 
     @field_validator("data_dir")
     @classmethod

@@ -19,6 +19,7 @@ from corral.core.resources import GpuInfo
 from corral.core.states import JobState
 
 MAX_BATCH_JOBS = 1000  # submissions in one POST /api/v1/jobs/batch
+MAX_EXIT_REASON_CHARS = 1000
 MAX_NODE_IMAGES = 200  # cached images a node reports (the most recently used)
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -695,7 +696,13 @@ class ExitReport(BaseModel):
     attempt: int = Field(1, ge=1, le=bounds.MAX_ID)
     rank: int = Field(0, ge=0, le=1024)
     exit_code: int = Field(ge=-(2**31), le=bounds.INT32_MAX, description="the exit status, or minus the signal")
-    reason: str = ""
+    reason: str = Field("", description="why it ended, in words (control characters become spaces; at most 1,000)")
+
+    @field_validator("reason")
+    @classmethod
+    def _reason(cls, v: str) -> str:
+        # It may quote a registry's or an engine's answer, which a tenant can choose: stored and shown as text.
+        return bounds.printable(v, MAX_EXIT_REASON_CHARS)
 
     @property
     def run(self) -> RunRef:
@@ -1018,3 +1025,24 @@ class NodeCertOut(BaseModel):
 class NodeRevokeOut(BaseModel):
     node: str
     revoked_serials: list[str]
+
+
+class ReplicaOut(BaseModel):
+    id: str = Field(description="host:pid:random, new for each server process")
+    host: str
+    url: str = Field(description="where it serves the API")
+    version: str
+    started_at: datetime
+    last_seen_at: datetime = Field(description="its last heartbeat (each second while it runs)")
+    leader: bool = Field(description="it holds the leader lease: it applies plans, fires schedules, runs alerts")
+
+
+class StatusOut(BaseModel):
+    """The control plane: the server replicas sharing the database and which of them leads (issue 17)."""
+
+    replica: str = Field(description="the id of the replica that answered")
+    leader: str | None = Field(description="the id of the leading replica (None: none holds a live lease)")
+    leader_since: datetime | None = Field(description="since when the leader has led")
+    leader_epoch: int = Field(description="grows with each new leader (a fencing token)")
+    lease_expires_at: datetime | None = Field(description="when another replica may take over unless renewed")
+    replicas: list[ReplicaOut] = Field(description="replicas heard from in the last 15 s, oldest first")

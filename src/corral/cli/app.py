@@ -17,6 +17,7 @@ from corral import __version__
 from corral.cli import alerts, directory, light, nodes, run, schedules, tenancy
 from corral.cli import identity as identity_cli
 from corral.cli import secrets as secrets_cli
+from corral.cli import status as status_cli
 from corral.cli.config import ConfigError
 from corral.cli.simulate import simulate_app
 from corral.core.errors import CorralError
@@ -75,6 +76,7 @@ app.add_typer(alerts.alerts_app, name="alerts")
 app.add_typer(schedules.schedules_app, name="schedules")
 app.command("login")(tenancy.login)
 app.command("whoami")(tenancy.whoami)
+app.command("status")(status_cli.status)
 app.add_typer(tenancy.tenants_app, name="tenants")
 app.add_typer(tenancy.users_app, name="users")
 app.add_typer(tenancy.tokens_app, name="tokens")

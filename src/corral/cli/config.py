@@ -1,6 +1,6 @@
-"""Where the CLI finds its server and token: flag > CORRAL_URL/CORRAL_TOKEN > ~/.config/corral/config.json; and
-which CA verifies an https:// server: CORRAL_CA_FILE > the config's `ca` (written by `corral up`/`corral login`)
-> the system's CAs."""
+"""Where the CLI finds its server and token: flag > CORRAL_URL/CORRAL_TOKEN > ~/.config/corral/config.json (the
+URL may name several replicas, comma-separated: the clients fail over among them); and which CA verifies an
+https:// server: CORRAL_CA_FILE > the config's `ca` (written by `corral up`/`corral login`) > the system's CAs."""
 
 from __future__ import annotations
 
@@ -31,11 +31,33 @@ def resolve_target(url: str | None = None, token: str | None = None) -> tuple[st
             saved = json.loads(path.read_text())
         except ValueError as e:
             raise ConfigError(f"{path} is not valid JSON: {e}") from e
-    url = url or os.environ.get("CORRAL_URL") or saved.get("url") or f"http://127.0.0.1:{DEFAULT_PORT}"
+    if url:
+        source = "--url"
+    elif os.environ.get("CORRAL_URL"):
+        url, source = os.environ["CORRAL_URL"], "CORRAL_URL"
+    elif saved.get("url"):
+        url, source = saved["url"], f"the url in {path}"
+    else:
+        url, source = f"http://127.0.0.1:{DEFAULT_PORT}", ""
+    check_urls(url, source)
     token = token or os.environ.get("CORRAL_TOKEN") or saved.get("token")
     if not token:
         raise ConfigError(f"no API token: set CORRAL_TOKEN or run `corral up` once to write {path}")
     return url, token
+
+
+def check_urls(url: str, source: str) -> None:
+    """`url` is one server's URL, or several replicas' separated by commas (the client fails over among them);
+    ConfigError naming `source` (--url, CORRAL_URL, the config file) and what is wrong."""
+    from corral.sdk.endpoints import parse_urls
+
+    try:
+        parse_urls(url)
+    except ValueError as e:
+        raise ConfigError(
+            f"{source}: {e}; give the server's URL, or several replicas' separated by commas "
+            "(https://head1:8600,https://head2:8600)"
+        ) from None
 
 
 def load_config() -> dict[str, str]:
@@ -50,8 +72,8 @@ def load_config() -> dict[str, str]:
 
 
 def resolve_verify(url: str) -> ssl.SSLContext | bool:
-    """The CA an https:// `url` is verified against (never no verification)."""
-    if not url.startswith("https://"):
+    """The CA an https:// `url` (or a list of URLs with one) is verified against (never no verification)."""
+    if not any(u.strip().startswith("https://") for u in url.split(",")):
         return True
     ca_file = os.environ.get("CORRAL_CA_FILE")
     if ca_file:

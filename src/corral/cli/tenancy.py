@@ -281,9 +281,12 @@ def login(
     ] = None,
 ) -> None:
     """Log in with a password; saves the session token (and the server's CA) in the CLI's config."""
+    from corral.cli.config import check_urls
     from corral.cli.identity import login_ca
 
     target = url or os.environ.get("CORRAL_URL")
+    if target is not None:  # one server's URL, or several replicas' (comma-separated): each checked
+        check_urls(target, "--url" if url else "CORRAL_URL")
     if target is None:
         try:
             target, _ = resolve_target(token="unused")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ssl
 import threading
 import uuid
+from collections.abc import Sequence
 from typing import Any, Self
 from urllib.parse import quote
 
@@ -31,6 +32,7 @@ from corral.api.schemas import (
     ScheduleIn,
     ScheduleOut,
     SchedulePatch,
+    StatusOut,
     TenantIn,
     TenantOut,
     TokenIn,
@@ -43,11 +45,13 @@ from corral.api.schemas import (
     WhoAmI,
 )
 from corral.api.secrets import KeyRotationOut, SecretIn, SecretOut, SecretUpdate
+from corral.sdk.endpoints import CONNECT_TIMEOUT_S, FAILOVER_STATUS, Endpoints, compute_may_resend
 from corral.sdk.errors import (
     CorralAPIError,
     CorralConnectionError,
     CorralSDKError,
     compute_api_error,
+    compute_failover_error,
     compute_timeout_error,
     compute_unreachable_error,
 )
@@ -58,20 +62,30 @@ __all__ = ["AgentClient", "CorralAPIError", "CorralClient", "CorralConnectionErr
 class _Base:
     def __init__(
         self,
-        url: str,
+        url: str | Sequence[str],
         token: str,
         timeout_s: float = 30.0,
         transport: httpx.BaseTransport | None = None,
         verify: ssl.SSLContext | bool = True,
     ) -> None:
-        """`verify`: an SSLContext that trusts the cluster CA (and, for agents, holds the node's certificate);
-        True: the system's CAs."""
-        self.url = url.rstrip("/")
+        """`url`: the server's base URL, or several replicas' (comma-separated, or a list): a request goes to
+        the one that answered last and fails over to the others (corral.sdk.endpoints says when). `verify`: an
+        SSLContext that trusts the cluster CA (and, for agents, holds the node's certificate); True: the
+        system's CAs."""
+        try:
+            self.endpoints = Endpoints(url)
+        except ValueError as e:
+            raise CorralConnectionError(str(e)) from e
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.verify = verify
         self._http = httpx.Client(
-            base_url=self.url, headers=headers, timeout=timeout_s, transport=transport, verify=verify
+            base_url=self.endpoints.urls[0], headers=headers, timeout=timeout_s, transport=transport, verify=verify
         )
+
+    @property
+    def url(self) -> str:
+        """The server's base URL: with several, the one that answered last."""
+        return self.endpoints.current
 
     def close(self) -> None:
         self._http.close()
@@ -82,7 +96,11 @@ class _Base:
     def __exit__(self, *_: object) -> None:
         self.close()
 
-    def _request(self, method: str, path: str, **kw: Any) -> httpx.Response:
+    def _request(self, method: str, path: str, *, idempotent: bool = False, **kw: Any) -> httpx.Response:
+        """`idempotent`: the request may be sent again to another replica after it may have reached one (as
+        GET, PUT, DELETE and a request with an Idempotency-Key may)."""
+        if self.endpoints.several:
+            return self._request_failover(method, path, idempotent, **kw)
         try:
             r = self._http.request(method, path, **kw)
         except httpx.TimeoutException as e:
@@ -92,6 +110,44 @@ class _Base:
         if r.status_code >= 400:
             raise _api_error(r)
         return r
+
+    def _request_failover(self, method: str, path: str, idempotent: bool, **kw: Any) -> httpx.Response:
+        may_resend = idempotent or compute_may_resend(method, kw.get("headers"))
+        timeout = kw.pop("timeout", self._http.timeout)
+        timeout = timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout)
+        connect_s = min(timeout.connect or CONNECT_TIMEOUT_S, CONNECT_TIMEOUT_S)
+        kw["timeout"] = httpx.Timeout(connect=connect_s, read=timeout.read, write=timeout.write, pool=timeout.pool)
+        failures: list[CorralConnectionError] = []
+        unavailable: httpx.Response | None = None
+        first = self.endpoints.urls[0]
+        for url in self.endpoints.compute_order():
+            try:  # the first URL is the client's base_url; the others are named in full
+                r = self._http.request(method, path if url == first else url + path, **kw)
+            except httpx.TransportError as e:
+                failures.append(
+                    compute_timeout_error(url, e)
+                    if isinstance(e, httpx.TimeoutException)
+                    else compute_unreachable_error(url, e)
+                )
+                self.endpoints.mark_failed(url)
+                if may_resend or isinstance(e, _NOTHING_SENT):
+                    continue
+                raise compute_failover_error(failures, may_be_applied=True) from e
+            if r.status_code == FAILOVER_STATUS and may_resend:
+                unavailable = r
+                self.endpoints.mark_failed(url)
+                continue
+            self.endpoints.mark_answered(url)
+            if r.status_code >= 400:
+                raise _api_error(r)
+            return r
+        if unavailable is not None:  # an answer, even "unavailable", says more than no answer
+            raise _api_error(unavailable)
+        raise compute_failover_error(failures)
+
+
+# Errors before any byte of the request left: no server can have applied it, so the next replica may have it.
+_NOTHING_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol)
 
 
 def _api_error(r: httpx.Response) -> CorralAPIError:
@@ -233,6 +289,11 @@ class CorralClient(IdentityClientMixin):
     def delete_silence(self, silence_id: str) -> None:
         self._request("DELETE", f"/api/v1/silences/{silence_id}")
 
+    # ---- the control plane ------------------------------------------------------
+    def status(self) -> StatusOut:
+        """The server replicas sharing the database and which leads (admins)."""
+        return StatusOut.model_validate(self._request("GET", "/api/v1/status").json())
+
     # ---- tenancy ----------------------------------------------------------------
     def whoami(self) -> WhoAmI:
         return WhoAmI.model_validate(self._request("GET", "/api/v1/whoami").json())
@@ -370,12 +431,13 @@ class AgentClient(_Base):
     def upload_logs(self, node: str, job_id: int, offset: int, data: bytes, attempt: int = 1, rank: int = 0) -> int:
         """Returns the size the server now holds for that run; on a gap, the size to resend from."""
         try:
-            r = self._request(
+            r = self._request(  # idempotent: the bytes are written at `offset`, a second time changes nothing
                 "POST",
                 f"/api/v1/agents/{node}/jobs/{job_id}/logs",
                 params={"offset": offset, "attempt": attempt, "rank": rank},
                 content=data,
                 headers={"content-type": "application/octet-stream"},
+                idempotent=True,
             )
         except CorralAPIError as e:
             if e.status == 409 and "expected" in e.body:

@@ -46,3 +46,18 @@ def compute_api_error(status: int, reason: str, content: bytes) -> CorralAPIErro
     if status == 401:
         message = f"authentication failed: {message}"
     return CorralAPIError(status, code, message, field, body)
+
+
+def compute_failover_error(
+    failures: list[CorralConnectionError], may_be_applied: bool = False
+) -> CorralConnectionError:
+    """One error for a request that no replica answered: each URL tried and what happened there, in order.
+    `may_be_applied`: the last one may have received it, so it was not sent on (it is not idempotent)."""
+    if len(failures) == 1 and not may_be_applied:
+        return failures[0]
+    tried = "; ".join(str(e) for e in failures)
+    if may_be_applied:
+        return CorralConnectionError(
+            f"{tried} (not sent to another server: the request may have reached this one and cannot be repeated)"
+        )
+    return CorralConnectionError(f"no Corral server answered ({len(failures)} tried): {tried}")

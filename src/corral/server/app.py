@@ -15,6 +15,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from corral import __version__
 from corral.core.health import HealthPolicy
 from corral.core.login_backoff import BackoffPolicy
+from corral.server.background.leadership import Leadership
 from corral.server.background.scheduling import Scheduler
 from corral.server.ca import CertificateAuthority
 from corral.server.context import ServerContext
@@ -73,6 +74,9 @@ def create_app(settings: Settings, store: StateStore | None = None) -> FastAPI:
     # Refuses to start (one line why) when the key file is missing, too open or not this database's.
     keyring = load_keyring(settings.effective_secrets_key_file, store.secret_key_ids())
     notifier = NodeNotifier()
+    # Several replicas may share the database: the leader applies plans and runs the loops that run once
+    # (server/background/leadership.py); the scheduler wakes on a change of leader.
+    leadership = Leadership(store, settings.url)
     scheduler = Scheduler(
         store,
         notifier,
@@ -82,7 +86,9 @@ def create_app(settings: Settings, store: StateStore | None = None) -> FastAPI:
         retry_backoff_s=settings.retry_backoff_s,
         queueing=settings.queueing,
         cancel_grace_s=settings.cancel_grace_s,
+        leading=lambda: leadership.leading,
     )
+    leadership.on_change = lambda _leading: scheduler.trigger.fire()
     policy = HealthPolicy(
         fatal_xids=settings.fatal_xid_set,
         temperature_limit_c=settings.gpu_temperature_limit_c,
@@ -94,6 +100,7 @@ def create_app(settings: Settings, store: StateStore | None = None) -> FastAPI:
     )
     alerting = AlertService(store, telemetry, settings)
     schedules_runner = ScheduleRunner(store, scheduler.trigger, notifier)
+    alerting.loop.gate = schedules_runner.loop.gate = lambda: leadership.leading
     directory = build_ldap_directory(settings)  # None without CORRAL_LDAP_URL (docs/directory-login.md)
     # Password hashing on a small pool of its own, and the failed-login back-off (server/services/login.py).
     passwords = PasswordPool(settings.password_hash_workers, settings.password_hash_queue)
@@ -115,7 +122,7 @@ def create_app(settings: Settings, store: StateStore | None = None) -> FastAPI:
         alerting=alerting,
         schedules=schedules_runner,
         logs=LogStore(settings.data_dir / "logs"),
-        web_ports=WebPortRegistry(),
+        web_ports=WebPortRegistry(store=store),
         ca=CertificateAuthority.load_or_create(settings.data_dir),
         identities=NodeIdentities(store),
         node_cert_lifetime=timedelta(seconds=settings.node_cert_ttl_s),
@@ -123,12 +130,15 @@ def create_app(settings: Settings, store: StateStore | None = None) -> FastAPI:
         oidc=build_oidc_client(settings),
         passwords=passwords,
         logins=logins,
-        report_order=ReportOrder(),
+        report_order=ReportOrder(store),
+        leadership=leadership,
     )
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         notifier.bind(asyncio.get_running_loop())
+        await asyncio.to_thread(leadership.claim)  # a lone replica leads from its first pass
+        leadership.start()
         scheduler.start()
         alerting.start()
         schedules_runner.start()
@@ -139,6 +149,7 @@ def create_app(settings: Settings, store: StateStore | None = None) -> FastAPI:
             schedules_runner.stop()
             alerting.stop()
             scheduler.stop()
+            leadership.stop()  # gives the lease up: another replica leads at once
             passwords.close()
             store.close()
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from starlette.applications import Starlette
 
 if TYPE_CHECKING:  # the classes only: importing them here would make auth -> context -> services -> auth a cycle
+    from corral.server.background.leadership import Leadership
     from corral.server.background.scheduling import Scheduler
     from corral.server.ca import CertificateAuthority
     from corral.server.directory.ldap import LdapDirectory
@@ -50,6 +51,7 @@ class ServerContext:
     passwords: PasswordPool  # password hashing on a small pool of its own
     logins: LoginGuard  # the failed-login back-off (server/services/login.py)
     report_order: ReportOrder  # per node, the newest agent report applied (services/agents.py)
+    leadership: Leadership  # whether this replica leads the others on the same database (issue 17)
 
 
 def context_of(app: object) -> ServerContext:

@@ -18,6 +18,7 @@ from corral.store.protocols import (
     NodeIdentityStore,
     NodeStore,
     OperationsStore,
+    ReplicaStore,
     ScheduleStore,
     SchedulingStore,
     SecretStore,
@@ -26,6 +27,7 @@ from corral.store.protocols import (
 )
 
 __all__ = [
+    "ReplicaStore",
     "AlertStore",
     "AuditStore",
     "DirectoryStore",
@@ -58,6 +60,7 @@ class StateStore(
     DirectoryStore,
     AuditStore,
     OperationsStore,
+    ReplicaStore,
     Protocol,
 ):
     """Every role: what SqlStore implements."""

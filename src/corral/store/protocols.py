@@ -24,10 +24,12 @@ from corral.store.records import (
     Job,
     JobEvent,
     JobSpec,
+    Lease,
     Node,
     NodeEvent,
     Queue,
     Quota,
+    Replica,
     Schedule,
     SecretRecord,
     Tenant,
@@ -582,6 +584,38 @@ class AuditStore(Protocol):
         """Newest first. Read-only."""
 
 
+class ReplicaStore(Protocol):
+    """Several server replicas on one database (issue 17): the leader lease and the replicas' heartbeats."""
+
+    def claim_lease(self, holder: str, now: datetime, ttl_s: float, name: str = "leader") -> Lease:
+        """Renew the lease when `holder` has it, take it (a new epoch) when it expired; the lease as it stands."""
+
+    def release_lease(self, holder: str, now: datetime, name: str = "leader") -> bool:
+        """Give the lease up now (a clean stop). False when `holder` did not have it."""
+
+    def get_lease(self, name: str = "leader") -> Lease | None:
+        """The lease as it stands. Read-only."""
+
+    def touch_replica(self, replica: Replica) -> None:
+        """Insert or refresh a replica's heartbeat."""
+
+    def list_replicas(self, seen_since: datetime) -> list[Replica]:
+        """Replicas heard from since `seen_since`, oldest first. Read-only."""
+
+    def forget_replicas(self, seen_before: datetime) -> int:
+        """Drop heartbeats older than `seen_before`; how many."""
+
+    def advance_report_order(self, node: str, boot: str, seq: int) -> bool:
+        """Note that `node`'s agent report (`boot`, `seq`) is applied now, unless one of the same boot numbered as
+        high was applied already by any replica: then False (an older snapshot)."""
+
+    def save_web_ports(self, node: str, reports: list[dict[str, Any]], now: datetime) -> None:
+        """Record what `node`'s agent reported of its jobs' web-UI ports, as of `now` (for every replica's proxy)."""
+
+    def load_web_ports(self, node: str) -> tuple[list[dict[str, Any]], datetime | None]:
+        """(reports, when written) of `node`'s web-UI ports; ([], None) when none. Read-only."""
+
+
 class OperationsStore(Protocol):
     """Node administration: cordon, GPU disable and health, the node event log."""
 
@@ -633,4 +667,5 @@ ROLES: tuple[type, ...] = (
     DirectoryStore,
     AuditStore,
     OperationsStore,
+    ReplicaStore,
 )

@@ -31,6 +31,30 @@ __all__ = [
 
 
 @dataclass(frozen=True, slots=True)
+class Lease:
+    """A lease of the server replicas: who holds it, its epoch (grows with each new holder), since when that holder
+    has it, and until when (renewed by its holder, taken by another once past)."""
+
+    name: str
+    holder: str
+    epoch: int
+    since: datetime | None  # None: never held
+    expires_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Replica:
+    """A `corral server` process sharing the database: its heartbeat."""
+
+    id: str
+    host: str
+    url: str
+    version: str
+    started_at: datetime
+    last_seen_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
 class User:
     id: int
     name: str

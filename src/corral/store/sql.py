@@ -30,6 +30,7 @@ from corral.store.logins import LoginFailureMethods
 from corral.store.operations import NodeAdminMethods
 from corral.store.protocols import SchedulingStore
 from corral.store.records import GpuStatus, Job, JobEvent, JobSpec, Node, TokenRecord, User, compute_placed_parts
+from corral.store.replicas import ReplicaMethods
 from corral.store.schedules import ScheduleMethods
 from corral.store.secrets import SecretMethods
 from corral.store.tables import GpuRow, JobEventRow, JobRow, NodeRow, TenantRow, TokenRow, UserRow
@@ -85,6 +86,7 @@ class SqlStore(
     SecretMethods,
     LoginFailureMethods,
     IdempotencyMethods,
+    ReplicaMethods,
 ):
     """One implementation for both databases; dialect differences stay inside this class."""
 

@@ -127,6 +127,12 @@ class NodeRow(Base):
     isolation: Mapped[str] = mapped_column(String(16), default="", server_default="")  # users | single-user (0010)
     runtimes: Mapped[list[str] | None] = mapped_column(JSON, nullable=True)  # process, docker (0019; None: process)
     images: Mapped[list[str] | None] = mapped_column(JSON, nullable=True)  # cached container images (0020)
+    # What its agent last reported of its jobs' web-UI ports, for the job proxy of any replica (0021)
+    web_ports: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON, nullable=True)
+    web_ports_at: Mapped[datetime | None] = mapped_column(UTC_DT, nullable=True)
+    # The newest agent report applied, by any replica: (its agent process's boot id, its number) (0021)
+    report_boot: Mapped[str] = mapped_column(String(64), default="", server_default="")
+    report_seq: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
 
 
 class GpuRow(Base):
@@ -407,3 +413,28 @@ class IdempotencyKeyRow(Base):
     job_ids: Mapped[list[int] | None] = mapped_column(JSON, nullable=True)  # all of them (array, batch); 0017
     created_at: Mapped[datetime] = mapped_column(UTC_DT, index=True)
     __table_args__ = (UniqueConstraint("owner", "key", name="uq_idempotency_keys_owner_key"),)
+
+
+class LeaseRow(Base):
+    """The leader lease of the server replicas (issue 17): one row per lease name ("leader"), claimed by a single
+    conditional UPDATE: by its holder to renew it, by anyone once it expired (then `epoch` grows: a fencing token).
+    Migration 0021 inserts the row."""
+
+    __tablename__ = "leases"
+    name: Mapped[str] = mapped_column(String(32), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(128), default="")
+    epoch: Mapped[int] = mapped_column(BigInteger, default=0)
+    since: Mapped[datetime | None] = mapped_column(UTC_DT, nullable=True)  # when the holder took it
+    expires_at: Mapped[datetime] = mapped_column(UTC_DT)
+
+
+class ReplicaRow(Base):
+    """A server replica's heartbeat: what `corral status` lists. Migration 0021."""
+
+    __tablename__ = "replicas"
+    id: Mapped[str] = mapped_column(String(128), primary_key=True)  # host:pid:random, new per process
+    host: Mapped[str] = mapped_column(String(255), default="")
+    url: Mapped[str] = mapped_column(String(255), default="")  # where it serves the API
+    version: Mapped[str] = mapped_column(String(64), default="")
+    started_at: Mapped[datetime] = mapped_column(UTC_DT)
+    last_seen_at: Mapped[datetime] = mapped_column(UTC_DT, index=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 
 from corral.server.services.notify import Trigger
 
@@ -34,6 +35,9 @@ class Loop:
         self.log = log or logging.getLogger(f"corral.{name}")
         self.passes = 0
         self.failed_passes = 0
+        # Loops that must run once in a cluster of server replicas run their passes only while this returns True
+        # (the leader: server/background/leadership.py); the others wait, asking again each interval.
+        self.gate: Callable[[], bool] | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -80,6 +84,9 @@ class Loop:
             self.trigger.wait(self.interval_s)
         while not self._stop.is_set():
             wait_s = self.interval_s
+            if self.gate is not None and not self.gate():
+                self.trigger.wait(wait_s)
+                continue
             try:
                 next_s = self.run_pass()
                 if next_s is not None:

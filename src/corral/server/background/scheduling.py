@@ -11,7 +11,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
@@ -61,8 +61,13 @@ class Scheduler(Loop):
         retry_backoff_s: float = 1.0,
         queueing: str | None = None,
         cancel_grace_s: float = 10.0,
+        leading: Callable[[], bool] | None = None,
     ) -> None:
         super().__init__("scheduler", interval_s, log=log)
+        # Whether this server replica leads (server/background/leadership.py): only the leader applies plans,
+        # marks nodes lost and saves fair share's history; the others compute the same plan to answer why jobs
+        # wait, and wake the agents whose long polls they hold when the leader gave those nodes work.
+        self.leading: Callable[[], bool] = leading or (lambda: True)
         self.store = store
         self.notifier = notifier
         self.policy = policy
@@ -93,7 +98,8 @@ class Scheduler(Loop):
         return None
 
     def on_stop(self) -> None:
-        self._save_usage()  # at most USAGE_SAVE_EVERY_S of history is lost if the store is gone already
+        if self.leading():
+            self._save_usage()  # at most USAGE_SAVE_EVERY_S of history is lost if the store is gone already
 
     @property
     def usage_gpu_s(self) -> dict[str, float]:
@@ -118,11 +124,14 @@ class Scheduler(Loop):
     def run_once(self, now: datetime) -> list[int]:
         """One pass: load -> compute_plan -> apply_plan -> notify. Returns the ids of the jobs started."""
         with self._lock:
-            self.reconcile_lost_nodes(now)
+            leading = self.leading()
+            if leading:
+                self.reconcile_lost_nodes(now)
             pending = self.store.list_jobs(states=[JobState.PENDING])
             running = self.store.list_jobs(states=[JobState.RUNNING])
             tenants = self.store.list_tenants()
-            self._update_usage(running, tenants, now)
+            self._wake_nodes_with_news(running)
+            self._update_usage(running, tenants, now, save=leading)
             self._learn_run_times(running, tenants)
             if not pending:
                 self.pending_reasons, self.pending_codes, self.pending_info = {}, {}, {}
@@ -143,9 +152,21 @@ class Scheduler(Loop):
             if self.queueing.order == "predict":
                 snapshot = self._with_predictions(snapshot, ready, running, tenants)
             plan = compute_plan(snapshot, now.timestamp(), self.policy, self.queueing)
-            applied = apply_plan(self.store, plan, now)
+            if leading and not self.leading():  # lost the lease while computing (a pause): apply nothing
+                leading = False
+            applied = apply_plan(self.store, plan, now) if leading else AppliedPlan()
             self._after_apply(plan, applied, pending, ready, waiting, now)
             return [int(j) for j in applied.started]
+
+    def _wake_nodes_with_news(self, running: list[Job]) -> None:
+        """Wake the long polls this replica holds of agents that have news (a run to start or to stop, which another
+        replica may have written: the leader's plan, a cancel through a replica the agent is not connected to), so
+        the agent hears of it within a pass, not at the end of its poll. With one replica these were woken already."""
+        for job in running:
+            news = job.cancel_requested or job.preempt_requested
+            for node, _ in job.placed_parts:
+                if news or node not in job.delivered_to:
+                    self.notifier.notify(node)
 
     def _after_apply(
         self, plan: Plan, applied: AppliedPlan, pending: list[Job], ready: list[Job], waiting: list[Job], now: datetime
@@ -232,7 +253,7 @@ class Scheduler(Loop):
             ),
         )
 
-    def _update_usage(self, running: list[Job], tenants: list[Tenant], now: datetime) -> None:
+    def _update_usage(self, running: list[Job], tenants: list[Tenant], now: datetime, save: bool = True) -> None:
         """Decayed GPU-seconds per tenant (fair share's history), advanced to `now`. The history is read from the
         store on the first pass and written back every USAGE_SAVE_EVERY_S: a restart keeps it (the jobs running
         across the gap are counted as having run through it)."""
@@ -249,7 +270,8 @@ class Scheduler(Loop):
             held = [compute_running_job(j, names, (), {}, now, 0.0) for j in running]
             self._usage = compute_decayed_usage(self._usage, held, dt, self.queueing.half_life_s)
         self._usage_at = now
-        if self._usage_saved_at is None or (now - self._usage_saved_at).total_seconds() >= USAGE_SAVE_EVERY_S:
+        due = self._usage_saved_at is None or (now - self._usage_saved_at).total_seconds() >= USAGE_SAVE_EVERY_S
+        if save and due:
             self._save_usage(names)
 
     def _save_usage(self, names: dict[int, str] | None = None) -> None:

@@ -19,6 +19,7 @@ from corral.server.keyring import Keyring
 from corral.server.services.secrets import SecretUnavailable, resolve_registry_secret, resolve_secret_env
 from corral.server.services.webports import assign_web_port, is_head
 from corral.store.base import StateStore
+from corral.store.protocols import ReplicaStore
 from corral.store.records import Job, Node
 
 DEFAULT_UID_RANGE = parse_uid_range(DEFAULT_JOB_UIDS)
@@ -85,10 +86,13 @@ class ReportOrder:
     `is_fresh` tells, and records, whether a report is newer than every one before it (a new `boot` starts over;
     an agent that sends no `boot` is always fresh, as before)."""
 
-    def __init__(self) -> None:
+    def __init__(self, store: ReplicaStore | None = None) -> None:
         self._guard = threading.Lock()
         self._locks: dict[str, threading.Lock] = {}
         self._last: dict[str, tuple[str, int]] = {}
+        # With several replicas an agent that fails over reports to another one: the order is kept in the database
+        # too (a report an older snapshot than one another replica applied counts for its exits only).
+        self._store = store
 
     def lock(self, node: str) -> threading.Lock:
         with self._guard:
@@ -100,6 +104,8 @@ class ReportOrder:
             return True
         last = self._last.get(node)
         if last is not None and last[0] == boot and seq <= last[1]:
+            return False
+        if self._store is not None and not self._store.advance_report_order(node, boot, seq):
             return False
         self._last[node] = (boot, seq)
         return True

@@ -1,0 +1,44 @@
+"""`corral status`: the control plane, i.e. the server replicas sharing the database and which of them leads."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated
+
+import typer
+
+from corral.cli.config import make_client
+from corral.cli.output import print_json, print_table, short_time
+
+JSON = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+
+
+def status(as_json: JSON = False) -> None:
+    """Server replicas and the leader (admins): which replica applies plans, fires schedules and runs alerts, since
+    when; the others serve the API, the portal and agents, and take over within seconds when the leader dies."""
+    with make_client() as c:
+        s = c.status()
+    if as_json:
+        return print_json(s)
+    if s.leader is None:
+        print("leader: none (no replica holds a live lease; one takes it within seconds)")
+    else:
+        since = short_time(s.leader_since) if s.leader_since else "?"
+        print(f"leader: {s.leader} since {since} (epoch {s.leader_epoch})")
+    now = datetime.now(UTC)
+    print_table(
+        None,
+        ["REPLICA", "HOST", "URL", "VERSION", "STARTED", "SEEN", "ROLE"],
+        [
+            (
+                r.id + (" *" if r.id == s.replica else ""),
+                r.host,
+                r.url,
+                r.version,
+                short_time(r.started_at),
+                f"{max((now - r.last_seen_at).total_seconds(), 0):.0f}s ago",
+                "leader" if r.leader else "follower",
+            )
+            for r in s.replicas
+        ],
+    )
