@@ -97,7 +97,7 @@ BAD_REPEAT = [
     (["--repeat", "@daily", "--timezone", "Mars/Olympus"], "time zone"),
     (["--repeat", "@daily", "--concurrency", "sometimes"], "allow, forbid or replace"),
     (["--timezone", "Europe/Paris"], "--repeat"),
-    (["--repeat", "@daily", "--gpus", "64"], "job.gpus"),
+    (["--repeat", "@daily", "--gpus", "64"], "--gpus: 64 GPUs"),  # the flag, also for the server's check
 ]
 
 

@@ -99,11 +99,11 @@ def test_cli_bad_input_is_one_line_and_creates_nothing(corral_factory: Any) -> N
     c.start()
     cases = {
         "unknown flag": (["submit", "--bogus", "--", "true"], "--bogus"),
-        "too many GPUs": (["submit", "--gpus", "9", "--", "true"], "gpus"),
+        "too many GPUs": (["submit", "--gpus", "9", "--", "true"], "--gpus: "),
         "bad env pair": (["submit", "--env", "NOEQUALS", "--", "true"], "--env"),
         "unknown job": (["show", "4242"], "4242"),
         "unknown job cancel": (["cancel", "4242"], "4242"),
-        "unknown model": (["submit", "--gpus", "1", "--gpu-model", "B200", "--", "true"], "gpu_model"),
+        "unknown model": (["submit", "--gpus", "1", "--gpu-model", "B200", "--", "true"], "--gpu-model: "),
     }
     for name, (args, needle) in cases.items():
         r = c.cli(*args)
