@@ -144,7 +144,7 @@ class AlertRule:
     enabled: bool = True
 
     def __post_init__(self) -> None:
-        if not _RULE_NAME.match(self.name):
+        if not _RULE_NAME.fullmatch(self.name):
             raise ValidationError("name", "letters, digits, '_', '.', '-', starting with a letter, at most 100")
         if self.metric not in KNOWN_METRICS:
             known = ", ".join(sorted(KNOWN_METRICS))

@@ -215,7 +215,7 @@ class JobSubmit(BaseModel):
     @classmethod
     def _env(cls, v: dict[str, str], info: ValidationInfo) -> dict[str, str]:
         for key in v:
-            if not _ENV_KEY.match(key):
+            if not _ENV_KEY.fullmatch(key):
                 raise ValueError(f"invalid environment variable name {key!r}")
         if problem := bounds.problem_in_env(v):
             raise ValueError(problem)

@@ -47,7 +47,7 @@ def parse_role(value: str) -> Role:
 
 def check_name(field: str, value: str) -> str:
     """Tenant, user and queue names: lower-case letters, digits, '.', '_' and '-', 1..64 characters."""
-    if not _NAME.match(value):
+    if not _NAME.fullmatch(value):
         raise ValidationError(field, f"{value!r} is not a valid name (a-z, 0-9, '.', '_', '-'; 1-64 characters)")
     return value
 

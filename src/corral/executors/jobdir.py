@@ -27,7 +27,7 @@ _START_TIME_TOLERANCE_S = 0.5
 
 def check_job_id(job_id: str) -> None:
     """Job ids become directory names: refuse anything that could escape state_dir."""
-    if not _SAFE_ID.match(job_id):
+    if not _SAFE_ID.fullmatch(job_id):
         raise ValidationError("job_id", f"{job_id!r} is not usable as a file name (letters, digits, . _ -)")
 
 

@@ -90,7 +90,7 @@ def job_page(job_id: str, request: Request, store: StoreDep) -> HTMLResponse:
 
 @router.get("/static/{name:path}")
 def static(name: str) -> Response:
-    if not STATIC_NAME.match(name):
+    if not STATIC_NAME.fullmatch(name):
         return Response("not found", status_code=404, media_type="text/plain")
     path = WEB.joinpath("static", *name.split("/"))
     if not path.is_file():

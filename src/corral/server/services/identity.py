@@ -95,7 +95,7 @@ def join_node(
     """Spend one use of a join token for a certificate bound to `node`. A node that still holds a live
     certificate cannot be joined again (that would let any token holder take over a real node's name):
     revoke it first (`corral nodes revoke NODE`)."""
-    if not NODE_NAME_RE.match(node):
+    if not NODE_NAME_RE.fullmatch(node):
         raise ValidationError("node", "1-63 letters, digits, '.', '_' or '-', starting with a letter or digit")
     try:
         token = parse_join_token(token_text)

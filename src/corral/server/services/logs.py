@@ -32,7 +32,7 @@ class LogStore:
         """The job's run logs of one rank (a multi-node job's part), oldest attempt first."""
         found = []
         for p in self.root.glob(f"{job_id}.*.log"):
-            m = _RUN_FILE.match(p.name)
+            m = _RUN_FILE.fullmatch(p.name)
             if m and int(m.group(1)) == job_id and int(m.group(3) or 0) == rank:
                 found.append((int(m.group(2)), p))
         return [p for _, p in sorted(found)]
@@ -47,7 +47,7 @@ class LogStore:
         """(attempt, bytes) of each run log of one rank, oldest first: where each attempt's part of the stream ends."""
         out = []
         for p in self._runs(job_id, rank):
-            m = _RUN_FILE.match(p.name)
+            m = _RUN_FILE.fullmatch(p.name)
             try:
                 out.append((int(m.group(2)) if m else 0, p.stat().st_size))
             except FileNotFoundError:
