@@ -5,8 +5,9 @@ from __future__ import annotations
 import re
 from datetime import datetime
 from enum import StrEnum
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 SECRET_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,62})$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
@@ -55,17 +56,22 @@ _REGISTRY_HOST = re.compile(r"^(https?://)?[A-Za-z0-9]([A-Za-z0-9.-]{0,252})(:[0
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
-def check_registry_host(host: str | None) -> str | None:
+def check_registry_host(host: str) -> str:
     """A registry's host[:port] (a scheme allowed, as `docker login` takes it); nothing else."""
-    if host is not None and not _REGISTRY_HOST.fullmatch(host):
+    if not _REGISTRY_HOST.fullmatch(host):
         raise ValueError(f"{host[:80]!r} is not a registry host (host or host:port, e.g. registry.example.com:5000)")
     return host
 
 
-def check_registry_user(username: str | None) -> str | None:
-    if username is not None and (_CONTROL.search(username) or username != username.strip()):
+def check_registry_user(username: str) -> str:
+    if _CONTROL.search(username) or username != username.strip():
         raise ValueError("must not hold control characters or surrounding spaces")
     return username
+
+
+# A registry login's public half, as SecretIn and SecretUpdate take it.
+RegistryHost = Annotated[str, Field(min_length=1, max_length=255), AfterValidator(check_registry_host)]
+RegistryUser = Annotated[str, Field(min_length=1, max_length=255), AfterValidator(check_registry_user)]
 
 
 class SecretIn(BaseModel):
@@ -81,23 +87,13 @@ class SecretIn(BaseModel):
         description="the secret (write-only; at most 64 KiB, no NUL byte)",
     )
     kind: SecretKind = Field(SecretKind.GENERIC, description="generic, or registry (a container registry login)")
-    host: str | None = Field(None, min_length=1, max_length=255, description="registry host (kind registry)")
-    username: str | None = Field(None, min_length=1, max_length=255, description="registry user (kind registry)")
+    host: RegistryHost | None = Field(None, description="registry host[:port] (kind registry)")
+    username: RegistryUser | None = Field(None, description="registry user (kind registry)")
 
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
         return check_secret_name(v)
-
-    @field_validator("host")
-    @classmethod
-    def _host(cls, v: str | None) -> str | None:
-        return check_registry_host(v)
-
-    @field_validator("username")
-    @classmethod
-    def _username(cls, v: str | None) -> str | None:
-        return check_registry_user(v)
 
     @field_validator("value")
     @classmethod
@@ -119,23 +115,13 @@ class SecretUpdate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     value: str = Field(min_length=1, max_length=MAX_SECRET_BYTES, repr=False, description="the new value (write-only)")
-    host: str | None = Field(None, min_length=1, max_length=255)
-    username: str | None = Field(None, min_length=1, max_length=255)
+    host: RegistryHost | None = None
+    username: RegistryUser | None = None
 
     @field_validator("value")
     @classmethod
     def _value(cls, v: str) -> str:
         return check_secret_value(v)
-
-    @field_validator("host")
-    @classmethod
-    def _host(cls, v: str | None) -> str | None:
-        return check_registry_host(v)
-
-    @field_validator("username")
-    @classmethod
-    def _username(cls, v: str | None) -> str | None:
-        return check_registry_user(v)
 
 
 class SecretOut(BaseModel):
