@@ -1,8 +1,8 @@
 """Two `corral server` replicas on one PostgreSQL (issue 17), real processes: one leads (`corral status` says which
 and since when), the other serves the API and an agent all the same (a job submitted through the follower is placed
 by the leader and reaches the agent whose long poll the follower holds). kill -9 of the leader: the follower leads
-within 10 s and runs the work submitted meanwhile. The killed replica comes back as a follower; kill -9 of the new
-leader, which is also the replica the agent and the CLI talk to: both fail over (they were given both URLs) and the
+within 10 s and runs the work submitted meanwhile. The killed replica comes back as a follower (kill -9 of a
+follower changes nothing); kill -9 of the new leader, which is also the replica the agent and the CLI talk to: both fail over (they were given both URLs) and the
 first replica leads again. Nothing accepted is lost or run twice."""
 
 from __future__ import annotations
@@ -107,10 +107,20 @@ def test_two_replicas_one_leads_and_the_other_takes_over_after_kill_9(corral_fac
     assert all(j["attempt"] == 1 for j in jobs)  # none ran twice
     assert c.cli("logs", str(long), env=env).stdout == "long\n"
 
-    # The first replica comes back, as a follower; then kill -9 of the leader, which the agent and the CLI talk to.
+    # The first replica comes back, as a follower; kill -9 of a follower changes nothing for the leader.
     a = Replica(c, "a2", port=a.port, agent_port=a.agent_port)
     wait_for(lambda: len(_api(a, token, "GET", "/status")["replicas"]) == 2, 15, "a back")
     assert _api(a, token, "GET", "/status")["leader"] == after["leader"]  # b leads on
+    os.killpg(a.proc.pid, signal.SIGKILL)
+    a.proc.wait(10)
+    quiet = _api(b, token, "POST", "/jobs", json={"command": ["sh", "-c", "echo quiet"], "gpus": 1})["id"]
+    wait_for(lambda: _state(b, token, quiet) == "SUCCEEDED", 30, "work goes on without the follower")
+    assert _api(b, token, "GET", "/status")["leader_epoch"] == after["leader_epoch"]  # no new leader
+    queued.append(quiet)
+
+    # It comes back once more; then kill -9 of the leader, which the agent and the CLI talk to.
+    a = Replica(c, "a3", port=a.port, agent_port=a.agent_port)
+    wait_for(lambda: len(_api(a, token, "GET", "/status")["replicas"]) >= 2, 15, "a back again")
     os.killpg(b.proc.pid, signal.SIGKILL)
     b.proc.wait(10)
     killed = time.monotonic()

@@ -76,7 +76,8 @@ def create_app(settings: Settings, store: StateStore | None = None) -> FastAPI:
     notifier = NodeNotifier()
     # Several replicas may share the database: the leader applies plans and runs the loops that run once
     # (server/background/leadership.py); the scheduler wakes on a change of leader.
-    leadership = Leadership(store, settings.url)
+    one_server = bool(getattr(store, "is_sqlite", False))  # SQLite: one server; PostgreSQL: replicas may share it
+    leadership = Leadership(store, settings.url, solo=one_server)
     scheduler = Scheduler(
         store,
         notifier,
@@ -130,7 +131,7 @@ def create_app(settings: Settings, store: StateStore | None = None) -> FastAPI:
         oidc=build_oidc_client(settings),
         passwords=passwords,
         logins=logins,
-        report_order=ReportOrder(store),
+        report_order=ReportOrder(None if one_server else store),
         leadership=leadership,
     )
 

@@ -112,3 +112,13 @@ def test_an_agents_report_order_holds_across_replicas(store: SqlStore) -> None:
     assert not there.is_fresh("n1", "boot-1", 4) and not there.is_fresh("n1", "boot-1", 5)
     assert there.is_fresh("n1", "boot-1", 6) and not here.is_fresh("n1", "boot-1", 6)
     assert here.is_fresh("n1", "boot-2", 1)  # a restarted agent starts its numbers over
+
+
+def test_a_lone_server_on_sqlite_always_leads(store: SqlStore) -> None:
+    """SQLite is one server's file: its server leads whatever the lease says, so a renewal held up by a busy
+    database never pauses its scheduler (the lease only informs `corral status`)."""
+    other = Leadership(store, "https://x", replica_id="x")
+    assert other.claim()
+    solo = Leadership(store, "https://a", replica_id="a", solo=True)
+    solo.claim()
+    assert solo.leading and solo.lease is not None and solo.lease.holder == "x"
