@@ -131,9 +131,9 @@ class ContainerExecutor:
         with self._lock:
             return {k: r.phase for k, r in self._runs.items() if r.phase and r.exit is None}
 
-    def cached_images(self) -> list[str] | None:
-        """The images this node keeps, most recently used first (None: no image cache)."""
-        return self._cache.cached() if self._cache is not None else None
+    def cached_images(self) -> list[str]:
+        """The (public) images this node keeps, most recently used first."""
+        return self._cache.cached()
 
     # ----- Executor -----
     def launch(self, spec: LaunchSpec) -> None:
@@ -260,16 +260,15 @@ class ContainerExecutor:
         the registry is asked again (with this job's login, or none), so a job that could not pull a private image
         cannot run it from another tenant's cached copy either. A job with a login always asks the registry (the
         layers it has are not fetched again). Raises PullFailed or PullCancelled."""
-        cached = self._cache.has(image) if self._cache is not None else _engine_has(self._client, image)
+        cached = self._cache.has(image)
         if cached and not pull:
-            if login is not None or (self._cache is not None and self._cache.is_private(image)):
+            if login is not None or self._cache.is_private(image):
                 try:  # the registry decides, even for a digest the node holds (a pull of one asks nobody)
                     check_access(self._client, image, login)
                 except NotImplementedError:
                     pull = True
             if login is None and not pull:
-                if self._cache is not None:
-                    self._cache.touch(image)
+                self._cache.touch(image)
                 return
 
         def on_phase(phase: str) -> None:
@@ -281,14 +280,11 @@ class ContainerExecutor:
                 return run.cancel_deadline is not None
 
         pull_image(self._client, image, login, on_phase, cancelled)
-        if self._cache is not None:
-            self._cache.record_pull(image, private=login is not None)
+        self._cache.record_pull(image, private=login is not None)
 
     def _evict_later(self) -> None:
         """Keep the image cache within its limit, off the launch path (removing images takes a while)."""
         cache = self._cache
-        if cache is None:
-            return
 
         def evict() -> None:
             try:
@@ -430,14 +426,6 @@ def _pull_outcome(e: PullFailed | PullCancelled) -> tuple[int, str, None]:
     if isinstance(e, PullCancelled):
         return 143, "cancelled while its image was being pulled", None
     return EXIT_ENGINE_REFUSED, str(e), None
-
-
-def _engine_has(client: docker.DockerClient, image: str) -> bool:
-    try:
-        client.images.get(image)
-        return True
-    except ImageNotFound:
-        return False
 
 
 def _engine_has_init(client: docker.DockerClient) -> bool:

@@ -81,8 +81,7 @@ def pull_image(
 ) -> None:
     """Pull `image` through the engine, with `login` (none: anonymously, never with the agent's own Docker
     config). Calls `on_phase` as progress changes. Raises PullFailed or PullCancelled."""
-    if login is not None and not same_registry(login.host, image):  # the server checked; a login never strays
-        raise PullFailed(describe_failure(image, f"the login is for {login.host}, not this registry", login))
+    _check_login_host(image, login)
     repo, tag = parse_repository_tag(image)
     auth = {"username": login.username, "password": login.password} if login else {}
     progress = PullProgress()
@@ -112,8 +111,7 @@ def check_access(client: docker.DockerClient, image: str, login: RegistryLogin |
     /distribution call fetches the manifest every time, where a pull of a digest the node holds asks nobody. Raises
     PullFailed with the registry's answer. An engine without the call (an older Podman) answers 404: then a pull
     must do (the caller pulls)."""
-    if login is not None and not same_registry(login.host, image):
-        raise PullFailed(describe_failure(image, f"the login is for {login.host}, not this registry", login))
+    _check_login_host(image, login)
     auth = {"username": login.username, "password": login.password} if login else {}
     try:
         client.api.inspect_distribution(image, auth_config=auth)  # type: ignore[no-untyped-call]
@@ -122,6 +120,12 @@ def check_access(client: docker.DockerClient, image: str, login: RegistryLogin |
         if e.status_code == 404 and str(e.explanation or "").strip().lower() in ("page not found", "not found"):
             raise NotImplementedError("the engine cannot ask a registry without pulling") from e
         raise PullFailed(describe_failure(image, str(e.explanation or e), login)) from e
+
+
+def _check_login_host(image: str, login: RegistryLogin | None) -> None:
+    """The server checked it at submit; the agent too: a login is never sent to another registry than its own."""
+    if login is not None and not same_registry(login.host, image):
+        raise PullFailed(describe_failure(image, f"the login is for {login.host}, not this registry", login))
 
 
 def describe_failure(image: str, message: str, login: RegistryLogin | None) -> str:
