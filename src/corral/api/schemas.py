@@ -1035,6 +1035,7 @@ class ReplicaOut(BaseModel):
     started_at: datetime
     last_seen_at: datetime = Field(description="its last heartbeat (each second while it runs)")
     leader: bool = Field(description="it holds the leader lease: it applies plans, fires schedules, runs alerts")
+    schema_head: str = Field("", description='the newest migration its code knows ("": older than 0022)')
 
 
 class StatusOut(BaseModel):
@@ -1046,3 +1047,7 @@ class StatusOut(BaseModel):
     leader_epoch: int = Field(description="grows with each new leader (a fencing token)")
     lease_expires_at: datetime | None = Field(description="when another replica may take over unless renewed")
     replicas: list[ReplicaOut] = Field(description="replicas heard from in the last 15 s, oldest first")
+    schema_revision: str = Field("", description="the database's schema revision (the newest migration applied)")
+    min_compatible_revision: str = Field(
+        "", description="the oldest code revision that may still run on the schema (a contract migration raises it)"
+    )

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from corral.core.directory import GroupMapping
     from corral.core.login_backoff import BackoffPolicy
     from corral.store.identity import JoinTokenRecord, NodeCertRecord
+    from corral.store.migrate import SchemaState
     from corral.store.telemetry import AlertHistoryRecord, AlertRuleRecord, Point, SeriesKey
 
 
@@ -604,6 +605,9 @@ class ReplicaStore(Protocol):
 
     def forget_replicas(self, seen_before: datetime) -> int:
         """Drop heartbeats older than `seen_before`; how many."""
+
+    def load_schema_state(self) -> SchemaState:
+        """The database's schema revision, its minimum compatible code revision, this code's newest. Read-only."""
 
     def advance_report_order(self, node: str, boot: str, seq: int) -> bool:
         """Note that `node`'s agent report (`boot`, `seq`) is applied now, unless one of the same boot numbered as

@@ -52,6 +52,7 @@ class Replica:
     version: str
     started_at: datetime
     last_seen_at: datetime
+    schema_head: str = ""  # the newest migration its code knows (a rolling upgrade's progress)
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy import case, delete, or_, select, update
 from sqlalchemy.orm import Session
 
+from corral.store.migrate import SchemaState, load_schema_state
 from corral.store.records import Lease, Replica
 from corral.store.tables import LeaseRow, NodeRow, ReplicaRow
 
@@ -75,6 +76,7 @@ class ReplicaMethods:
                         version=replica.version,
                         started_at=replica.started_at,
                         last_seen_at=replica.last_seen_at,
+                        schema_head=replica.schema_head,
                     )
                 )
             else:
@@ -86,13 +88,21 @@ class ReplicaMethods:
             rows = s.scalars(
                 select(ReplicaRow).where(ReplicaRow.last_seen_at >= seen_since).order_by(ReplicaRow.started_at)
             ).all()
-            return [Replica(r.id, r.host, r.url, r.version, _aware(r.started_at), _aware(r.last_seen_at)) for r in rows]
+            return [
+                Replica(r.id, r.host, r.url, r.version, _aware(r.started_at), _aware(r.last_seen_at), r.schema_head)
+                for r in rows
+            ]
 
     def forget_replicas(self, seen_before: datetime) -> int:
         """Drop the heartbeats of replicas gone since before `seen_before` (they are history)."""
         with self._tx() as s:
             res = s.execute(delete(ReplicaRow).where(ReplicaRow.last_seen_at < seen_before))
             return int(res.rowcount)  # type: ignore[attr-defined]
+
+    def load_schema_state(self) -> SchemaState:
+        """The database's schema revision and the oldest code revision that may run on it (`corral status`)."""
+        with self._tx() as s:
+            return load_schema_state(s.connection())
 
     def advance_report_order(self, node: str, boot: str, seq: int) -> bool:
         """Record that `node`'s report (`boot`, `seq`) is being applied, unless one of the same agent process with a

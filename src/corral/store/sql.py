@@ -637,7 +637,11 @@ def open_store(url: str) -> SqlStore:
     if url.startswith("sqlite:///"):
         Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
     store = SqlStore(url)
-    store.migrate()
+    try:
+        store.migrate()  # raises SchemaIncompatibleError on a schema a newer Corral contracted past this code
+    except BaseException:
+        store.close()
+        raise
     return store
 
 

@@ -438,3 +438,14 @@ class ReplicaRow(Base):
     version: Mapped[str] = mapped_column(String(64), default="")
     started_at: Mapped[datetime] = mapped_column(UTC_DT)
     last_seen_at: Mapped[datetime] = mapped_column(UTC_DT, index=True)
+    schema_head: Mapped[str] = mapped_column(String(64), default="", server_default="")  # its newest migration; 0022
+
+
+class SchemaCompatRow(Base):
+    """One row (id 1): the oldest code revision that may still run on this schema; a contract migration raises it,
+    older code refuses to start (store/migrate.py). Migration 0022."""
+
+    __tablename__ = "schema_compat"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    min_revision: Mapped[str] = mapped_column(String(64), default="", server_default="")
+    reason: Mapped[str] = mapped_column(Text, default="", server_default="")

@@ -16,10 +16,12 @@ import socket
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from corral import __version__
 from corral.server.background.loop import Loop
+from corral.store.migrate import code_head
 from corral.store.protocols import ReplicaStore
 from corral.store.records import Lease, Replica
 
@@ -57,7 +59,7 @@ class Leadership(Loop):
         # renewal held up by a busy database never pauses its scheduler; the lease and heartbeat only inform status.
         self.solo = solo
         now = datetime.now(UTC)
-        self.replica = Replica(self.id, socket.gethostname(), url, __version__, now, now)
+        self.replica = Replica(self.id, socket.gethostname(), url, __version__, now, now, code_head())
         self.lease: Lease | None = None
         self._renewed_at = float("-inf")  # monotonic time of our last successful renewal
         self._was_leading = False
@@ -95,8 +97,7 @@ class Leadership(Loop):
             self.claim()
         finally:
             now = datetime.now(UTC)
-            self.store.touch_replica(Replica(self.id, self.replica.host, self.replica.url, __version__,
-                                             self.replica.started_at, now))  # fmt: skip
+            self.store.touch_replica(replace(self.replica, last_seen_at=now))
             if self.leading and time.monotonic() - self._forgot_at > 3600:
                 self._forgot_at = time.monotonic()
                 self.store.forget_replicas(now - timedelta(seconds=FORGET_REPLICAS_AFTER_S))

@@ -6,9 +6,11 @@ changes the job; anything else is a stale run to stop (running) or to forget (ex
 
 from __future__ import annotations
 
+import logging
 import threading
 from datetime import UTC, datetime
 
+from corral import __version__
 from corral.api.schemas import AgentRegister, AgentSync, Assignment, RegistryAuth, RunRef
 from corral.core.containers import container_to_dict
 from corral.core.errors import ValidationError
@@ -22,11 +24,15 @@ from corral.store.base import StateStore
 from corral.store.protocols import ReplicaStore
 from corral.store.records import Job, Node
 
+log = logging.getLogger("corral.agents")
 DEFAULT_UID_RANGE = parse_uid_range(DEFAULT_JOB_UIDS)
 DEFAULT_JOB_PORT_RANGE = parse_port_range(DEFAULT_JOB_PORTS)
 
 
 def register_node(store: StateStore, body: AgentRegister) -> Node:
+    if body.agent_version and body.agent_version != __version__:  # version skew: docs/operations.md
+        log.warning("agent %s runs Corral %s, this server %s: agents may be older than the servers, never newer "
+                    "(upgrade the servers first)", body.name, body.agent_version, __version__)  # fmt: skip
     gpus = [g.to_info() for g in body.gpus]
     node = store.upsert_node(
         body.name,

@@ -11,11 +11,13 @@ REPLICA_GONE_AFTER_S = 15.0  # a replica silent for longer is not listed as aliv
 
 
 def compute_status(store: ReplicaStore, replica_id: str, now: datetime) -> StatusOut:
-    """The lease and the live replicas, as the database has them: any replica answers the same."""
+    """The lease, the live replicas and the schema revision, as the database has them: any replica answers the
+    same."""
     lease = store.get_lease()
     live = lease is not None and lease.holder != "" and lease.expires_at > now
     leader = lease.holder if live and lease is not None else None
     replicas = store.list_replicas(now - timedelta(seconds=REPLICA_GONE_AFTER_S))
+    schema = store.load_schema_state()
     return StatusOut(
         replica=replica_id,
         leader=leader,
@@ -31,7 +33,10 @@ def compute_status(store: ReplicaStore, replica_id: str, now: datetime) -> Statu
                 started_at=r.started_at,
                 last_seen_at=r.last_seen_at,
                 leader=r.id == leader,
+                schema_head=r.schema_head,
             )
             for r in replicas
         ],
+        schema_revision=schema.revision,
+        min_compatible_revision=schema.min_compatible,
     )
