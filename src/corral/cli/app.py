@@ -15,6 +15,7 @@ from typer._click import exceptions as click_exc  # typer vendors click; its err
 
 from corral import __version__
 from corral.cli import alerts, directory, light, nodes, run, schedules, tenancy
+from corral.cli import backup as backup_cli
 from corral.cli import identity as identity_cli
 from corral.cli import secrets as secrets_cli
 from corral.cli import status as status_cli
@@ -50,6 +51,8 @@ def _top(
 app.command("up")(run.up)
 app.command("server")(run.server)
 app.command("agent")(run.agent)
+app.command("backup")(backup_cli.backup)
+app.command("restore")(backup_cli.restore)
 _PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True, "allow_interspersed_args": False}
 
 
