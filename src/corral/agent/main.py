@@ -16,6 +16,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from corral.agent.gpu import load_gpu_backend
 from corral.agent.identity import CertRenewer, NodeTlsFiles, join, mtls_context, usable_identity
+from corral.agent.journal import Journal
 from corral.agent.runner import Agent
 from corral.agent.runtimes import DEFAULT_DOCKER_HOST, load_container_executor
 from corral.api.paths import default_data_dir, secure_data_dir
@@ -200,6 +201,7 @@ def build_agent(settings: AgentSettings) -> tuple[Agent, AgentClient, RuntimeRou
         image_digests=executor.image_digests,
         phases=executor.phases,
         cached_images=executor.cached_images,
+        journal=Journal(settings.agent_dir),
     )
     return agent, client, executor
 

@@ -21,6 +21,7 @@ import psutil
 from corral import __version__
 from corral.agent.gpu.base import GpuBackend
 from corral.agent.gpu.simulated import SimulatedGpuBackend
+from corral.agent.journal import Journal
 from corral.agent.logship import LogShipper
 from corral.agent.metrics import Collector
 from corral.agent.webports import WebPortWatch
@@ -44,6 +45,7 @@ from corral.sdk.client import AgentClient, CorralAPIError, CorralSDKError
 log = logging.getLogger("corral.agent")
 PHASE_REPORT_EVERY_S = 1.0  # a pull's progress reaches the server at most this often
 TELEMETRY_QUEUE = 120  # batches kept while the server is unreachable (10 min at 5 s); older ones drop
+EXIT_STOPPED_BEFORE_START = 143  # as SIGTERM: a run cancelled while it waited for its GPUs
 
 
 class Agent:
@@ -66,6 +68,7 @@ class Agent:
         image_digests: Callable[[], dict[str, str]] | None = None,
         phases: Callable[[], dict[str, str]] | None = None,
         cached_images: Callable[[], list[str] | None] | None = None,
+        journal: Journal | None = None,
     ) -> None:
         self.client = client
         self.node = node
@@ -86,6 +89,8 @@ class Agent:
         self._images_sent: list[str] | None = None  # as last sent; None: send them with the next report
         self.checkpoint_dir = checkpoint_dir or log_dir.parent / "checkpoints"
         self.shipper = LogShipper(client, node)
+        self.journal = journal or Journal(log_dir)  # the agent's own dir in `corral agent`: not the log disk
+        self._journaled_exits: set[RunRef] = set()
         self._lock = threading.Lock()  # launches and the running/exits view happen under it
         # Each report's place in the order of snapshots (the long poll and the watch loop each send one; the
         # server applies an older one that arrives late for its exits only): a random id per process, a count.
@@ -93,6 +98,10 @@ class Agent:
         self._seq = 0
         self._cancelled: set[RunRef] = set()
         self._run_gpus: dict[RunRef, tuple[int, ...]] = {}
+        # Runs given to this node whose GPUs a run it was told to stop still holds (a node back from LOST: the
+        # server freed the old attempts' GPUs, the old attempts take their grace to end): started when they free.
+        self._deferred: dict[RunRef, Assignment] = {}
+        self._local_exits: dict[RunRef, ExitReport] = {}  # deferred runs cancelled before they started
         self._stop = threading.Event()
         self._batches: queue.Queue[TelemetryBatch] = queue.Queue(TELEMETRY_QUEUE)
         self.collector: Collector | None = None
@@ -179,7 +188,8 @@ class Agent:
                 for run in self._running_runs():
                     self.shipper.ship(run.job_id, run.attempt, self.log_path(run), run.rank)
                 exited = bool(self.executor.collect_exits())
-                if self.web_ports.refresh() or exited or self._phase_news():  # reported at once
+                started = bool(self._deferred) and self.launch_deferred()
+                if self.web_ports.refresh() or exited or started or self._phase_news():  # reported at once
                     self.sync_once(0.0)
             except CorralSDKError as e:
                 log.warning("report failed: %s", e)
@@ -187,7 +197,7 @@ class Agent:
     def _phase_news(self) -> bool:
         """A run's phase changed (a pull progressed, or its command started): report it, at most once a second
         while only percentages move."""
-        phases = self._phases()
+        phases = self._all_phases()
         if phases == self._phases_sent:
             return False
         now = time.monotonic()
@@ -237,10 +247,12 @@ class Agent:
             running = self._running_runs()
             exits = self.executor.collect_exits()
             digests = self._image_digests()
-            phases = self._phases()
+            phases = self._all_phases()
             images = self._cached_images()
             self._seq += 1
             seq = self._seq
+            self._journal_exits(exits)  # the node's own record, before the report that frees their GPUs
+            local_exits = list(self._local_exits.values())
         for ex in exits:  # the whole log reaches the server before the exit does
             run = RunRef.from_key(ex.job_id)
             self.shipper.ship(run.job_id, run.attempt, self.log_path(run), run.rank)
@@ -248,7 +260,7 @@ class Agent:
             self.node,
             AgentSync(
                 running=running,
-                exits=[_report(e) for e in exits],
+                exits=[_report(e) for e in exits] + local_exits,
                 wait_s=wait_s,
                 web_ports=self.web_ports.reports(),
                 boot=self._boot,
@@ -262,22 +274,74 @@ class Agent:
         self._images_sent = images
         self.web_ports.set_checks(reply.web_ports)
         for run in reply.acked_exits:
+            self._local_exits.pop(run, None)
             self.executor.ack(run.key)
             self.shipper.forget(run.job_id, run.attempt, run.rank)
+            # The server holds the whole log (shipped before the exit was reported): the node's copy goes, or a
+            # node's log disk would fill with every job it ever ran.
+            self.log_path(run).unlink(missing_ok=True)
             self._cancelled.discard(run)
             self._run_gpus.pop(run, None)
+            self._journaled_exits.discard(run)
+        # Runs already here are told to stop first, so that a new run given one of their GPUs in the same reply
+        # waits for it; a cancel of a run in this very reply is applied once that run is launched (or deferred).
+        launched = [r for r in reply.cancels if r in self._run_gpus]
+        self._stop_runs(launched, reply.cancel_grace_s)
         for a in reply.assignments:
             self.launch(a)
-        for run in reply.cancels:
-            if run not in self._cancelled:
-                self._cancelled.add(run)
-                self.executor.cancel(run.key, reply.cancel_grace_s)
+        self._stop_runs([r for r in reply.cancels if r not in launched], reply.cancel_grace_s)
         for fault in reply.faults:
             self.apply_fault(fault)
         if reply.assignments or reply.acked_exits:
             self._update_sim_load()
 
-    def launch(self, a: Assignment) -> None:
+    def _stop_runs(self, runs: list[RunRef], grace_s: float) -> None:
+        for run in runs:
+            if run in self._cancelled:
+                continue
+            self._cancelled.add(run)
+            with self._lock:
+                waiting = self._deferred.pop(run, None)
+                if waiting is not None:  # never started: its exit is made here
+                    self._local_exits[run] = ExitReport(
+                        job_id=run.job_id, attempt=run.attempt, rank=run.rank, exit_code=EXIT_STOPPED_BEFORE_START,
+                        reason="stopped before it started (its GPUs were still held by a run being stopped)",
+                    )  # fmt: skip
+                    continue
+            self.executor.cancel(run.key, grace_s)
+
+    def _held_gpus(self) -> set[int]:
+        """GPUs held by runs this agent was told to stop and that still run (under self._lock)."""
+        running = set(self.executor.running())
+        return {
+            g for run, gpus in self._run_gpus.items() if run in self._cancelled and run.key in running for g in gpus
+        }
+
+    def _journal_exits(self, exits: list[ExitRecord]) -> None:
+        """Each exit once in the journal (under self._lock)."""
+        for ex in exits:
+            run = RunRef.from_key(ex.job_id)
+            if run not in self._journaled_exits:
+                self._journaled_exits.add(run)
+                self.journal.exited(run.job_id, run.attempt, run.rank, ex.exit_code)
+
+    def launch_deferred(self) -> bool:
+        """Start the deferred runs whose GPUs are free now; whether any started."""
+        with self._lock:
+            waiting = list(self._deferred.values())
+        started = False
+        for a in waiting:
+            started |= self.launch(a)
+        return started
+
+    def _all_phases(self) -> dict[str, str]:
+        phases = self._phases()
+        for run, a in list(self._deferred.items()):  # a copy made at once (no lock: callers may hold it)
+            phases[run.key] = f"waiting for GPU {','.join(map(str, a.gpu_indices))} (a stopped run still holds it)"
+        return phases
+
+    def launch(self, a: Assignment) -> bool:
+        """Start a run (once); deferred while a run being stopped holds one of its GPUs. Whether it started."""
         run = a.run
         # The server resolved whom the job runs as; the executor creates its dirs owned by that identity.
         identity = JobIdentity(a.uid, a.gid if a.gid is not None else a.uid, a.unix_user) if a.uid is not None else None
@@ -302,11 +366,23 @@ class Agent:
             memory_mib=a.memory_mib,
         )
         with self._lock:
-            if run in self._run_gpus:  # two syncs in flight can both carry a new assignment: launch once
-                return
+            if run in self._run_gpus or run in self._local_exits:  # two syncs in flight can both carry it: once
+                return False
+            held = self._held_gpus() & set(a.gpu_indices)
+            if held:
+                if run not in self._deferred:
+                    log.warning("job %s (attempt %s) waits: GPU %s still held by a run being stopped", a.job_id,
+                                a.attempt, sorted(held))  # fmt: skip
+                self._deferred[run] = a
+                return False
+            self._deferred.pop(run, None)
+            # Every exit seen so far goes in the journal before this start: its GPUs' history stays in order.
+            self._journal_exits(self.executor.collect_exits())
             self.executor.launch(spec)
             self._run_gpus[run] = tuple(a.gpu_indices)
+            self.journal.started(run.job_id, run.attempt, run.rank, tuple(a.gpu_indices))
         log.info("job %s (attempt %s) started on GPUs %s", a.job_id, a.attempt, a.gpu_indices)
+        return True
 
     def apply_fault(self, cmd: SimFaultCommand) -> None:
         """Inject (or clear) a simulated GPU fault; refused on real GPUs (the server checks that too)."""
@@ -329,7 +405,9 @@ class Agent:
         return self.log_dir / f"{run.key}.log"
 
     def _running_runs(self) -> list[RunRef]:
-        return sorted((RunRef.from_key(k) for k in self.executor.running()), key=lambda r: (r.job_id, r.attempt))
+        """What runs here, and what waits here for its GPUs (given to this node: the server holds them for it)."""
+        runs = {RunRef.from_key(k) for k in self.executor.running()} | set(self._deferred)
+        return sorted(runs, key=lambda r: (r.job_id, r.attempt, r.rank))
 
 
 def _report(e: ExitRecord) -> ExitReport:

@@ -5,6 +5,10 @@ the process-group leader and survives the agent. Standard library only: it must 
 job's environment looks like. Reads <job_dir>/spec.json, writes <job_dir>/exit (JSON, atomically).
 When spec.json names `run_as` (uid, gid), the shim stays root (to write the exit record where only the
 agent can) and the job's process drops to that identity: no supplementary groups, then gid, then uid.
+
+The job's output reaches its log through the shim (a pipe, copied by a thread), not as the log file itself: when
+the node's log disk is full, the job writes on unharmed and the shim drops what it cannot store, then says in the
+log how much was lost once it can write again. A job is never killed by a full log disk.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -21,6 +26,8 @@ from typing import Any
 EXIT_FILE = "exit"
 SPEC_FILE = "spec.json"
 SECRET_ENV_FILE = "secret-env.json"  # the job's secrets (0600, root's); deleted once read
+COPY_CHUNK = 1 << 16
+DRAIN_AFTER_EXIT_S = 2.0  # what the job's leftover children still write after it ended, copied this long at most
 
 
 def write_json_atomic(path: Path, data: object) -> None:
@@ -83,6 +90,51 @@ def _workdir_error(workdir: str, run_as: tuple[int, int] | None) -> str:
     return f"workdir not usable by uid {run_as[0]}: {workdir}: {text}"
 
 
+class LogCopy(threading.Thread):
+    """Copies the job's output from the pipe to its log. A write that fails (no space, a quota) drops that
+    chunk and counts it; the next write that succeeds is preceded by a line saying how much was lost."""
+
+    def __init__(self, source: int, log: int) -> None:
+        super().__init__(name="corral-shim-log", daemon=True)
+        self.source, self.log = source, log
+        self.dropped = 0  # bytes lost and not yet told in the log
+        self.lost = 0  # bytes lost in all
+
+    def run(self) -> None:
+        while True:
+            try:
+                data = os.read(self.source, COPY_CHUNK)
+            except OSError:
+                break
+            if not data:
+                break
+            if self.dropped and self._write(_lost_notice(self.dropped)):
+                self.dropped = 0
+            if not self._write(data):
+                self.dropped += len(data)
+                self.lost += len(data)
+        os.close(self.source)
+
+    def _write(self, data: bytes) -> bool:
+        view = memoryview(data)
+        try:
+            while view:
+                view = view[os.write(self.log, view) :]
+        except OSError:
+            return False
+        return True
+
+    def finish(self) -> None:
+        """After the job: copy what is still in the pipe, then tell a loss not told yet (if the disk lets us)."""
+        self.join(DRAIN_AFTER_EXIT_S)
+        if self.dropped and self._write(_lost_notice(self.dropped)):
+            self.dropped = 0
+
+
+def _lost_notice(n: int) -> bytes:
+    return f"\ncorral: {n} bytes of this job's output were lost: the node's log disk was full\n".encode()
+
+
 def _drop_to(run_as: tuple[int, int]) -> None:
     os.setgroups([])
     os.setgid(run_as[1])
@@ -90,7 +142,9 @@ def _drop_to(run_as: tuple[int, int]) -> None:
 
 
 def start_and_wait(spec: dict[str, Any], log: int) -> tuple[int, str]:
-    """Run the command to its end: (exit code shell-style, reason when it could not start)."""
+    """Run the command to its end: (exit code shell-style, reason when it could not start, or output lost that
+    the log could not be told of). Its output goes through a pipe to `log`; the job's leftover children are asked
+    to stop once it ended."""
     command = [str(c) for c in spec["command"]]
     workdir = str(spec["workdir"])
     raw = spec.get("run_as")
@@ -106,27 +160,41 @@ def start_and_wait(spec: dict[str, Any], log: int) -> tuple[int, str]:
     drop: dict[str, Any] = {}
     if run_as is not None:  # Popen drops in the child: setgroups([]), setregid, setreuid, then chdir as the job
         drop = {"user": run_as[0], "group": run_as[1], "extra_groups": [], "preexec_fn": lambda: os.chdir(workdir)}
+    source, sink = os.pipe()
     try:
         child = subprocess.Popen(
             command,
             stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=log,
+            stdout=sink,
+            stderr=sink,
             env=env,
             umask=0o077,
             cwd=None if run_as is not None else workdir,
             **drop,
         )
     except FileNotFoundError:
-        return 127, f"command not found: {command[0]}"
+        return _closed(source, sink, 127, f"command not found: {command[0]}")
     except PermissionError:
-        return 126, f"permission denied: {command[0]}"
+        return _closed(source, sink, 126, f"permission denied: {command[0]}")
     except OSError as e:
-        return 126, f"cannot execute {command[0]}: {e.strerror or e}"
+        return _closed(source, sink, 126, f"cannot execute {command[0]}: {e.strerror or e}")
     except subprocess.SubprocessError:  # the chdir as the job's user failed: the workdir changed under us
-        return 1, f"workdir not usable by uid {run_as[0] if run_as else os.getuid()}: {workdir}"
+        return _closed(source, sink, 1, f"workdir not usable by uid {run_as[0] if run_as else os.getuid()}: {workdir}")
+    os.close(sink)
+    copy = LogCopy(source, log)
+    copy.start()
     code = child.wait()  # PEP 475: the SIGTERM handler does not interrupt the wait
-    return (128 - code if code < 0 else code), ""
+    _end_stragglers()
+    copy.finish()
+    # A loss the log could not be told of (the disk still full) travels with the exit instead.
+    untold = f"{copy.dropped} bytes of output were lost: the node's log disk was full" if copy.dropped else ""
+    return (128 - code if code < 0 else code), untold
+
+
+def _closed(source: int, sink: int, code: int, reason: str) -> tuple[int, str]:
+    os.close(source)
+    os.close(sink)
+    return code, reason
 
 
 def _end_stragglers() -> None:
@@ -147,9 +215,11 @@ def main(argv: list[str]) -> int:
     log = os.open(str(spec["log_path"]), os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
     code, reason = start_and_wait(spec, log)
     if reason:
-        os.write(log, f"corral: {reason}\n".encode())
+        try:
+            os.write(log, f"corral: {reason}\n".encode())
+        except OSError:
+            pass  # a full log disk: the reason still reaches the server with the exit
     os.close(log)
-    _end_stragglers()
     write_json_atomic(job_dir / EXIT_FILE, {"exit_code": code, "reason": reason})
     return 0
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import InterfaceError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from corral.core.errors import (
@@ -54,6 +55,17 @@ def install_error_handlers(app: FastAPI) -> None:
         msg = str(first.get("msg", "invalid"))
         message = f"{field}: {msg}" if field else msg
         return JSONResponse(error_body("invalid", message, field), status_code=422)
+
+    @app.exception_handler(OperationalError)
+    @app.exception_handler(InterfaceError)
+    async def _database(_: Request, exc: Exception) -> JSONResponse:
+        # The database is down, restarting or (SQLite) busy: nothing was done, and the same request may be sent
+        # again. A 503 tells clients so (the SDK retries, and fails over to another replica).
+        return JSONResponse(
+            error_body("database_unavailable", "the database could not be reached or is busy; try again shortly"),
+            status_code=503,
+            headers={"Retry-After": "1"},
+        )
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
