@@ -364,6 +364,7 @@ class Agent:
             container=container_from_dict(a.container),
             cpu_milli=a.cpu_milli,
             memory_mib=a.memory_mib,
+            log_max_bytes=a.log_max_bytes,
         )
         with self._lock:
             if run in self._run_gpus or run in self._local_exits:  # two syncs in flight can both carry it: once

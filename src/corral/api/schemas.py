@@ -803,6 +803,9 @@ class Assignment(BaseModel):
     )
     cpu_milli: int = Field(0, description="the job's CPU request: a container's limit")
     memory_mib: int = Field(0, description="the job's memory request: a container's limit")
+    log_max_bytes: int = Field(
+        0, ge=0, description="largest log of this run the node keeps (the server's CORRAL_JOB_LOG_MAX_MB); 0: no limit"
+    )
 
     @property
     def run(self) -> RunRef:

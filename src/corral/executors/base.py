@@ -42,6 +42,7 @@ class LaunchSpec:
     registry_login: RegistryLogin | None = field(default=None, repr=False)  # pulls the container's image
     cpu_milli: int = 0  # the job's requests: a container's limits (0: none)
     memory_mib: int = 0
+    log_max_bytes: int = 0  # the job's output kept in its log at most; the rest is dropped with a notice (0: no limit)
 
 
 @dataclass(frozen=True, slots=True)

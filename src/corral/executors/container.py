@@ -75,6 +75,7 @@ class _Run:
     exit: ExitRecord | None = None
     digest: str = ""
     phase: str = ""  # before its command starts: "pulling 43%"
+    log_max_bytes: int = 0  # the log's limit (LaunchSpec.log_max_bytes)
 
 
 class ContainerExecutor:
@@ -143,10 +144,19 @@ class ContainerExecutor:
         with self._lock:
             if spec.job_id in self._runs:
                 return
-            run = _Run(spec.job_id, self._state_dir / spec.job_id, spec.log_path, starting=True)
+            run = _Run(
+                spec.job_id,
+                self._state_dir / spec.job_id,
+                spec.log_path,
+                starting=True,
+                log_max_bytes=spec.log_max_bytes,
+            )
             self._runs[spec.job_id] = run
             run.dir.mkdir(mode=0o700, exist_ok=True)
-            write_json_atomic(run.dir / _LAUNCH, {"log_path": str(spec.log_path), "image": spec.container.image})
+            write_json_atomic(
+                run.dir / _LAUNCH,
+                {"log_path": str(spec.log_path), "image": spec.container.image, "log_max_bytes": spec.log_max_bytes},
+            )
         threading.Thread(target=self._start, args=(run, spec), name=f"corral-start-{spec.job_id}", daemon=True).start()
 
     def running(self) -> list[str]:
@@ -202,7 +212,7 @@ class ContainerExecutor:
                 return
             run.container_id = container.id or ""
             run.digest = _digest_of(container)
-            run.follower = LogFollower(container, run.log_path, run.dir)
+            run.follower = LogFollower(container, run.log_path, run.dir, run.log_max_bytes)
             run.follower.start()
             self._listed_at = 0.0  # the next refresh lists it
             if run.cancel_deadline is not None:  # cancelled while it was being created
@@ -339,7 +349,7 @@ class ContainerExecutor:
         """The container ended: its whole log first, then its exit code, then the container goes."""
         container = self._client.containers.get(run.container_id or compute_container_name(self._node, run.key))
         if run.follower is None:  # ended while no agent watched: copy what it wrote since
-            run.follower = LogFollower(container, run.log_path, run.dir)
+            run.follower = LogFollower(container, run.log_path, run.dir, run.log_max_bytes)
             run.follower.start()
         if not run.follower.join(_LOG_DRAIN_S):
             log.warning("run %s: its log was still being copied after %.0f s", run.key, _LOG_DRAIN_S)
@@ -389,7 +399,9 @@ class ContainerExecutor:
             launch = load_json(path / _LAUNCH)
             if not isinstance(launch, dict):
                 continue
-            run = _Run(path.name, path, Path(str(launch["log_path"])))
+            run = _Run(
+                path.name, path, Path(str(launch["log_path"])), log_max_bytes=int(launch.get("log_max_bytes", 0))
+            )
             self._runs[run.key] = run
             cancel = load_json(path / _CANCEL)
             run.cancel_deadline = float(cancel["deadline"]) if isinstance(cancel, dict) else None
@@ -414,7 +426,7 @@ class ContainerExecutor:
             container.start()
             container.reload()
         if container.status == "running":
-            run.follower = LogFollower(container, run.log_path, run.dir)
+            run.follower = LogFollower(container, run.log_path, run.dir, run.log_max_bytes)
             run.follower.start()
             if run.cancel_deadline is not None:
                 self._stop_later(run)

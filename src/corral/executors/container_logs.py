@@ -5,6 +5,8 @@ each line without its timestamp, and keeps the newest timestamp written, with ho
 state dir. An agent that was killed and restarted resumes from there, so the log holds every line once (a kill
 between a line and its recorded position repeats that one line). Docker stamps lines to the nanosecond, Podman's
 compatible API to the second: many lines may share one stamp, hence the count.
+The log is capped at the run's `max_bytes` (0: no limit) as a process job's shim caps it: past it, lines are read
+and dropped, the log says so once, and how much was dropped when the container has ended.
 """
 
 from __future__ import annotations
@@ -18,10 +20,13 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 from docker.errors import DockerException
 from docker.models.containers import Container
 from requests.exceptions import RequestException
+
+from corral.executors.shim import limit_notice
 
 log = logging.getLogger("corral.agent")
 LOG_POSITION_FILE = "log-position.json"
@@ -46,8 +51,11 @@ def load_position(state_dir: Path) -> tuple[str, int]:
 class LogFollower:
     """Copies one container's output to `log_path` on a daemon thread until the container stops."""
 
-    def __init__(self, container: Container, log_path: Path, state_dir: Path) -> None:
+    def __init__(self, container: Container, log_path: Path, state_dir: Path, max_bytes: int = 0) -> None:
         self._container = container
+        self._max = max_bytes
+        self._size = 0  # bytes in the log file
+        self._over = 0  # bytes of output dropped past the limit (by this follower)
         self._log_path = log_path
         self._state_dir = state_dir
         self._last, self._count = load_position(state_dir)
@@ -66,28 +74,57 @@ class LogFollower:
         (the client's read timeout on a quiet job, an engine restart) resumes from the last line written."""
         try:
             with open(self._log_path, "ab", buffering=0) as out:
+                self._size = os.fstat(out.fileno()).st_size
                 while True:
                     began = time.monotonic()
                     try:
                         for line in self._lines():
-                            out.write(line)
+                            self._write(out, line)
                         complete = True
                     except RequestException:
                         complete = False
                     self._container.reload()
                     if complete and self._container.status not in ("running", "restarting", "paused", "stopping"):
+                        # A followed stream can end before the engine has stored a quick container's last lines
+                        # (stdout and stderr are copied apart): one more plain read, deduplicated, takes them.
+                        for line in self._lines(follow=False):
+                            self._write(out, line)
+                        if self._over:
+                            out.write(
+                                f"corral: {self._over} bytes of this job's output were dropped past its "
+                                "log's limit\n".encode()
+                            )
                         return
                     if time.monotonic() - began < 0.5:
                         time.sleep(0.5)  # no busy loop against an engine that ends streams at once
         except (DockerException, RequestException, OSError) as e:
             log.warning("logs of container %s: %s", self._container.name, e)
 
-    def _lines(self) -> Iterator[bytes]:
+    def _write(self, out: BinaryIO, line: bytes) -> None:
+        """Append one line, or what of it fits the limit; the first bytes dropped are told once (a log already
+        past its limit, from before an agent restart, has told it)."""
+        if self._max <= 0:
+            out.write(line)
+            return
+        keep = line[: max(self._max - self._size, 0)]
+        if keep:
+            out.write(keep)
+            self._size += len(keep)
+        if len(keep) < len(line):
+            if self._size <= self._max:  # the limit is reached now: say so once (the notice takes it past)
+                notice = limit_notice(self._max)
+                out.write(notice)
+                self._size += len(notice)
+            self._over += len(line) - len(keep)
+
+    def _lines(self, follow: bool = True) -> Iterator[bytes]:
         """The container's output lines not yet written (stdout and stderr interleaved as they came)."""
         last_key = compute_timestamp_key(self._last) if self._last else None
         since = calendar.timegm(time.strptime(last_key[0], "%Y-%m-%dT%H:%M:%S")) if last_key else None
         seen = 0  # lines of this stream stamped last_key
-        stream = self._container.logs(stdout=True, stderr=True, stream=True, follow=True, timestamps=True, since=since)
+        stream = self._container.logs(
+            stdout=True, stderr=True, stream=True, follow=follow, timestamps=True, since=since
+        )
         for chunk in stream:  # one frame: one message of the container, "<timestamp> <text>"
             stamp, _, text = chunk.partition(b" ")
             if not _STAMP.match(stamp):

@@ -64,6 +64,7 @@ class JobDir:
                 "log_path": str(spec.log_path),
                 "child_env": child_env,
                 "run_as": list(run_as) if run_as is not None else None,
+                "log_max_bytes": spec.log_max_bytes,
             },
         )
         if spec.secret_env:  # apart from spec.json: the shim deletes it as soon as it has read it

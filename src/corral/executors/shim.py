@@ -9,6 +9,9 @@ agent can) and the job's process drops to that identity: no supplementary groups
 The job's output reaches its log through the shim (a pipe, copied by a thread), not as the log file itself: when
 the node's log disk is full, the job writes on unharmed and the shim drops what it cannot store, then says in the
 log how much was lost once it can write again. A job is never killed by a full log disk.
+The same copy caps the log at spec.json's `log_max_bytes` (the server's CORRAL_JOB_LOG_MAX_MB; 0: no limit): output
+past it is read and dropped, so the job runs on; the log says so once when the limit is reached and, at the end,
+how many bytes were dropped.
 """
 
 from __future__ import annotations
@@ -92,13 +95,17 @@ def _workdir_error(workdir: str, run_as: tuple[int, int] | None) -> str:
 
 class LogCopy(threading.Thread):
     """Copies the job's output from the pipe to its log. A write that fails (no space, a quota) drops that
-    chunk and counts it; the next write that succeeds is preceded by a line saying how much was lost."""
+    chunk and counts it; the next write that succeeds is preceded by a line saying how much was lost.
+    `limit` > 0: only the job's first `limit` bytes of output go to the log; the rest is read and dropped."""
 
-    def __init__(self, source: int, log: int) -> None:
+    def __init__(self, source: int, log: int, limit: int = 0) -> None:
         super().__init__(name="corral-shim-log", daemon=True)
         self.source, self.log = source, log
         self.dropped = 0  # bytes lost and not yet told in the log
         self.lost = 0  # bytes lost in all
+        self.limit = limit
+        self.taken = 0  # bytes of output within the limit
+        self.over = 0  # bytes of output past the limit, dropped
 
     def run(self) -> None:
         while True:
@@ -108,12 +115,26 @@ class LogCopy(threading.Thread):
                 break
             if not data:
                 break
-            if self.dropped and self._write(_lost_notice(self.dropped)):
-                self.dropped = 0
-            if not self._write(data):
-                self.dropped += len(data)
-                self.lost += len(data)
+            reached = False
+            if self.limit > 0:
+                keep = max(min(len(data), self.limit - self.taken), 0)
+                if keep < len(data):
+                    reached = self.over == 0
+                    self.over += len(data) - keep
+                    data = data[:keep]
+                self.taken += keep
+            if data:
+                self._copy(data)
+            if reached:
+                self._write(limit_notice(self.limit))
         os.close(self.source)
+
+    def _copy(self, data: bytes) -> None:
+        if self.dropped and self._write(_lost_notice(self.dropped)):
+            self.dropped = 0
+        if not self._write(data):
+            self.dropped += len(data)
+            self.lost += len(data)
 
     def _write(self, data: bytes) -> bool:
         view = memoryview(data)
@@ -129,10 +150,17 @@ class LogCopy(threading.Thread):
         self.join(DRAIN_AFTER_EXIT_S)
         if self.dropped and self._write(_lost_notice(self.dropped)):
             self.dropped = 0
+        if self.over:
+            self._write(f"corral: {self.over} bytes of this job's output were dropped past its log's limit\n".encode())
 
 
 def _lost_notice(n: int) -> bytes:
     return f"\ncorral: {n} bytes of this job's output were lost: the node's log disk was full\n".encode()
+
+
+def limit_notice(limit: int) -> bytes:
+    size = f"{limit >> 20} MB" if limit % (1 << 20) == 0 else f"{limit} bytes"
+    return f"\ncorral: this job's log reached its limit of {size}; further output is dropped\n".encode()
 
 
 def _drop_to(run_as: tuple[int, int]) -> None:
@@ -181,7 +209,7 @@ def start_and_wait(spec: dict[str, Any], log: int) -> tuple[int, str]:
     except subprocess.SubprocessError:  # the chdir as the job's user failed: the workdir changed under us
         return _closed(source, sink, 1, f"workdir not usable by uid {run_as[0] if run_as else os.getuid()}: {workdir}")
     os.close(sink)
-    copy = LogCopy(source, log)
+    copy = LogCopy(source, log, int(spec.get("log_max_bytes") or 0))
     copy.start()
     code = child.wait()  # PEP 475: the SIGTERM handler does not interrupt the wait
     _end_stragglers()

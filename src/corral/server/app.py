@@ -122,7 +122,7 @@ def create_app(settings: Settings, store: StateStore | None = None) -> FastAPI:
         telemetry=telemetry,
         alerting=alerting,
         schedules=schedules_runner,
-        logs=LogStore(settings.data_dir / "logs"),
+        logs=LogStore(settings.data_dir / "logs", settings.job_log_max_bytes),
         web_ports=WebPortRegistry(store=store),
         ca=CertificateAuthority.load_or_create(settings.data_dir),
         identities=NodeIdentities(store),

@@ -95,6 +95,13 @@ class Settings(BaseSettings):
         "running job of a node (CORRAL_JOB_PORT); keep them free of "
         "other services on every node.",
     )
+    job_log_max_mb: int = Field(
+        1024,
+        ge=1,
+        le=1_048_576,
+        description="Largest log (MB, 2**20 bytes) of one run of a job (an attempt's rank): the node keeps and the "
+        "server stores its output up to this, and drops the rest with a notice in the log.",
+    )
     agent_port: int | None = Field(
         None,
         ge=0,
@@ -234,6 +241,11 @@ class Settings(BaseSettings):
         from corral.core.webports import parse_port_range
 
         return parse_port_range(self.job_ports)
+
+    @property
+    def job_log_max_bytes(self) -> int:
+        """CORRAL_JOB_LOG_MAX_MB in bytes: the most of one run's log a node keeps and the server stores."""
+        return self.job_log_max_mb << 20
 
     @property
     def job_uid_range(self) -> UidRange:

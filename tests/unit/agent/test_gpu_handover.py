@@ -13,13 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.e2e.conftest import wait_for
 
 from corral.agent.gpu import load_gpu_backend
 from corral.agent.journal import overlaps, read_intervals
 from corral.agent.runner import EXIT_STOPPED_BEFORE_START, Agent
 from corral.api.schemas import AgentSync, AgentSyncReply, Assignment, RunRef
 from corral.executors import ProcessExecutor
-from tests.e2e.conftest import wait_for
 
 
 class ScriptedServer:

@@ -71,6 +71,7 @@ async def sync(node: str, body: AgentSync, me: Agent, ctx: ContextDep) -> AgentS
         settings.job_uid_range,
         job_ports=settings.job_port_range,
         port_salt=settings.job_port_salt,
+        log_max_bytes=settings.job_log_max_bytes,
     )  # now and after the wait
     assignments, cancels = await run_in_threadpool(assign)
     faults = telemetry.take_faults(node)

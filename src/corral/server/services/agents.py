@@ -194,6 +194,7 @@ def compute_assignments(
     uids: UidRange = DEFAULT_UID_RANGE,
     job_ports: range = DEFAULT_JOB_PORT_RANGE,
     port_salt: int = 0,
+    log_max_bytes: int = 0,
 ) -> tuple[list[Assignment], list[RunRef]]:
     """Runs the agent must start (RUNNING here, not yet acknowledged) and runs it must stop.
 
@@ -204,6 +205,7 @@ def compute_assignments(
     Each run carries the Unix identity it runs as (the owner's mapping, else a UID from `uids`), resolved here
     so that every node agrees; a job whose owner has none fails with the reason instead of starting.
     A job with a web UI gets its port from `job_ports` here, never one another job of this node holds.
+    Each run's log is capped on the node at `log_max_bytes` (CORRAL_JOB_LOG_MAX_MB; 0: no limit).
     """
     uuids = {g.index: g.uuid for g in node.gpus}
     assignments: list[Assignment] = []
@@ -235,6 +237,7 @@ def compute_assignments(
                         "uid": identity.uid,
                         "gid": identity.gid,
                         "unix_user": identity.user,
+                        "log_max_bytes": log_max_bytes,
                     }
                 )
             )
