@@ -48,7 +48,6 @@ import sys
 import tempfile
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -57,7 +56,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from benchlib import free_port, pct
+from benchlib import free_port, pct, temp_pg_database
 from sqlalchemy import insert, text
 
 from corral.agent.gpu.simulated import SimulatedGpuBackend
@@ -89,16 +88,8 @@ def database(kind: str, root: Path, admin_url: str) -> Iterator[str]:
     if kind == "sqlite":
         yield f"sqlite:///{root / 'data' / 'corral.db'}"
         return
-    import psycopg
-
-    name = f"corral_bench_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield f"{admin_url.rpartition('/')[0]}/{name}"
-    finally:
-        with psycopg.connect(admin_url, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with temp_pg_database(admin_url) as url:
+        yield url
 
 
 def fill(url: str, finished: int, pending: int, agents: int) -> int:

@@ -19,14 +19,13 @@ import os
 import random
 import shutil
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from benchlib import make_bench_root
+from benchlib import make_bench_root, temp_pg_database
 
 from corral.core.states import JobState
 from corral.server.backup import restore_backup, take_backup
@@ -37,20 +36,6 @@ from corral.store.sql import open_store
 
 PG_ADMIN = os.environ.get("CORRAL_BENCH_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 NOW = datetime(2026, 11, 26, tzinfo=UTC)
-
-
-@contextmanager
-def pg_database() -> Iterator[str]:
-    import psycopg
-
-    name = f"corral_bench_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield f"{PG_ADMIN.rpartition('/')[0]}/{name}"
-    finally:
-        with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def fill(url: str, data_dir: Path, jobs: int, log_bytes: int) -> None:
@@ -94,7 +79,10 @@ def run(jobs: int, log_bytes: int, postgres: bool) -> dict[str, Any]:
     root = make_bench_root()
     src_dir, dst_dir = root / "data", root / "restored"
     try:
-        with pg_database() if postgres else _nothing() as src_url, pg_database() if postgres else _nothing() as dst_url:
+        with (
+            temp_pg_database(PG_ADMIN) if postgres else _nothing() as src_url,
+            temp_pg_database(PG_ADMIN) if postgres else _nothing() as dst_url,
+        ):
             src_url = src_url or f"sqlite:///{src_dir / 'corral.db'}"
             dst_url = dst_url or f"sqlite:///{dst_dir / 'corral.db'}"
             fill_s = timed(lambda: fill(src_url, src_dir, jobs, log_bytes))

@@ -1,4 +1,5 @@
-"""What several benchmarks share: a free local port, a percentile (nearest rank), a `corral up` to measure."""
+"""What several benchmarks share: a free local port, a percentile (nearest rank), a throwaway PostgreSQL database,
+a `corral up` to measure."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -17,6 +19,23 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+@contextmanager
+def temp_pg_database(admin_url: str, prefix: str = "corral_bench") -> Iterator[str]:
+    """The URL of a new, empty PostgreSQL database made through `admin_url`, dropped (connections and all) after."""
+    import uuid
+
+    import psycopg
+
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield f"{admin_url.rpartition('/')[0]}/{name}"
+    finally:
+        with psycopg.connect(admin_url, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def pct(values: Sequence[float], p: float) -> float:
