@@ -56,6 +56,12 @@ class AlertEngine:
         with self._lock:
             self._rules = merge_rules(list(custom))
 
+    def replace_silences(self, silences: Sequence[Silence]) -> None:
+        """The silences are exactly these (as stored: with several server replicas, another may have added or
+        ended one)."""
+        with self._lock:
+            self._silences = list(silences)
+
     def add_silence(self, silence: Silence) -> None:
         with self._lock:
             if any(s.id == silence.id for s in self._silences):

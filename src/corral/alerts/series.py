@@ -8,7 +8,14 @@ from dataclasses import dataclass
 
 from corral.alerts.evaluator import SeriesPoint
 from corral.alerts.rules import make_labels
-from corral.core.telemetry import GpuEventKind, TelemetryBatch, compute_gpu_series, compute_host_series
+from corral.core.telemetry import (
+    GPU_SERIES,
+    HOST_SERIES,
+    GpuEventKind,
+    TelemetryBatch,
+    compute_gpu_series,
+    compute_host_series,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +53,30 @@ def compute_batch_series(batch: TelemetryBatch, jobs: Sequence[JobPlacement] = (
         elif e.kind is GpuEventKind.ECC_DBE:
             points.append(SeriesPoint("gpu_ecc_dbe", make_labels(labels), 1.0))
     return points
+
+
+def compute_sample_series(
+    node: str,
+    gpus: Mapping[int, Mapping[str, float]],
+    host: Mapping[str, float],
+    uuids: Mapping[int, str],
+    jobs: Sequence[JobPlacement] = (),
+) -> list[SeriesPoint]:
+    """What compute_batch_series gives for a batch, from the node's latest stored samples instead (a batch another
+    replica received): `gpus` maps a GPU index to its series' values, `host` the host series' values, `uuids` a GPU
+    index to its UUID (the node's inventory). Same series, same labels; a batch's XID and ECC events are not kept
+    as samples, so none here."""
+    owner = {i: j for j in jobs if j.node == node for i in j.gpu_indices}
+    out: list[SeriesPoint] = []
+    for index in sorted(gpus):
+        labels: dict[str, object] = {"node": node, "gpu": index, "uuid": uuids.get(index, "")}
+        if index in owner:
+            labels |= {"job": owner[index].job, "tenant": owner[index].tenant}
+        frozen = make_labels(labels)
+        out.extend(SeriesPoint(m, frozen, v) for m, v in sorted(gpus[index].items()) if m in GPU_SERIES)
+    host_labels = make_labels({"node": node})
+    out.extend(SeriesPoint(m, host_labels, v) for m, v in sorted(host.items()) if m in HOST_SERIES)
+    return out
 
 
 def compute_health_series(node: str, unhealthy: Mapping[int, str], uuids: Mapping[int, str]) -> list[SeriesPoint]:

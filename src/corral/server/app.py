@@ -99,7 +99,16 @@ def create_app(settings: Settings, store: StateStore | None = None) -> FastAPI:
     telemetry = TelemetryService(
         store, policy, backoff_s=settings.retry_backoff_s, waker=SchedulerAndAgentWaker(scheduler.trigger, notifier)
     )
-    alerting = AlertService(store, telemetry, settings)
+    # replicas: the leader's rules also read the samples other replicas stored, and the others answer GET /alerts
+    # with the alerts the leader saved (docs/monitoring.md "Alerts with several replicas")
+    alerting = AlertService(
+        store,
+        telemetry,
+        settings,
+        shared=not one_server,
+        leading=lambda: leadership.leading,
+        replica_id=leadership.id,
+    )
     schedules_runner = ScheduleRunner(store, scheduler.trigger, notifier)
     alerting.loop.gate = schedules_runner.loop.gate = lambda: leadership.leading
     directory = build_ldap_directory(settings)  # None without CORRAL_LDAP_URL (docs/directory-login.md)

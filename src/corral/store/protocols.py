@@ -401,6 +401,10 @@ class TelemetryStore(Protocol):
     ) -> dict[SeriesKey, list[tuple[float, float]]]:
         """Raw points of one metric in [start, end), grouped by (node, gpu), oldest first. Read-only."""
 
+    def latest_points(self, since: float, nodes: Sequence[str] | None = None) -> list[Point]:
+        """Each (node, GPU) series' newest sample at or after `since` (host series: gpu -1): every metric stored at
+        that sample's time, one point per (node, gpu, metric). `nodes`: only these nodes (None: all). Read-only."""
+
     def query_aggregate(
         self,
         metric: str,
@@ -457,6 +461,12 @@ class AlertStore(Protocol):
 
     def list_alert_history(self, limit: int = 200) -> list[AlertHistoryRecord]:
         """Newest first. Read-only."""
+
+    def save_alert_snapshot(self, alerts: list[dict[str, Any]], at: datetime, holder: str = "") -> None:
+        """Replace the leader's current alerts (the API's dicts) as of `at`. Idempotent."""
+
+    def load_alert_snapshot(self) -> tuple[list[dict[str, Any]], datetime | None, str]:
+        """(alerts, as of when, which replica saved them) as last saved; ([], None, "") when never. Read-only."""
 
     def save_silence(self, silence_id: str, spec: dict[str, Any], now: datetime) -> None:
         """Create or replace a silence. Idempotent."""

@@ -449,3 +449,14 @@ class SchemaCompatRow(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
     min_revision: Mapped[str] = mapped_column(String(64), default="", server_default="")
     reason: Mapped[str] = mapped_column(Text, default="", server_default="")
+
+
+class AlertSnapshotRow(Base):
+    """One row (id 1): the leader's current alerts (firing, pending, recently resolved; the API's dicts) as of its
+    last round, for the replicas that do not lead to answer GET /alerts from. Migration 0023."""
+
+    __tablename__ = "alert_snapshot"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    alerts: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
+    at: Mapped[datetime] = mapped_column(UTC_DT)
+    holder: Mapped[str] = mapped_column(String(128), default="", server_default="")

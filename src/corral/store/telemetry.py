@@ -7,11 +7,19 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy import and_, delete, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from corral.core.rollup import RawPoint, Rollup, compute_keyed_rollups, merge_rollup
-from corral.store.tables import AlertHistoryRow, AlertRuleRow, JobRow, MetricPointRow, MetricRollupRow, SilenceRow
+from corral.store.tables import (
+    AlertHistoryRow,
+    AlertRuleRow,
+    AlertSnapshotRow,
+    JobRow,
+    MetricPointRow,
+    MetricRollupRow,
+    SilenceRow,
+)
 from corral.store.tenancy import affected_rows, utc
 
 HOST_GPU = -1  # the `gpu` of host series
@@ -89,6 +97,27 @@ class TelemetryMethods:
             for n, g, ts, v in s.execute(q.order_by(MetricPointRow.ts)).all():
                 out.setdefault((n, g), []).append((ts, v))
             return out
+
+    def latest_points(self, since: float, nodes: Sequence[str] | None = None) -> list[Point]:
+        """Each (node, GPU) series' newest sample at or after `since` (host series: gpu HOST_GPU): every metric
+        stored at that sample's time, whichever replica stored it. `nodes`: only these nodes (None: all)."""
+        if nodes is not None and not nodes:
+            return []
+        p = MetricPointRow
+        with self._tx() as s:
+            newest = select(p.node, p.gpu, func.max(p.ts).label("ts")).where(p.ts >= since)
+            if nodes is not None:
+                newest = newest.where(p.node.in_(sorted(set(nodes))))
+            sub = newest.group_by(p.node, p.gpu).subquery()
+            q = (
+                select(p.ts, p.node, p.gpu, p.metric, p.value, p.job_id)
+                .join(sub, and_(p.node == sub.c.node, p.gpu == sub.c.gpu, p.ts == sub.c.ts))
+                .order_by(p.node, p.gpu, p.metric, p.id)
+            )
+            latest: dict[tuple[str, int, str], Point] = {}  # a sample stored twice (a batch sent again) counts once
+            for ts, node, gpu, metric, value, job_id in s.execute(q).all():
+                latest[(node, gpu, metric)] = Point(ts, node, gpu, metric, value, job_id)
+            return list(latest.values())
 
     def query_aggregate(
         self,
@@ -229,6 +258,21 @@ class TelemetryMethods:
                 )
                 for r in rows
             ]
+
+    def save_alert_snapshot(self, alerts: list[dict[str, Any]], at: datetime, holder: str = "") -> None:
+        with self._tx() as s:
+            row = s.get(AlertSnapshotRow, 1)
+            if row is None:
+                s.add(AlertSnapshotRow(id=1, alerts=alerts, at=at, holder=holder))
+            else:
+                row.alerts, row.at, row.holder = alerts, at, holder
+
+    def load_alert_snapshot(self) -> tuple[list[dict[str, Any]], datetime | None, str]:
+        with self._tx() as s:
+            row = s.get(AlertSnapshotRow, 1)
+            if row is None:
+                return [], None, ""
+            return [dict(a) for a in row.alerts], utc(row.at) or row.at, row.holder
 
     def save_silence(self, silence_id: str, spec: dict[str, Any], now: datetime) -> None:
         with self._tx() as s:

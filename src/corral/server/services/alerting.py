@@ -10,7 +10,8 @@ import re
 import string
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -26,12 +27,14 @@ from corral.alerts.series import (
     compute_job_utilization_series,
     compute_node_lost_series,
     compute_queue_series,
+    compute_sample_series,
 )
 from corral.alerts.silences import MAX_TENANT_SILENCE_S, Silence, parse_silence, silence_to_dict
 from corral.core.errors import ConflictError, ForbiddenError, NotFoundError, ValidationError
 from corral.core.health import describe_gpu_fault
 from corral.core.rollup import RetentionPolicy, compute_closed_before, compute_retention_cutoffs
 from corral.core.states import JobState
+from corral.core.telemetry import TelemetryBatch
 from corral.core.tenancy import Action
 from corral.core.timestamps import parse_iso_time
 from corral.server.auth import Principal
@@ -41,7 +44,7 @@ from corral.server.services.alert_credentials import load_smtp_password, load_we
 from corral.server.services.audit import record_audit
 from corral.server.settings import Settings
 from corral.store.protocols import AlertingStore
-from corral.store.telemetry import AlertHistoryRecord
+from corral.store.telemetry import HOST_GPU, AlertHistoryRecord, Point
 
 log = logging.getLogger("corral.alerts")
 MAX_SUMMARY = 1000  # characters of a rule's summary template
@@ -77,6 +80,35 @@ def check_stored_rule(rule: AlertRule) -> None:
 
 
 STALE_AFTER_S = 120.0  # a node's last batch older than this no longer feeds sampled series
+
+
+@dataclass(slots=True)
+class StoredSamples:
+    """A node's latest samples as the database has them (whichever replica received them): what compute_series
+    uses for a node whose latest batch this replica does not hold, or holds older."""
+
+    ts: float = float("-inf")  # the newest sample's time
+    gpus: dict[int, dict[str, float]] = field(default_factory=dict)
+    host: dict[str, float] = field(default_factory=dict)
+
+
+def group_latest_points(points: Sequence[Point]) -> dict[str, StoredSamples]:
+    """store.latest_points' answer by node."""
+    out: dict[str, StoredSamples] = {}
+    for p in points:
+        node = out.setdefault(p.node, StoredSamples())
+        node.ts = max(node.ts, p.ts)
+        if p.gpu == HOST_GPU:
+            node.host[p.metric] = p.value
+        else:
+            node.gpus.setdefault(p.gpu, {})[p.metric] = p.value
+    return out
+
+
+def newest_sample_ts(batch: TelemetryBatch) -> float:
+    """The time of a batch's newest sample (what its stored points carry, to compare with StoredSamples.ts)."""
+    times = [s.ts for s in batch.gpus] + ([batch.host.ts] if batch.host is not None else [])
+    return max(times, default=batch.ts)
 
 
 def build_notifiers(settings: Settings) -> list[Notifier]:
@@ -144,10 +176,27 @@ def alert_out(a: Alert) -> dict[str, Any]:
 
 
 class AlertService:
-    def __init__(self, store: AlertingStore, telemetry: TelemetryService, settings: Settings) -> None:
+    """`shared`: other server replicas may share the database (PostgreSQL). Then each round also reads the latest
+    stored samples of the nodes whose telemetry went to another replica, and saves the current alerts for the
+    replicas that do not lead; `leading` says whether this replica leads (None: always), and a replica that does not
+    answers list_alerts from what the leader saved. One server (SQLite, `shared` False) reads memory only."""
+
+    def __init__(
+        self,
+        store: AlertingStore,
+        telemetry: TelemetryService,
+        settings: Settings,
+        *,
+        shared: bool = False,
+        leading: Callable[[], bool] | None = None,
+        replica_id: str = "",
+    ) -> None:
         self.store = store
         self.telemetry = telemetry
         self.settings = settings
+        self.shared = shared
+        self.leading = leading
+        self.replica_id = replica_id
         self.dispatcher = NotificationDispatcher(build_notifiers(settings))
         self.engine = AlertEngine(submit=self.dispatcher.submit, act=self._act)
         self.retention = RetentionPolicy(
@@ -174,13 +223,20 @@ class AlertService:
             rules.append(rule)
         self.engine.set_custom_rules(rules)
         now = time.time()
+        silences: dict[str, Silence] = {}
         for sid, spec in self.store.list_silences():
             try:
                 s = parse_silence(self._scoped(spec), id=sid, now=now, created_by=str(spec.get("created_by", "")))
-                if s.ends_at > now:
-                    self.engine.add_silence(s)
-            except (ValidationError, ConflictError):
+            except ValidationError:
                 continue
+            if s.ends_at > now:
+                silences.setdefault(s.id, s)
+        self.engine.replace_silences(list(silences.values()))
+
+    def _sync_shared(self) -> None:
+        """With replicas, rules and silences may be added or ended through another one: take the stored ones."""
+        if self.shared:
+            self.reload()
 
     def _scoped(self, spec: dict[str, Any]) -> dict[str, Any]:
         """A silence stored before silences had a tenant: a tenant-admin's becomes its tenant's (it was muting the
@@ -220,12 +276,27 @@ class AlertService:
         ]
         series: list[SeriesPoint] = []
         utilization: dict[tuple[str, int], float] = {}
+        # Another replica's agents' samples, from the database (replicas only; one server holds every batch).
+        stored = group_latest_points(self.store.latest_points(now - STALE_AFTER_S)) if self.shared else {}
         for name, batch in self.telemetry.latest().items():
             if now - batch.ts > STALE_AFTER_S:
                 continue
+            if name in stored and stored[name].ts > newest_sample_ts(batch):
+                continue  # the node now sends to another replica: its newer samples are below
+            stored.pop(name, None)
             series += compute_batch_series(batch, placements)
             utilization.update(
                 {(name, s.index): s.utilization_percent for s in batch.gpus if s.utilization_percent is not None}
+            )
+        uuids = {n.name: {g.index: g.uuid for g in n.gpus} for n in nodes}
+        for name, samples in sorted(stored.items()):
+            series += compute_sample_series(name, samples.gpus, samples.host, uuids.get(name, {}), placements)
+            utilization.update(
+                {
+                    (name, i): values["gpu_utilization_percent"]
+                    for i, values in samples.gpus.items()
+                    if "gpu_utilization_percent" in values
+                }
             )
         in_words = self.telemetry.unhealthy()  # "Xid 79" where the checks saw the fault; else the stored reason
         for n in nodes:
@@ -248,6 +319,7 @@ class AlertService:
     def evaluate(self, now: float) -> list[AlertChange]:
         """One round. The history keeps what fired and what resolved: a pending alert is not history (one whose
         job ends, or whose condition clears, before its for-duration is dropped and leaves no row behind)."""
+        self._sync_shared()  # a rule or silence made through another replica counts from this round on
         result = self.engine.evaluate(self.compute_series(now), now)
         at = datetime.fromtimestamp(now, UTC)
         self.store.add_alert_history(
@@ -266,6 +338,8 @@ class AlertService:
                 if c.alert.state is not AlertState.PENDING
             ]
         )
+        if self.shared:  # what the replicas that do not lead answer GET /alerts with
+            self.store.save_alert_snapshot([alert_out(a) for a in self.engine.alerts()], at, self.replica_id)
         return result.changes
 
     def apply_retention(self, now: float) -> None:
@@ -320,12 +394,16 @@ class AlertService:
 
     # ---- API operations ----------------------------------------------------------------
     def list_alerts(self, caller: Principal, states: Sequence[AlertState] | None) -> list[dict[str, Any]]:
+        """The current alerts: this replica's own when it evaluates them (it leads, or is the only server), else
+        those the leader saved at its last round. A tenant member sees its tenant's and the cluster's only."""
         tenant = self._tenant_name(caller)
-        return [
-            alert_out(a)
-            for a in self.engine.alerts(states)
-            if tenant is None or a.label_map.get("tenant") in (None, tenant)
-        ]
+        if self.shared and self.leading is not None and not self.leading():
+            wanted = {s.value for s in states} if states is not None else None
+            alerts, _, _ = self.store.load_alert_snapshot()
+            rows = [a for a in alerts if wanted is None or a.get("state") in wanted]
+        else:
+            rows = [alert_out(a) for a in self.engine.alerts(states)]
+        return [a for a in rows if tenant is None or dict(a.get("labels") or {}).get("tenant") in (None, tenant)]
 
     def history(self, caller: Principal, limit: int) -> list[dict[str, Any]]:
         tenant = self._tenant_name(caller)
@@ -390,6 +468,7 @@ class AlertService:
 
     def list_silences(self, caller: Principal) -> list[dict[str, Any]]:
         """Active silences: all of them for an admin, a tenant's own for anyone else."""
+        self._sync_shared()
         tenant = self._tenant_name(caller)
         return [
             silence_to_dict(s)
@@ -422,6 +501,7 @@ class AlertService:
     def delete_silence(self, caller: Principal, silence_id: str) -> None:
         """End a silence now. A tenant-admin reaches its own tenant's silences only: any other is 404."""
         caller.require(Action.MANAGE_TENANT)
+        self._sync_shared()
         silence = next((s for s in self.engine.silences() if s.id == silence_id), None)
         if silence is None or (
             not caller.is_admin and (silence.tenant is None or silence.tenant != self._tenant_name(caller))
