@@ -74,16 +74,35 @@ lint: $(VENV)/.dev-installed
 	$(BIN)/ruff check src tests bench
 	$(BIN)/ruff format --check src tests bench
 
+# The tests run on TEST_WORKERS pytest-xdist workers (docs/testing.md): one per core, at least 2, at most 4. At least
+# 2 on 2 cores because an end-to-end test spends most of its time waiting on its server, agent and CLI processes
+# (one process left a core idle: on the 2-core CI machine, busy with other runs too, pytest took 43 min in one
+# process and 22 min on 2 workers, serial part included), and no more: a third worker on 2 cores gains little on the
+# CPU-bound unit tests and stretches the e2e tests' deadlines. At most 4:
+# the container-engine and browser groups run on one worker each whatever the count, and each e2e worker holds a
+# `corral up`, agents and PostgreSQL connections. `make test TEST_WORKERS=1` runs in one process (still through
+# xdist's scheduler; `pytest FILE` with no -n runs plainly).
+TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -lt 2 ] && n=2; [ $$n -gt 4 ] && n=4; echo $$n)
+# $(call run_tests,PARALLEL,SERIAL): the tests the mark expression PARALLEL selects on the workers with --dist
+# loadgroup (tests go one by one to whichever worker is free, except that the tests of one
+# @pytest.mark.xdist_group("NAME") all run on one worker, one after another), then those SERIAL selects (the
+# `serial` ones) in one process, alone on the machine (exit status 5, none selected, is fine). Both parts always
+# run; the status is a failure if either failed.
+run_tests = rc=0; \
+  $(BIN)/python -m pytest -q -ra -n $(TEST_WORKERS) --dist loadgroup -m "$(1)" || rc=$$?; \
+  $(BIN)/python -m pytest -q -ra -m "$(2)" || [ $$? = 5 ] || rc=1; \
+  exit $$rc
+
 # As prerequisites, lint and the type check finish before pytest starts (with -j as well).
 test: $(VENV)/.dev-installed browser-deps directory-deps docker-deps podman-deps lint typecheck
-	$(BIN)/python -m pytest -q -ra
+	$(call run_tests,not serial,serial)
 	CORRAL_DOCKER_HOST=unix:///run/podman/podman.sock $(BIN)/python -m pytest -q -ra $(PODMAN_TESTS)
 
 test-fast: $(VENV)/.dev-installed directory-deps docker-deps lint typecheck
-	$(BIN)/python -m pytest -q -ra -m "not e2e and not slow"
+	$(call run_tests,not e2e and not slow and not serial,serial and not e2e and not slow)
 
 test-e2e: $(VENV)/.dev-installed directory-deps docker-deps
-	$(BIN)/python -m pytest -q -ra -m e2e
+	$(call run_tests,e2e and not serial,e2e and serial)
 
 # Mutation testing (issue 21; not in CI: hours on two cores): mutmut over core/, scheduler/ and the store's job-state
 # guards, killed by the fast tests ([tool.mutmut] in pyproject.toml; docs/testing.md). The score and every surviving

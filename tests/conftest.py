@@ -1,4 +1,5 @@
-"""Shared fixtures: databases (SQLite and a fresh PostgreSQL database per test) and stores."""
+"""Shared fixtures: databases (SQLite and a fresh PostgreSQL database per test) and stores; the parallel run's
+rules (the `serial` mark) and the `figure` fixture (numbers a test measured, shown at the end of the run)."""
 
 from __future__ import annotations
 
@@ -90,3 +91,74 @@ def ready_nodes(store: Any) -> Callable[..., None]:
             store.upsert_node(n, n, "simulated", 0, 0, {}, inventory, now)
 
     return register
+
+
+# ---- running in parallel (pytest-xdist; docs/testing.md) ---------------------------------------------------------
+# `make test` runs the suite on several workers with `--dist loadgroup`: tests go one by one to whichever worker is
+# free, except that the tests of one `@pytest.mark.xdist_group("NAME")` all run on the same worker, one after another
+# (what shares a machine-wide resource: the container engine's images and node names, one chromium at a time).
+# `@pytest.mark.serial` is for a test that must not share the machine at all (it asserts a latency that a busy
+# neighbour would stretch): `make test` leaves it out of the parallel run and runs it afterwards, alone.
+
+
+@pytest.hookimpl(trylast=True)  # after pytest-xdist's own hook (see below)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    grouping = bool(getattr(config.option, "loadgroup", False))  # an xdist worker under --dist loadgroup
+    for item in items:
+        # Run with -n anyway (a developer's `pytest -n 2 tests/e2e`): the serial tests at least keep to one worker.
+        if item.get_closest_marker("serial") and not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group("serial"))
+        mark = item.get_closest_marker("xdist_group")
+        if grouping and mark:
+            _suffix_group(item, str(mark.args[0] if mark.args else mark.kwargs.get("name", "default")))
+
+
+def _suffix_group(item: pytest.Item, group: str) -> None:
+    """What pytest-xdist's worker does for --dist loadgroup, done so that it works on pytest 9: the controller
+    schedules by the `@GROUP` suffix of each test id a worker reports. xdist (3.6.1, and 3.8.0 too) sets
+    `item._nodeid`, which pytest 9 no longer reads (the id is the NodeId in `item._id`): without this, every
+    xdist_group would be silently ignored and its tests spread over the workers."""
+    if item.nodeid.endswith(f"@{group}"):  # xdist's own suffix took (an older pytest, or a fixed xdist)
+        return
+    new_id = f"{item.nodeid}@{group}"
+    try:
+        from _pytest.nodeid import NodeId
+    except ImportError:  # pytest before 9: xdist's way
+        item._nodeid = new_id  # type: ignore[attr-defined]
+        return
+    item._id = NodeId.parse(new_id)  # type: ignore[attr-defined]
+    assert item.nodeid == new_id, f"pytest's node ids changed again: {item.nodeid!r}; see _suffix_group"
+
+
+# ---- figures: what a test measured, in the CI log ------------------------------------------------------------------
+# A passing test's print() is captured and never shown (with or without workers). `figure(text)` records a line
+# in the test's report (its user_properties, where record_property puts values: they travel from a pytest-xdist
+# worker to the controller, and --junitxml writes them); every figure of the run is listed at its end, "figures",
+# whether the test passed or failed. It is printed as well, for a run with -s.
+_FIGURES: list[tuple[str, str]] = []
+
+
+@pytest.fixture
+def figure(request: pytest.FixtureRequest) -> Callable[[str], None]:
+    """`figure("failover: replica b leads 2.3 s after kill -9")`: one line for the CI log's `figures` section."""
+
+    def record(text: str) -> None:
+        # what record_property does, without its warning under --junitxml's default xunit2 family
+        request.node.user_properties.append(("figure", text))
+        print(text)
+
+    return record
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    # The teardown report carries every property the test recorded (in setup, call or teardown). Under pytest-xdist
+    # this runs on the controller, for each worker's report, as well as on the worker itself (whose list is unused).
+    if report.when == "teardown":
+        _FIGURES.extend((report.nodeid, str(value)) for name, value in report.user_properties if name == "figure")
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if _FIGURES:
+        terminalreporter.section("figures")
+        for nodeid, text in _FIGURES:
+            terminalreporter.line(f"{nodeid}: {text}")

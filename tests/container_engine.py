@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import uuid
 
 import docker
 import httpx
@@ -19,6 +20,16 @@ HOW = "run `make docker-deps` (as root or with sudo: Debian's docker.io, dockerd
 REGISTRY = f"127.0.0.1:{os.environ.get('CORRAL_TEST_REGISTRY_PORT', '5055')}"
 REGISTRY_USER, REGISTRY_PASSWORD = "alice", "s3cret"
 PRIVATE_IMAGES = (f"{REGISTRY}/team/busybox:1", f"{REGISTRY}/team/busybox:2")
+# The container tests name and label their containers by node (corral-NODE-RUN, io.corral.node=NODE) and remove
+# their node's containers before and after: a node name of this process's own keeps another run on the same engine
+# at the same time (another developer's, or a second checkout's) from removing them mid-test. Within one run the
+# tests that use the engine share the "container-engine" xdist group (docs/testing.md).
+RUN_ID = uuid.uuid4().hex[:8]
+
+
+def engine_node(name: str) -> str:
+    """`name` made unique to this test process (a valid node name: at most 63 characters)."""
+    return f"{name}-{RUN_ID}"
 
 
 def require_engine() -> docker.DockerClient:

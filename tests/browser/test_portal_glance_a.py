@@ -22,7 +22,8 @@ try:
 except ImportError:  # the `browser` fixture skips every test with the reason
     expect = None  # type: ignore[assignment]
 
-pytestmark = [pytest.mark.e2e, pytest.mark.browser]
+# One worker runs every browser test, one chromium at a time (and each module's cluster starts once): docs/testing.md
+pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.xdist_group("browser")]
 
 NICE = {1.0, 2.0, 2.5, 5.0, 10.0}
 TIME_24H = re.compile(r"^\d{4}-\d{2}-\d{2} ([01]\d|2[0-3]):[0-5]\d:[0-5]\d \S+$")

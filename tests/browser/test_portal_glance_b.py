@@ -22,7 +22,8 @@ try:
 except ImportError:  # the `browser` fixture skips every test with the reason
     expect = None  # type: ignore[assignment]
 
-pytestmark = [pytest.mark.e2e, pytest.mark.browser]
+# One worker runs every browser test, one chromium at a time (and each module's cluster starts once): docs/testing.md
+pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.xdist_group("browser")]
 Tabs = Callable[[], Tab]
 PHONE = {"width": 390, "height": 844}
 DESKTOP = {"width": 1300, "height": 900}

@@ -17,7 +17,8 @@ from e2e.conftest import JOB_PYTHON, JOB_PYTHONPATH, free_port, wait_for
 
 from .conftest import Cluster, Tab
 
-pytestmark = [pytest.mark.e2e, pytest.mark.browser]
+# One worker runs every browser test, one chromium at a time (and each module's cluster starts once): docs/testing.md
+pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.xdist_group("browser")]
 ECHO_APP = Path(__file__).resolve().parents[1] / "e2e" / "ws_echo_app.py"
 
 # Open a WebSocket, send a text and a binary frame, and report what happened (in the page).

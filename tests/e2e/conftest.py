@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -27,10 +28,50 @@ JOB_PYTHON = "/usr/bin/python3"
 JOB_PYTHONPATH = sysconfig.get_paths()["purelib"]
 
 
+# Ports handed out by free_port(), one empty file each, shared by every test process on this machine: the workers of
+# a parallel run (pytest-xdist) and anyone else's run. The kernel never gives out a port that is bound, but a port
+# is free between free_port() and the server's bind (seconds, while `corral up` starts), and again while a test
+# restarts a server on the same port: another process asking the kernel then could be given it too. A port stays
+# claimed for PORT_HOLD_S (longer than any test), then may be handed out again.
+PORTS_DIR = Path(tempfile.gettempdir()) / "corral-test-ports"
+PORT_HOLD_S = 900.0
+
+
+def _claim_port(port: int) -> bool:
+    """Claim `port` for this process: True unless another process claimed it within PORT_HOLD_S."""
+    mark = PORTS_DIR / str(port)
+    for _ in range(2):
+        try:
+            os.close(os.open(mark, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+            return True
+        except FileExistsError:
+            pass
+        try:
+            if time.time() - mark.stat().st_mtime < PORT_HOLD_S:
+                return False
+            stale = mark.with_name(f"{port}.stale.{os.getpid()}.{time.monotonic_ns()}")
+            os.rename(mark, stale)  # of several processes that found it stale, one renames it
+            if time.time() - stale.stat().st_mtime < PORT_HOLD_S:  # renamed a fresh claim made meanwhile: undo
+                os.rename(stale, mark)
+                return False
+            stale.unlink()
+        except FileNotFoundError:
+            return False
+    return False
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A loopback port that nothing listens on and that no other test process on this machine was given lately."""
+    PORTS_DIR.mkdir(exist_ok=True)
+    with contextlib.suppress(OSError):
+        os.chmod(PORTS_DIR, 0o1777)  # every user's test runs share it
+    for _ in range(200):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if _claim_port(port):
+            return port
+    raise AssertionError(f"no free loopback port: 200 ports the kernel offered are all claimed in {PORTS_DIR}")
 
 
 def wait_for(pred: Callable[[], Any], timeout_s: float = 30.0, what: str = "condition") -> Any:
@@ -150,10 +191,13 @@ class Corral:
                     pass
                 p.wait(10)
         # Jobs run under a shim in a session of their own (they outlive an agent restart by design): kill those
-        # of this installation, found by its data directory on their command line, and their children.
+        # of this installation, found by its data directory on their command line, and their children. The root
+        # is this test's own (tmp_path, under a parallel run its worker's own base dir): `root/` never matches
+        # another installation's `root2/` nor another worker's processes.
+        mine = (str(self.root), str(self.jobs_dir))  # the jobs dir: mkdtemp's, unique too
         for proc in psutil.process_iter(["cmdline"]):
             try:
-                if any(str(self.root) in arg for arg in proc.info["cmdline"] or ()):
+                if any(f"{d}/" in arg or arg.endswith(d) for arg in proc.info["cmdline"] or () for d in mine):
                     for child in proc.children(recursive=True):
                         child.kill()
                     proc.kill()
@@ -211,5 +255,7 @@ def corral_factory(tmp_path: Path) -> Iterator[Callable[..., Corral]]:
     yield make
     for c in made:
         c.close()
-    # jobs' own process groups outlive `corral up` by design: end any a test left behind
-    subprocess.run(["pkill", "-KILL", "-f", str(tmp_path)], check=False)
+    # jobs' own process groups outlive `corral up` by design: end any a test left behind. tmp_path is this test's
+    # own (under a parallel run, under its worker's own base dir too); the trailing / keeps test_x1 from matching
+    # test_x10's processes. pkill reads the pattern as a regex: tmp_path has only [A-Za-z0-9_/-] (pytest's names).
+    subprocess.run(["pkill", "-KILL", "-f", f"{tmp_path}/"], check=False)

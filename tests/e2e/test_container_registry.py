@@ -20,6 +20,7 @@ from container_engine import (
     REGISTRY_PASSWORD,
     REGISTRY_USER,
     TEST_IMAGE,
+    engine_node,
     remove_images,
     remove_node_containers,
     require_engine,
@@ -28,8 +29,9 @@ from container_engine import (
 
 from .conftest import CORRAL, Corral, wait_for
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
-NODE = "e2e-registry"
+# One test at a time on the container engine (its images, containers and node names are the machine's): docs/testing.md
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300), pytest.mark.xdist_group("container-engine")]
+NODE = engine_node("e2e-registry")
 ONE, TWO = PRIVATE_IMAGES
 
 

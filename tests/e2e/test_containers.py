@@ -13,12 +13,13 @@ from typing import Any
 
 import pytest
 
-from container_engine import DOCKER_HOST, TEST_IMAGE, remove_node_containers, require_engine
+from container_engine import DOCKER_HOST, TEST_IMAGE, engine_node, remove_node_containers, require_engine
 
 from .conftest import CORRAL, Corral, wait_for
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
-NODE = "e2e-boxy"
+# One test at a time on the container engine (its images, containers and node names are the machine's): docs/testing.md
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300), pytest.mark.xdist_group("container-engine")]
+NODE = engine_node("e2e-boxy")
 
 
 def _start_box(c: Corral, token_file: Path | None) -> Any:

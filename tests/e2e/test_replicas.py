@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -17,7 +18,9 @@ import pytest
 
 from .conftest import CORRAL, Corral, free_port, wait_for
 
-pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.timeout(240)]
+# serial: it asserts the failover latency itself (the follower leads within FAILOVER_S of kill -9): `make test` runs
+# it alone, after the parallel run, so a busy neighbour cannot stretch it (docs/testing.md).
+pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.timeout(240), pytest.mark.serial]
 FAILOVER_S = 10.0
 
 
@@ -55,7 +58,9 @@ def _state(r: Replica, token: str, job: int) -> str:
     return str(_api(r, token, "GET", f"/jobs/{job}")["state"])
 
 
-def test_two_replicas_one_leads_and_the_other_takes_over_after_kill_9(corral_factory: Any, postgres_url: str) -> None:
+def test_two_replicas_one_leads_and_the_other_takes_over_after_kill_9(
+    corral_factory: Any, postgres_url: str, figure: Callable[[str], None]
+) -> None:
     c: Corral = corral_factory(gpus="none", database_url=postgres_url)
     a = Replica(c, "a")  # first: it migrates the database and leads
     token = (c.data_dir / "admin-token").read_text().strip()
@@ -97,7 +102,7 @@ def test_two_replicas_one_leads_and_the_other_takes_over_after_kill_9(corral_fac
     ]
     wait_for(lambda: _api(b, token, "GET", "/status")["leader"] == status["replicas"][1]["id"], FAILOVER_S, "b leads")
     took = time.monotonic() - killed
-    print(f"failover: replica b leads {took:.1f} s after kill -9 of the leader")
+    figure(f"failover: replica b leads {took:.1f} s after kill -9 of the leader")
     after = _api(b, token, "GET", "/status")
     assert after["leader_epoch"] == status["leader_epoch"] + 1
     for job in [long, *queued]:
@@ -128,7 +133,7 @@ def test_two_replicas_one_leads_and_the_other_takes_over_after_kill_9(corral_fac
     assert r.returncode == 0, r.stderr
     last = int(r.stdout)
     wait_for(lambda: _state(a, token, last) == "SUCCEEDED", 60, "the agent failed over to a, which leads")
-    print(f"second failover: a leads and ran a job {time.monotonic() - killed:.1f} s after kill -9 of b")
+    figure(f"second failover: a leads and ran a job {time.monotonic() - killed:.1f} s after kill -9 of b")
     jobs = _api(a, token, "GET", "/jobs", params={"all": "true"})
     assert sorted(j["id"] for j in jobs) == sorted([first, long, *queued, last]) and all(
         j["attempt"] == 1 for j in jobs

@@ -13,13 +13,15 @@ from pathlib import Path
 import docker
 import pytest
 
-from container_engine import TEST_IMAGE, remove_node_containers, require_engine
+from container_engine import TEST_IMAGE, engine_node, remove_node_containers, require_engine
 from corral.core.containers import ContainerSpec, parse_mount
 from corral.core.unix_identity import JobIdentity
 from corral.executors.base import ExitRecord, LaunchSpec
 from corral.executors.container import ContainerExecutor
 
-NODE = "itest-node"
+# One test at a time on the container engine (its images, containers and node names are the machine's): docs/testing.md
+pytestmark = pytest.mark.xdist_group("container-engine")
+NODE = engine_node("itest-node")
 JOB_USER = JobIdentity(200_123, 200_123, "alice")
 
 

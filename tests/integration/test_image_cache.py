@@ -23,6 +23,8 @@ from requests.exceptions import RequestException
 from container_engine import TEST_IMAGE, require_engine
 from corral.executors.image_cache import INDEX_FILE, ImageCache
 
+# One test at a time on the container engine (its images, containers and node names are the machine's): docs/testing.md
+pytestmark = pytest.mark.xdist_group("container-engine")
 RUN = uuid.uuid4().hex[:10]
 PREFIX = f"corral-test/cache-{RUN}"
 LABEL = "io.corral.test-image-cache"

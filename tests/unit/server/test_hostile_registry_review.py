@@ -354,6 +354,7 @@ def _wait_exit(executor: Any, key: str) -> Any:
     raise AssertionError(f"run {key} did not end within 60 s")
 
 
+@pytest.mark.xdist_group("container-engine")  # the engine and the private registry's images: docs/testing.md
 def test_a_cached_private_image_is_not_run_under_another_name_without_a_login(tmp_path: Path) -> None:
     """Was a hole (fixed by image id, and ids refused at submit): the agent kept "pulled with a login" per reference string (`ImageCache.is_private(image)`), but asks
     the engine whether it has the image under any name (`has` -> `images.get`). Alice's job pulls
