@@ -46,6 +46,22 @@ class Replica:
             return False
 
 
+def join_agent(c: Corral, env: dict[str, str], replicas: list[Replica], node: str = "n1") -> None:
+    """A `corral agent` (2 simulated H100s) joined with a fresh one-use token made through the CLI (`env`), given
+    `replicas`' agent URLs in that order."""
+    r = c.cli("tokens", "join", "create", "--ttl", "10m", "--uses", "1", env=env)
+    assert r.returncode == 0, r.stderr
+    token_file = c.root / f"join-token-{node}"
+    token_file.write_text(r.stdout.strip() + "\n")
+    os.chmod(token_file, 0o600)
+    c.spawn(
+        [CORRAL, "agent", "--join", ",".join(x.agent_url for x in replicas), "--gpus", "sim:2xH100-80GB",
+         "--node-name", node, "--token-file", str(token_file)],
+        env=c.agent_env(node),
+        log_name=f"agent-{node}",
+    )  # fmt: skip
+
+
 def _api(r: Replica, token: str, method: str, path: str, **kw: Any) -> Any:
     resp = httpx.request(
         method, f"{r.url}/api/v1{path}", headers={"Authorization": f"Bearer {token}"}, timeout=10, **kw
@@ -74,17 +90,7 @@ def test_two_replicas_one_leads_and_the_other_takes_over_after_kill_9(
     assert shown.returncode == 0 and f"leader: {leader} since" in shown.stdout and "follower" in shown.stdout
 
     # An agent whose long poll the follower holds gets the work the leader places.
-    r = c.cli("tokens", "join", "create", "--ttl", "10m", "--uses", "1", env=env)
-    assert r.returncode == 0, r.stderr
-    token_file = c.root / "join-token"
-    token_file.write_text(r.stdout.strip() + "\n")
-    os.chmod(token_file, 0o600)
-    c.spawn(
-        [CORRAL, "agent", "--join", f"{b.agent_url},{a.agent_url}", "--gpus", "sim:2xH100-80GB", "--node-name", "n1",
-         "--token-file", str(token_file)],
-        env=c.agent_env("n1"),
-        log_name="agent-n1",
-    )  # fmt: skip
+    join_agent(c, env, [b, a])
     wait_for(lambda: _api(b, token, "GET", "/nodes"), 60, "the agent registered")
     first = _api(b, token, "POST", "/jobs", json={"command": ["sh", "-c", "echo one"], "gpus": 1})["id"]
     started = time.monotonic()

@@ -8,7 +8,6 @@ running ones keep serving."""
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import pytest
@@ -17,7 +16,7 @@ import sqlalchemy as sa
 from corral.store.migrate import code_head
 
 from .conftest import CORRAL, Corral, free_port, wait_for
-from .test_replicas import Replica, _api, _state
+from .test_replicas import Replica, _api, _state, join_agent
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.timeout(180)]
 FUTURE = "9001_future"
@@ -50,17 +49,7 @@ def test_old_replicas_run_and_restart_on_a_newer_expand_only_schema_and_refuse_a
     a = Replica(c, "a")  # migrates the fresh database to this code's head
     token = (c.data_dir / "admin-token").read_text().strip()
     env = dict(c.env, CORRAL_URL=a.url, CORRAL_TOKEN=token)
-    r = c.cli("tokens", "join", "create", "--ttl", "10m", "--uses", "1", env=env)
-    assert r.returncode == 0, r.stderr
-    token_file = c.root / "join-token"
-    token_file.write_text(r.stdout.strip() + "\n")
-    os.chmod(token_file, 0o600)
-    c.spawn(
-        [CORRAL, "agent", "--join", a.agent_url, "--gpus", "sim:2xH100-80GB", "--node-name", "n1",
-         "--token-file", str(token_file)],
-        env=c.agent_env("n1"),
-        log_name="agent-n1",
-    )  # fmt: skip
+    join_agent(c, env, [a])
     wait_for(lambda: _api(a, token, "GET", "/nodes"), 60, "the agent registered")
     _run(a, token, "before")
     assert _api(a, token, "GET", "/status")["schema_revision"] == head
