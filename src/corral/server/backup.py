@@ -187,8 +187,9 @@ def _write_private(path: Path, data: bytes) -> None:
 
 
 def _write_tarball(staging: Path, dest: Path) -> None:
-    tmp = dest.with_name(f".{dest.name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    # A new file of our own (O_EXCL, 0600, a name no one can plant beforehand): the folder may be shared.
+    fd, name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
+    tmp = Path(name)
     try:
         with os.fdopen(fd, "wb") as raw, tarfile.open(fileobj=raw, mode="w:gz") as tar:
             for p in sorted(staging.rglob("*")):

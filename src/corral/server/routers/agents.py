@@ -117,6 +117,10 @@ async def upload_logs(
     job = await run_in_threadpool(store.get_job, job_id)
     if job is None or attempt > max(job.attempt, 1) or all(n != node for n, _ in job.placed_parts):
         raise ForbiddenError(f"job {job_id} (attempt {attempt}) is not placed on node {node}")
+    # A rank the job has, and this node's own in the current attempt: each rank's log is capped, so an invented
+    # rank would multiply the cap, and another node's rank written first would stand for that node's output.
+    if rank >= len(job.placed_parts) or (attempt == max(job.attempt, 1) and rank != job.rank_on(node)):
+        raise ForbiddenError(f"job {job_id} (attempt {attempt}) has no rank {rank} on node {node}")
     data = await request.body()
     try:
         size = await run_in_threadpool(logs.append, job_id, offset, data, attempt, rank)
