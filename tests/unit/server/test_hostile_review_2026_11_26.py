@@ -5,61 +5,16 @@ from __future__ import annotations
 
 import os
 import stat
-import time
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
-import pytest
-from fastapi.testclient import TestClient
-from node_certs import NodeCertApp, cert_headers
+from test_job_log_limit import Cluster, cluster  # noqa: F401  (the fixture: a node n1 with a 1 MB log cap)
 
-from corral.agent.identity import new_key_and_csr
-from corral.server.app import create_agent_app, create_app
 from corral.server.backup import take_backup
 from corral.server.bootstrap import ensure_credentials
-from corral.server.settings import Settings
 from corral.store.sql import open_store
 
 MB = 1 << 20
-
-
-class Cluster:
-    def __init__(self, api: TestClient, agents: TestClient, admin: dict[str, str]) -> None:
-        self.api, self.agents, self.admin = api, agents, admin
-        token = api.post("/api/v1/join-tokens", json={"ttl_s": 3600, "uses": 1}, headers=admin).json()["token"]
-        _, csr = new_key_and_csr("n1")
-        joined = agents.post("/api/v1/join", json={"token": token, "node": "n1", "csr": csr})
-        assert joined.status_code == 200, joined.text
-        self.n1 = cert_headers(joined.json()["cert"])
-        gpus = [{"index": 0, "uuid": "GPU-n1-0", "model": "H100-80GB", "memory_mib": 81920}]
-        body = {"name": "n1", "backend": "simulated", "address": "10.0.0.1", "gpus": gpus}
-        assert agents.post("/api/v1/agents/register", json=body, headers=self.n1).status_code == 200
-
-    def running_job(self) -> int:
-        job = int(self.api.post("/api/v1/jobs", json={"command": ["yes"], "gpus": 1}, headers=self.admin).json()["id"])
-        deadline = time.monotonic() + 10
-        while self.api.get(f"/api/v1/jobs/{job}", headers=self.admin).json()["state"] != "RUNNING":
-            assert time.monotonic() < deadline, "the job did not start"
-            time.sleep(0.05)
-        return job
-
-    def upload(self, job: int, offset: int, data: bytes, **params: int) -> Any:
-        return self.agents.post(
-            f"/api/v1/agents/n1/jobs/{job}/logs", params={"offset": offset, **params}, content=data, headers=self.n1
-        )
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    url = f"sqlite:///{tmp_path / 'corral.db'}"
-    store = open_store(url)
-    creds = ensure_credentials(store, tmp_path)
-    settings = Settings(data_dir=tmp_path, database_url=url, schedule_interval_s=0.1, job_log_max_mb=1)
-    app = create_app(settings, store)
-    with TestClient(NodeCertApp(app)) as api, TestClient(NodeCertApp(create_agent_app(app))) as agents:
-        yield Cluster(api, agents, {"Authorization": f"Bearer {creds.admin_token}"})
 
 
 def test_an_agent_cannot_multiply_a_jobs_log_cap_by_inventing_ranks(cluster: Cluster) -> None:

@@ -44,9 +44,9 @@ class Cluster:
             time.sleep(0.05)
         return job
 
-    def upload(self, job: int, offset: int, data: bytes) -> Any:
+    def upload(self, job: int, offset: int, data: bytes, **params: int) -> Any:
         return self.agents.post(
-            f"/api/v1/agents/n1/jobs/{job}/logs", params={"offset": offset}, content=data, headers=self.n1
+            f"/api/v1/agents/n1/jobs/{job}/logs", params={"offset": offset, **params}, content=data, headers=self.n1
         )
 
 
