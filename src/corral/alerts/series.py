@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from corral.alerts.evaluator import SeriesPoint
-from corral.alerts.rules import make_labels
+from corral.alerts.rules import Labels, make_labels
 from corral.core.telemetry import (
     GPU_SERIES,
     HOST_SERIES,
@@ -28,18 +28,29 @@ class JobPlacement:
     gpu_indices: tuple[int, ...]
 
 
+def _owners(node: str, jobs: Sequence[JobPlacement]) -> dict[int, JobPlacement]:
+    """GPU index -> the running job that holds it, on `node`."""
+    return {i: j for j in jobs if j.node == node for i in j.gpu_indices}
+
+
+def _gpu_labels(node: str, index: int, uuid: str, owner: Mapping[int, JobPlacement]) -> Labels:
+    """One GPU's series labels, from a batch or from stored samples alike: a GPU held by a running job also carries
+    that job's `job` and `tenant` (tenant-scoped rules and a tenant's view of alerts go by them)."""
+    labels: dict[str, object] = {"node": node, "gpu": index, "uuid": uuid}
+    if index in owner:
+        labels |= {"job": owner[index].job, "tenant": owner[index].tenant}
+    return make_labels(labels)
+
+
 def compute_batch_series(batch: TelemetryBatch, jobs: Sequence[JobPlacement] = ()) -> list[SeriesPoint]:
     """GPU_SERIES and HOST_SERIES from one batch, and gpu_xid / gpu_ecc_dbe from its events.
 
     A GPU held by a running job also carries that job's `job` and `tenant` labels, so tenant-scoped
     rules see it."""
-    owner = {i: j for j in jobs if j.node == batch.node for i in j.gpu_indices}
+    owner = _owners(batch.node, jobs)
     points: list[SeriesPoint] = []
     for s in batch.gpus:
-        labels: dict[str, object] = {"node": batch.node, "gpu": s.index, "uuid": s.uuid}
-        if s.index in owner:
-            labels |= {"job": owner[s.index].job, "tenant": owner[s.index].tenant}
-        frozen = make_labels(labels)
+        frozen = _gpu_labels(batch.node, s.index, s.uuid, owner)
         points.extend(SeriesPoint(metric, frozen, value) for metric, value in compute_gpu_series(s).items())
     if batch.host is not None:
         host_labels = make_labels({"node": batch.node})
@@ -66,13 +77,10 @@ def compute_sample_series(
     replica received): `gpus` maps a GPU index to its series' values, `host` the host series' values, `uuids` a GPU
     index to its UUID (the node's inventory). Same series, same labels; a batch's XID and ECC events are not kept
     as samples, so none here."""
-    owner = {i: j for j in jobs if j.node == node for i in j.gpu_indices}
+    owner = _owners(node, jobs)
     out: list[SeriesPoint] = []
     for index in sorted(gpus):
-        labels: dict[str, object] = {"node": node, "gpu": index, "uuid": uuids.get(index, "")}
-        if index in owner:
-            labels |= {"job": owner[index].job, "tenant": owner[index].tenant}
-        frozen = make_labels(labels)
+        frozen = _gpu_labels(node, index, uuids.get(index, ""), owner)
         out.extend(SeriesPoint(m, frozen, v) for m, v in sorted(gpus[index].items()) if m in GPU_SERIES)
     host_labels = make_labels({"node": node})
     out.extend(SeriesPoint(m, host_labels, v) for m, v in sorted(host.items()) if m in HOST_SERIES)
