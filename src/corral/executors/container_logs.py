@@ -26,7 +26,7 @@ from docker.errors import DockerException
 from docker.models.containers import Container
 from requests.exceptions import RequestException
 
-from corral.executors.shim import limit_notice
+from corral.executors.shim import limit_notice, over_limit_notice
 
 log = logging.getLogger("corral.agent")
 LOG_POSITION_FILE = "log-position.json"
@@ -90,10 +90,7 @@ class LogFollower:
                         for line in self._lines(follow=False):
                             self._write(out, line)
                         if self._over:
-                            out.write(
-                                f"corral: {self._over} bytes of this job's output were dropped past its "
-                                "log's limit\n".encode()
-                            )
+                            out.write(over_limit_notice(self._over))
                         return
                     if time.monotonic() - began < 0.5:
                         time.sleep(0.5)  # no busy loop against an engine that ends streams at once

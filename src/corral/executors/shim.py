@@ -102,7 +102,6 @@ class LogCopy(threading.Thread):
         super().__init__(name="corral-shim-log", daemon=True)
         self.source, self.log = source, log
         self.dropped = 0  # bytes lost and not yet told in the log
-        self.lost = 0  # bytes lost in all
         self.limit = limit
         self.taken = 0  # bytes of output within the limit
         self.over = 0  # bytes of output past the limit, dropped
@@ -134,7 +133,6 @@ class LogCopy(threading.Thread):
             self.dropped = 0
         if not self._write(data):
             self.dropped += len(data)
-            self.lost += len(data)
 
     def _write(self, data: bytes) -> bool:
         view = memoryview(data)
@@ -151,11 +149,15 @@ class LogCopy(threading.Thread):
         if self.dropped and self._write(_lost_notice(self.dropped)):
             self.dropped = 0
         if self.over:
-            self._write(f"corral: {self.over} bytes of this job's output were dropped past its log's limit\n".encode())
+            self._write(over_limit_notice(self.over))
 
 
 def _lost_notice(n: int) -> bytes:
     return f"\ncorral: {n} bytes of this job's output were lost: the node's log disk was full\n".encode()
+
+
+def over_limit_notice(n: int) -> bytes:
+    return f"corral: {n} bytes of this job's output were dropped past its log's limit\n".encode()
 
 
 def limit_notice(limit: int) -> bytes:
