@@ -105,7 +105,8 @@ class Agent:
         self._stop = threading.Event()
         self._batches: queue.Queue[TelemetryBatch] = queue.Queue(TELEMETRY_QUEUE)
         self.collector: Collector | None = None
-        self.web_ports = WebPortWatch(executor.leader_pid)  # who listens on its jobs' web-UI ports (job proxy)
+        # who listens on its jobs' web-UI ports (job proxy): a process job's own processes, a container's engine
+        self.web_ports = WebPortWatch(executor.leader_pid, published_of=executor.published_port)
         self.log_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
 
     # ---- registration -------------------------------------------------------
@@ -365,6 +366,7 @@ class Agent:
             cpu_milli=a.cpu_milli,
             memory_mib=a.memory_mib,
             log_max_bytes=a.log_max_bytes,
+            web_port=a.web_port,
         )
         with self._lock:
             if run in self._run_gpus or run in self._local_exits:  # two syncs in flight can both carry it: once

@@ -6,6 +6,15 @@ Unix user is not the test (jobs of one user, or every job in single-user mode, s
 both the session and the shim's tree (setsid and a double fork) is no longer the job's. A socket the agent
 cannot find among the job's processes' open files (another process's, or one it may not read) is not the job's.
 
+A container job's port (its processes are in their own network namespace) counts as the job's only while its
+engine says this run's container runs and publishes that node port, something listens on the port inside the
+container, and every listening socket on the node port is held by the engine's own forwarder of this very
+container: Docker's docker-proxy (root, a child of a root dockerd, its command line naming this port, the
+container's address and its port inside) or Podman's conmon (root, its command line naming the container's id).
+None of that can be had by a tenant: jobs never run as root, cannot become dockerd's children, and no job publishes
+ports but through Corral. No listener at all (an engine forwarding by NAT only) is fine; rootless engines'
+forwarders (rootlesskit, rootlessport) run as a user and are not accepted.
+
 Cost: the socket tables (/proc/net/tcp, tcp6) every check; the process table and the job's file descriptors
 only when something listens on a watched port (not a scan of every process's descriptors).
 """
@@ -15,9 +24,10 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 from corral.api.schemas import RunRef, WebPortCheck, WebPortReport
+from corral.executors.base import PublishedPort
 
 Listeners = dict[int, set[int]]  # port -> inodes of the sockets listening on it
 ProcessTable = dict[int, tuple[int, int, int]]  # pid -> (parent pid, process group, session)
@@ -47,9 +57,9 @@ def load_listeners(ports: Collection[int], proc: str = "/proc") -> Listeners:
     return found
 
 
-def load_process_table(proc: str = "/proc") -> ProcessTable:
+def load_process_table(proc: str = "/proc", names: dict[int, str] | None = None) -> ProcessTable:
     """Every process's parent, process group and session, from /proc/PID/stat (processes that end meanwhile
-    are skipped)."""
+    are skipped); each one's command name (comm) into `names` when given."""
     table: ProcessTable = {}
     for name in os.listdir(proc):
         if not name.isdigit():
@@ -62,6 +72,8 @@ def load_process_table(proc: str = "/proc") -> ProcessTable:
         rest = stat[stat.rfind(")") + 2 :].split()  # after "pid (comm) ": state ppid pgrp session ...
         if len(rest) >= 4:
             table[int(name)] = (int(rest[1]), int(rest[2]), int(rest[3]))
+            if names is not None:
+                names[int(name)] = stat[stat.find("(") + 1 : stat.rfind(")")]
     return table
 
 
@@ -109,16 +121,108 @@ def compute_port_verdict(port: int, leader: int | None, listeners: set[int], job
     return True, ""
 
 
+ENGINE_FORWARDERS = ("docker-proxy", "conmon")  # the processes that may hold a container's published port
+
+
+def load_root_uids(pid: int, proc: str = "/proc") -> bool:
+    """The process runs as root (real and effective uid 0); False when it cannot be read."""
+    try:
+        with open(f"{proc}/{pid}/status", encoding="utf-8", errors="replace") as f:
+            uid = next((line.split()[1:3] for line in f if line.startswith("Uid:")), None)
+    except OSError:
+        return False
+    return uid == ["0", "0"]
+
+
+def load_cmdline(pid: int, proc: str = "/proc") -> list[str]:
+    try:
+        with open(f"{proc}/{pid}/cmdline", "rb") as f:
+            return f.read().decode(errors="replace").split("\0")
+    except OSError:
+        return []
+
+
+def is_engine_forwarder(name: str, args: Sequence[str], parent: str, port: int, published: PublishedPort) -> bool:
+    """A root process named `name` (command line `args`, its parent's name `parent`) forwards `port` to exactly
+    this container for its engine: docker-proxy, a child of dockerd, naming the node port, one of the container's
+    addresses and its port inside; or conmon naming the container's id."""
+    if name == "docker-proxy" and parent == "dockerd":
+        flags = dict(zip(args[1::2], args[2::2], strict=False))
+        return (
+            flags.get("-host-port") == str(port)
+            and flags.get("-container-port") == str(published.container_port)
+            and flags.get("-container-ip", "") in published.container_ips
+        )
+    if name == "conmon" and published.container_id:
+        return any(
+            (a in ("-c", "--cid") and b == published.container_id) or a == f"--cid={published.container_id}"
+            for a, b in zip(args, [*args[1:], ""], strict=True)
+        )
+    return False
+
+
+def find_forwarder_pids(
+    port: int, published: PublishedPort, table: ProcessTable, names: Mapping[int, str], proc: str = "/proc"
+) -> set[int]:
+    """The processes that forward `port` to the container for its engine (is_engine_forwarder, run as root, with
+    a parent that runs as root)."""
+    found: set[int] = set()
+    for pid, name in names.items():
+        if name not in ENGINE_FORWARDERS or pid not in table:
+            continue
+        ppid = table[pid][0]
+        parent_ok = name == "conmon" or load_root_uids(ppid, proc)  # conmon is re-parented to init on purpose
+        if (
+            parent_ok
+            and load_root_uids(pid, proc)
+            and is_engine_forwarder(name, load_cmdline(pid, proc), names.get(ppid, ""), port, published)
+        ):
+            found.add(pid)
+    return found
+
+
+def compute_container_port_verdict(
+    port: int, published: PublishedPort, inside: bool | None, listeners: set[int], forwarder_sockets: set[int]
+) -> tuple[bool, str]:
+    """(listening, why not) for a container job's node port: the engine publishes it for the running container,
+    something listens inside (`inside`; None: not known), and every listener on the node port is the engine's."""
+    if published.host_port != port:
+        return False, f"the job's container publishes port {published.host_port}, not {port}"
+    if inside is False:
+        return False, f"nothing listens on port {published.container_port} inside the job's container"
+    if not listeners <= forwarder_sockets:
+        return False, f"port {port} is held by a process that is not the job's container engine's"
+    return True, ""
+
+
+def load_inside_listening(published: PublishedPort, proc: str = "/proc") -> bool | None:
+    """Something listens on the container's port inside its network namespace (seen through its main process);
+    None when that cannot be read (the engine's forwarding is then trusted alone)."""
+    if not published.pid:
+        return None
+    try:
+        return bool(load_listeners([published.container_port], f"{proc}/{published.pid}")[published.container_port])
+    except OSError:
+        return None
+
+
 WEB_PORT_CHECK_S = 1.0  # how often the agent looks again (a change is reported at once, not at the next long poll)
 
 
 class WebPortWatch:
     """The web-UI ports the server asked this agent to watch (one per run, from each sync's reply) and what the
-    agent last found there. `leader_of(run key)` is the pid of a running job's shim (None: not running). Thread-safe:
+    agent last found there. `leader_of(run key)` is the pid of a running job's shim (None: not running);
+    `published_of(run key)` what the engine publishes for a container run (Executor.published_port). Thread-safe:
     the sync thread sets checks and reads reports, the watch thread refreshes."""
 
-    def __init__(self, leader_of: Callable[[str], int | None], interval_s: float = WEB_PORT_CHECK_S) -> None:
+    def __init__(
+        self,
+        leader_of: Callable[[str], int | None],
+        interval_s: float = WEB_PORT_CHECK_S,
+        published_of: Callable[[str], PublishedPort | None] | None = None,
+    ) -> None:
         self._leader_of = leader_of
+        self._published_of = published_of or (lambda _key: None)
         self._interval_s = interval_s
         self._lock = threading.Lock()
         self._checks: dict[RunRef, int] = {}
@@ -168,11 +272,19 @@ class WebPortWatch:
 
     def _look(self, checks: Mapping[RunRef, int]) -> dict[RunRef, tuple[int, bool, str]]:
         listeners = load_listeners(set(checks.values()))
-        table = load_process_table() if any(listeners.values()) else {}  # only when something listens
+        names: dict[int, str] = {}
+        table = load_process_table(names=names) if any(listeners.values()) else {}  # only when something listens
         found: dict[RunRef, tuple[int, bool, str]] = {}
         for run, port in checks.items():
             leader = self._leader_of(run.key)
             held = listeners.get(port, set())
+            published = self._published_of(run.key) if leader is None else None
+            if published is not None:  # a container: the engine's word, then its forwarder's sockets
+                forwarders = find_forwarder_pids(port, published, table, names) if held else set()
+                theirs = load_socket_inodes(forwarders) if forwarders else set()
+                inside = load_inside_listening(published)
+                found[run] = (port, *compute_container_port_verdict(port, published, inside, held, theirs))
+                continue
             mine = load_socket_inodes(compute_job_pids(leader, table)) if leader is not None and held else set()
             found[run] = (port, *compute_port_verdict(port, leader, held, mine))
         return found

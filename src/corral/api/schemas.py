@@ -111,6 +111,13 @@ class JobSubmit(BaseModel):
         description="name of a tenant secret of kind registry whose login pulls the image (its host must be the "
         "image's registry)",
     )
+    container_port: int | None = Field(
+        None,
+        ge=1,
+        le=65535,
+        description="the port the image's web UI listens on inside the container (with web_ui and image): "
+        "Corral publishes it on the node port it assigns; default: that node port, as $PORT inside",
+    )
     array: str | None = Field(
         None,
         max_length=MAX_ARRAY_TEXT,
@@ -159,6 +166,15 @@ class JobSubmit(BaseModel):
             raise ValueError("only a job with an image mounts host paths")
         return [str(_value_error(containers.parse_mount, m)) for m in v]
 
+    @field_validator("container_port")
+    @classmethod
+    def _container_port(cls, v: int | None, info: ValidationInfo) -> int | None:
+        if v is not None and not info.data.get("image"):
+            raise ValueError("only a job with an image has a container port (give --image)")
+        if v is not None and not (info.data.get("web_ui") or info.data.get("port")):
+            raise ValueError("only a job with a web UI publishes a container port (give web_ui)")
+        return v
+
     @field_validator("shm_size_mib")
     @classmethod
     def _shm(cls, v: int | None, info: ValidationInfo) -> int | None:
@@ -176,6 +192,7 @@ class JobSubmit(BaseModel):
             shm_size_mib=self.shm_size_mib,
             user=self.container_user,
             registry_secret=self.registry_secret,
+            port=self.container_port,
         )
 
     @field_validator("command")
@@ -322,6 +339,9 @@ class JobOut(BaseModel):
     web_url: str | None = Field(None, description="the job's own web UI through Corral's proxy, while it runs")
     preemptions: int = 0
     schedule_id: int | None = Field(None, description="the repeating-job schedule that started this job")
+    kind: str = Field("batch", description="batch, or replica: a replica of a long-running service")
+    service_id: int | None = Field(None, description="a replica: the service it serves (its name is the job's name)")
+    service_revision: int | None = Field(None, description="a replica: the service revision it runs")
     secret_env: dict[str, str] = Field(default_factory=dict, description="VAR -> secret name (never the value)")
     array_id: int | None = Field(None, description="a task of a job array: the array's id (its first task's id)")
     array_index: int | None = Field(None, description="a task of a job array: its index (CORRAL_ARRAY_INDEX)")
@@ -391,6 +411,9 @@ class JobOut(BaseModel):
             web_ui=s.port is not None,  # 0: asked for, no port yet (see JobSpec.port)
             web_url=f"/proxy/jobs/{job.id}/" if s.port and job.state is JobState.RUNNING else None,
             schedule_id=s.schedule_id,
+            kind="replica" if s.service_id is not None else "batch",
+            service_id=s.service_id,
+            service_revision=s.service_revision,
             secret_env=dict(s.secret_env),
             array_id=s.array_id,
             array_index=s.array_index,
@@ -805,6 +828,9 @@ class Assignment(BaseModel):
     memory_mib: int = Field(0, description="the job's memory request: a container's limit")
     log_max_bytes: int = Field(
         0, ge=0, description="largest log of this run the node keeps (the server's CORRAL_JOB_LOG_MAX_MB); 0: no limit"
+    )
+    web_port: int | None = Field(
+        None, ge=1, le=65535, description="the node port Corral assigned to the job's web UI (also CORRAL_JOB_PORT)"
     )
 
     @property

@@ -47,6 +47,7 @@ FLAG_OF_FIELD = {
     "shm_size_mib": "--shm-size",
     "container_user": "--user",
     "registry_secret": "--registry-secret",
+    "container_port": "--container-port",
 }
 
 
@@ -146,6 +147,13 @@ def _submit_parser() -> _Parser:
     )
     p.add_argument("--port", type=int, help=argparse.SUPPRESS)  # older spelling of --web-ui
     p.add_argument(
+        "--container-port",
+        type=int,
+        metavar="PORT",
+        help="With --image and --web-ui: the port the image's web UI listens on inside the container; Corral "
+        "publishes it on the node port it assigns (default: that port, as $PORT inside).",
+    )
+    p.add_argument(
         "--repeat",
         help="Repeat on a schedule instead of running once: a cron line ('0 2 * * *'), '@daily' or '@every 15m'.",
     )
@@ -191,6 +199,10 @@ def _check_flags(a: argparse.Namespace) -> None:
     ):
         if given and a.image is None:
             raise ValidationError(flag, "applies to a container job: add --image IMAGE")
+    if a.container_port is not None and a.image is None:
+        raise ValidationError("--container-port", "applies to a container job: add --image IMAGE")
+    if a.container_port is not None and not (a.web_ui or a.port is not None):
+        raise ValidationError("--container-port", "publishes a web UI: add --web-ui")
 
 
 def _job_body(a: argparse.Namespace, command: list[str]) -> dict[str, Any]:
@@ -219,6 +231,8 @@ def _job_body(a: argparse.Namespace, command: list[str]) -> dict[str, Any]:
             body["container_user"] = a.user
         if a.registry_secret is not None:
             body["registry_secret"] = a.registry_secret
+        if a.container_port is not None:
+            body["container_port"] = a.container_port
     return body
 
 
@@ -231,9 +245,9 @@ def _parse_shm_size(text: str) -> int:
         raise ValidationError("--shm-size", e.problem) from None
 
 
-def _flag_error(e: Exception, prefix: str = "") -> Exception:
+def _flag_error(e: Exception, prefix: str = "", flags: dict[str, str] = FLAG_OF_FIELD) -> Exception:
     """A refusal about a submitted field (the schema's 422, or the server's own checks' 400: a queue, a secret, a
-    mount policy), re-worded with the flag the user typed."""
+    mount policy), re-worded with the flag the user typed (`flags`: field -> flag, `corral submit`'s by default)."""
     from corral.sdk.errors import CorralAPIError
 
     if not isinstance(e, CorralAPIError) or e.status not in (400, 422) or not e.field:
@@ -243,11 +257,11 @@ def _flag_error(e: Exception, prefix: str = "") -> Exception:
         if loc[0] != prefix:
             return e
         loc = loc[1:]
-    if not loc or loc[0] not in FLAG_OF_FIELD:
+    if not loc or loc[0] not in flags:
         return e
     where = f" ({'.'.join(loc[1:])})" if len(loc) > 1 else ""
     problem = e.message.removeprefix(f"{e.field}: ").removeprefix("Value error, ")
-    return ValidationError(FLAG_OF_FIELD[loc[0]], problem + where)
+    return ValidationError(flags[loc[0]], problem + where)
 
 
 def submit(argv: list[str]) -> None:
@@ -363,7 +377,7 @@ def _compact_row(j: dict[str, Any], now: float) -> list[str]:
         reason = j["phase"]
     return [
         str(j["id"]),
-        clip(j.get("name") or "", 14),
+        job_name(j, 14),
         clip(j.get("tenant") or "", 10),
         j["state"],
         clip(j.get("node") or "", 10),
@@ -371,6 +385,15 @@ def _compact_row(j: dict[str, Any], now: float) -> list[str]:
         "" if age is None else format_duration(age),
         reason,
     ]
+
+
+def job_name(j: dict[str, Any], width: int | None = None) -> str:
+    """The job's name (clipped to `width`); a service's replica says so, with its revision: `echo (replica r2)`."""
+    name = j.get("name") or ""
+    name = name if width is None else clip(name, width)
+    if j.get("kind") == "replica":
+        name += f" (replica r{j.get('service_revision')})"
+    return name
 
 
 def fit_last_column(columns: Sequence[str], rows: list[list[str]], width: int, last_min: int) -> list[list[str]]:
@@ -467,7 +490,7 @@ def fold_arrays(items: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 def _job_row(j: dict[str, Any]) -> tuple[Any, ...]:
     return (
         j["id"],
-        j["name"],
+        job_name(j),
         j["tenant"],
         state_text(j),
         "" if j.get("queue_position") is None else j["queue_position"] + 1,
@@ -531,6 +554,10 @@ def print_job(j: dict[str, Any]) -> None:
         limit = f" (at most {j['array_limit']} at once)" if j.get("array_limit") else ""
         fields.append(
             ("array", f"{j['array_id']}_{j['array_index']}: task {j['array_index']} of array {j['array_id']}{limit}")
+        )
+    if j.get("kind") == "replica":  # its service's name is the job's name
+        fields.append(
+            ("service", f"{j['name']}, revision {j.get('service_revision')} (corral service show {j['name']})")
         )
     if j.get("prediction"):  # pending or running: what its tenant's earlier jobs like it ran for
         fields.append(("predicted", j["prediction"]))

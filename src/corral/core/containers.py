@@ -1,4 +1,4 @@
-"""A job's container: its image, host mounts, shared memory and user (pure: parsing and the mount policy).
+"""A job's container: image, host mounts, shared memory, user and web port (pure: parsing and the mount policy).
 
 A job with a `ContainerSpec` runs in a container of its image on a node whose agent has the docker runtime;
 without one it runs as a plain process. Host paths mount only under the prefixes an admin allows
@@ -52,6 +52,14 @@ class ContainerSpec:
     shm_size_mib: int | None = None  # None: DEFAULT_SHM_MIB, or a quarter of the job's memory when that is less
     user: str | None = None  # "UID[:GID]" inside the container; None: the job's own Unix identity
     registry_secret: str | None = None  # a tenant secret of kind registry: the login its pull uses
+    port: int | None = None  # the port its web UI listens on inside the container; None: the node port Corral assigns
+
+
+def check_container_port(port: int) -> int:
+    """A TCP port (1..65535) the container's app listens on, or ValidationError naming `container_port`."""
+    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+        raise ValidationError("container_port", f"{port!r}: give a TCP port from 1 to 65535")
+    return port
 
 
 def check_image(image: str) -> str:
@@ -158,14 +166,17 @@ def compute_shm_mib(spec: ContainerSpec, memory_mib: int) -> int:
 
 
 def container_to_dict(spec: ContainerSpec) -> dict[str, object]:
-    """The stored and wire shape (JSON)."""
-    return {
+    """The stored and wire shape (JSON); `port` only when given (the shape of jobs without one is unchanged)."""
+    shape: dict[str, object] = {
         "image": spec.image,
         "mounts": [str(m) for m in spec.mounts],
         "shm_size_mib": spec.shm_size_mib,
         "user": spec.user,
         "registry_secret": spec.registry_secret,
     }
+    if spec.port is not None:
+        shape["port"] = spec.port
+    return shape
 
 
 def container_from_dict(data: dict[str, object] | None) -> ContainerSpec | None:
@@ -175,10 +186,12 @@ def container_from_dict(data: dict[str, object] | None) -> ContainerSpec | None:
     shm = data.get("shm_size_mib")
     user = data.get("user")
     secret = data.get("registry_secret")
+    port = data.get("port")
     return ContainerSpec(
         image=str(data["image"]),
         mounts=tuple(parse_mount(str(m)) for m in mounts) if isinstance(mounts, list) else (),
         shm_size_mib=int(shm) if isinstance(shm, int) else None,
         user=str(user) if user else None,
         registry_secret=str(secret) if secret else None,
+        port=check_container_port(port) if isinstance(port, int) else None,
     )

@@ -121,6 +121,9 @@ class JobSpec:
     array_index: int | None = None
     array_limit: int | None = None
     container: ContainerSpec | None = None  # runs in a container of this image (else as a process): core/containers.py
+    # A replica of a long-running service (core/services.py): the service and the revision it runs.
+    service_id: int | None = None
+    service_revision: int | None = None
     request: ResourceRequest = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:

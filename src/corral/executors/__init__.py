@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from corral.executors.base import Executor, ExitRecord, LaunchSpec
+from corral.executors.base import Executor, ExitRecord, LaunchSpec, PublishedPort
 from corral.executors.process import ProcessExecutor
 
-__all__ = ["ExitRecord", "Executor", "LaunchSpec", "ProcessExecutor"]
+__all__ = ["ExitRecord", "Executor", "LaunchSpec", "ProcessExecutor", "PublishedPort"]

@@ -43,6 +43,19 @@ class LaunchSpec:
     cpu_milli: int = 0  # the job's requests: a container's limits (0: none)
     memory_mib: int = 0
     log_max_bytes: int = 0  # the job's output kept in its log at most; the rest is dropped with a notice (0: no limit)
+    web_port: int | None = None  # the node port Corral assigned to the job's web UI (a container publishes it)
+
+
+@dataclass(frozen=True, slots=True)
+class PublishedPort:
+    """A running container's web port as its engine reports it: the node port it publishes, and what the engine's
+    own forwarder of that port names (the container, its addresses on its network, the port inside)."""
+
+    host_port: int
+    container_port: int
+    container_id: str
+    container_ips: tuple[str, ...] = ()
+    pid: int = 0  # its main process as the node sees it (its network namespace shows what listens inside); 0: unknown
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +96,13 @@ class Executor(Protocol):
     def leader_pid(self, job_id: str) -> int | None:
         """The pid of the process that leads a running job's session and process group (its shim), or None when
         the job is not running here. The job proxy's ownership check starts from it. Does not block."""
+        ...
+
+    def published_port(self, job_id: str) -> PublishedPort | None:
+        """The node port the engine publishes for this run's container while the container runs, as the engine says
+        now; None for a process job, a run that is not running here, or a container that publishes nothing. The
+        job proxy's ownership check of a container run starts from it. Asks the engine (a local call that may take
+        a moment: called from the agent's web-port watch, never its sync); engine errors are None, not raised."""
         ...
 
     def collect_exits(self) -> list[ExitRecord]:

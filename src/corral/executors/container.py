@@ -32,6 +32,7 @@ from corral.executors.base import (
     EXIT_LOST,
     ExitRecord,
     LaunchSpec,
+    PublishedPort,
     RegistryLogin,
 )
 from corral.executors.container_config import (
@@ -39,6 +40,7 @@ from corral.executors.container_config import (
     LABEL_RUN,
     compute_container_name,
     compute_create_kwargs,
+    compute_published,
     compute_user,
     find_mount_refusal,
 )
@@ -96,6 +98,7 @@ class ContainerExecutor:
         nvidia: bool = False,
         engine_socket: str = "",
         image_cache: ImageCache | None = None,
+        web_bind_host: str = "",
     ) -> None:
         self._client = client
         self._state_dir = state_dir
@@ -103,6 +106,7 @@ class ContainerExecutor:
         self._allowed = allowed_mounts
         self._nvidia = nvidia
         self._socket = engine_socket
+        self._bind_host = web_bind_host  # where a web UI's node port is published ("": every address)
         # Always one: it is also what keeps a private image to the jobs that may pull it (no limit by default).
         self._cache = image_cache or ImageCache(client, state_dir.parent / f"{state_dir.name}-images", None)
         self._init = _engine_has_init(client)  # a tiny init as PID 1 passes SIGTERM on
@@ -165,7 +169,19 @@ class ContainerExecutor:
             return [k for k, r in self._runs.items() if r.exit is None]
 
     def leader_pid(self, job_id: str) -> int | None:
-        return None  # a container's processes live in their own PID namespace: no job proxy for containers yet
+        return None  # a container's processes live in their own PID namespace: see published_port
+
+    def published_port(self, job_id: str) -> PublishedPort | None:
+        with self._lock:
+            run = self._runs.get(job_id)
+            ident = run.container_id if run is not None and run.exit is None and not run.starting else ""
+        if not ident:
+            return None
+        try:  # the engine's word now, not a listing's: a container that ended a moment ago publishes nothing
+            return compute_published(self._client.api.inspect_container(ident), job_id)
+        except _ENGINE_ERRORS as e:
+            log.debug("inspecting container %s: %s", ident, _engine_message(e))
+            return None
 
     def collect_exits(self) -> list[ExitRecord]:
         with self._lock:
@@ -244,6 +260,7 @@ class ContainerExecutor:
             nvidia=self._nvidia,
             cpu_milli=spec.cpu_milli,
             memory_mib=spec.memory_mib,
+            bind_host=self._bind_host,
         )
         kwargs["init"] = self._init or None
         container: Container | None = None

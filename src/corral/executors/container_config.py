@@ -1,7 +1,7 @@
 """What a job's container is created with (pure): image, command, environment, GPUs, limits and the safety
 settings every container of a shared cluster gets, whatever its job asks.
 
-Safety: never privileged; its own network (bridge), PID and IPC namespaces; Docker's default capabilities less
+Safety: never privileged; its own network (bridge: only a web UI's one port is published), PID and IPC namespaces; Docker's default capabilities less
 those a training job does not need (NET_RAW first: no raw sockets to spoof the node's network);
 no-new-privileges (setuid binaries in the image gain nothing); host paths only as the agent's mount check
 allowed them (the engine socket never among them).
@@ -18,7 +18,7 @@ from typing import Any
 from docker.types import DeviceRequest, LogConfig, Mount
 
 from corral.core.containers import ContainerSpec, compute_shm_mib, is_under
-from corral.executors.base import LaunchSpec
+from corral.executors.base import LaunchSpec, PublishedPort
 
 LABEL_RUN = "io.corral.run"  # the executor's id of the run: <job>.<attempt>[.<rank>]
 LABEL_JOB = "io.corral.job"
@@ -56,15 +56,25 @@ def compute_user(container: ContainerSpec, spec: LaunchSpec, own: tuple[int, int
     return f"{own[0]}:{own[1]}"
 
 
-def compute_env(spec: LaunchSpec, nvidia: bool) -> dict[str, str]:
+def compute_env(spec: LaunchSpec, container: ContainerSpec, nvidia: bool) -> dict[str, str]:
     """The job's env and secrets, then Corral's per-job variables (which the job's env cannot override). With the
-    NVIDIA runtime the container sees only its GPUs, numbered from 0; on simulated GPUs the node's indices."""
+    NVIDIA runtime the container sees only its GPUs, numbered from 0; on simulated GPUs the node's indices. A web UI
+    reads its port inside the container in PORT and CORRAL_JOB_PORT (the image's port when it names one)."""
     env = {**spec.secret_env, **spec.env}
     indices = range(len(spec.gpu_indices)) if nvidia else spec.gpu_indices
     env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in indices)
     env["NVIDIA_VISIBLE_DEVICES"] = ",".join(spec.gpu_uuids) if spec.gpu_uuids else "void"
     env["CORRAL_JOB_ID"] = spec.job_id
+    if spec.web_port is not None and container.port is not None:  # inside, the web UI listens on its own port
+        env["CORRAL_JOB_PORT"] = env["PORT"] = str(container.port)
     return env
+
+
+def compute_published_port(spec: LaunchSpec, container: ContainerSpec) -> tuple[int, int] | None:
+    """(port inside, node port) of the job's web UI: the image's port, else the node port itself; None without one."""
+    if spec.web_port is None:
+        return None
+    return (container.port or spec.web_port), spec.web_port
 
 
 def find_mount_refusal(container: ContainerSpec, allowed: Sequence[str], engine_socket: str) -> str:
@@ -93,14 +103,16 @@ def compute_create_kwargs(
     nvidia: bool,
     cpu_milli: int,
     memory_mib: int,
+    bind_host: str = "",
 ) -> dict[str, Any]:
-    """Arguments of docker-py's containers.create for this run."""
+    """Arguments of docker-py's containers.create for this run. A job with a web UI gets its node port published
+    (on `bind_host`; "": every address of the node, as a process job may listen) to its port inside."""
     kwargs: dict[str, Any] = {
         "image": container.image,
         "command": list(spec.command),
         "name": compute_container_name(node, spec.job_id),
         "labels": compute_labels(node, spec.job_id),
-        "environment": compute_env(spec, nvidia),
+        "environment": compute_env(spec, container, nvidia),
         "user": user,
         "detach": True,
         "stdin_open": False,
@@ -124,8 +136,42 @@ def compute_create_kwargs(
         kwargs["nano_cpus"] = cpu_milli * 1_000_000
     if memory_mib:
         kwargs["mem_limit"] = kwargs["memswap_limit"] = f"{memory_mib}m"  # no swap beyond the limit
+    if (published := compute_published_port(spec, container)) is not None:
+        inner, outer = published
+        kwargs["ports"] = {f"{inner}/tcp": (bind_host, outer) if bind_host else outer}
     if nvidia and spec.gpu_uuids:
         kwargs["device_requests"] = [
             DeviceRequest(driver="nvidia", device_ids=list(spec.gpu_uuids), capabilities=[["gpu"]])
         ]
     return kwargs
+
+
+def compute_published(attrs: dict[str, Any], run_key: str) -> PublishedPort | None:
+    """The web port a container publishes, from the engine's inspect of it (Docker's and Podman's shape): only for
+    the container of run `run_key` while it runs, and only when it publishes exactly one node port (Corral publishes
+    nothing else); None otherwise."""
+    state = attrs.get("State") or {}
+    labels = (attrs.get("Config") or {}).get("Labels") or {}
+    if labels.get(LABEL_RUN) != run_key or not state.get("Running") or state.get("Paused"):
+        return None
+    network = attrs.get("NetworkSettings") or {}
+    pairs = {
+        (int(inner.split("/")[0]), int(b["HostPort"]))
+        for inner, bindings in (network.get("Ports") or {}).items()
+        if inner.endswith("/tcp")
+        for b in bindings or ()
+        if str(b.get("HostPort", "")).isdigit()
+    }
+    if len(pairs) != 1:
+        return None
+    (inner, outer), ips = next(iter(pairs)), {network.get("IPAddress") or ""}
+    for net in (network.get("Networks") or {}).values():
+        ips |= {(net or {}).get("IPAddress") or "", (net or {}).get("GlobalIPv6Address") or ""}
+    pid = state.get("Pid")
+    return PublishedPort(
+        host_port=outer,
+        container_port=inner,
+        container_id=str(attrs.get("Id", "")),
+        container_ips=tuple(sorted(ip for ip in ips if ip)),
+        pid=pid if isinstance(pid, int) and pid > 0 else 0,
+    )

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from corral.core.errors import ValidationError
 from corral.executors import shim as shim_module
-from corral.executors.base import EXIT_CANNOT_EXECUTE, EXIT_LOST, ExitRecord, LaunchSpec
+from corral.executors.base import EXIT_CANNOT_EXECUTE, EXIT_LOST, ExitRecord, LaunchSpec, PublishedPort
 from corral.executors.jobdir import (
     JobDir,
     ShimIdentity,
@@ -132,6 +132,9 @@ class ProcessExecutor:
             if job is None or job.exit is not None or job.shim is None:
                 return None
             return job.shim.pid
+
+    def published_port(self, job_id: str) -> PublishedPort | None:
+        return None  # a process job listens on the node itself: its own processes are checked (leader_pid)
 
     def collect_exits(self) -> list[ExitRecord]:
         with self._lock:

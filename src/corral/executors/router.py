@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 
-from corral.executors.base import EXIT_CANNOT_EXECUTE, ExitRecord, LaunchSpec
+from corral.executors.base import EXIT_CANNOT_EXECUTE, ExitRecord, LaunchSpec, PublishedPort
 from corral.executors.container import ContainerExecutor
 from corral.executors.process import ProcessExecutor
 
@@ -47,6 +47,11 @@ class RuntimeRouter:
 
     def leader_pid(self, job_id: str) -> int | None:
         return self.process.leader_pid(job_id)
+
+    def published_port(self, job_id: str) -> PublishedPort | None:
+        if self.container is not None and self.container.knows(job_id):
+            return self.container.published_port(job_id)
+        return None
 
     def collect_exits(self) -> list[ExitRecord]:
         with self._lock:

@@ -308,4 +308,5 @@ def _assignment(job: Job, node: str, uuids: dict[int, str], store: StateStore, w
         container=container_to_dict(s.container) if s.container is not None else None,
         cpu_milli=s.cpu_milli,
         memory_mib=s.memory_mib,
+        web_port=web_port,  # a container job publishes it (the env's CORRAL_JOB_PORT is the port inside)
     )

@@ -215,8 +215,10 @@ def request_fingerprint_of(bodies: Sequence[JobSubmit]) -> str:
 
 
 def _canonical(body: JobSubmit) -> dict[str, Any]:
-    # Without `array` when there is none, so a key stored before arrays existed still matches its retry.
-    return body.model_dump(mode="json", exclude={"array"} if body.array is None else None)
+    # Without `array` and `container_port` when there are none, so a key stored before they existed still matches
+    # its retry.
+    later = {f for f in ("array", "container_port") if getattr(body, f) is None}
+    return body.model_dump(mode="json", exclude=later or None)
 
 
 def _sha256(value: Any) -> str:
