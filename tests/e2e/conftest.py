@@ -100,6 +100,8 @@ class Corral:
         self.ui_url = f"http://127.0.0.1:{self.ui_port}"
         self.agent_port = free_port()  # agents: mutual TLS with certificates from the cluster CA
         self.agent_url = f"https://127.0.0.1:{self.agent_port}"
+        self.gateway_port = free_port()  # the services' gateway
+        self.gateway_url = f"http://127.0.0.1:{self.gateway_port}"
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")}
         self.env.update(
             HOME=str(self.home),
@@ -107,6 +109,7 @@ class Corral:
             CORRAL_PORT=str(self.port),
             CORRAL_JOB_UI_PORT=str(self.ui_port),
             CORRAL_AGENT_PORT=str(self.agent_port),
+            CORRAL_GATEWAY_PORT=str(self.gateway_port),
             CORRAL_DATA_DIR=str(self.data_dir),
             CORRAL_GPUS=gpus,
             CORRAL_NODE_NAME=node,

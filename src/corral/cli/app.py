@@ -18,6 +18,7 @@ from corral.cli import alerts, directory, light, nodes, run, schedules, tenancy
 from corral.cli import backup as backup_cli
 from corral.cli import identity as identity_cli
 from corral.cli import secrets as secrets_cli
+from corral.cli import services as services_cli
 from corral.cli import status as status_cli
 from corral.cli.config import ConfigError
 from corral.cli.simulate import simulate_app
@@ -77,6 +78,8 @@ app.add_typer(nodes.gpus_app, name="gpus")
 app.add_typer(nodes.sim_app, name="sim")
 app.add_typer(alerts.alerts_app, name="alerts")
 app.add_typer(schedules.schedules_app, name="schedules")
+app.command("services")(services_cli.services)
+app.add_typer(services_cli.service_app, name="service")
 app.command("login")(tenancy.login)
 app.command("whoami")(tenancy.whoami)
 app.command("status")(status_cli.status)

@@ -106,6 +106,8 @@ def up(
     print(f"  admin token: {settings.data_dir / ADMIN_TOKEN_FILE}; CLI configured in {config}", flush=True)
     if settings.effective_job_ui_port:
         print(f"  jobs' own web UIs: port {settings.effective_job_ui_port} (CORRAL_JOB_UI_PORT)", flush=True)
+    if settings.effective_gateway_port:
+        print(f"  services' gateway: port {settings.effective_gateway_port} (CORRAL_GATEWAY_PORT)", flush=True)
     _print_join_hint(
         settings.agent_url,
         server.ca.fingerprint,

@@ -45,6 +45,7 @@ from corral.api.schemas import (
     WhoAmI,
 )
 from corral.api.secrets import KeyRotationOut, SecretIn, SecretOut, SecretUpdate
+from corral.api.services import ServiceIn, ServiceOut, ServicePatch, ServiceSampleOut
 from corral.sdk.endpoints import CONNECT_TIMEOUT_S, FAILOVER_STATUS, Endpoints, compute_may_resend
 from corral.sdk.errors import (
     CorralAPIError,
@@ -245,6 +246,43 @@ class CorralClient(IdentityClientMixin):
         r = self._request("GET", f"/api/v1/schedules/{schedule_id}/jobs", params={"limit": limit})
         return [JobOut.model_validate(j) for j in r.json()]
 
+    # ---- long-running services behind the gateway (docs/services.md) ----
+    # Bodies are sent with the fields that were set (`exclude_unset`): an explicit None means something to PATCH
+    # (`target_rps=None` turns autoscaling off, `image=None` goes back to a process), an unset field does not.
+    def create_service(self, body: ServiceIn) -> ServiceOut:
+        r = self._request("POST", "/api/v1/services", json=body.model_dump(mode="json", exclude_unset=True))
+        return ServiceOut.model_validate(r.json())
+
+    def services(self) -> list[ServiceOut]:
+        """The caller's tenant's services (admins: every tenant's), without replicas, events and revisions."""
+        return [ServiceOut.model_validate(s) for s in self._request("GET", "/api/v1/services").json()]
+
+    def service(self, name: str) -> ServiceOut:
+        return ServiceOut.model_validate(self._request("GET", _service_path(name)).json())
+
+    def update_service(self, name: str, body: ServicePatch) -> ServiceOut:
+        """Settings change at once; a change of what replicas run is a new revision, rolled out replica by replica."""
+        r = self._request("PATCH", _service_path(name), json=body.model_dump(mode="json", exclude_unset=True))
+        return ServiceOut.model_validate(r.json())
+
+    def scale_service(self, name: str, replicas: int) -> ServiceOut:
+        """A fixed replica count (409 for an autoscaled service: change its min/max instead)."""
+        r = self._request("POST", _service_path(name, "/scale"), json={"replicas": replicas})
+        return ServiceOut.model_validate(r.json())
+
+    def rollback_service(self, name: str) -> ServiceOut:
+        """Back to the last revision whose rollout completed (or the one before the current)."""
+        return ServiceOut.model_validate(self._request("POST", _service_path(name, "/rollback")).json())
+
+    def delete_service(self, name: str) -> None:
+        """Stops its replicas, then removes it."""
+        self._request("DELETE", _service_path(name))
+
+    def service_metrics(self, name: str, since_s: float = 3600) -> list[ServiceSampleOut]:
+        """Request rate, error rate, p50/p99 latency and replicas over the last `since_s`, a point every 5 s."""
+        r = self._request("GET", _service_path(name, "/metrics"), params={"since_s": since_s})
+        return [ServiceSampleOut.model_validate(x) for x in r.json()]
+
     def nodes(self) -> list[NodeOut]:
         return [NodeOut.model_validate(n) for n in self._request("GET", "/api/v1/nodes").json()]
 
@@ -392,6 +430,10 @@ class CorralClient(IdentityClientMixin):
 
     def delete_group_mapping(self, mapping_id: int) -> None:
         self._request("DELETE", f"/api/v1/directory/groups/{mapping_id}")
+
+
+def _service_path(name: str, rest: str = "") -> str:
+    return f"/api/v1/services/{quote(name, safe='')}{rest}"
 
 
 def _tenant(tenant: str | None) -> dict[str, str]:

@@ -7,6 +7,7 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
@@ -15,6 +16,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from corral import __version__
 from corral.core.health import HealthPolicy
 from corral.core.login_backoff import BackoffPolicy
+from corral.gateway.app import create_gateway_app
 from corral.server.background.leadership import Leadership
 from corral.server.background.scheduling import Scheduler
 from corral.server.ca import CertificateAuthority
@@ -37,6 +39,7 @@ from corral.server.routers import (
     proxy,
     reports,
     schedules,
+    services,
     session,
     tenants,
     users,
@@ -54,6 +57,7 @@ from corral.server.services.login import LoginGuard
 from corral.server.services.logs import LogStore
 from corral.server.services.notify import NodeNotifier
 from corral.server.services.schedules import ScheduleRunner
+from corral.server.services.service_runtime import ServiceManager
 from corral.server.services.webports import WebPortRegistry
 from corral.server.settings import Settings
 from corral.store.base import StateStore
@@ -110,6 +114,17 @@ def create_app(settings: Settings, store: StateStore | None = None) -> FastAPI:
         replica_id=leadership.id,
     )
     schedules_runner = ScheduleRunner(store, scheduler.trigger, notifier)
+    web_ports = WebPortRegistry(store=store)
+    # long-running services: every replica serves their gateway; the leader runs the controller (issue 18)
+    service_manager = ServiceManager(
+        store,
+        web_ports,
+        scheduler.trigger,
+        notifier,
+        server_id=leadership.id,
+        leading=lambda: leadership.leading,
+        activation_timeout_s=settings.service_activation_timeout_s,
+    )
     alerting.loop.gate = schedules_runner.loop.gate = lambda: leadership.leading
     directory = build_ldap_directory(settings)  # None without CORRAL_LDAP_URL (docs/directory-login.md)
     # Password hashing on a small pool of its own, and the failed-login back-off (server/services/login.py).
@@ -132,7 +147,7 @@ def create_app(settings: Settings, store: StateStore | None = None) -> FastAPI:
         alerting=alerting,
         schedules=schedules_runner,
         logs=LogStore(settings.data_dir / "logs", settings.job_log_max_bytes),
-        web_ports=WebPortRegistry(store=store),
+        web_ports=web_ports,
         ca=CertificateAuthority.load_or_create(settings.data_dir),
         identities=NodeIdentities(store),
         node_cert_lifetime=timedelta(seconds=settings.node_cert_ttl_s),
@@ -142,7 +157,10 @@ def create_app(settings: Settings, store: StateStore | None = None) -> FastAPI:
         logins=logins,
         report_order=ReportOrder(None if one_server else store),
         leadership=leadership,
+        services=service_manager,
     )
+
+    gateway_on_api_port = not settings.effective_gateway_port
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -152,10 +170,16 @@ def create_app(settings: Settings, store: StateStore | None = None) -> FastAPI:
         scheduler.start()
         alerting.start()
         schedules_runner.start()
+        service_manager.start()
+        if gateway_on_api_port:
+            await service_manager.gateway.start()
         logins.purge(older_than_s=86400)  # failed-login counters nobody has added to for a day
         try:
             yield
         finally:
+            if gateway_on_api_port:
+                await service_manager.gateway.stop()
+            service_manager.stop()
             schedules_runner.stop()
             alerting.stop()
             scheduler.stop()
@@ -174,13 +198,35 @@ def create_app(settings: Settings, store: StateStore | None = None) -> FastAPI:
     install_page_not_found(app)
     app.add_middleware(InputGuard)  # body size and NUL bytes, before any route (server/inputs.py)
     document_error_responses(app)  # the OpenAPI lists every error status the routes answer
-    for module in (health, jobs, schedules, nodes, agents, tenants, users, metrics, alerts, reports, session, web):
+    for module in (
+        health,
+        jobs,
+        schedules,
+        services,
+        nodes,
+        agents,
+        tenants,
+        users,
+        metrics,
+        alerts,
+        reports,
+        session,
+        web,
+    ):
         app.include_router(module.router)
     app.include_router(directory_router.router)
     app.include_router(oidc_router.router)
     app.include_router(secrets_router.router)
     app.include_router(join_router.router)
     app.include_router(unix_identity_router.router)
+    # the services' gateway: on its own port (runtime.py serves app.state.gateway_app), or here under /services/
+    gateway_app = create_gateway_app(service_manager.gateway, lifespan=True)
+    gateway_app.state.ctx = ctx
+    if gateway_on_api_port:
+        app.mount("/services", _GatewayMount(gateway_app))
+        app.state.gateway_app = None
+    else:
+        app.state.gateway_app = gateway_app
     if settings.effective_job_ui_port:
         app.include_router(proxy.redirect_router)
         app.state.job_ui_app = create_job_ui_app(app)
@@ -188,6 +234,22 @@ def create_app(settings: Settings, store: StateStore | None = None) -> FastAPI:
         app.include_router(proxy.router)
         app.state.job_ui_app = None
     return app
+
+
+class _GatewayMount:
+    """The gateway under the API port's /services (CORRAL_GATEWAY_PORT=0): the mount strips /services from the
+    path; the gateway's routes expect it, so it is put back."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] in ("http", "websocket"):
+            path = scope["path"]
+            if not path.startswith("/services/") and path != "/services":  # older Starlette: the mount stripped it
+                path = "/services" + path
+            scope = {**scope, "path": path, "root_path": ""}
+        await self.app(scope, receive, send)
 
 
 def install_page_not_found(app: FastAPI) -> None:

@@ -153,6 +153,22 @@ def authenticate(request: Request, csrf: bool = True) -> Principal:
     return Principal(token=token, user=user)
 
 
+def authenticate_bearer(store: Any, authorization: str) -> Principal:
+    """The caller of an `Authorization: Bearer <token>` header (the services' gateway: tokens only, no cookie).
+    Raises AuthError."""
+    scheme, _, value = authorization.partition(" ")
+    if scheme.lower() != "bearer" or not value.strip():
+        raise AuthError("missing bearer token (Authorization: Bearer <token>)")
+    token, user = _lookup(store, hash_token(value.strip()))
+    if token is None:
+        raise AuthError("invalid or revoked token")
+    if token.expires_at is not None and token.expires_at <= datetime.now(UTC):
+        raise AuthError("token expired")
+    if user is not None and user.disabled:
+        raise AuthError("user disabled")
+    return Principal(token=token, user=user)
+
+
 def _person(p: Principal) -> Principal:
     if p.is_agent:
         raise ForbiddenError("an agent join token cannot use the user API")

@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # the classes only: importing them here would make auth -> co
     from corral.server.services.logs import LogStore
     from corral.server.services.notify import NodeNotifier
     from corral.server.services.schedules import ScheduleRunner
+    from corral.server.services.service_runtime import ServiceManager
     from corral.server.services.webports import WebPortRegistry
     from corral.server.settings import Settings
     from corral.store.base import StateStore
@@ -52,6 +53,7 @@ class ServerContext:
     logins: LoginGuard  # the failed-login back-off (server/services/login.py)
     report_order: ReportOrder  # per node, the newest agent report applied (services/agents.py)
     leadership: Leadership  # whether this replica leads the others on the same database (issue 17)
+    services: ServiceManager  # long-running services: the gateway, its counts, the controller (issue 18)
 
 
 def context_of(app: object) -> ServerContext:
@@ -60,6 +62,12 @@ def context_of(app: object) -> ServerContext:
     if not isinstance(ctx, ServerContext):
         raise RuntimeError("this app was not built by corral.server.app.create_app (no server context)")
     return ctx
+
+
+def gateway_app_of(app: object) -> Starlette | None:
+    """The services' gateway app on its own port (CORRAL_GATEWAY_PORT), or None when it is on the API port."""
+    gw = getattr(getattr(app, "state", None), "gateway_app", None)
+    return gw if isinstance(gw, Starlette) else None
 
 
 def job_ui_app_of(app: object) -> Starlette | None:

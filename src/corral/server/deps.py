@@ -22,6 +22,7 @@ from corral.server.services.login import LoginGuard
 from corral.server.services.logs import LogStore
 from corral.server.services.notify import NodeNotifier
 from corral.server.services.schedules import ScheduleRunner
+from corral.server.services.service_runtime import ServiceManager
 from corral.server.services.webports import WebPortRegistry
 from corral.server.settings import Settings
 from corral.store.base import StateStore
@@ -63,6 +64,10 @@ async def get_alerting(conn: HTTPConnection) -> AlertService:
 
 async def get_schedules(conn: HTTPConnection) -> ScheduleRunner:
     return context_of(conn.app).schedules
+
+
+async def get_services(conn: HTTPConnection) -> ServiceManager:
+    return context_of(conn.app).services
 
 
 async def get_logs(conn: HTTPConnection) -> LogStore:
@@ -110,6 +115,7 @@ SchedulerDep = Annotated[Scheduler, Depends(get_scheduler)]
 TelemetryDep = Annotated[TelemetryService, Depends(get_telemetry)]
 AlertingDep = Annotated[AlertService, Depends(get_alerting)]
 SchedulesDep = Annotated[ScheduleRunner, Depends(get_schedules)]
+ServicesDep = Annotated[ServiceManager, Depends(get_services)]
 LogsDep = Annotated[LogStore, Depends(get_logs)]
 WebPortsDep = Annotated[WebPortRegistry, Depends(get_web_ports)]
 CaDep = Annotated[CertificateAuthority, Depends(get_ca)]

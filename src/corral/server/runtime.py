@@ -17,7 +17,7 @@ from corral.api.paths import secure_data_dir
 from corral.server.app import create_agent_app, create_app, open_server_store
 from corral.server.bootstrap import Credentials, ensure_credentials
 from corral.server.ca import CertificateAuthority, default_server_names, write_private
-from corral.server.context import context_of, job_ui_app_of
+from corral.server.context import context_of, gateway_app_of, job_ui_app_of
 from corral.server.services.identity import issue_local_node_cert
 from corral.server.settings import Settings
 from corral.server.tls import TlsH11Protocol, agent_ssl_context, https_ssl_context
@@ -95,6 +95,26 @@ class ServerThread:
                     ),
                     f"the job-UI port {settings.host}:{settings.effective_job_ui_port} could not be opened (is it taken? "
                     "set CORRAL_JOB_UI_PORT to another port, or 0 to serve job UIs on the API port)",
+                )
+            )
+        # The services' gateway on its own port (/services/NAME/...); it shares the app's state.
+        gateway_app = gateway_app_of(app)
+        if gateway_app is not None:
+            self.listeners.append(
+                _Listener(
+                    "corral-gateway",
+                    uvicorn.Server(
+                        uvicorn.Config(
+                            gateway_app,
+                            port=settings.effective_gateway_port,
+                            lifespan="on",
+                            proxy_headers=False,  # X-Forwarded-For from a client is not its address
+                            **common,
+                            **people_tls,
+                        )
+                    ),
+                    f"the gateway port {settings.host}:{settings.effective_gateway_port} could not be opened (is it "
+                    "taken? set CORRAL_GATEWAY_PORT to another port, or 0 to serve services on the API port)",
                 )
             )
         # Agents: mutual TLS with the cluster CA's server certificate, client certificates verified.

@@ -109,6 +109,24 @@ class Settings(BaseSettings):
         description="Port of the agents' mutual-TLS listener (join, register, sync, telemetry, logs; default: the "
         "API port + 2).",
     )
+    gateway_port: int | None = Field(
+        None,
+        ge=0,
+        le=65535,
+        description="Port of the services' gateway (/services/NAME/...; default: the API port + 3; 0: on the API "
+        "port).",
+    )
+    gateway_url: str = Field(
+        "",
+        description="Public base URL of the gateway behind a reverse proxy, e.g. https://svc.corral.example "
+        "(default: the portal's host, gateway port).",
+    )
+    service_activation_timeout_s: float = Field(
+        120.0,
+        ge=1,
+        le=3600,
+        description="How long the gateway holds a request for a service scaled to zero while a replica starts.",
+    )
     node_cert_ttl_s: float = Field(
         7 * 86400.0, ge=10, le=366 * 86400.0, description="Lifetime of a node certificate; agents renew at 2/3 of it."
     )
@@ -280,6 +298,13 @@ class Settings(BaseSettings):
         if self.job_ui_port is not None:
             return self.job_ui_port
         return self.port + 1 if 0 < self.port < 65535 else 0
+
+    @property
+    def effective_gateway_port(self) -> int:
+        """The gateway's port, or 0 when it shares the API port."""
+        if self.gateway_port is not None:
+            return self.gateway_port
+        return self.port + 3 if 0 < self.port < 65533 else 0
 
     @property
     def effective_agent_port(self) -> int:

@@ -27,6 +27,7 @@ def find_contradiction(s: Settings) -> str | None:
         "CORRAL_PORT": s.port,
         "CORRAL_JOB_UI_PORT": s.effective_job_ui_port,
         "CORRAL_AGENT_PORT": s.effective_agent_port,
+        "CORRAL_GATEWAY_PORT": s.effective_gateway_port,
     }
     taken: dict[int, str] = {}
     for name, port in ports.items():

@@ -22,6 +22,7 @@ from corral.store.protocols import (
     ScheduleStore,
     SchedulingStore,
     SecretStore,
+    ServiceStore,
     TelemetryStore,
     TenancyStore,
 )
@@ -40,6 +41,7 @@ __all__ = [
     "ScheduleStore",
     "SchedulingStore",
     "SecretStore",
+    "ServiceStore",
     "StateStore",
     "TelemetryStore",
     "TenancyStore",
@@ -61,6 +63,7 @@ class StateStore(
     AuditStore,
     OperationsStore,
     ReplicaStore,
+    ServiceStore,
     Protocol,
 ):
     """Every role: what SqlStore implements."""

@@ -131,6 +131,7 @@ class MemoryStore:
         array_id: int | None = None,
         user_id: int | None = None,
         name_contains: str | None = None,
+        service_id: int | None = None,
     ) -> list[Job]:
         text = (name_contains or "").casefold()
         with self._lock:
@@ -146,6 +147,7 @@ class MemoryStore:
                 and (array_id is None or j.spec.array_id == array_id)
                 and (node is None or j.node == node)
                 and (schedule_id is None or j.spec.schedule_id == schedule_id)
+                and (service_id is None or j.spec.service_id == service_id)
                 and (user_id is None or j.spec.user_id == user_id)
                 and text in j.spec.name.casefold()
             ]

@@ -13,7 +13,7 @@ Every public method of SqlStore belongs to exactly one role (tests/contract/test
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -32,6 +32,7 @@ from corral.store.records import (
     Replica,
     Schedule,
     SecretRecord,
+    Service,
     Tenant,
     TokenRecord,
     User,
@@ -100,9 +101,11 @@ class JobStore(Protocol):
         array_id: int | None = None,
         user_id: int | None = None,
         name_contains: str | None = None,
+        service_id: int | None = None,
     ) -> list[Job]:
         """Jobs ordered by id (descending with `newest_first`); every other argument filters (`node`: the first
         part's node; `before_id` / `after_id`: ids below / above, for pages; `array_id`: the tasks of an array;
+        `service_id`: the replicas of a service;
         `name_contains`: names holding that text, any case, `%` and `_` taken literally). Read-only."""
 
     def count_jobs(
@@ -663,6 +666,66 @@ class SubmissionStore(TenancyStore, NodeStore, SecretStore, Protocol):
     """What checking a job submission reads (queues, quotas, nodes, secret names)."""
 
 
+class ServiceStore(Protocol):
+    """Long-running services (corral.core.services): the service rows, the gateways' counts and the graphs' samples.
+    Replicas are jobs (JobStore, `service_id`)."""
+
+    def create_service(
+        self,
+        tenant_id: int,
+        user_id: int | None,
+        name: str,
+        settings: Mapping[str, Any],
+        revision: Mapping[str, Any],
+        replicas: int,
+        now: datetime,
+    ) -> Service:
+        """A new service at revision 1 (`revision`: its template, port and health path). Raises ConflictError
+        (field `name`) when any tenant has a service of that name: names are the cluster's (the gateway's URL)."""
+
+    def get_service(self, service_id: int) -> Service | None:
+        """Read-only."""
+
+    def get_service_by_name(self, name: str) -> Service | None:
+        """Read-only."""
+
+    def list_services(self, tenant_id: int | None = None) -> list[Service]:
+        """By id; `tenant_id` filters. Read-only."""
+
+    def modify_service(
+        self,
+        service_id: int,
+        change: Callable[[Service], Mapping[str, Any] | None],
+        now: datetime,
+        events: Sequence[tuple[str, str]] = (),
+    ) -> Service | None:
+        """Read-modify-write of one service under a row lock: `change` gets the current service and returns the
+        columns to set (settings, revisions, revision, stable_revision, replicas, state, deleting) and, under
+        `_events`, (kind, message) pairs to append to its events with `events`. It may raise: nothing is written.
+        The version goes up by one on a write. None: no such service."""
+
+    def live_replicas(self, service_id: int | None = None) -> list[Job]:
+        """PENDING and RUNNING replica jobs (of one service, or of all), by id. Read-only."""
+
+    def delete_service(self, service_id: int) -> bool:
+        """Remove the service row, its traffic counts and its samples (its replica jobs stay, as history)."""
+
+    def save_service_traffic(self, server: str, data: Mapping[int, Mapping[str, Any]], now: datetime) -> None:
+        """Replace one server replica's gateway counts per service (cumulative since that server started)."""
+
+    def load_service_traffic(self) -> dict[int, dict[str, dict[str, Any]]]:
+        """service id -> server -> its counts, with `_updated_at`. Read-only."""
+
+    def add_service_samples(self, samples: Sequence[tuple[int, Mapping[str, Any]]], now: datetime) -> None:
+        """Append one graph point per (service id, data) at `now`."""
+
+    def service_samples(self, service_id: int, since: datetime) -> list[tuple[datetime, dict[str, Any]]]:
+        """A service's graph points from `since`, oldest first. Read-only."""
+
+    def prune_service_samples(self, before: datetime) -> int:
+        """Delete graph points older than `before`; how many went."""
+
+
 class SchedulesStore(ScheduleStore, JobStore, SubmissionStore, Protocol):
     """What the repeating-job runner and the schedules API read and write."""
 
@@ -682,4 +745,5 @@ ROLES: tuple[type, ...] = (
     AuditStore,
     OperationsStore,
     ReplicaStore,
+    ServiceStore,
 )

@@ -132,6 +132,38 @@ class Schedule:
 
 
 @dataclass(frozen=True, slots=True)
+class Service:
+    """A long-running service (corral.core.services). `revisions` are the newest revisions, oldest first, each
+    `{"revision", "template" (the JobSubmit body of a replica), "port", "health_path", "created_at"}`; `state` is the
+    controller's: `rollout` {state, message, since}, `draining` {job id: since}, `crashes`, `restart_after`."""
+
+    id: int
+    tenant_id: int
+    name: str
+    settings: dict[str, Any]
+    revisions: tuple[dict[str, Any], ...]
+    revision: int
+    stable_revision: int
+    replicas: int
+    state: dict[str, Any]
+    events: tuple[dict[str, Any], ...]
+    created_at: datetime
+    updated_at: datetime
+    user_id: int | None = None
+    deleting: bool = False
+    version: int = 1
+
+    def revision_of(self, number: int) -> dict[str, Any] | None:
+        return next((r for r in self.revisions if r["revision"] == number), None)
+
+    @property
+    def current(self) -> dict[str, Any]:
+        found = self.revision_of(self.revision)
+        assert found is not None, "a service always keeps its current revision"
+        return found
+
+
+@dataclass(frozen=True, slots=True)
 class SecretRecord:
     """A stored secret. `sealed` (with `key_id`) is the encrypted value: only the server's keyring opens it."""
 

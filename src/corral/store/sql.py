@@ -33,6 +33,7 @@ from corral.store.records import GpuStatus, Job, JobEvent, JobSpec, Node, TokenR
 from corral.store.replicas import ReplicaMethods
 from corral.store.schedules import ScheduleMethods
 from corral.store.secrets import SecretMethods
+from corral.store.services import ServiceMethods
 from corral.store.tables import GpuRow, JobEventRow, JobRow, NodeRow, TenantRow, TokenRow, UserRow
 from corral.store.telemetry import TelemetryMethods
 from corral.store.tenancy import TenancyMethods, affected_rows, to_token, to_user
@@ -82,6 +83,7 @@ class SqlStore(
     NodeIdentityMethods,
     TelemetryMethods,
     ScheduleMethods,
+    ServiceMethods,
     DirectoryMethods,
     SecretMethods,
     LoginFailureMethods,
@@ -324,12 +326,15 @@ class SqlStore(
         array_id: int | None = None,
         user_id: int | None = None,
         name_contains: str | None = None,
+        service_id: int | None = None,
     ) -> list[Job]:
         with self._tx() as s:
             q = _where_job(select(JobRow), states, tenant_id, user_id, name_contains, node, array_id)
             q = q.order_by(JobRow.id.desc() if newest_first else JobRow.id)
             if schedule_id is not None:
                 q = q.where(JobRow.schedule_id == schedule_id)
+            if service_id is not None:
+                q = q.where(JobRow.service_id == service_id)
             if before_id is not None:
                 q = q.where(JobRow.id < before_id)
             if after_id is not None:
@@ -800,6 +805,8 @@ def insert_job(s: Session, spec: JobSpec, now: datetime) -> JobRow:
         port=spec.port,
         nodes=spec.nodes,
         schedule_id=spec.schedule_id,
+        service_id=spec.service_id,
+        service_revision=spec.service_revision,
         secret_env=dict(spec.secret_env),
         array_id=spec.array_id,
         array_index=spec.array_index,
@@ -813,7 +820,9 @@ def insert_job(s: Session, spec: JobSpec, now: datetime) -> JobRow:
             job_id=row.id,
             at=now,
             kind="submitted",
-            message=f"by schedule {spec.schedule_id}" if spec.schedule_id else "",
+            message=f"by schedule {spec.schedule_id}"
+            if spec.schedule_id
+            else (f"by service {spec.service_id} (revision {spec.service_revision})" if spec.service_id else ""),
         )
     )
     return row
@@ -893,6 +902,8 @@ def _job(r: JobRow) -> Job:
         array_index=r.array_index,
         array_limit=r.array_limit,
         container=container_from_dict(r.container),
+        service_id=r.service_id,
+        service_revision=r.service_revision,
     )
     return Job(
         id=r.id,

@@ -209,9 +209,13 @@ class JobRow(Base):
     image_digest: Mapped[str] = mapped_column(String(255), default="", server_default="")
     # What a RUNNING attempt does before its command starts, as its agent reports it ("pulling 43%"). Migration 0020.
     phase: Mapped[str] = mapped_column(String(64), default="", server_default="")
+    # A replica of a service: the service and its revision. Migration 0024.
+    service_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    service_revision: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
     __table_args__ = (
         Index("ix_jobs_state", "state"),
+        Index("ix_jobs_service", "service_id"),
         Index("ix_jobs_array", "array_id"),
         Index("ix_jobs_node", "node"),
         Index("ix_jobs_tenant", "tenant_id"),
@@ -247,6 +251,53 @@ class ScheduleRow(Base):
         UniqueConstraint("tenant_id", "name", name="uq_schedules_tenant_name"),
         Index("ix_schedules_due", "paused", "next_run_at"),
     )
+
+
+class ServiceRow(Base):
+    """A long-running service (core/services.py): its revisions, desired replicas, rollout and recent events."""
+
+    __tablename__ = "services"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"))
+    user_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"), nullable=True)
+    name: Mapped[str] = mapped_column(String(63))  # unique in the cluster: the gateway's /services/NAME/
+    settings: Mapped[dict[str, Any]] = mapped_column(JSON)  # public, scaling, surge, queue limit ...
+    revisions: Mapped[list[Any]] = mapped_column(JSON)  # the newest MAX_REVISIONS: template, port, health path
+    revision: Mapped[int] = mapped_column(Integer)  # the one replicas should run
+    stable_revision: Mapped[int] = mapped_column(Integer, default=0)  # the last one a rollout completed
+    replicas: Mapped[int] = mapped_column(Integer)  # desired now (set by scale or the autoscaler)
+    state: Mapped[dict[str, Any]] = mapped_column(JSON)  # rollout, draining replicas, restarts (the controller's)
+    events: Mapped[list[Any]] = mapped_column(JSON)  # the newest MAX_EVENTS: {at, kind, message}
+    deleting: Mapped[bool] = mapped_column(Boolean, default=False)
+    version: Mapped[int] = mapped_column(Integer, default=1)
+    created_at: Mapped[datetime] = mapped_column(UTC_DT)
+    updated_at: Mapped[datetime] = mapped_column(UTC_DT)
+
+    # ids are never reused (old replica jobs keep their service_id as history)
+    __table_args__ = (UniqueConstraint("name", name="uq_services_name"), {"sqlite_autoincrement": True})
+
+
+class ServiceTrafficRow(Base):
+    """The gateway counts of one server replica for one service (cumulative since it started), replaced every
+    second or so; the leader's controller sums them over replicas."""
+
+    __tablename__ = "service_traffic"
+    service_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    server: Mapped[str] = mapped_column(String(128), primary_key=True)
+    data: Mapped[dict[str, Any]] = mapped_column(JSON)
+    updated_at: Mapped[datetime] = mapped_column(UTC_DT)
+
+
+class ServiceSampleRow(Base):
+    """A point of a service's graphs (request rate, errors, latency, replicas), written by the leader."""
+
+    __tablename__ = "service_samples"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    service_id: Mapped[int] = mapped_column(Integer)
+    at: Mapped[datetime] = mapped_column(UTC_DT)
+    data: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+    __table_args__ = (Index("ix_service_samples_service_at", "service_id", "at"),)
 
 
 class JobEventRow(Base):

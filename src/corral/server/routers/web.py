@@ -30,6 +30,8 @@ PAGES = (
     "/admin",
     "/reports",
     "/schedules",
+    "/services",
+    "/services/{name}",  # the portal's page; the gateway (on the API port when CORRAL_GATEWAY_PORT=0) serves /services/NAME/...
 )
 
 

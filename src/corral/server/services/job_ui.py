@@ -32,6 +32,19 @@ def job_ui_base(request: Request | WebSocket) -> str:
     return f"{scheme}://{host}:{settings.effective_job_ui_port}"
 
 
+def gateway_base(request: Request | WebSocket) -> str:
+    """Where the services' gateway answers: CORRAL_GATEWAY_URL, else this request's host at the gateway port, else
+    (the gateway on the API port) this request's own origin."""
+    settings = context_of(request.app).settings
+    if settings.gateway_url:
+        return str(settings.gateway_url).rstrip("/")
+    host = request.url.hostname or "127.0.0.1"
+    host = f"[{host}]" if ":" in host else host
+    scheme = "https" if request.url.scheme in ("https", "wss") else "http"
+    port = settings.effective_gateway_port or request.url.port
+    return f"{scheme}://{host}:{port}" if port else f"{scheme}://{host}"
+
+
 def job_out(
     request: Request, store: StateStore, sched: Scheduler, job: Job, names: dict[int, str] | None = None
 ) -> JobOut:

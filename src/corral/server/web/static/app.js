@@ -12,6 +12,8 @@ const ROUTES = [
   [/^\/jobs\/(\d+)$/, "job", "render", "jobs"],
   [/^\/submit$/, "submit", "render", "submit"],
   [/^\/schedules$/, "schedules", "render", "schedules"],
+  [/^\/services$/, "services", "renderList", "services"],
+  [/^\/services\/([^/]+)$/, "services", "renderService", "services"],
   [/^\/alerts$/, "alerts", "render", "alerts"],
   [/^\/admin$/, "admin", "render", "admin"],
   [/^\/reports$/, "reports", "render", "reports"],

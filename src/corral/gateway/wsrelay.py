@@ -1,0 +1,90 @@
+"""WebSocket relaying between a gateway client and a replica: frames both ways until either side closes, the close
+code and reason passed across.
+
+Copied (not imported: the gateway knows nothing of the server) from server/routers/proxy.py, the job-UI proxy,
+less its credential re-check; a fix to one is likely due in the other."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from starlette.websockets import WebSocket, WebSocketDisconnect
+from websockets.asyncio.client import ClientConnection
+from websockets.exceptions import ConnectionClosed
+
+WS_OPEN_TIMEOUT_S = 10.0
+WS_CLOSE_TIMEOUT_S = 5.0
+WS_MAX_MESSAGE = 64 * 1024 * 1024  # from the replica; uvicorn limits the client's side to 16 MiB
+# Close codes an endpoint may put on the wire (RFC 6455 7.4: 1004-1006 and 1015 are reserved).
+_SENDABLE = {1000, 1001, 1002, 1003, *range(1007, 1015), *range(3000, 5000)}
+
+
+def close_reason(text: str) -> str:
+    """A close reason fits in a control frame: 123 bytes of UTF-8."""
+    data = text.encode()
+    return text if len(data) <= 123 else data[:120].decode(errors="ignore") + "..."
+
+
+def _wire_code(code: int | None, reason: str, abnormal: int, why: str) -> tuple[int, str]:
+    """A close code (and reason) received from one side, as one the other side may be sent."""
+    if code is not None and code in _SENDABLE:
+        return code, close_reason(reason)
+    if code == 1005:  # a close frame without a code
+        return 1000, ""
+    return abnormal, why  # 1006 (no close frame), 1015, or nonsense
+
+
+async def close_quietly(websocket: WebSocket, code: int, reason: str) -> None:
+    with contextlib.suppress(RuntimeError, OSError, WebSocketDisconnect):
+        await websocket.close(code, reason)
+
+
+async def _pump_client(websocket: WebSocket, upstream: ClientConnection) -> tuple[int, str] | None:
+    """Client -> replica until the client closes (its close code and reason) or the replica's side is closed."""
+    while True:
+        message = await websocket.receive()
+        if message["type"] == "websocket.disconnect":
+            return int(message.get("code") or 1005), str(message.get("reason") or "")
+        data = message.get("bytes")
+        if data is None:
+            data = message.get("text")
+        if data is None:
+            continue
+        try:
+            await upstream.send(data)
+        except ConnectionClosed:
+            return None
+
+
+async def _pump_replica(websocket: WebSocket, upstream: ClientConnection) -> None:
+    """Replica -> client until the replica's side closes (or the client is gone: the client pump sees it)."""
+    with contextlib.suppress(ConnectionClosed, OSError, WebSocketDisconnect, RuntimeError):
+        async for data in upstream:
+            if isinstance(data, str):
+                await websocket.send_text(data)
+            else:
+                await websocket.send_bytes(data)
+
+
+async def relay(websocket: WebSocket, upstream: ClientConnection) -> None:
+    client = asyncio.create_task(_pump_client(websocket, upstream))
+    replica = asyncio.create_task(_pump_replica(websocket, upstream))
+    try:
+        done, _ = await asyncio.wait({client, replica}, return_when=asyncio.FIRST_COMPLETED)
+        if client in done and not client.cancelled() and client.exception() is None and (ended := client.result()):
+            code, reason = ended
+            await upstream.close(*_wire_code(code, reason, 1001, "the client went away"))
+        else:  # the replica's side closed: let the last frames out, then pass its close code on
+            await asyncio.wait({replica}, timeout=WS_CLOSE_TIMEOUT_S)
+            await close_quietly(
+                websocket,
+                *_wire_code(
+                    upstream.close_code, upstream.close_reason or "", 1011, "the replica dropped the connection"
+                ),
+            )
+    finally:
+        for task in (client, replica):
+            task.cancel()
+        await asyncio.gather(client, replica, return_exceptions=True)
+        await upstream.close()
