@@ -208,3 +208,72 @@ def test_scale_from_zero_answers_the_first_request(cluster: tuple[Corral, Api, s
     assert s["desired"] >= 1
     assert any(e["kind"] == "autoscaled" and "a request waits" in e["message"] for e in s["events"])
     print(f"cold start through the gateway: {cold_s:.1f} s")
+
+
+CONTAINER_SERVE = "mkdir -p /tmp/w && echo v=$VERSION > /tmp/w/index.html && exec busybox httpd -f -p 8000 -h /tmp/w"
+
+
+@pytest.mark.xdist_group("container-engine")
+@pytest.mark.timeout(300)
+def test_a_service_of_container_replicas_updates_without_a_failed_request(corral_factory: Any) -> None:
+    """The replicas run in containers of an image (the real engine): each listens on --port 8000 inside, published on
+    a node port of its own; the gateway balances them and a rolling update loses no request."""
+    from container_engine import DOCKER_HOST, TEST_IMAGE, engine_node, remove_node_containers, require_engine
+
+    engine = require_engine()
+    node = engine_node("e2e-svc")
+    remove_node_containers(engine, node)
+    c: Corral = corral_factory(gpus="none", node=node)
+    c.env.update(CORRAL_DOCKER_HOST=DOCKER_HOST, CORRAL_LONG_POLL_S="1")
+    c.start()
+    try:
+        api = Api(c)
+        api.create(
+            name="boxed",
+            image=TEST_IMAGE,
+            command=["sh", "-c", CONTAINER_SERVE],
+            env={"VERSION": "1"},
+            port=8000,
+            replicas=2,
+            health_path="/index.html",
+        )
+        first = wait_for(lambda: api.ready("boxed", 2), 120, "2 container replicas ready")
+        assert len({r["port"] for r in first["replicas"]}) == 2  # a node port each, both published from 8000
+        gw = f"{c.gateway_url}/services/boxed"
+        seen: Counter[str] = Counter()
+        failures: list[str] = []
+        stop = threading.Event()
+
+        def load() -> None:
+            with httpx.Client(headers=api.auth, timeout=30) as http:
+                while not stop.is_set():
+                    try:
+                        r = http.get(f"{gw}/index.html")
+                        if r.status_code == 200:
+                            seen[r.text.strip()] += 1
+                        else:
+                            failures.append(f"{r.status_code} {r.text[:200]}")
+                    except httpx.HTTPError as e:
+                        failures.append(repr(e))
+                    time.sleep(0.02)
+
+        workers = [threading.Thread(target=load, daemon=True) for _ in range(3)]
+        for w in workers:
+            w.start()
+        try:
+            wait_for(lambda: seen["v=1"] >= 20, 30, "traffic on version 1")
+            api.patch("boxed", env={"VERSION": "2"})
+            wait_for(
+                lambda: (s := api.show("boxed"))["rollout"]["state"] == "complete" and s["stable_revision"] == 2,
+                180,
+                "rollout of revision 2 complete",
+            )
+            wait_for(lambda: seen["v=2"] >= 20, 30, "traffic on version 2")
+        finally:
+            stop.set()
+            for w in workers:
+                w.join(30)
+        assert failures == [], failures[:5]
+        assert set(seen) == {"v=1", "v=2"}
+    finally:
+        remove_node_containers(engine, node)

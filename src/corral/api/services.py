@@ -125,6 +125,15 @@ class _Settings(BaseModel):
         None, ge=1, le=86400, description="a ready replica whose health path fails this long is restarted"
     )
 
+    @field_validator(*(f for f in SETTING_FIELDS if f != "target_rps"), mode="before")
+    @classmethod
+    def _not_null(cls, v: Any) -> Any:
+        """An explicit null is refused (leave the field out to keep its value); target_rps: null turns autoscaling
+        off."""
+        if v is None:
+            raise ValueError("may not be null (leave it out to keep the current value)")
+        return v
+
 
 SETTING_DEFAULTS: dict[str, Any] = {
     "public": False,
@@ -216,7 +225,9 @@ class ServiceOut(BaseModel):
     id: int
     name: str
     tenant: str | None
-    owner: str | None = None
+    owner: str | None = Field(
+        None, description="whom its replicas run as: the user who made its current revision (created or changed it)"
+    )
     url: str = Field(description="the gateway's path for it: /services/NAME/")
     endpoint: str | None = Field(None, description="the full URL of the service through the gateway")
     public: bool

@@ -85,6 +85,7 @@ class Gateway:
         max_body_bytes: int = MAX_BODY_BYTES,
         read_timeout_s: float = 300.0,
         connect_timeout_s: float = 2.0,
+        sandbox: bool = False,
     ) -> None:
         self._source = source
         self._authorize = authorize
@@ -92,6 +93,7 @@ class Gateway:
         self._refresh_s = refresh_s
         self._activation_timeout_s = activation_timeout_s
         self._max_body_bytes = max_body_bytes
+        self._sandbox = sandbox  # served on the portal's origin: replicas' pages get a CSP sandbox (headers.py)
         # Requests go through httpcore's pool itself: httpx's client layer (URL parsing, header models, auth and
         # redirect hooks) cost a third of the gateway's added latency and does nothing a proxy needs. Keep-alive is
         # shorter than the usual servers' 5 s (uvicorn, Node), so the gateway does not send on a connection the
@@ -308,7 +310,7 @@ class Gateway:
             lower = key.lower()
             sized = sized or lower == b"content-length"
             streamed = streamed or (lower == b"content-type" and value.startswith(b"text/event-stream"))
-        headers = compute_response_headers(response.headers, endpoint.job_id)
+        headers = compute_response_headers(response.headers, endpoint.job_id, self._sandbox)
         await send({"type": "http.response.start", "status": status, "headers": headers})
         if status >= 500:
             self.stats.record_error(sid)

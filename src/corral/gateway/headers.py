@@ -101,11 +101,24 @@ def compute_upstream_headers(
     return out
 
 
-def compute_response_headers(raw: Iterable[tuple[bytes, bytes]], job_id: int) -> list[tuple[bytes, bytes]]:
-    """The replica's response headers as the caller gets them: hop-by-hop ones dropped (the body is passed as the
-    raw bytes the replica sent, so Content-Length and Content-Encoding stay), X-Corral-Replica added."""
-    out = [(k, v) for k, v in raw if k.lower() not in HOP_BY_HOP]
+# A replica never sets cookies: browsers scope them by host, not port, so a replica's Set-Cookie would land on the
+# portal's host (a forged corral_session or corral_csrf: session fixation, login CSRF).
+NOT_RETURNED = HOP_BY_HOP | {b"set-cookie", b"set-cookie2"}
+# On the API port (CORRAL_GATEWAY_PORT=0) a replica's page shares the portal's origin: it is sandboxed into an origin
+# of its own (scripts run, but cannot read the portal's cookies nor call the API as whoever opens it).
+SANDBOX = (b"content-security-policy", b"sandbox allow-scripts allow-forms allow-popups allow-downloads")
+
+
+def compute_response_headers(
+    raw: Iterable[tuple[bytes, bytes]], job_id: int, sandbox: bool = False
+) -> list[tuple[bytes, bytes]]:
+    """The replica's response headers as the caller gets them: hop-by-hop ones and cookies dropped (the body is
+    passed as the raw bytes the replica sent, so Content-Length and Content-Encoding stay), X-Corral-Replica added,
+    and with `sandbox` a CSP sandbox."""
+    out = [(k, v) for k, v in raw if k.lower() not in NOT_RETURNED]
     out.append((b"x-corral-replica", str(job_id).encode()))
+    if sandbox:
+        out.append(SANDBOX)
     return out
 
 

@@ -124,6 +124,7 @@ def create_app(settings: Settings, store: StateStore | None = None) -> FastAPI:
         server_id=leadership.id,
         leading=lambda: leadership.leading,
         activation_timeout_s=settings.service_activation_timeout_s,
+        on_api_port=not settings.effective_gateway_port,
     )
     alerting.loop.gate = schedules_runner.loop.gate = lambda: leadership.leading
     directory = build_ldap_directory(settings)  # None without CORRAL_LDAP_URL (docs/directory-login.md)

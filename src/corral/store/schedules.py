@@ -23,7 +23,7 @@ from corral.store.records import Job, JobSpec, Schedule
 from corral.store.tables import JobRow, ScheduleRow
 from corral.store.tenancy import utc
 
-UPDATABLE = {"name", "expr", "timezone", "concurrency", "paused", "job", "next_run_at", "last_error"}
+UPDATABLE = {"name", "expr", "timezone", "concurrency", "paused", "job", "next_run_at", "last_error", "user_id"}
 
 
 def to_schedule(r: ScheduleRow) -> Schedule:

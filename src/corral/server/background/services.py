@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -71,6 +72,12 @@ class ServiceTraffic:
             return 0.0, 0.0, []
         delta = [a - b for a, b in zip(self.hist, hist0, strict=False)] if hist0 else list(self.hist)
         return (self.total - total0) / dt, (self.errors - err0) / dt, delta
+
+
+def _ready_revision(views: Sequence[ReplicaView], other_than: int) -> int:
+    """The revision most ready replicas run, other than `other_than` (0: none is ready)."""
+    counts = Counter(v.revision for v in views if v.ready and v.revision != other_than)
+    return counts.most_common(1)[0][0] if counts else 0
 
 
 def quantile_ms(hist: Sequence[float], bounds_ms: Sequence[float], q: float) -> float | None:
@@ -258,13 +265,18 @@ class ServiceController(Loop):
         # the rollout
         rollout = dict(state.get("rollout", {}))
         stalled = rollout.get("state") == "stalled" and rollout.get("revision") == svc.revision
-        target = svc.stable_revision if stalled and svc.stable_revision else svc.revision
-        if rollout.get("state") == "progressing" and target == svc.revision and svc.stable_revision:
+        # what serves if the rollout stalls: the last revision that completed, or (an update came before the
+        # controller saw the previous rollout complete) the revision of the replicas ready now
+        fallback = svc.stable_revision or _ready_revision(views, svc.revision)
+        target = fallback if stalled and fallback else svc.revision
+        if rollout.get("state") == "progressing" and target == svc.revision and fallback:
             why = self._stall_reason(svc, live, state, settings, mono)
             if why:
                 rollout = {"state": "stalled", "revision": svc.revision, "message": why, "since": wall.isoformat()}
-                events.append(("rollout-stalled", f"{why}; revision {svc.stable_revision} keeps serving"))
-                target = svc.stable_revision
+                events.append(("rollout-stalled", f"{why}; revision {fallback} keeps serving"))
+                target = fallback
+                if not svc.stable_revision:
+                    changes["stable_revision"] = fallback
                 state.pop("rollout_crashes", None)
         step = plan_rollout(
             views, target, desired, int(settings.get("max_surge", 1)), int(settings.get("max_unavailable", 0))

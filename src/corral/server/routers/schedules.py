@@ -57,7 +57,7 @@ def patch_schedule(
     """Change when or what it runs; `paused: true|false` pauses or resumes (no catch-up of the paused time)."""
     s = load_schedule(store, schedule_id, caller)
     caller.require(Action.SUBMIT)
-    updated = update_schedule(store, s, body, datetime.now(UTC))
+    updated = update_schedule(store, s, body, datetime.now(UTC), caller.user.id if caller.user else None)
     schedules.wake()
     return _one(store, updated)
 

@@ -44,7 +44,7 @@ def _out(request: Request, store: StateStore, services: ServicesDep, s: Service,
         s,
         replicas,
         tenant=tenant_names(store).get(s.tenant_id),
-        owner=_owner(store, s.user_id),
+        owner=_owner(store, s.current.get("user_id", s.user_id)),
         ready={j.id: services.readiness.ready(j.id, j.attempt) for j in replicas},
         health={j.id: services.readiness.detail(j.id) for j in replicas},
         traffic=TrafficOut(**figures) if figures else None,
@@ -84,7 +84,7 @@ def update(
     is a new revision, rolled out replica by replica (max surge 1, max unavailable 0 by default)."""
     s = load_service(store, name, caller)
     caller.require(Action.SUBMIT)
-    updated = update_service(store, s, body, datetime.now(UTC))
+    updated = update_service(store, s, body, datetime.now(UTC), caller.user.id if caller.user else None)
     record_audit(store, caller, "service.update", s.name, f"revision {updated.revision}")
     services.wake()
     return _out(request, store, services, updated)

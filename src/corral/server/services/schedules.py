@@ -72,7 +72,11 @@ def create_schedule(store: SchedulesStore, body: ScheduleIn, caller: Principal, 
     )
 
 
-def update_schedule(store: SchedulesStore, schedule: Schedule, body: SchedulePatch, now: datetime) -> Schedule:
+def update_schedule(
+    store: SchedulesStore, schedule: Schedule, body: SchedulePatch, now: datetime, author: int | None = None
+) -> Schedule:
+    """A change of the job it runs makes `author` (the caller) its owner: its jobs run as whoever last said what they
+    run, never as a member who did not (their Unix identity)."""
     changes: dict[str, Any] = {}
     expr_text = body.schedule if body.schedule is not None else schedule.expr
     tz = body.timezone if body.timezone is not None else schedule.timezone
@@ -93,6 +97,8 @@ def update_schedule(store: SchedulesStore, schedule: Schedule, body: SchedulePat
         except ValidationError as e:
             raise _nested(e) from None
         changes["job"] = _job_body(body.job)
+        if author is not None:
+            changes["user_id"] = author
     if not changes:
         return schedule
     updated = store.update_schedule(schedule.id, **changes)

@@ -67,21 +67,25 @@ class StoreRoutes:
                     revision=j.spec.service_revision or 0,
                 )
             )
-        return {
-            s.name: ServiceRoute(
-                service_id=s.id,
-                name=s.name,
-                tenant_id=s.tenant_id,
-                public=bool(s.settings.get("public")),
-                queue_limit=int(s.settings.get("queue_limit", 100)),
-                scale_from_zero=s.settings.get("target_rps") is not None
-                and int(s.settings.get("min_replicas", 1)) == 0,
-                health_path=str(s.current["health_path"]),
-                endpoints=tuple(by_service.get(s.id, ())),
-            )
-            for s in services
-            if not s.deleting
-        }
+        routes: dict[str, ServiceRoute] = {}
+        for s in services:
+            if s.deleting:
+                continue
+            try:  # one malformed row must not keep every other service's route from changing
+                routes[s.name] = ServiceRoute(
+                    service_id=s.id,
+                    name=s.name,
+                    tenant_id=s.tenant_id,
+                    public=bool(s.settings.get("public")),
+                    queue_limit=int(s.settings.get("queue_limit") or 100),
+                    scale_from_zero=s.settings.get("target_rps") is not None
+                    and int(s.settings.get("min_replicas") or 0) == 0,
+                    health_path=str(s.current["health_path"]),
+                    endpoints=tuple(by_service.get(s.id, ())),
+                )
+            except (KeyError, TypeError, ValueError, AssertionError):
+                log.exception("service %s: cannot route it", s.name)
+        return routes
 
 
 def make_authorize(store: StateStore) -> Callable[[HTTPConnection, ServiceRoute], Any]:
@@ -144,6 +148,7 @@ class ServiceManager:
         server_id: str,
         leading: Callable[[], bool],
         activation_timeout_s: float = 120.0,
+        on_api_port: bool = False,
     ) -> None:
         self.store = store
         self.gateway = Gateway(
@@ -151,6 +156,7 @@ class ServiceManager:
             make_authorize(store),
             self._on_demand,
             activation_timeout_s=activation_timeout_s,
+            sandbox=on_api_port,
         )
         self.readiness = self.gateway.prober
         self.controller = ServiceController(store, scheduler_trigger, notifier, self.readiness, BUCKETS_MS[:-1])

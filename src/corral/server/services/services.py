@@ -87,7 +87,10 @@ def replica_spec(store: StateStore, service: Service, revision: Mapping[str, Any
     except PydanticValidationError as e:
         err = e.errors()[0]
         raise ValidationError(".".join(str(x) for x in err["loc"]) or "body", err["msg"]) from None
-    spec = job_spec_for(store, body, service.tenant_id, service.user_id)
+    # a replica runs as the author of its revision: a member who changes what a service runs never runs it as
+    # another member (the service's owner), whose Unix identity it would have
+    author = revision.get("user_id", service.user_id)
+    spec = job_spec_for(store, body, service.tenant_id, author)
     port = 0 if spec.container is not None else int(revision["port"])  # a command: P when free on its node
     return dataclasses.replace(
         spec,
@@ -114,8 +117,8 @@ def create_service(store: StateStore, body: ServiceIn, caller: Principal, now: d
     # scales to zero after the idle period), as Knative's initial scale of 1
     replicas = max(int(settings["min_replicas"]), 1) if autoscaled else body.replicas
     _check_settings(settings, replicas)
-    revision = _revision(template_of(body), int(body.port or 0), body.health_path or "/")
     user_id = caller.user.id if caller.user else None
+    revision = {**_revision(template_of(body), int(body.port or 0), body.health_path or "/"), "user_id": user_id}
     probe = Service(
         id=0,
         tenant_id=caller.tenant_id,
@@ -135,7 +138,9 @@ def create_service(store: StateStore, body: ServiceIn, caller: Principal, now: d
     return store.create_service(caller.tenant_id, user_id, body.name, settings, revision, replicas, now)
 
 
-def update_service(store: StateStore, service: Service, body: ServicePatch, now: datetime) -> Service:
+def update_service(
+    store: StateStore, service: Service, body: ServicePatch, now: datetime, author: int | None = None
+) -> Service:
     """Settings change at once; a change of what replicas run is a new revision, rolled out by the controller."""
     settings = settings_of(body, service.settings)
     current = service.current
@@ -148,7 +153,7 @@ def update_service(store: StateStore, service: Service, body: ServicePatch, now:
         replicas = min(max(replicas, int(settings["min_replicas"])), int(settings["max_replicas"]))
     _check_settings(settings, replicas)
     number = max(r["revision"] for r in service.revisions) + 1
-    rev = {**_revision(template, port, health), "revision": number, "created_at": now.isoformat()}
+    rev = {**_revision(template, port, health), "revision": number, "created_at": now.isoformat(), "user_id": author}
     if new_revision:
         replica_spec(store, service, rev)
     changed = [f for f in SETTING_FIELDS if settings.get(f) != service.settings.get(f)]
