@@ -43,7 +43,7 @@ podman-deps: docker-deps
 # (the executor on the engine, the image cache, and the private-registry flow end to end: about a minute; the other
 # container e2e files pass on Podman too: make test-podman PODMAN_TESTS="tests/e2e/test_container*.py")
 PODMAN_TESTS ?= tests/integration/test_container_executor.py tests/integration/test_image_cache.py \
-  tests/e2e/test_container_registry.py
+  tests/e2e/test_container_registry.py tests/integration/test_container_web_port.py
 test-podman: $(VENV)/.dev-installed podman-deps
 	CORRAL_DOCKER_HOST=unix:///run/podman/podman.sock $(BIN)/python -m pytest -q -ra $(PODMAN_TESTS)
 
