@@ -1,8 +1,8 @@
 """WebSocket relaying between a gateway client and a replica: frames both ways until either side closes, the close
 code and reason passed across.
 
-Copied (not imported: the gateway knows nothing of the server) from server/routers/proxy.py, the job-UI proxy,
-less its credential re-check; a fix to one is likely due in the other."""
+The job-UI proxy (server/routers/proxy.py) relays its sockets with the same pumps, close-code rules and limits, and
+adds its credential re-check around them."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from websockets.exceptions import ConnectionClosed
 
 WS_OPEN_TIMEOUT_S = 10.0
 WS_CLOSE_TIMEOUT_S = 5.0
-WS_MAX_MESSAGE = 64 * 1024 * 1024  # from the replica; uvicorn limits the client's side to 16 MiB
+WS_MAX_MESSAGE = 64 * 1024 * 1024  # from the replica or job; uvicorn limits the client's side to 16 MiB
 # Close codes an endpoint may put on the wire (RFC 6455 7.4: 1004-1006 and 1015 are reserved).
-_SENDABLE = {1000, 1001, 1002, 1003, *range(1007, 1015), *range(3000, 5000)}
+SENDABLE = {1000, 1001, 1002, 1003, *range(1007, 1015), *range(3000, 5000)}
 
 
 def close_reason(text: str) -> str:
@@ -26,9 +26,9 @@ def close_reason(text: str) -> str:
     return text if len(data) <= 123 else data[:120].decode(errors="ignore") + "..."
 
 
-def _wire_code(code: int | None, reason: str, abnormal: int, why: str) -> tuple[int, str]:
+def wire_code(code: int | None, reason: str, abnormal: int, why: str) -> tuple[int, str]:
     """A close code (and reason) received from one side, as one the other side may be sent."""
-    if code is not None and code in _SENDABLE:
+    if code is not None and code in SENDABLE:
         return code, close_reason(reason)
     if code == 1005:  # a close frame without a code
         return 1000, ""
@@ -40,7 +40,7 @@ async def close_quietly(websocket: WebSocket, code: int, reason: str) -> None:
         await websocket.close(code, reason)
 
 
-async def _pump_client(websocket: WebSocket, upstream: ClientConnection) -> tuple[int, str] | None:
+async def pump_client(websocket: WebSocket, upstream: ClientConnection) -> tuple[int, str] | None:
     """Client -> replica until the client closes (its close code and reason) or the replica's side is closed."""
     while True:
         message = await websocket.receive()
@@ -57,7 +57,7 @@ async def _pump_client(websocket: WebSocket, upstream: ClientConnection) -> tupl
             return None
 
 
-async def _pump_replica(websocket: WebSocket, upstream: ClientConnection) -> None:
+async def pump_upstream(websocket: WebSocket, upstream: ClientConnection) -> None:
     """Replica -> client until the replica's side closes (or the client is gone: the client pump sees it)."""
     with contextlib.suppress(ConnectionClosed, OSError, WebSocketDisconnect, RuntimeError):
         async for data in upstream:
@@ -68,18 +68,18 @@ async def _pump_replica(websocket: WebSocket, upstream: ClientConnection) -> Non
 
 
 async def relay(websocket: WebSocket, upstream: ClientConnection) -> None:
-    client = asyncio.create_task(_pump_client(websocket, upstream))
-    replica = asyncio.create_task(_pump_replica(websocket, upstream))
+    client = asyncio.create_task(pump_client(websocket, upstream))
+    replica = asyncio.create_task(pump_upstream(websocket, upstream))
     try:
         done, _ = await asyncio.wait({client, replica}, return_when=asyncio.FIRST_COMPLETED)
         if client in done and not client.cancelled() and client.exception() is None and (ended := client.result()):
             code, reason = ended
-            await upstream.close(*_wire_code(code, reason, 1001, "the client went away"))
+            await upstream.close(*wire_code(code, reason, 1001, "the client went away"))
         else:  # the replica's side closed: let the last frames out, then pass its close code on
             await asyncio.wait({replica}, timeout=WS_CLOSE_TIMEOUT_S)
             await close_quietly(
                 websocket,
-                *_wire_code(
+                *wire_code(
                     upstream.close_code, upstream.close_reason or "", 1011, "the replica dropped the connection"
                 ),
             )

@@ -142,8 +142,12 @@ def _lookup(store: Any, token_hash: str) -> tuple[TokenRecord | None, User | Non
 def authenticate(request: Request, csrf: bool = True) -> Principal:
     """The caller. `csrf=False` only where the session cookie is SameSite=Strict and the route serves no
     portal or API (the job-UI origin: a job's own app posts without Corral's CSRF header)."""
-    store = context_of(request.app).store
-    token, user = _lookup(store, hash_token(_credential(request, csrf)))
+    return _principal(context_of(request.app).store, _credential(request, csrf))
+
+
+def _principal(store: Any, secret: str) -> Principal:
+    """Who holds `secret` (a token), from the credential cache. Raises AuthError."""
+    token, user = _lookup(store, hash_token(secret))
     if token is None:
         raise AuthError("invalid or revoked token")
     if token.expires_at is not None and token.expires_at <= datetime.now(UTC):
@@ -159,14 +163,7 @@ def authenticate_bearer(store: Any, authorization: str) -> Principal:
     scheme, _, value = authorization.partition(" ")
     if scheme.lower() != "bearer" or not value.strip():
         raise AuthError("missing bearer token (Authorization: Bearer <token>)")
-    token, user = _lookup(store, hash_token(value.strip()))
-    if token is None:
-        raise AuthError("invalid or revoked token")
-    if token.expires_at is not None and token.expires_at <= datetime.now(UTC):
-        raise AuthError("token expired")
-    if user is not None and user.disabled:
-        raise AuthError("user disabled")
-    return Principal(token=token, user=user)
+    return _principal(store, value.strip())
 
 
 def _person(p: Principal) -> Principal:

@@ -38,11 +38,23 @@ from fastapi.responses import JSONResponse, RedirectResponse, StreamingResponse
 from starlette.background import BackgroundTask
 from starlette.websockets import WebSocketDisconnect
 from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
+from websockets.exceptions import InvalidHandshake, InvalidStatus
 from websockets.typing import Origin
 
 from corral.core.errors import AuthError, ConflictError, CorralError, ForbiddenError, NotFoundError
 from corral.core.states import JobState
+from corral.gateway.wsrelay import (
+    WS_CLOSE_TIMEOUT_S,
+    WS_MAX_MESSAGE,
+    WS_OPEN_TIMEOUT_S,
+    close_quietly,
+    close_reason,
+    pump_client,
+    pump_upstream,
+)
+from corral.gateway.wsrelay import (
+    wire_code as _wire_code,
+)
 from corral.server.auth import Principal, require_job_ui_user, require_user
 from corral.server.context import ServerContext, context_of
 from corral.server.errors import STATUS_BY_ERROR, error_body
@@ -82,14 +94,9 @@ WS_NOT_FORWARDED = HOP_BY_HOP | {
     "origin",
     "user-agent",
 }
-WS_OPEN_TIMEOUT_S = 10.0
-WS_CLOSE_TIMEOUT_S = 5.0
 # How often an open socket's or a streaming response's credential is checked again (a logout or a revoked token
 # ends it within this).
 ACCESS_RECHECK_S = 5.0
-WS_MAX_MESSAGE = 64 * 1024 * 1024  # from the job's app; uvicorn limits the client's side to 16 MiB
-# Close codes an endpoint may put on the wire (RFC 6455 7.4: 1004-1006 and 1015 are reserved).
-_SENDABLE = {1000, 1001, 1002, 1003, *range(1007, 1015), *range(3000, 5000)}
 PATH_SAFE = "/:@!$&'()*+,;=~"  # RFC 3986 path characters that stay as they are
 Recheck = Callable[[], Awaitable[str | None]]  # why an open socket's caller may no longer use it, or None
 log = logging.getLogger(__name__)
@@ -245,54 +252,7 @@ async def _refuse(websocket: WebSocket, exc: CorralError) -> None:
         body = error_body(exc.code, exc.message, getattr(exc, "field", None))
         await websocket.send_denial_response(JSONResponse(body, status_code=status, headers=headers))
     else:
-        await websocket.close(1008, _reason(exc.message))
-
-
-def _reason(text: str) -> str:
-    """A close reason fits in a control frame: 123 bytes of UTF-8."""
-    data = text.encode()
-    return text if len(data) <= 123 else data[:120].decode(errors="ignore") + "..."
-
-
-def _wire_code(code: int | None, reason: str, abnormal: int, why: str) -> tuple[int, str]:
-    """A close code (and reason) received from one side, as one the other side may be sent."""
-    if code is not None and code in _SENDABLE:
-        return code, _reason(reason)
-    if code == 1005:  # a close frame without a code
-        return 1000, ""
-    return abnormal, why  # 1006 (no close frame), 1015, or nonsense
-
-
-async def _close_quietly(websocket: WebSocket, code: int, reason: str) -> None:
-    with contextlib.suppress(RuntimeError, OSError, WebSocketDisconnect):
-        await websocket.close(code, reason)
-
-
-async def _pump_client(websocket: WebSocket, upstream: ClientConnection) -> tuple[int, str] | None:
-    """Client -> job until the client closes (its close code and reason) or the job's side is closed (None)."""
-    while True:
-        message = await websocket.receive()
-        if message["type"] == "websocket.disconnect":
-            return int(message.get("code") or 1005), str(message.get("reason") or "")
-        data = message.get("bytes")
-        if data is None:
-            data = message.get("text")
-        if data is None:
-            continue
-        try:
-            await upstream.send(data)
-        except ConnectionClosed:
-            return None
-
-
-async def _pump_job(websocket: WebSocket, upstream: ClientConnection) -> None:
-    """Job -> client until the job's side closes (or the client is gone: then the client pump sees it)."""
-    with contextlib.suppress(ConnectionClosed, OSError, WebSocketDisconnect, RuntimeError):
-        async for data in upstream:
-            if isinstance(data, str):
-                await websocket.send_text(data)
-            else:
-                await websocket.send_bytes(data)
+        await websocket.close(1008, close_reason(exc.message))
 
 
 async def _guard(expires_at: datetime | None, recheck: Recheck | None) -> tuple[str, str]:
@@ -319,21 +279,21 @@ async def _guard(expires_at: datetime | None, recheck: Recheck | None) -> tuple[
 async def _relay(
     websocket: WebSocket, upstream: ClientConnection, expires_at: datetime | None, recheck: Recheck | None = None
 ) -> None:
-    client = asyncio.create_task(_pump_client(websocket, upstream))
-    job = asyncio.create_task(_pump_job(websocket, upstream))
+    client = asyncio.create_task(pump_client(websocket, upstream))
+    job = asyncio.create_task(pump_upstream(websocket, upstream))
     guard = asyncio.create_task(_guard(expires_at, recheck))
     try:
         done, _ = await asyncio.wait({client, job, guard}, return_when=asyncio.FIRST_COMPLETED)
         if guard in done:  # the credential the socket was opened with expired or was withdrawn
             to_job, to_client = guard.result()
             await upstream.close(1001, to_job)
-            await _close_quietly(websocket, 1008, _reason(to_client))
+            await close_quietly(websocket, 1008, close_reason(to_client))
         elif client in done and not client.cancelled() and client.exception() is None and (ended := client.result()):
             code, reason = ended
             await upstream.close(*_wire_code(code, reason, 1001, "the client went away"))
         else:  # the job's side closed: let the last frames out, then pass its close code on
             await asyncio.wait({job}, timeout=WS_CLOSE_TIMEOUT_S)
-            await _close_quietly(
+            await close_quietly(
                 websocket,
                 *_wire_code(
                     upstream.close_code, upstream.close_reason or "", 1011, "the job's web UI dropped the connection"
@@ -399,7 +359,7 @@ async def proxy_websocket(websocket: WebSocket, job_id: Id, path: str) -> None:
             code, why = 1013, f"it does not answer ({type(e).__name__}); try again later"
         with contextlib.suppress(RuntimeError, OSError, WebSocketDisconnect):
             await websocket.accept(subprotocol=offered[0] if offered else None)
-            await websocket.close(code, _reason(f"job {job_id}'s web UI at port {port}: {why}"))
+            await websocket.close(code, close_reason(f"job {job_id}'s web UI at port {port}: {why}"))
         return
     try:
         await websocket.accept(subprotocol=upstream.subprotocol)
