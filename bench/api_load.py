@@ -166,6 +166,7 @@ def start_server(root: Path, url: str) -> tuple[subprocess.Popen[bytes], str, st
         CORRAL_PORT=str(port),
         CORRAL_AGENT_PORT=str(agent_port),
         CORRAL_JOB_UI_PORT="0",
+        CORRAL_GATEWAY_PORT="0",
         CORRAL_DATA_DIR=str(root / "data"),
         CORRAL_DATABASE_URL=url,
         CORRAL_NODE_LOST_AFTER_S=str(NODE_LOST_AFTER_S),

@@ -105,6 +105,7 @@ class Cluster:
             XDG_CONFIG_HOME=str(root / "home" / ".config"),
             CORRAL_PORT=str(self.port),
             CORRAL_JOB_UI_PORT=str(free_port()),
+            CORRAL_GATEWAY_PORT=str(free_port()),
             CORRAL_AGENT_PORT=self.agent_url.rsplit(":", 1)[1],
             CORRAL_DATA_DIR=str(root / "data"),
             CORRAL_JOBS_DIR=str(jobs_dir),

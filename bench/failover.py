@@ -43,12 +43,14 @@ class Replica:
     def __init__(self, name: str, root: Path, env: dict[str, str]) -> None:
         self.name, self.root = name, root
         self.port, self.agent_port, self.ui_port = free_port(), free_port(), free_port()
+        self.gateway_port = free_port()  # each replica serves the services' gateway on a port of its own
         self.url = f"http://127.0.0.1:{self.port}"
         self.env = dict(
             env,
             CORRAL_PORT=str(self.port),
             CORRAL_AGENT_PORT=str(self.agent_port),
             CORRAL_JOB_UI_PORT=str(self.ui_port),
+            CORRAL_GATEWAY_PORT=str(self.gateway_port),
         )
         self.proc: subprocess.Popen[bytes] | None = None
 

@@ -63,6 +63,7 @@ def main() -> None:
         CORRAL_PORT=str(port),
         CORRAL_AGENT_PORT=str(agent_port),
         CORRAL_JOB_UI_PORT="0",
+        CORRAL_GATEWAY_PORT="0",
         CORRAL_DATA_DIR=str(root / "data"),
         HOME=str(root),
         XDG_CONFIG_HOME=str(root / ".config"),

@@ -143,6 +143,7 @@ class Cluster:
             CORRAL_PORT=str(self.port),
             CORRAL_AGENT_PORT=str(self.agent_port),
             CORRAL_JOB_UI_PORT="0",
+            CORRAL_GATEWAY_PORT="0",
             CORRAL_DATA_DIR=str(root / "data"),
             CORRAL_JOBS_DIR=str(self.jobs_dir),
             CORRAL_METRICS_INTERVAL_S=str(telemetry_s),

@@ -146,6 +146,7 @@ class Replica:
     def __init__(self, cluster: ChaosCluster, name: str, port: int = 0, agent_port: int = 0) -> None:
         self.name = name
         self.port, self.agent_port, self.ui_port = port or free_port(), agent_port or free_port(), free_port()
+        self.gateway_port = free_port()  # each replica serves the services' gateway on a port of its own
         self.url = f"{cluster.scheme}://{cluster.api_host}:{self.port}"
         self.agent_url = f"https://{cluster.api_host}:{self.agent_port}"
         env = dict(
@@ -153,6 +154,7 @@ class Replica:
             CORRAL_PORT=str(self.port),
             CORRAL_AGENT_PORT=str(self.agent_port),
             CORRAL_JOB_UI_PORT=str(self.ui_port),
+            CORRAL_GATEWAY_PORT=str(self.gateway_port),
         )
         self.proc = cluster.c.spawn([CORRAL, "server"], env=env, log_name=f"server-{name}")
         wait_for(self.healthy, 60, f"replica {name} healthy")

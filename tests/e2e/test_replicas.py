@@ -28,6 +28,7 @@ class Replica:
     def __init__(self, c: Corral, name: str, port: int = 0, agent_port: int = 0) -> None:
         self.name = name
         self.port, self.agent_port, self.ui_port = port or free_port(), agent_port or free_port(), free_port()
+        self.gateway_port = free_port()  # each replica serves the services' gateway on a port of its own
         self.url = f"http://127.0.0.1:{self.port}"
         self.agent_url = f"https://127.0.0.1:{self.agent_port}"
         env = dict(
@@ -35,6 +36,7 @@ class Replica:
             CORRAL_PORT=str(self.port),
             CORRAL_AGENT_PORT=str(self.agent_port),
             CORRAL_JOB_UI_PORT=str(self.ui_port),
+            CORRAL_GATEWAY_PORT=str(self.gateway_port),
         )
         self.proc = c.spawn([CORRAL, "server"], env=env, log_name=f"server-{name}")
         wait_for(self.healthy, 60, f"replica {name} healthy")

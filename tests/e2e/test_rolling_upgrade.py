@@ -75,7 +75,13 @@ def test_old_replicas_run_and_restart_on_a_newer_expand_only_schema_and_refuse_a
     # A contract step raises the minimum past this code: one more replica of it refuses to start, saying why.
     _migrate_as_a_newer_corral(postgres_url, min_revision=CONTRACT)
     port, agent_port, ui_port = free_port(), free_port(), free_port()
-    late_env = dict(c.env, CORRAL_PORT=str(port), CORRAL_AGENT_PORT=str(agent_port), CORRAL_JOB_UI_PORT=str(ui_port))
+    late_env = dict(
+        c.env,
+        CORRAL_PORT=str(port),
+        CORRAL_AGENT_PORT=str(agent_port),
+        CORRAL_JOB_UI_PORT=str(ui_port),
+        CORRAL_GATEWAY_PORT=str(free_port()),
+    )
     late = c.spawn([CORRAL, "server"], env=late_env, log_name="server-late")
     assert late.wait(60) != 0
     refused = next(c.root.glob("server-late-*.log")).read_text()

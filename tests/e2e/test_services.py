@@ -277,3 +277,44 @@ def test_a_service_of_container_replicas_updates_without_a_failed_request(corral
         assert set(seen) == {"v=1", "v=2"}
     finally:
         remove_node_containers(engine, node)
+
+
+@pytest.mark.postgres
+@pytest.mark.timeout(300)
+def test_every_server_replica_serves_the_gateway_and_a_leader_kill_loses_no_request(
+    corral_factory: Any, postgres_url: str
+) -> None:
+    """Two `corral server` replicas on PostgreSQL: a service created through one answers through both gateways;
+    kill -9 of the leader (which runs the controller) loses no request through the other's gateway, and the other
+    takes the controller over (a scale it is then asked for happens)."""
+    import os
+    import signal
+
+    from .test_replicas import Replica, join_agent
+
+    c: Corral = corral_factory(gpus="none", database_url=postgres_url)
+    a = Replica(c, "a")  # leads
+    token = (c.data_dir / "admin-token").read_text().strip()
+    b = Replica(c, "b")
+    env = dict(c.env, CORRAL_URL=f"{b.url},{a.url}", CORRAL_TOKEN=token)
+    join_agent(c, env, [b, a])
+    auth = {"Authorization": f"Bearer {token}"}
+    http = httpx.Client(base_url=b.url, headers=auth, timeout=10)
+    wait_for(lambda: http.get("/api/v1/nodes").json(), 60, "the agent registered")
+    script = c.shared / "toy_service.py"
+    shutil.copy(TOY, script)
+    script.chmod(0o644)
+    r = http.post("/api/v1/services", json={"name": "both", "port": 8000, "replicas": 2, **_toy(str(script))})
+    assert r.status_code == 201, r.text
+    gateways = [f"http://127.0.0.1:{x.gateway_port}/services/both" for x in (a, b)]
+    for gw in gateways:
+        wait_for(lambda gw=gw: httpx.get(f"{gw}/", headers=auth).status_code == 200, 60, f"{gw} serving")
+    with Load(gateways[1], auth) as load:
+        wait_for(lambda: load.ok >= 20, 30, "traffic through b's gateway")
+        os.killpg(a.proc.pid, signal.SIGKILL)
+        a.proc.wait(10)
+        wait_for(lambda: http.get("/api/v1/status").json()["leader"], 30, "b leads")
+        assert http.post("/api/v1/services/both/scale", json={"replicas": 3}).status_code == 200
+        wait_for(lambda: http.get("/api/v1/services/both").json()["ready"] == 3, 60, "3 ready, scaled by b")
+        wait_for(lambda: load.ok >= 200, 60, "more traffic")
+    assert load.failures == [], load.failures[:5]

@@ -26,7 +26,9 @@ def free_port() -> int:
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[ServerThread]:
-    settings = Settings(data_dir=tmp_path / "data", port=free_port(), job_ui_port=0, agent_port=free_port(), tls="on")
+    settings = Settings(
+        data_dir=tmp_path / "data", port=free_port(), job_ui_port=0, gateway_port=0, agent_port=free_port(), tls="on"
+    )
     srv = ServerThread(settings)
     srv.start()
     try:

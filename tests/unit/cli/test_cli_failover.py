@@ -31,6 +31,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerThread]:
         data_dir=tmp_path_factory.mktemp("server") / "data",
         port=free_port(),
         job_ui_port=0,
+        gateway_port=0,
         agent_port=free_port(),
         tls="off",
     )
