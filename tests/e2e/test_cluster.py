@@ -66,6 +66,7 @@ def test_make_up_starts_and_answers_healthz(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")}
     env.update(
         CORRAL_PORT=str(port),
+        CORRAL_GATEWAY_PORT=str(free_port()),  # claimed: not left to the API port + 3
         CORRAL_DATA_DIR=str(tmp_path / "data"),
         HOME=str(tmp_path),
         XDG_CONFIG_HOME=str(tmp_path / ".config"),

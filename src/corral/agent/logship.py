@@ -36,19 +36,22 @@ class LogShipper:
         job_id, attempt, rank = key
         if key not in self._sent:  # learn what the server holds (after an agent restart, say)
             self._sent[key] = self.client.upload_logs(self.node, job_id, 0, b"", attempt, rank)
-        if self._sent[key] == REFUSED:
-            return
         try:
             f = open(path, "rb")
         except FileNotFoundError:
             return
         with f:
             while True:
-                f.seek(self._sent[key])
+                offset = self._sent.get(key)
+                if offset is None or offset == REFUSED:  # forgotten meanwhile: the run's exit was acknowledged
+                    return
+                f.seek(offset)
                 data = f.read(CHUNK_BYTES)
                 if not data:
                     return
-                self._sent[key] = self.client.upload_logs(self.node, job_id, self._sent[key], data, attempt, rank)
+                held = self.client.upload_logs(self.node, job_id, offset, data, attempt, rank)
+                if key in self._sent:
+                    self._sent[key] = held
 
     def forget(self, job_id: int, attempt: int, rank: int = 0) -> None:
         self._sent.pop((job_id, attempt, rank), None)
