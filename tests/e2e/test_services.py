@@ -6,6 +6,7 @@ service scaled to zero answers the first request once a replica started."""
 
 from __future__ import annotations
 
+import io
 import shutil
 import threading
 import time
@@ -210,6 +211,8 @@ def test_scale_from_zero_answers_the_first_request(cluster: tuple[Corral, Api, s
     print(f"cold start through the gateway: {cold_s:.1f} s")
 
 
+OWN_IMAGE = "corral-test/own-httpd:1"  # built in the test from the test image, with a CMD that serves
+OWN_SERVE = "mkdir -p /tmp/w && echo own=$PORT > /tmp/w/index.html && exec busybox httpd -f -p 8000 -h /tmp/w"
 CONTAINER_SERVE = "mkdir -p /tmp/w && echo v=$VERSION > /tmp/w/index.html && exec busybox httpd -f -p 8000 -h /tmp/w"
 
 
@@ -275,6 +278,15 @@ def test_a_service_of_container_replicas_updates_without_a_failed_request(corral
                 w.join(30)
         assert failures == [], failures[:5]
         assert set(seen) == {"v=1", "v=2"}
+
+        # an image that serves by its own command: `--image IMAGE` alone
+        dockerfile = f'FROM {TEST_IMAGE}\nCMD ["sh", "-c", "{OWN_SERVE}"]\n'
+        engine.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=OWN_IMAGE, rm=True)
+        api.create(name="own", image=OWN_IMAGE, port=8000, replicas=1, health_path="/index.html")
+        shown = wait_for(lambda: api.ready("own", 1), 120, "the image's own command serving")
+        assert shown["command"] == []
+        r = httpx.get(f"{c.gateway_url}/services/own/index.html", headers=api.auth, timeout=10)
+        assert r.status_code == 200 and r.text.strip() == "own=8000", r.text
     finally:
         remove_node_containers(engine, node)
 

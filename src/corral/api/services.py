@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from corral.api import bounds
 from corral.core import containers
@@ -154,11 +154,24 @@ class ServiceIn(_Template, _Settings):
     """POST /api/v1/services."""
 
     name: str = Field(max_length=63, description="unique in the cluster: the gateway serves it at /services/NAME/")
-    command: list[Arg] = Field(
-        min_length=1, max_length=bounds.MAX_ARGS, description="argv of each replica (with an image: run in it)"
+    command: list[Arg] | None = Field(
+        min_length=1,
+        max_length=bounds.MAX_ARGS,
+        description="argv of each replica (with an image: run in it; left out, the image's own command runs)",
     )
     port: int = Field(ge=1, le=65535, description="the port each replica listens on (see PATCH's `port`)")
     replicas: int = Field(1, ge=0, le=MAX_REPLICAS, description="replicas to run (without autoscaling)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _image_runs_its_own_command(cls, data: Any) -> Any:
+        """With an image, the command may be left out (the image's own command runs); without one it is required:
+        a missing or null command is then refused as missing, naming `command`."""
+        if isinstance(data, dict) and data.get("command") is None:
+            if data.get("image"):
+                return {**data, "command": None}
+            return {k: v for k, v in data.items() if k != "command"}
+        return data
 
     @field_validator("name")
     @classmethod
@@ -274,6 +287,8 @@ def template_of(body: _Template, base: dict[str, Any] | None = None) -> dict[str
             out[f] = v
     if "image" in body.model_fields_set and body.image is None:  # an explicit null: back to a process
         out.pop("image", None)
+    if "command" in body.model_fields_set and body.command is None:  # an explicit null: the image's own command
+        out.pop("command", None)
     return out
 
 

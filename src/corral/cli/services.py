@@ -214,9 +214,10 @@ def create(
     as_json: JSON = False,
 ) -> None:
     """Create a service: its replicas are jobs of your tenant, served at /services/NAME/ once healthy."""
-    if not command:
-        what = "the command to run in the image" if image else "what each replica runs"
-        raise ValidationError("COMMAND", f"missing: {what} after --, e.g. -- python -m http.server $PORT")
+    if not command and not image:  # with an image, the image's own command runs
+        raise ValidationError(
+            "COMMAND", "missing: what each replica runs after --, e.g. -- python -m http.server $PORT"
+        )
     if port is None:
         raise ValidationError("--port", "missing: the port each replica listens on")
     _check_autoscaling(target_rps, min_replicas, max_replicas)
@@ -296,7 +297,7 @@ def print_service(s: ServiceOut, url: str) -> None:
         ("rollout", f"{_rollout(s)}: {s.rollout.message}" if s.rollout.message else _rollout(s)),
         ("replicas", f"{s.ready} ready of {s.desired} desired ({s.running} running, {s.pending} pending)"),
         ("autoscaling", _autoscaling(s)),
-        ("command", shlex.join(s.command)),
+        ("command", shlex.join(s.command) if s.command else "(the image's own)"),
         ("image", s.image),
         ("port", s.port),
         ("health path", s.health_path),

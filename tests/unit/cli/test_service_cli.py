@@ -261,3 +261,11 @@ def test_the_installed_command_lists_services(server: ServerThread, tmp_path: Pa
     )
     r = subprocess.run([CORRAL, "services", "--json"], env=env, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and isinstance(json.loads(r.stdout), list), r.stderr
+
+
+def test_an_image_alone_runs_the_images_own_command(corral: Run) -> None:
+    code, out, err = corral("service", "create", "own-cmd", "--image", "registry.example/srv:1", "--port", "8000")
+    assert code == 0, err
+    code, out, err = corral("service", "show", "own-cmd")
+    assert code == 0 and "command  (the image's own)" in out, out
+    assert corral("service", "delete", "own-cmd")[0] == 0

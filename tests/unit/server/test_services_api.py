@@ -315,3 +315,20 @@ def test_replicas_are_jobs_of_kind_replica(api: Api, alice: dict[str, str]) -> N
     assert all(j["kind"] == "replica" and j["service_revision"] == 1 and j["name"] == "web" for j in jobs)
     shown = api.call("GET", "/services/web", auth=alice).json()
     assert {r["job_id"] for r in shown["replicas"]} >= {j["id"] for j in jobs[:2]}
+
+
+def test_an_image_service_may_leave_the_command_to_the_image(api: Api, alice: dict[str, str]) -> None:
+    r = api.call("POST", "/services", auth=alice, json={"name": "own", "image": "registry.example/srv:1", "port": 8000})
+    assert r.status_code == 201, r.text
+    assert r.json()["command"] == [] and r.json()["image"] == "registry.example/srv:1"
+    deadline = time.monotonic() + 15
+    while not (
+        mine := [j for j in api.call("GET", "/jobs", auth=alice).json() if j.get("service_id") == r.json()["id"]]
+    ):
+        assert time.monotonic() < deadline, "no replica job within 15 s"
+        time.sleep(0.05)
+    replica = mine[0]
+    assert replica["command"] == [] and replica["image"] == "registry.example/srv:1"  # the engine runs its CMD
+    # a command service still needs its command, and a null one is refused as missing
+    bad = api.call("POST", "/services", auth=alice, json={"name": "nocmd", "command": None, "port": 8000})
+    assert bad.status_code == 422 and bad.json()["error"]["field"] == "command"

@@ -72,10 +72,16 @@ def _check_settings(settings: Mapping[str, Any], replicas: int) -> None:
         raise ValidationError("max_surge", "max_surge and max_unavailable cannot both be 0: a rollout could not move")
 
 
+IMAGE_COMMAND = "(the image's own command)"  # stands for no command while a template is checked as a submission
+
+
 def replica_submit(name: str, revision: Mapping[str, Any]) -> JobSubmit:
-    """The job submission of one replica of `revision` (raises pydantic's error for a bad template)."""
+    """The job submission of one replica of `revision` (raises pydantic's error for a bad template). An image
+    service without a command is checked with a stand-in command (replica_spec runs the image's own)."""
     t = dict(revision["template"])
     image = t.get("image")
+    if image and not t.get("command"):
+        t["command"] = [IMAGE_COMMAND]
     return JobSubmit(**t, name=name, web_ui=True, container_port=revision["port"] if image else None)
 
 
@@ -92,8 +98,10 @@ def replica_spec(store: StateStore, service: Service, revision: Mapping[str, Any
     author = revision.get("user_id", service.user_id)
     spec = job_spec_for(store, body, service.tenant_id, author)
     port = 0 if spec.container is not None else int(revision["port"])  # a command: P when free on its node
+    own_command = spec.container is not None and not revision["template"].get("command")
     return dataclasses.replace(
         spec,
+        command=() if own_command else spec.command,  # the engine runs the image's CMD / ENTRYPOINT
         service_id=service.id,
         service_revision=int(revision["revision"]),
         max_retries=REPLICA_MAX_RETRIES,
