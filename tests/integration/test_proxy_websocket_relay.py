@@ -18,8 +18,9 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.server import Server, ServerConnection, serve
 
+from corral.gateway.wsrelay import wire_code as _wire_code
 from corral.server.routers import proxy
-from corral.server.routers.proxy import Recheck, _relay, _same_origin, _wire_code
+from corral.server.routers.proxy import Recheck, _relay, _same_origin
 
 Closes = list[tuple[int | None, str | None]]
 

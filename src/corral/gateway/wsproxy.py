@@ -7,15 +7,13 @@ does not answer closes the accepted socket with 1013 (try again later); one that
 
 from __future__ import annotations
 
-import contextlib
 import json
 from typing import TYPE_CHECKING
 
 from starlette.responses import Response
-from starlette.websockets import WebSocket, WebSocketDisconnect
-from websockets.asyncio.client import ClientConnection, connect
+from starlette.websockets import WebSocket
+from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import InvalidHandshake, InvalidStatus
-from websockets.typing import Origin
 
 from corral.gateway.headers import (
     WS_NOT_FORWARDED,
@@ -25,7 +23,7 @@ from corral.gateway.headers import (
     service_prefix,
 )
 from corral.gateway.model import Endpoint, ServiceRoute
-from corral.gateway.wsrelay import WS_CLOSE_TIMEOUT_S, WS_MAX_MESSAGE, WS_OPEN_TIMEOUT_S, close_reason, relay
+from corral.gateway.wsrelay import close_accepted, close_reason, open_upstream, relay
 
 if TYPE_CHECKING:
     from corral.gateway.app import Answer, Gateway
@@ -76,7 +74,7 @@ async def proxy_websocket(gateway: Gateway, websocket: WebSocket) -> None:
         msg = f"service {route.name!r} has no ready replica"
         await _refuse(websocket, error_response(503, "unavailable", msg, [(b"retry-after", b"1")]))
     else:
-        await _close_accepted(websocket, 1013, f"service {route.name!r}: {why}; try again later")
+        await close_accepted(websocket, 1013, f"service {route.name!r}: {why}; try again later")
 
 
 async def _open(websocket: WebSocket, route: ServiceRoute, endpoint: Endpoint) -> ClientConnection | str | None:
@@ -89,22 +87,8 @@ async def _open(websocket: WebSocket, route: ServiceRoute, endpoint: Endpoint) -
         (k.decode("latin-1"), v.decode("latin-1"))
         for k, v in compute_upstream_headers(scope, service_prefix(route.name), WS_NOT_FORWARDED)
     ]
-    offered = list(scope.get("subprotocols") or [])
-    # The replica sees itself as the origin: the gateway checked the caller already, and apps that check Origin
-    # against their Host would refuse the caller's.
-    origin = Origin(f"http://{netloc}:{endpoint.port}") if "origin" in websocket.headers else None
     try:
-        return await connect(
-            url,
-            subprotocols=offered or None,
-            additional_headers=headers,
-            origin=origin,
-            user_agent_header=websocket.headers.get("user-agent"),
-            proxy=None,
-            open_timeout=WS_OPEN_TIMEOUT_S,
-            close_timeout=WS_CLOSE_TIMEOUT_S,
-            max_size=WS_MAX_MESSAGE,
-        )
+        return await open_upstream(websocket, url, headers, f"{netloc}:{endpoint.port}")
     except (OSError, TimeoutError) as e:
         return f"replica job {endpoint.job_id} does not answer ({type(e).__name__})"
     except InvalidHandshake as e:
@@ -112,17 +96,8 @@ async def _open(websocket: WebSocket, route: ServiceRoute, endpoint: Endpoint) -
             why = f"its answer was HTTP {e.response.status_code}, not a WebSocket"
         else:
             why = f"its WebSocket handshake failed: {e}"
-        await _close_accepted(websocket, 1011, f"service {route.name!r}, replica job {endpoint.job_id}: {why}")
+        await close_accepted(websocket, 1011, f"service {route.name!r}, replica job {endpoint.job_id}: {why}")
         return None
-
-
-async def _close_accepted(websocket: WebSocket, code: int, why: str) -> None:
-    """Accept only to say why in a close frame (what a browser's page can read); a browser fails a socket whose
-    handshake answer names none of the subprotocols it offered, so name the first."""
-    offered = list(websocket.scope.get("subprotocols") or [])
-    with contextlib.suppress(RuntimeError, OSError, WebSocketDisconnect):
-        await websocket.accept(subprotocol=offered[0] if offered else None)
-        await websocket.close(code, close_reason(why))
 
 
 async def _refuse(websocket: WebSocket, answer: Answer) -> None:

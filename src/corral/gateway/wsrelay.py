@@ -10,8 +10,9 @@ import asyncio
 import contextlib
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
-from websockets.asyncio.client import ClientConnection
+from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
+from websockets.typing import Origin
 
 WS_OPEN_TIMEOUT_S = 10.0
 WS_CLOSE_TIMEOUT_S = 5.0
@@ -33,6 +34,36 @@ def wire_code(code: int | None, reason: str, abnormal: int, why: str) -> tuple[i
     if code == 1005:  # a close frame without a code
         return 1000, ""
     return abnormal, why  # 1006 (no close frame), 1015, or nonsense
+
+
+async def open_upstream(
+    websocket: WebSocket, url: str, headers: list[tuple[str, str]], authority: str
+) -> ClientConnection:
+    """The upstream side of `websocket` at `url` (whose host:port is `authority`): the caller's subprotocols and user
+    agent, `headers`, and the upstream as its own origin (the caller was checked already, and apps that check Origin
+    against their Host, Jupyter or code-server, would refuse the caller's). Raises OSError, TimeoutError or
+    InvalidHandshake."""
+    offered = list(websocket.scope.get("subprotocols") or [])
+    return await connect(
+        url,
+        subprotocols=offered or None,
+        additional_headers=headers,
+        origin=Origin(f"http://{authority}") if "origin" in websocket.headers else None,
+        user_agent_header=websocket.headers.get("user-agent"),
+        proxy=None,
+        open_timeout=WS_OPEN_TIMEOUT_S,
+        close_timeout=WS_CLOSE_TIMEOUT_S,
+        max_size=WS_MAX_MESSAGE,
+    )
+
+
+async def close_accepted(websocket: WebSocket, code: int, why: str) -> None:
+    """Accept only to say why in a close frame (what a browser's page can read); a browser fails a socket whose
+    handshake answer names none of the subprotocols it offered, so name the first."""
+    offered = list(websocket.scope.get("subprotocols") or [])
+    with contextlib.suppress(RuntimeError, OSError, WebSocketDisconnect):
+        await websocket.accept(subprotocol=offered[0] if offered else None)
+        await websocket.close(code, close_reason(why))
 
 
 async def close_quietly(websocket: WebSocket, code: int, reason: str) -> None:

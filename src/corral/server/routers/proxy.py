@@ -20,7 +20,6 @@ refuses the upgrade or fails with 1011.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import math
@@ -36,24 +35,20 @@ from fastapi import APIRouter, Depends, Request, WebSocket
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, RedirectResponse, StreamingResponse
 from starlette.background import BackgroundTask
-from starlette.websockets import WebSocketDisconnect
-from websockets.asyncio.client import ClientConnection, connect
+from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import InvalidHandshake, InvalidStatus
-from websockets.typing import Origin
 
 from corral.core.errors import AuthError, ConflictError, CorralError, ForbiddenError, NotFoundError
 from corral.core.states import JobState
 from corral.gateway.wsrelay import (
     WS_CLOSE_TIMEOUT_S,
-    WS_MAX_MESSAGE,
-    WS_OPEN_TIMEOUT_S,
+    close_accepted,
     close_quietly,
     close_reason,
+    open_upstream,
     pump_client,
     pump_upstream,
-)
-from corral.gateway.wsrelay import (
-    wire_code as _wire_code,
+    wire_code,
 )
 from corral.server.auth import Principal, require_job_ui_user, require_user
 from corral.server.context import ServerContext, context_of
@@ -290,12 +285,12 @@ async def _relay(
             await close_quietly(websocket, 1008, close_reason(to_client))
         elif client in done and not client.cancelled() and client.exception() is None and (ended := client.result()):
             code, reason = ended
-            await upstream.close(*_wire_code(code, reason, 1001, "the client went away"))
+            await upstream.close(*wire_code(code, reason, 1001, "the client went away"))
         else:  # the job's side closed: let the last frames out, then pass its close code on
             await asyncio.wait({job}, timeout=WS_CLOSE_TIMEOUT_S)
             await close_quietly(
                 websocket,
-                *_wire_code(
+                *wire_code(
                     upstream.close_code, upstream.close_reason or "", 1011, "the job's web UI dropped the connection"
                 ),
             )
@@ -332,34 +327,16 @@ async def proxy_websocket(websocket: WebSocket, job_id: Id, path: str) -> None:
     url = f"ws://{netloc}:{port}/{quote(path, safe=PATH_SAFE)}" + (f"?{query}" if query else "")
     headers = [(k, v) for k, v in websocket.headers.items() if k.lower() not in WS_NOT_FORWARDED]
     headers.append(("X-Forwarded-Prefix", _prefix(job_id)))
-    offered = list(websocket.scope.get("subprotocols") or [])
-    # The job's app sees itself as the origin: Corral checked the caller's Origin already, and apps that check
-    # Origin against their Host (Jupyter, code-server) would refuse the browser's origin, which is Corral's.
-    origin = Origin(f"http://{netloc}:{port}") if "origin" in websocket.headers else None
     try:
-        upstream = await connect(
-            url,
-            subprotocols=offered or None,
-            additional_headers=headers,
-            origin=origin,
-            user_agent_header=websocket.headers.get("user-agent"),
-            proxy=None,
-            open_timeout=WS_OPEN_TIMEOUT_S,
-            close_timeout=WS_CLOSE_TIMEOUT_S,
-            max_size=WS_MAX_MESSAGE,
-        )
+        upstream = await open_upstream(websocket, url, headers, f"{netloc}:{port}")
     except (OSError, TimeoutError, InvalidHandshake) as e:
-        # Accept only to say why in a close frame (what a browser's page can read); a browser fails a socket
-        # whose handshake answer names none of the subprotocols it offered, so name the first.
         if isinstance(e, InvalidStatus):
             code, why = 1011, f"its answer was HTTP {e.response.status_code}, not a WebSocket"
         elif isinstance(e, InvalidHandshake):
             code, why = 1011, f"its WebSocket handshake failed: {e}"
         else:
             code, why = 1013, f"it does not answer ({type(e).__name__}); try again later"
-        with contextlib.suppress(RuntimeError, OSError, WebSocketDisconnect):
-            await websocket.accept(subprotocol=offered[0] if offered else None)
-            await websocket.close(code, close_reason(f"job {job_id}'s web UI at port {port}: {why}"))
+        await close_accepted(websocket, code, f"job {job_id}'s web UI at port {port}: {why}")
         return
     try:
         await websocket.accept(subprotocol=upstream.subprotocol)
