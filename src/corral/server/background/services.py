@@ -166,7 +166,6 @@ class ServiceController(Loop):
         state = dict(svc.state)
         draining: dict[str, float] = {k: float(v) for k, v in state.get("draining", {}).items()}
         live_ids = {j.id for j in live}
-        mono = now
         # replicas that ended since the last pass without being asked: crashes
         crashed = 0
         for job_id in self._seen.get(svc.id, set()) - live_ids:
@@ -217,19 +216,19 @@ class ServiceController(Loop):
         settings = svc.settings
         views: list[ReplicaView] = []
         for j in live:
-            self._created.setdefault(j.id, mono)
+            self._created.setdefault(j.id, now)
             if str(j.id) in draining:
                 continue
             if j.cancel_requested or j.preempt_requested:
                 continue
             ready = j.state is JobState.RUNNING and self.readiness.ready(j.id, j.attempt)
             if ready:
-                self._last_ready[j.id] = mono
+                self._last_ready[j.id] = now
                 crashed_at = float(state.get("crashed_at", 0.0))
                 if int(state.get("crashes", 0)) and self._created.get(j.id, 0.0) >= crashed_at:
                     state["crashes"] = 0  # a replacement started after the last crash answers: back-off over
             elif j.id in self._last_ready and j.state is JobState.RUNNING:
-                silent = mono - self._last_ready[j.id]
+                silent = now - self._last_ready[j.id]
                 if silent >= float(settings.get("unhealthy_after_s", 10.0)):
                     why = self.readiness.detail(j.id) or "no answer"
                     events.append(
@@ -270,7 +269,7 @@ class ServiceController(Loop):
         fallback = svc.stable_revision or _ready_revision(views, svc.revision)
         target = fallback if stalled and fallback else svc.revision
         if rollout.get("state") == "progressing" and target == svc.revision and fallback:
-            why = self._stall_reason(svc, live, state, settings, mono)
+            why = self._stall_reason(svc, live, state, settings, now)
             if why:
                 rollout = {"state": "stalled", "revision": svc.revision, "message": why, "since": wall.isoformat()}
                 events.append(("rollout-stalled", f"{why}; revision {fallback} keeps serving"))
@@ -310,22 +309,14 @@ class ServiceController(Loop):
                     rollout.setdefault("state", "progressing")
         # complete once the old replicas are gone too (not only drained or asked to stop)
         leftovers = any(j.spec.service_revision != target for j in live)
+        done = f"revision {svc.revision}: {desired} replica(s) ready"
         if step.complete and not leftovers and target == svc.revision and rollout.get("state") != "complete":
-            rollout = {
-                "state": "complete",
-                "revision": svc.revision,
-                "message": f"revision {svc.revision}: {desired} replica(s) ready",
-                "since": wall.isoformat(),
-            }
+            rollout = {"state": "complete", "revision": svc.revision, "message": done, "since": wall.isoformat()}
             changes["stable_revision"] = svc.revision
             state.pop("rollout_crashes", None)
             events.append(("rollout-complete", rollout["message"]))
-        elif (
-            rollout.get("state") == "complete"
-            and rollout.get("message") != f"revision {svc.revision}: {desired} replica(s) ready"
-            and step.complete
-        ):
-            rollout["message"] = f"revision {svc.revision}: {desired} replica(s) ready"
+        elif rollout.get("state") == "complete" and step.complete:  # a scale since: the count in words follows
+            rollout["message"] = done
         state["rollout"] = rollout
         state["draining"] = draining
         if state != svc.state:
@@ -337,7 +328,7 @@ class ServiceController(Loop):
         return wait
 
     def _stall_reason(
-        self, svc: Service, live: Sequence[Job], state: Mapping[str, Any], settings: Mapping[str, Any], mono: float
+        self, svc: Service, live: Sequence[Job], state: Mapping[str, Any], settings: Mapping[str, Any], now: float
     ) -> str:
         crashes = int(state.get("rollout_crashes", 0))
         if crashes >= STALL_CRASHES:
@@ -348,7 +339,7 @@ class ServiceController(Loop):
         for j in live:
             if j.spec.service_revision != svc.revision or j.id in self._last_ready:
                 continue
-            age = mono - self._created.get(j.id, mono)
+            age = now - self._created.get(j.id, now)
             if age >= deadline:
                 if j.state is JobState.PENDING:
                     why = "still pending (no room for it)"

@@ -24,9 +24,9 @@ from corral.server.services.services import (
     service_out,
     update_service,
 )
-from corral.server.services.tenancy import tenant_names
+from corral.server.services.tenancy import known_tenant_names
 from corral.store.base import StateStore
-from corral.store.records import Service
+from corral.store.records import Job, Service
 
 router = APIRouter(prefix="/api/v1/services", tags=["services"])
 User = Annotated[Principal, Depends(require_user)]
@@ -37,13 +37,23 @@ def _owner(store: StateStore, user_id: int | None) -> str | None:
     return user.name if user else None
 
 
-def _out(request: Request, store: StateStore, services: ServicesDep, s: Service, *, detail: bool = True) -> ServiceOut:
-    replicas = store.live_replicas(s.id)
+def _out(
+    request: Request,
+    store: StateStore,
+    services: ServicesDep,
+    s: Service,
+    *,
+    detail: bool = True,
+    replicas: list[Job] | None = None,
+) -> ServiceOut:
+    """`replicas`: the service's live replica jobs when the caller read them already (a list reads them once)."""
+    if replicas is None:
+        replicas = store.live_replicas(s.id)
     figures = services.figures(s.id)
     out = service_out(
         s,
         replicas,
-        tenant=tenant_names(store).get(s.tenant_id),
+        tenant=known_tenant_names(store, (s.tenant_id,)).get(s.tenant_id),
         owner=_owner(store, s.current.get("user_id", s.user_id)),
         ready={j.id: services.readiness.ready(j.id, j.attempt) for j in replicas},
         health={j.id: services.readiness.detail(j.id) for j in replicas},
@@ -68,7 +78,13 @@ def create(request: Request, body: ServiceIn, caller: User, store: StoreDep, ser
 @router.get("", response_model=list[ServiceOut])
 def list_services(request: Request, caller: User, store: StoreDep, services: ServicesDep) -> list[ServiceOut]:
     """The caller's tenant's services (admins: every tenant's)."""
-    return [_out(request, store, services, s, detail=False) for s in store.list_services(caller.tenant_scope())]
+    by_service: dict[int, list[Job]] = {}
+    for j in store.live_replicas():
+        by_service.setdefault(j.spec.service_id or 0, []).append(j)
+    return [
+        _out(request, store, services, s, detail=False, replicas=by_service.get(s.id, []))
+        for s in store.list_services(caller.tenant_scope())
+    ]
 
 
 @router.get("/{name}", response_model=ServiceOut)

@@ -24,24 +24,23 @@ def job_ui_base(request: Request | WebSocket) -> str:
     settings = context_of(request.app).settings
     if not settings.effective_job_ui_port:
         return ""
-    if settings.job_ui_url:
-        return str(settings.job_ui_url).rstrip("/")
-    host = request.url.hostname or "127.0.0.1"
-    host = f"[{host}]" if ":" in host else host
-    scheme = "https" if request.url.scheme in ("https", "wss") else "http"
-    return f"{scheme}://{host}:{settings.effective_job_ui_port}"
+    return _base(request, settings.job_ui_url, settings.effective_job_ui_port)
 
 
 def gateway_base(request: Request | WebSocket) -> str:
     """Where the services' gateway answers: CORRAL_GATEWAY_URL, else this request's host at the gateway port, else
     (the gateway on the API port) this request's own origin."""
     settings = context_of(request.app).settings
-    if settings.gateway_url:
-        return str(settings.gateway_url).rstrip("/")
+    return _base(request, settings.gateway_url, settings.effective_gateway_port or request.url.port)
+
+
+def _base(request: Request | WebSocket, configured: str, port: int | None) -> str:
+    """The operator's public URL when set, else this request's scheme and host at `port` (none: no port)."""
+    if configured:
+        return str(configured).rstrip("/")
     host = request.url.hostname or "127.0.0.1"
     host = f"[{host}]" if ":" in host else host
     scheme = "https" if request.url.scheme in ("https", "wss") else "http"
-    port = settings.effective_gateway_port or request.url.port
     return f"{scheme}://{host}:{port}" if port else f"{scheme}://{host}"
 
 

@@ -66,8 +66,6 @@ def scale_policy(settings: Mapping[str, Any], replicas: int) -> ScalePolicy:
 
 def _check_settings(settings: Mapping[str, Any], replicas: int) -> None:
     scale_policy(settings, replicas).check()
-    if settings.get("target_rps") is None and (settings.get("min_replicas", 1) == 0):
-        pass  # min/max only matter with autoscaling
     if int(settings.get("max_surge", 1)) + int(settings.get("max_unavailable", 0)) < 1:
         raise ValidationError("max_surge", "max_surge and max_unavailable cannot both be 0: a rollout could not move")
 
@@ -179,7 +177,7 @@ def update_service(
             out["revision"] = n
             out["state"] = {**s.state, "rollout": _progressing(n, s.revision, now)}
             what = sorted(k for k in {*template, *current["template"]} if template.get(k) != current["template"].get(k))
-            what += [f for f in REVISION_FIELDS if (port, health)[REVISION_FIELDS.index(f)] != current[f]]
+            what += [f for f, v in zip(REVISION_FIELDS, (port, health), strict=True) if v != current[f]]
             events.append(("rollout", f"revision {n} ({', '.join(what)} changed): rolling out from {s.revision}"))
         out["_events"] = events
         return out
