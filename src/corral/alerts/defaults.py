@@ -7,6 +7,7 @@ from corral.alerts.rules import AlertRule, Comparison, Severity
 GPU_TEMPERATURE_WARN_C = 85.0
 JOB_IDLE_PERCENT = 5.0
 JOB_IDLE_FOR_S = 30 * 60.0
+BUDGET_WARN_PERCENT = 80.0  # core/budgets.py WARN_PCT
 
 DEFAULT_RULES: tuple[AlertRule, ...] = (
     AlertRule(
@@ -50,6 +51,22 @@ DEFAULT_RULES: tuple[AlertRule, ...] = (
         for_s=JOB_IDLE_FOR_S,
         severity=Severity.WARNING,
         summary="job {job} of {tenant} has kept its GPUs under {threshold:.0f}% busy for 30 minutes",
+    ),
+    AlertRule(
+        name="budget_warning",
+        metric="budget_used_percent",
+        comparison=Comparison.GE,
+        threshold=BUDGET_WARN_PERCENT,
+        severity=Severity.WARNING,
+        summary="tenant {tenant} has used {value:.0f}% of its budget this period",
+    ),
+    AlertRule(
+        name="budget_exceeded",
+        metric="budget_used_percent",
+        comparison=Comparison.GE,
+        threshold=100.0,
+        severity=Severity.CRITICAL,
+        summary="tenant {tenant} has used {value:.0f}% of its budget this period; its policy applies now",
     ),
 )
 

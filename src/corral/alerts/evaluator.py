@@ -82,7 +82,7 @@ class Evaluation:
 
 
 # Series about a tenant's own work (its jobs, its queue), as opposed to hardware that a job happens to use.
-TENANT_SERIES = frozenset({"job_gpu_utilization_percent", "queue_length"})
+TENANT_SERIES = frozenset({"job_gpu_utilization_percent", "queue_length", "budget_used_percent"})
 
 
 def compute_alert_tenant(rule: AlertRule, labels: Labels) -> str:

@@ -20,6 +20,7 @@ EVENT_SERIES: dict[str, str] = {
     "gpu_ecc_dbe": "1 for one evaluation after a double-bit ECC event [node, gpu]",
     "job_gpu_utilization_percent": "mean utilisation of a running job's GPUs [job, tenant, node]",
     "queue_length": "jobs waiting to be scheduled [tenant]",
+    "budget_used_percent": "how much of its budget a tenant used this period, the higher of GPU-hours and money [tenant]",
 }
 KNOWN_METRICS: frozenset[str] = frozenset(GPU_SERIES) | frozenset(HOST_SERIES) | frozenset(EVENT_SERIES)
 

@@ -122,3 +122,11 @@ def compute_queue_series(queue_length_by_tenant: Mapping[str, int]) -> list[Seri
         SeriesPoint("queue_length", make_labels({"tenant": t}), float(n))
         for t, n in sorted(queue_length_by_tenant.items())
     ]
+
+
+def compute_budget_series(used_percent_by_tenant: Mapping[str, float]) -> list[SeriesPoint]:
+    """How much of its budget each tenant with one has used this period (the higher of GPU-hours and money)."""
+    return [
+        SeriesPoint("budget_used_percent", make_labels({"tenant": t}), float(p))
+        for t, p in sorted(used_percent_by_tenant.items())
+    ]

@@ -118,6 +118,18 @@ class JobSubmit(BaseModel):
         description="the port the image's web UI listens on inside the container (with web_ui and image): "
         "Corral publishes it on the node port it assigns; default: that node port, as $PORT inside",
     )
+    spot: bool = Field(
+        False, description="the job may run on spot (interruptible) nodes of a cloud pool: it tolerates their taint"
+    )
+    tolerations: list[Annotated[str, Field(max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._/=:-]{0,127}$")]] = Field(
+        default_factory=list, max_length=16, description="node taints the job tolerates (a pool's taints)"
+    )
+    pool: str | None = Field(
+        None,
+        max_length=64,
+        pattern=r"^[a-z][a-z0-9-]{0,63}$",
+        description="run only on nodes of this pool (`static`, or a cloud pool's name); default: any that fits",
+    )
     array: str | None = Field(
         None,
         max_length=MAX_ARRAY_TEXT,
@@ -283,6 +295,8 @@ class JobSubmit(BaseModel):
             port=0 if self.web_ui or self.port else None,  # Corral assigns the port at hand-over
             secret_env=dict(self.secret_env),
             container=self.container,
+            tolerations=tuple(sorted({*self.tolerations, *(("spot",) if self.spot else ())})),
+            pool=self.pool or "",
         )
 
 
@@ -342,6 +356,8 @@ class JobOut(BaseModel):
     kind: str = Field("batch", description="batch, or replica: a replica of a long-running service")
     service_id: int | None = Field(None, description="a replica: the service it serves (its name is the job's name)")
     service_revision: int | None = Field(None, description="a replica: the service revision it runs")
+    tolerations: list[str] = Field(default_factory=list, description="node taints it tolerates (spot: spot nodes)")
+    pool: str | None = Field(None, description="the pool it must run in (None: any)")
     secret_env: dict[str, str] = Field(default_factory=dict, description="VAR -> secret name (never the value)")
     array_id: int | None = Field(None, description="a task of a job array: the array's id (its first task's id)")
     array_index: int | None = Field(None, description="a task of a job array: its index (CORRAL_ARRAY_INDEX)")
@@ -414,6 +430,8 @@ class JobOut(BaseModel):
             kind="replica" if s.service_id is not None else "batch",
             service_id=s.service_id,
             service_revision=s.service_revision,
+            tolerations=list(s.tolerations),
+            pool=s.pool or None,
             secret_env=dict(s.secret_env),
             array_id=s.array_id,
             array_index=s.array_index,

@@ -17,6 +17,7 @@ from corral import __version__
 from corral.cli import alerts, directory, light, nodes, run, schedules, tenancy
 from corral.cli import backup as backup_cli
 from corral.cli import identity as identity_cli
+from corral.cli import pools as pools_cli
 from corral.cli import secrets as secrets_cli
 from corral.cli import services as services_cli
 from corral.cli import status as status_cli
@@ -78,6 +79,11 @@ app.add_typer(nodes.gpus_app, name="gpus")
 app.add_typer(nodes.sim_app, name="sim")
 app.add_typer(alerts.alerts_app, name="alerts")
 app.add_typer(schedules.schedules_app, name="schedules")
+app.command("pools")(pools_cli.pools)
+app.add_typer(pools_cli.pool_app, name="pool")
+app.command("budgets")(pools_cli.budgets)
+app.add_typer(pools_cli.budget_app, name="budget")
+app.command("report")(pools_cli.report)
 app.command("services")(services_cli.services)
 app.add_typer(services_cli.service_app, name="service")
 app.command("login")(tenancy.login)

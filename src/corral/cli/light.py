@@ -48,6 +48,9 @@ FLAG_OF_FIELD = {
     "container_user": "--user",
     "registry_secret": "--registry-secret",
     "container_port": "--container-port",
+    "spot": "--spot",
+    "tolerations": "--toleration",
+    "pool": "--pool",
 }
 
 
@@ -154,6 +157,20 @@ def _submit_parser() -> _Parser:
         "publishes it on the node port it assigns (default: that port, as $PORT inside).",
     )
     p.add_argument(
+        "--spot",
+        action="store_true",
+        help="The job may run on spot (interruptible) nodes of a cloud pool, which are cheaper; it is requeued "
+        "keeping its place when one is taken back.",
+    )
+    p.add_argument(
+        "--toleration",
+        action="append",
+        default=[],
+        metavar="TAINT",
+        help="Run also on nodes with this taint (a cloud pool's taints); repeatable.",
+    )
+    p.add_argument("--pool", help="Run only on nodes of this pool (static, or a cloud pool's name).")
+    p.add_argument(
         "--repeat",
         help="Repeat on a schedule instead of running once: a cron line ('0 2 * * *'), '@daily' or '@every 15m'.",
     )
@@ -223,6 +240,12 @@ def _job_body(a: argparse.Namespace, command: list[str]) -> dict[str, Any]:
     for key, value in optional:
         if value is not None:
             body[key] = value
+    if a.spot:
+        body["spot"] = True
+    if a.toleration:
+        body["tolerations"] = list(a.toleration)
+    if a.pool is not None:
+        body["pool"] = a.pool
     if a.image is not None:
         body.update(image=a.image, mounts=list(a.mount))
         if a.shm_size is not None:

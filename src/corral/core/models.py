@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from corral.core.containers import RUNTIME_DOCKER, RUNTIME_PROCESS, ContainerSpec
+from corral.core.pools import POOL_LABEL
 from corral.core.requests import ResourceRequest
 from corral.core.resources import GpuInfo
 from corral.core.states import JobState
@@ -124,6 +125,9 @@ class JobSpec:
     # A replica of a long-running service (core/services.py): the service and the revision it runs.
     service_id: int | None = None
     service_revision: int | None = None
+    # Node taints it tolerates (core/pools.py: `spot` lets it run on spot nodes) and the pool it must run in ("" any).
+    tolerations: tuple[str, ...] = ()
+    pool: str = ""
     request: ResourceRequest = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -141,6 +145,8 @@ def compute_request(spec: JobSpec) -> ResourceRequest:
         memory_mib=spec.memory_mib,
         runtime=RUNTIME_DOCKER if spec.container is not None else RUNTIME_PROCESS,
         image=spec.container.image if spec.container is not None else "",
+        tolerations=tuple(spec.tolerations),
+        node_selector=((POOL_LABEL, spec.pool),) if spec.pool else (),
     )
 
 

@@ -11,6 +11,7 @@ from urllib.parse import quote
 
 import httpx
 
+from corral.api.pools import BudgetIn, BudgetOut, PoolIn, PoolOut, PoolPatch
 from corral.api.schemas import (
     AgentRegister,
     AgentSync,
@@ -252,6 +253,52 @@ class CorralClient(IdentityClientMixin):
     def create_service(self, body: ServiceIn) -> ServiceOut:
         r = self._request("POST", "/api/v1/services", json=body.model_dump(mode="json", exclude_unset=True))
         return ServiceOut.model_validate(r.json())
+
+    # ---- pools (issue 19) ----
+    def pools(self) -> list[PoolOut]:
+        """Every pool (the static one first): nodes, pending demand, spend; admins also see settings."""
+        return [PoolOut.model_validate(p) for p in self._request("GET", "/api/v1/pools").json()]
+
+    def pool(self, name: str) -> PoolOut:
+        """One pool with its live nodes and (admins) its newest events."""
+        return PoolOut.model_validate(self._request("GET", f"/api/v1/pools/{quote(name, safe='')}").json())
+
+    def create_pool(self, body: PoolIn) -> PoolOut:
+        r = self._request("POST", "/api/v1/pools", json=body.model_dump(mode="json", exclude_unset=True))
+        return PoolOut.model_validate(r.json())
+
+    def update_pool(self, name: str, patch: PoolPatch) -> PoolOut:
+        r = self._request(
+            "PATCH", f"/api/v1/pools/{quote(name, safe='')}", json=patch.model_dump(mode="json", exclude_unset=True)
+        )
+        return PoolOut.model_validate(r.json())
+
+    def delete_pool(self, name: str) -> None:
+        self._request("DELETE", f"/api/v1/pools/{quote(name, safe='')}")
+
+    # ---- budgets and reports (issue 19) ----
+    def budgets(self) -> list[BudgetOut]:
+        """Budgets with this period's spend: admins every tenant's, others their own tenant's."""
+        return [BudgetOut.model_validate(b) for b in self._request("GET", "/api/v1/budgets").json()]
+
+    def set_budget(self, tenant: str, body: BudgetIn) -> BudgetOut:
+        r = self._request(
+            "PUT", f"/api/v1/budgets/{quote(tenant, safe='')}", json=body.model_dump(mode="json", exclude_unset=True)
+        )
+        return BudgetOut.model_validate(r.json())
+
+    def delete_budget(self, tenant: str) -> None:
+        self._request("DELETE", f"/api/v1/budgets/{quote(tenant, safe='')}")
+
+    def usage_report(
+        self, group_by: str = "tenant", start: str | None = None, end: str | None = None, csv: bool = False
+    ) -> Any:
+        """GPU-hours, jobs, utilisation and cost per group (tenant, user, gpu_model, day, pool, job): rows, or CSV
+        text with `csv`."""
+        params = {"group_by": group_by, "format": "csv" if csv else "json"}
+        params.update({k: v for k, v in (("start", start), ("end", end)) if v})
+        r = self._request("GET", "/api/v1/reports/usage", params=params)
+        return r.text if csv else r.json()
 
     def services(self) -> list[ServiceOut]:
         """The caller's tenant's services (admins: every tenant's), without replicas, events and revisions."""

@@ -14,9 +14,11 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from corral import __version__
+from corral.core.budgets import describe_hold
 from corral.core.health import HealthPolicy
 from corral.core.login_backoff import BackoffPolicy
 from corral.gateway.app import create_gateway_app
+from corral.server.background.autoscaler import Autoscaler, JoinAccess
 from corral.server.background.leadership import Leadership
 from corral.server.background.scheduling import Scheduler
 from corral.server.ca import CertificateAuthority
@@ -36,6 +38,7 @@ from corral.server.routers import (
     jobs,
     metrics,
     nodes,
+    pools,
     proxy,
     reports,
     schedules,
@@ -45,6 +48,7 @@ from corral.server.routers import (
     users,
     web,
 )
+from corral.server.routers import budgets as budgets_router
 from corral.server.routers import directory as directory_router
 from corral.server.routers import join as join_router
 from corral.server.routers import oidc as oidc_router
@@ -52,7 +56,8 @@ from corral.server.routers import secrets as secrets_router
 from corral.server.routers import unix_identity as unix_identity_router
 from corral.server.services.agents import ReportOrder
 from corral.server.services.alerting import AlertService
-from corral.server.services.identity import NodeIdentities
+from corral.server.services.budgets import BudgetTracker
+from corral.server.services.identity import NodeIdentities, create_pool_join_token
 from corral.server.services.login import LoginGuard
 from corral.server.services.logs import LogStore
 from corral.server.services.notify import NodeNotifier
@@ -127,6 +132,24 @@ def create_app(settings: Settings, store: StateStore | None = None) -> FastAPI:
         on_api_port=not settings.effective_gateway_port,
     )
     alerting.loop.gate = schedules_runner.loop.gate = lambda: leadership.leading
+    ca = CertificateAuthority.load_or_create(settings.data_dir)
+    identities = NodeIdentities(store)
+    # budgets (issue 19): spend this period per tenant, owned and cloud GPUs alike; used up -> its policy applies
+    budgets = BudgetTracker(store, settings.owned_gpu_price_per_hour)
+    scheduler.held_tenants = lambda: {tid: describe_hold(s) for tid, s in budgets.held().items()}
+    alerting.budget_used = lambda: {t: s.used_pct for t, s in budgets.statuses().items()}
+    # cloud pools (issue 19): the leader's autoscaler starts nodes that join with one-time tokens bound to their name
+    autoscaler = Autoscaler(
+        store,
+        scheduler,
+        JoinAccess(url=settings.agent_url, make_token=lambda ttl, what: create_pool_join_token(store, ca, ttl, what)),
+        settings.data_dir / "pools",
+        latest=telemetry.latest,
+        forget_node=identities.forget_node,
+        leading=lambda: leadership.leading,
+        no_burst=budgets.no_burst,
+    )
+    scheduler.on_waiting = autoscaler.wake  # jobs left waiting: the autoscaler looks at once, not at its next tick
     directory = build_ldap_directory(settings)  # None without CORRAL_LDAP_URL (docs/directory-login.md)
     # Password hashing on a small pool of its own, and the failed-login back-off (server/services/login.py).
     passwords = PasswordPool(settings.password_hash_workers, settings.password_hash_queue)
@@ -149,8 +172,8 @@ def create_app(settings: Settings, store: StateStore | None = None) -> FastAPI:
         schedules=schedules_runner,
         logs=LogStore(settings.data_dir / "logs", settings.job_log_max_bytes),
         web_ports=web_ports,
-        ca=CertificateAuthority.load_or_create(settings.data_dir),
-        identities=NodeIdentities(store),
+        ca=ca,
+        identities=identities,
         node_cert_lifetime=timedelta(seconds=settings.node_cert_ttl_s),
         directory=directory,
         oidc=build_oidc_client(settings),
@@ -159,6 +182,8 @@ def create_app(settings: Settings, store: StateStore | None = None) -> FastAPI:
         report_order=ReportOrder(None if one_server else store),
         leadership=leadership,
         services=service_manager,
+        autoscaler=autoscaler,
+        budgets=budgets,
     )
 
     gateway_on_api_port = not settings.effective_gateway_port
@@ -172,6 +197,7 @@ def create_app(settings: Settings, store: StateStore | None = None) -> FastAPI:
         alerting.start()
         schedules_runner.start()
         service_manager.start()
+        autoscaler.start()
         if gateway_on_api_port:
             await service_manager.gateway.start()
         logins.purge(older_than_s=86400)  # failed-login counters nobody has added to for a day
@@ -180,6 +206,7 @@ def create_app(settings: Settings, store: StateStore | None = None) -> FastAPI:
         finally:
             if gateway_on_api_port:
                 await service_manager.gateway.stop()
+            autoscaler.stop(timeout_s=30.0)
             service_manager.stop()
             schedules_runner.stop()
             alerting.stop()
@@ -204,6 +231,8 @@ def create_app(settings: Settings, store: StateStore | None = None) -> FastAPI:
         jobs,
         schedules,
         services,
+        pools,
+        budgets_router,
         nodes,
         agents,
         tenants,

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from starlette.applications import Starlette
 
 if TYPE_CHECKING:  # the classes only: importing them here would make auth -> context -> services -> auth a cycle
+    from corral.server.background.autoscaler import Autoscaler
     from corral.server.background.leadership import Leadership
     from corral.server.background.scheduling import Scheduler
     from corral.server.ca import CertificateAuthority
@@ -19,6 +20,7 @@ if TYPE_CHECKING:  # the classes only: importing them here would make auth -> co
     from corral.server.passwords import PasswordPool
     from corral.server.services.agents import ReportOrder
     from corral.server.services.alerting import AlertService
+    from corral.server.services.budgets import BudgetTracker
     from corral.server.services.identity import NodeIdentities
     from corral.server.services.login import LoginGuard
     from corral.server.services.logs import LogStore
@@ -54,6 +56,8 @@ class ServerContext:
     report_order: ReportOrder  # per node, the newest agent report applied (services/agents.py)
     leadership: Leadership  # whether this replica leads the others on the same database (issue 17)
     services: ServiceManager  # long-running services: the gateway, its counts, the controller (issue 18)
+    autoscaler: Autoscaler  # cloud pools: the leader's loop that starts and releases their nodes (issue 19)
+    budgets: BudgetTracker  # tenants' spend this period against their budgets (issue 19)
 
 
 def context_of(app: object) -> ServerContext:

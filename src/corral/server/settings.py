@@ -121,6 +121,13 @@ class Settings(BaseSettings):
         description="Public base URL of the gateway behind a reverse proxy, e.g. https://svc.corral.example "
         "(default: the portal's host, gateway port).",
     )
+    owned_gpu_price_per_hour: float = Field(
+        0.0,
+        ge=0,
+        le=10_000,
+        description="What an hour of one owned GPU (a node of the static pool) costs, in the currency budgets are "
+        "kept in: spend and budgets count owned and cloud GPUs alike (docs/elastic.md).",
+    )
     service_activation_timeout_s: float = Field(
         120.0,
         ge=1,

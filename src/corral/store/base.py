@@ -18,6 +18,7 @@ from corral.store.protocols import (
     NodeIdentityStore,
     NodeStore,
     OperationsStore,
+    PoolStore,
     ReplicaStore,
     ScheduleStore,
     SchedulingStore,
@@ -38,6 +39,7 @@ __all__ = [
     "NodeIdentityStore",
     "NodeStore",
     "OperationsStore",
+    "PoolStore",
     "ScheduleStore",
     "SchedulingStore",
     "SecretStore",
@@ -64,6 +66,7 @@ class StateStore(
     OperationsStore,
     ReplicaStore,
     ServiceStore,
+    PoolStore,
     Protocol,
 ):
     """Every role: what SqlStore implements."""

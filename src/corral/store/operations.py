@@ -5,11 +5,11 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 from datetime import datetime
 
-from sqlalchemy import select, update
+from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
 from corral.store.records import AuditEntry, NodeEvent
-from corral.store.tables import AuditRow, GpuRow, NodeEventRow, NodeRow
+from corral.store.tables import AuditRow, GpuRow, JobRow, NodeEventRow, NodeRow
 from corral.store.tenancy import affected_rows, utc
 
 
@@ -23,6 +23,18 @@ class NodeAdminMethods:
         with self._tx() as s:
             res = s.execute(update(NodeRow).where(NodeRow.name == name).values(cordoned=cordoned))
             return bool(affected_rows(res))
+
+    def delete_node(self, name: str) -> bool:
+        with self._tx() as s:
+            held = s.scalars(
+                select(JobRow.id)
+                .where(JobRow.state == "RUNNING", (JobRow.node == name) | JobRow.node_list.contains(f",{name},"))
+                .limit(1)
+            ).first()
+            if held is not None:
+                return False
+            s.execute(delete(GpuRow).where(GpuRow.node_name == name))
+            return bool(affected_rows(s.execute(delete(NodeRow).where(NodeRow.name == name))))
 
     def set_gpu_disabled(self, node: str, index: int, disabled: bool) -> bool:
         with self._tx() as s:

@@ -17,6 +17,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
+from corral.core.budgets import Budget
+from corral.core.pools import PoolNode, PoolSpec
 from corral.core.resources import GpuInfo
 from corral.core.states import JobState
 from corral.store.records import (
@@ -27,6 +29,8 @@ from corral.store.records import (
     Lease,
     Node,
     NodeEvent,
+    Pool,
+    PoolEvent,
     Queue,
     Quota,
     Replica,
@@ -639,6 +643,10 @@ class OperationsStore(Protocol):
     def set_node_cordoned(self, name: str, cordoned: bool) -> bool:
         """False for an unknown node. Idempotent."""
 
+    def delete_node(self, name: str) -> bool:
+        """Remove a node and its GPUs from the inventory (a released cloud node); refused (False) while a RUNNING
+        job is placed on it. Its jobs, events and samples stay, as history."""
+
     def set_gpu_disabled(self, node: str, index: int, disabled: bool) -> bool:
         """False for an unknown GPU. Idempotent."""
 
@@ -660,10 +668,6 @@ class AlertingStore(
     AlertStore, JobStore, NodeStore, TenancyStore, IdentityStore, TelemetryStore, AuditStore, OperationsStore, Protocol
 ):
     """What alert evaluation and its actions (notify, cordon a node, cancel a job) read and write."""
-
-
-class SubmissionStore(TenancyStore, NodeStore, SecretStore, Protocol):
-    """What checking a job submission reads (queues, quotas, nodes, secret names)."""
 
 
 class ServiceStore(Protocol):
@@ -726,6 +730,62 @@ class ServiceStore(Protocol):
         """Delete graph points older than `before`; how many went."""
 
 
+class PoolStore(Protocol):
+    """Cloud pools (corral.core.pools): the pools declared, the nodes they started (live and as history) and the
+    autoscaler's events."""
+
+    def create_pool(self, spec: PoolSpec, created_by: str, now: datetime) -> Pool:
+        """Raises ConflictError (field `name`) when a pool of that name exists."""
+
+    def get_pool(self, name: str) -> Pool | None:
+        """Read-only."""
+
+    def list_pools(self) -> list[Pool]:
+        """By name. Read-only."""
+
+    def update_pool(self, spec: PoolSpec, now: datetime, expected_version: int | None = None) -> Pool | None:
+        """Replace the spec of the pool named `spec.name` (version + 1). ConflictError when `expected_version` is
+        given and differs. None: no such pool."""
+
+    def delete_pool(self, name: str) -> bool:
+        """Remove the pool (its nodes' records stay, as history)."""
+
+    def add_pool_node(self, node: PoolNode, token_id: int | None, job_ids: Sequence[str]) -> None:
+        """Record a node a pool is starting (unique name), its one-time join token and the jobs it is for."""
+
+    def update_pool_node(self, name: str, changes: Mapping[str, Any]) -> bool:
+        """Set columns of one pool node: state, provider_id, token_id, joined_at, idle_since, ended_at, reason,
+        job_ids. False: no such node."""
+
+    def list_pool_nodes(self, pool: str | None = None, live_only: bool = False) -> list[PoolNode]:
+        """In launch order; `live_only`: launching, running and draining ones. Read-only."""
+
+    def get_pool_node(self, name: str) -> tuple[PoolNode, int | None, list[str]] | None:
+        """The node, its join token's id and the jobs it was started for. Read-only."""
+
+    def pool_node_for_token(self, token_id: int) -> PoolNode | None:
+        """The pool node a join token was made for, if any. Read-only."""
+
+    def set_budget(self, tenant_id: int, budget: Budget, now: datetime) -> None:
+        """Create or replace the tenant's budget (its period, limits and policy; `budget.tenant` is not read)."""
+
+    def delete_budget(self, tenant_id: int) -> bool:
+        """False: the tenant had none."""
+
+    def list_budgets(self) -> list[tuple[int, Budget]]:
+        """(tenant id, budget with the tenant's name) by tenant name. Read-only."""
+
+    def add_pool_events(self, events: Sequence[tuple[str, str, str, str]], now: datetime) -> None:
+        """Append (pool, node, kind, message) events at `now`; a pool keeps its newest 1,000."""
+
+    def list_pool_events(self, pool: str | None = None, limit: int = 100) -> list[PoolEvent]:
+        """The newest `limit` events (of one pool), oldest first. Read-only."""
+
+
+class SubmissionStore(TenancyStore, NodeStore, SecretStore, PoolStore, Protocol):
+    """What checking a job submission reads (queues, quotas, nodes, secret names, cloud pools)."""
+
+
 class SchedulesStore(ScheduleStore, JobStore, SubmissionStore, Protocol):
     """What the repeating-job runner and the schedules API read and write."""
 
@@ -746,4 +806,5 @@ ROLES: tuple[type, ...] = (
     OperationsStore,
     ReplicaStore,
     ServiceStore,
+    PoolStore,
 )

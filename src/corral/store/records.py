@@ -9,6 +9,7 @@ from typing import Any
 # The domain models live in core; they are re-exported here so every `from corral.store.records import Job`
 # keeps working (the store returns them as its records).
 from corral.core.models import GpuInfo, GpuStatus, Job, JobSpec, Node, Queue, Quota, Tenant, compute_placed_parts
+from corral.core.pools import PoolSpec
 
 __all__ = [
     "AuditEntry",
@@ -16,6 +17,8 @@ __all__ = [
     "GpuStatus",
     "Job",
     "JobEvent",
+    "Pool",
+    "PoolEvent",
     "JobSpec",
     "Node",
     "NodeEvent",
@@ -177,3 +180,29 @@ class SecretRecord:
     updated_at: datetime
     key_id: str = field(repr=False, default="")
     sealed: str = field(repr=False, default="")
+
+
+@dataclass(frozen=True, slots=True)
+class Pool:
+    """A cloud pool as stored: its spec (corral.core.pools.PoolSpec) and who declared it when."""
+
+    id: int
+    spec: PoolSpec
+    created_by: str
+    created_at: datetime
+    updated_at: datetime
+    version: int = 1
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+
+@dataclass(frozen=True, slots=True)
+class PoolEvent:
+    id: int
+    pool: str
+    node: str
+    at: datetime
+    kind: str
+    message: str

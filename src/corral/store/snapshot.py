@@ -29,9 +29,11 @@ def load_snapshot(
     pending: Sequence[Job] | None = None,
     running: Sequence[Job] | None = None,
     tenants: Sequence[Tenant] | None = None,
+    node_taints: Mapping[str, tuple[str, ...]] | None = None,
 ) -> Snapshot:
     """One cycle's input from the store; `pending` / `running` / `tenants`: already read by the caller (default:
-    every PENDING / RUNNING job, every tenant). `nominated`: job id -> when it was first nominated."""
+    every PENDING / RUNNING job, every tenant). `nominated`: job id -> when it was first nominated. `node_taints`:
+    node -> its taints (the cloud pools' nodes: their pool's taints, and spot)."""
     pending = store.list_jobs(states=[JobState.PENDING]) if pending is None else pending
     running = store.list_jobs(states=[JobState.RUNNING]) if running is None else running
     tenants = store.list_tenants() if tenants is None else tenants
@@ -39,7 +41,7 @@ def load_snapshot(
     queue = compute_queue_state(
         pending, running, nodes, tenants, store.list_quotas(), store.list_queues(), usage_gpu_s, now, grace_s, nominated
     )
-    return Snapshot(nodes=compute_snapshot(nodes, running), queue=queue)
+    return Snapshot(nodes=compute_snapshot(nodes, running, node_taints), queue=queue)
 
 
 # ---- nodes: what is in use on each ----------------------------------------------
@@ -70,8 +72,12 @@ def compute_usage_from_holders(
     )
 
 
-def compute_snapshot(nodes: Sequence[Node], running: Sequence[Job]) -> list[NodeState]:
-    """Every node (those that take no work flagged unschedulable) with the GPU, CPU and memory its RUNNING jobs use."""
+def compute_snapshot(
+    nodes: Sequence[Node], running: Sequence[Job], node_taints: Mapping[str, tuple[str, ...]] | None = None
+) -> list[NodeState]:
+    """Every node (those that take no work flagged unschedulable) with the GPU, CPU and memory its RUNNING jobs use,
+    and its taints (`node_taints`)."""
+    taints = node_taints or {}
     use = compute_node_use((j.placed_parts, j.spec.gpu_milli, j.spec.cpu_milli, j.spec.memory_mib) for j in running)
     states = []
     for n in nodes:
@@ -81,6 +87,7 @@ def compute_snapshot(nodes: Sequence[Node], running: Sequence[Job]) -> list[Node
             cpu_milli=n.cpu_milli,
             memory_mib=n.memory_mib,
             labels=tuple(sorted(n.labels.items())),
+            taints=taints.get(n.name, ()),
             runtimes=n.runtimes,
             images=frozenset(n.images),
         )

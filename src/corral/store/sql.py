@@ -28,6 +28,7 @@ from corral.store.idempotency import IdempotencyMethods
 from corral.store.identity import NodeIdentityMethods
 from corral.store.logins import LoginFailureMethods
 from corral.store.operations import NodeAdminMethods
+from corral.store.pools import PoolMethods
 from corral.store.protocols import SchedulingStore
 from corral.store.records import GpuStatus, Job, JobEvent, JobSpec, Node, TokenRecord, User, compute_placed_parts
 from corral.store.replicas import ReplicaMethods
@@ -84,6 +85,7 @@ class SqlStore(
     TelemetryMethods,
     ScheduleMethods,
     ServiceMethods,
+    PoolMethods,
     DirectoryMethods,
     SecretMethods,
     LoginFailureMethods,
@@ -812,6 +814,8 @@ def insert_job(s: Session, spec: JobSpec, now: datetime) -> JobRow:
         array_index=spec.array_index,
         array_limit=spec.array_limit,
         container=container_to_dict(spec.container) if spec.container is not None else None,
+        tolerations=list(spec.tolerations) or None,
+        pool=spec.pool or None,
     )
     s.add(row)
     s.flush()
@@ -904,6 +908,8 @@ def _job(r: JobRow) -> Job:
         container=container_from_dict(r.container),
         service_id=r.service_id,
         service_revision=r.service_revision,
+        tolerations=tuple(r.tolerations or ()),
+        pool=r.pool or "",
     )
     return Job(
         id=r.id,

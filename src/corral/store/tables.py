@@ -212,6 +212,9 @@ class JobRow(Base):
     # A replica of a service: the service and its revision. Migration 0024.
     service_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
     service_revision: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # Node taints it tolerates (`submit --spot` tolerates spot nodes) and the pool it asked for. Migration 0025.
+    tolerations: Mapped[list[str] | None] = mapped_column(JSON, nullable=True)
+    pool: Mapped[str | None] = mapped_column(String(64), nullable=True)
 
     __table_args__ = (
         Index("ix_jobs_state", "state"),
@@ -511,3 +514,69 @@ class AlertSnapshotRow(Base):
     alerts: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
     at: Mapped[datetime] = mapped_column(UTC_DT)
     holder: Mapped[str] = mapped_column(String(128), default="", server_default="")
+
+
+class PoolRow(Base):
+    """A cloud pool an admin declared (core/pools.py PoolSpec as JSON). Migration 0025."""
+
+    __tablename__ = "pools"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON)
+    created_by: Mapped[str] = mapped_column(String(255), default="")
+    created_at: Mapped[datetime] = mapped_column(UTC_DT)
+    updated_at: Mapped[datetime] = mapped_column(UTC_DT)
+    version: Mapped[int] = mapped_column(Integer, default=1)
+
+
+class PoolNodeRow(Base):
+    """A node a cloud pool started (autoscaler/model.py PoolNode), live or as history (what it cost). 0025."""
+
+    __tablename__ = "pool_nodes"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(255), unique=True)
+    pool: Mapped[str] = mapped_column(String(64))
+    instance_type: Mapped[str] = mapped_column(String(64))
+    spot: Mapped[bool] = mapped_column(Boolean, default=False)
+    price_per_hour: Mapped[float] = mapped_column(Float, default=0.0)
+    gpus: Mapped[int] = mapped_column(Integer, default=0)  # its type's GPUs (a GPU-hour's price: price / gpus)
+    state: Mapped[str] = mapped_column(String(16))
+    provider_id: Mapped[str] = mapped_column(String(255), default="")
+    token_id: Mapped[int | None] = mapped_column(Integer, nullable=True)  # its one-time join token
+    launched_at: Mapped[datetime] = mapped_column(UTC_DT)
+    joined_at: Mapped[datetime | None] = mapped_column(UTC_DT, nullable=True)
+    idle_since: Mapped[datetime | None] = mapped_column(UTC_DT, nullable=True)
+    ended_at: Mapped[datetime | None] = mapped_column(UTC_DT, nullable=True)
+    reason: Mapped[str] = mapped_column(Text, default="")
+    job_ids: Mapped[list[str]] = mapped_column(JSON, default=list)  # the jobs it was started for
+
+    __table_args__ = (Index("ix_pool_nodes_pool_state", "pool", "state"),)
+
+
+class PoolEventRow(Base):
+    """What the autoscaler decided and saw, with its reason (launch, joined, release, failed ...). 0025."""
+
+    __tablename__ = "pool_events"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    pool: Mapped[str] = mapped_column(String(64))
+    node: Mapped[str] = mapped_column(String(255), default="")
+    at: Mapped[datetime] = mapped_column(UTC_DT)
+    kind: Mapped[str] = mapped_column(String(32))
+    message: Mapped[str] = mapped_column(Text, default="")
+
+    __table_args__ = (Index("ix_pool_events_pool_id", "pool", "id"),)
+
+
+class BudgetRow(Base):
+    """A tenant's budget per period (core/budgets.py). Migration 0025."""
+
+    __tablename__ = "budgets"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"))
+    period: Mapped[str] = mapped_column(String(16))
+    gpu_hours: Mapped[float | None] = mapped_column(Float, nullable=True)
+    money: Mapped[float | None] = mapped_column(Float, nullable=True)
+    policy: Mapped[str] = mapped_column(String(16))
+    updated_at: Mapped[datetime] = mapped_column(UTC_DT)
+
+    __table_args__ = (UniqueConstraint("tenant_id", name="uq_budgets_tenant"),)

@@ -75,7 +75,7 @@ def test_running_job_counts_until_now_and_range_clips() -> None:
         USERS,
         MODELS,
     )
-    assert rows == [{"key": "vision", "gpu_hours": 4.0, "jobs": 1, "avg_util_pct": None}]
+    assert rows == [{"key": "vision", "gpu_hours": 4.0, "jobs": 1, "avg_util_pct": None, "cost": 0.0}]
 
 
 def test_utilisation_weighted_by_gpu_hours_and_csv() -> None:
@@ -85,8 +85,8 @@ def test_utilisation_weighted_by_gpu_hours_and_csv() -> None:
     )
     assert rows[0]["avg_util_pct"] == pytest.approx((50 * 8 + 100 * 1) / 9, abs=0.01)
     assert render_csv(rows, "gpu_model").splitlines() == [
-        "gpu_model,gpu_hours,jobs,avg_util_pct",
-        f"H100-80GB,9.0,2,{rows[0]['avg_util_pct']}",
+        "gpu_model,gpu_hours,jobs,avg_util_pct,cost",
+        f"H100-80GB,9.0,2,{rows[0]['avg_util_pct']},0.0",
     ]
 
 
@@ -94,3 +94,30 @@ def test_unknown_grouping_names_the_field() -> None:
     with pytest.raises(ValidationError) as e:
         compute_usage_rows([], "planet", T0, T0, T0, {}, {}, {})
     assert e.value.field == "group_by"
+
+
+def test_cost_prices_each_part_on_its_node_and_groups_by_pool_and_job() -> None:
+    """Owned GPUs at the admin's rate, a cloud node at its type's price per GPU-hour; a 2-node job counts per node."""
+    gang = JobRun(7, 1, 10, 2, 1000, 2, T0, T0 + timedelta(hours=3), (("n1", (0, 1)), ("burst-g4-1", (0, 1))))
+    rows = compute_usage_rows(
+        [gang],
+        "pool",
+        T0,
+        T0 + timedelta(days=1),
+        T0 + timedelta(days=1),
+        TENANTS,
+        USERS,
+        MODELS,
+        prices={"burst-g4-1": 0.625},
+        owned_price=0.5,
+        pools={"burst-g4-1": "burst"},
+    )
+    assert {r["key"]: (r["gpu_hours"], r["jobs"], r["cost"]) for r in rows} == {
+        "burst": (6.0, 1, 3.75),
+        "static": (6.0, 1, 3.0),
+    }
+    by_job = compute_usage_rows(
+        [gang], "job", T0, T0 + timedelta(days=1), T0 + timedelta(days=1), TENANTS, USERS, MODELS,
+        prices={"burst-g4-1": 0.625}, owned_price=0.5,
+    )  # fmt: skip
+    assert by_job == [{"key": "7", "gpu_hours": 12.0, "jobs": 1, "avg_util_pct": None, "cost": 6.75}]

@@ -46,6 +46,7 @@ class LoopStore(SchedulingStore, OperationsStore, UserNames, Protocol):
 REASON_CONFLICT = "its GPUs were taken by another writer at the last moment; it is placed again next cycle"
 CODE_CONFLICT = "conflict"
 CODE_RETRY = "retry-backoff"
+CODE_BUDGET = "budget"  # its tenant's budget is used up and its policy holds new jobs
 
 
 class Scheduler(Loop):
@@ -92,6 +93,26 @@ class Scheduler(Loop):
         self._was_running: set[int] = set()
         self._user_names: dict[int, str] = {}
         self._lock = threading.Lock()
+        # The cloud pools' part (server/background/autoscaler.py): the last cycle's input and plan, which the
+        # autoscaler asks what fits; the taints of the nodes pools started; why a job waits on a pool (job id ->
+        # (code, sentence)), which replaces the cycle's reason for that job.
+        self.last_cycle: tuple[Snapshot, Plan, datetime] | None = None
+        self.node_taints: Mapping[str, tuple[str, ...]] = {}
+        self.pool_notes: Mapping[int, tuple[str, str]] = {}
+        self.on_waiting: Callable[[], None] = lambda: None  # after a pass that left jobs waiting (the autoscaler)
+        # tenant id -> why its jobs are held (its budget is used up with policy hold: server/services/budgets.py)
+        self.held_tenants: Callable[[], Mapping[int, str]] = dict
+        self._held: dict[int, str] = {}
+
+    def set_pool_notes(self, notes: Mapping[int, tuple[str, str]]) -> None:
+        """Why jobs wait on the cloud pools; applied to the published reasons now and after each pass."""
+        self.pool_notes = notes
+        if notes:
+            reasons, codes = dict(self.pending_reasons), dict(self.pending_codes)
+            for job_id, (code, text) in notes.items():
+                if job_id in reasons and codes.get(job_id) not in (CODE_RETRY, CODE_CONFLICT):
+                    reasons[job_id], codes[job_id] = text, code
+            self.pending_reasons, self.pending_codes = reasons, codes
 
     def run_pass(self) -> float | None:
         self.run_once(datetime.now(UTC))
@@ -135,10 +156,17 @@ class Scheduler(Loop):
             self._learn_run_times(running, tenants)
             if not pending:
                 self.pending_reasons, self.pending_codes, self.pending_info = {}, {}, {}
+                self.last_cycle = None
                 return []
             # Jobs in retry backoff wait outside the cycle; the rest (with or without GPUs) go through it.
             waiting = [j for j in pending if j.not_before is not None and j.not_before > now]
             ready = [j for j in pending if j.not_before is None or j.not_before <= now]
+            held_tenants = self.held_tenants()
+            self._held = {
+                j.id: held_tenants[t] for j in ready if (t := j.spec.tenant_id) is not None and t in held_tenants
+            }
+            if self._held:
+                ready = [j for j in ready if j.id not in self._held]
             snapshot: Snapshot = load_snapshot(
                 self.store,
                 now,
@@ -148,10 +176,14 @@ class Scheduler(Loop):
                 pending=ready,
                 running=running,
                 tenants=tenants,
+                node_taints=self.node_taints,
             )
             if self.queueing.order == "predict":
                 snapshot = self._with_predictions(snapshot, ready, running, tenants)
             plan = compute_plan(snapshot, now.timestamp(), self.policy, self.queueing)
+            self.last_cycle = (snapshot, plan, now)
+            if plan.pending:
+                self.on_waiting()
             if leading and not self.leading():  # lost the lease while computing (a pause): apply nothing
                 leading = False
             applied = apply_plan(self.store, plan, now) if leading else AppliedPlan()
@@ -197,11 +229,16 @@ class Scheduler(Loop):
             codes[job.id] = CODE_RETRY
         for job_id in applied.rejected:
             reasons[int(job_id)], codes[int(job_id)] = REASON_CONFLICT, CODE_CONFLICT
+        for jid, why in self._held.items():
+            reasons[jid], codes[jid] = why, CODE_BUDGET
         for job_id, status in plan.pending.items():
             jid = int(job_id)
             if jid not in reasons:
                 reasons[jid] = status.text or (f"{status.reason}: {status.detail}" if status.detail else status.reason)
                 codes[jid] = status.reason
+            note = self.pool_notes.get(jid)
+            if note is not None and codes.get(jid) not in (CODE_RETRY, CODE_CONFLICT):
+                codes[jid], reasons[jid] = note
             if status.position != UNRANKED:
                 eta = datetime.fromtimestamp(status.eta_s, UTC) if status.eta_s is not None else None
                 info[jid] = (status.position, eta)

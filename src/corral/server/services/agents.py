@@ -14,6 +14,7 @@ from corral import __version__
 from corral.api.schemas import AgentRegister, AgentSync, Assignment, RegistryAuth, RunRef
 from corral.core.containers import container_to_dict
 from corral.core.errors import ValidationError
+from corral.core.pools import POOL_LABEL
 from corral.core.states import JobState, state_for_exit
 from corral.core.unix_identity import DEFAULT_JOB_UIDS, JobIdentity, UidRange, compute_job_identity, parse_uid_range
 from corral.core.webports import DEFAULT_JOB_PORTS, parse_port_range
@@ -34,13 +35,18 @@ def register_node(store: StateStore, body: AgentRegister) -> Node:
         log.warning("agent %s runs Corral %s, this server %s: agents may be older than the servers, never newer "
                     "(upgrade the servers first)", body.name, body.agent_version, __version__)  # fmt: skip
     gpus = [g.to_info() for g in body.gpus]
+    # A node's pool is the server's to say (a cloud pool started it), never its agent's.
+    labels = {k: v for k, v in body.labels.items() if k != POOL_LABEL}
+    started = store.get_pool_node(body.name)
+    if started is not None and started[0].live:
+        labels[POOL_LABEL] = started[0].pool
     node = store.upsert_node(
         body.name,
         body.hostname or body.name,
         body.backend,
         body.cpu_milli,
         body.memory_mib,
-        body.labels,
+        labels,
         gpus,
         datetime.now(UTC),
         address=body.address,

@@ -10,7 +10,7 @@ import re
 import string
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -23,6 +23,7 @@ from corral.alerts.rules import AlertRule, RuleAction, parse_rule, rule_to_dict
 from corral.alerts.series import (
     JobPlacement,
     compute_batch_series,
+    compute_budget_series,
     compute_health_series,
     compute_job_utilization_series,
     compute_node_lost_series,
@@ -203,6 +204,8 @@ class AlertService:
             raw_s=settings.metrics_raw_retention_s, rollup_s=settings.metrics_rollup_retention_s
         )
         self._rolled_until: float | None = None
+        # tenant -> % of its budget used this period (server/services/budgets.py; set by the app)
+        self.budget_used: Callable[[], Mapping[str, float]] = dict
         self.loop = AlertLoop(self, settings.alert_interval_s)  # rounds on their own thread (server/background)
         self.reload()
 
@@ -314,6 +317,7 @@ class AlertService:
             key = tenants.get(tenant_id or 0, "")
             pending[key] = pending.get(key, 0) + count
         series += compute_queue_series(pending)
+        series += compute_budget_series(self.budget_used())
         return series
 
     def evaluate(self, now: float) -> list[AlertChange]:

@@ -18,13 +18,13 @@ from corral.server.ca import CertificateAuthority, CsrError, IssuedCert
 from corral.server.health.consequences import requeue_after_failure
 from corral.server.services.audit import record_audit
 from corral.store.identity import JoinTokenRecord, NodeCertRecord
-from corral.store.protocols import AuditStore, JobStore, NodeIdentityStore, NodeStore, OperationsStore
+from corral.store.protocols import AuditStore, JobStore, NodeIdentityStore, NodeStore, OperationsStore, PoolStore
 
 MAX_JOIN_TTL_S = 30 * 86400
 MAX_JOIN_USES = 10_000
 
 
-class NodeIdentityAdminStore(NodeIdentityStore, NodeStore, JobStore, OperationsStore, AuditStore, Protocol):
+class NodeIdentityAdminStore(NodeIdentityStore, NodeStore, JobStore, OperationsStore, AuditStore, PoolStore, Protocol):
     """Joining, renewing and revoking nodes: tokens and certificates, the node and its jobs, events, audit."""
 
 
@@ -73,6 +73,19 @@ def create_local_join_token(store: JoinTokenStore, ca: CertificateAuthority, ttl
     return str(JoinToken(id=record.id, secret=secret, ca_fingerprint=ca.fingerprint))
 
 
+def create_pool_join_token(
+    store: JoinTokenStore, ca: CertificateAuthority, ttl_s: float, description: str
+) -> tuple[str, int]:
+    """A one-time token for a node a cloud pool starts (the autoscaler binds it to the node's name: join_node
+    refuses it for any other name). Returns (token text, token id)."""
+    now = datetime.now(UTC)
+    secret = secrets.token_urlsafe(24)
+    record = store.create_join_token(
+        hash_secret(secret), description, "autoscaler", now, now + timedelta(seconds=ttl_s), 1
+    )
+    return str(JoinToken(id=record.id, secret=secret, ca_fingerprint=ca.fingerprint)), record.id
+
+
 def revoke_join_token(store: NodeIdentityAdminStore, caller: Principal, token_id: int) -> JoinTokenRecord:
     caller.require(Action.MANAGE_CLUSTER)
     if store.get_join_token(token_id) is None:
@@ -110,6 +123,9 @@ def join_node(
             f"(corral nodes revoke {node}) to join a machine under that name again",
             "node",
         )
+    bound = store.pool_node_for_token(token.id)
+    if bound is not None and bound.name != node:
+        raise AuthError("this join token was made for another node; a cloud pool's token joins only its own node")
     if not store.use_join_token(token.id, hash_secret(token.secret), now):
         raise AuthError("join token invalid, expired, used up or revoked")
     cert = _sign(ca, csr_pem, node, lifetime)

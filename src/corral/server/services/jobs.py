@@ -10,9 +10,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from corral.api.schemas import JobOut, JobSubmit
+from corral.autoscaler.demand import TypeFit
 from corral.core.arrays import parse_array
 from corral.core.containers import check_mounts_allowed
 from corral.core.errors import NotFoundError, ValidationError
+from corral.core.pools import STATIC_POOL, PoolSpec
 from corral.core.requests import ResourceRequest, model_matches
 from corral.core.states import JobState
 from corral.server.auth import Principal
@@ -125,12 +127,39 @@ class SubmitContext:
     queues: frozenset[str]
     nodes: list[Node]
     quotas: list[Quota]
+    pools: tuple[PoolSpec, ...] = ()  # cloud pools: a job that fits one of their instance types may wait for it
 
 
 def load_submit_context(store: SubmissionStore, tenant_id: int) -> SubmitContext:
     return SubmitContext(
-        frozenset(q.name for q in store.list_queues(tenant_id)), store.list_nodes(), store.list_quotas(tenant_id)
+        frozenset(q.name for q in store.list_queues(tenant_id)),
+        store.list_nodes(),
+        store.list_quotas(tenant_id),
+        tuple(p.spec for p in store.list_pools()),
     )
+
+
+def check_fits_some_node_or_pool(
+    request: ResourceRequest, nodes: list[Node], gang: int, pools: Sequence[PoolSpec]
+) -> None:
+    """check_fits_some_node, except that a request one of the cloud pools could start a node for is accepted (it
+    waits for that node); the error names each pool's largest instance type."""
+    try:
+        check_fits_some_node(request, nodes, gang)
+    except ValidationError as e:
+        if not pools:
+            raise
+        fit = TypeFit(pools)
+        if any(fit.fits(p.name, t.name, request) and p.max_nodes >= gang for p in pools for t in p.instance_types):
+            return
+        largest = "; ".join(f"pool {p.name}: {t.describe}" for p in pools if (t := p.largest) is not None)
+        raise ValidationError(e.field, f"{e.problem}, and no cloud pool's instance type fits it ({largest})") from None
+
+
+def check_pool_ref(pool: str, pools: Sequence[PoolSpec]) -> None:
+    if pool and pool != STATIC_POOL and all(p.name != pool for p in pools):
+        known = ", ".join([STATIC_POOL, *(p.name for p in pools)])
+        raise ValidationError("pool", f"no pool {pool!r}; pools: {known}")
 
 
 def job_spec_for(
@@ -158,7 +187,8 @@ def job_spec_for(
         # It names no model and its tenant's quotas cover only some: it runs on those (it could not be
         # admitted on another).
         spec = replace(spec, gpu_models=pinned)
-    check_fits_some_node(spec.request, ctx.nodes, body.nodes)
+    check_pool_ref(spec.pool, ctx.pools)
+    check_fits_some_node_or_pool(spec.request, ctx.nodes, body.nodes, ctx.pools)
     check_tenant_quota_covers(store, tenant_id, spec.request, ctx.quotas)
     check_secret_refs(store, tenant_id, body.secret_env, body.env)  # names only: values are read at hand-over
     if spec.container is not None:  # host paths only under the admin's prefixes (the agent checks links too)

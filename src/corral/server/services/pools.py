@@ -1,0 +1,258 @@
+"""Pool use-cases: declare, change and delete cloud pools (admins), and what `corral pools` shows (everyone: no
+provider settings, events or job ids for non-admins, since they name other tenants' work and the cloud account)."""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+from corral.api.pools import InstanceTypeIn, InstanceTypeOut, PoolEventOut, PoolIn, PoolNodeOut, PoolOut, PoolPatch
+from corral.cloud.base import ProviderError
+from corral.cloud.registry import check_provider_settings
+from corral.core.errors import NotFoundError, ValidationError
+from corral.core.pools import (
+    FAILED,
+    POOL_LABEL,
+    STATIC_POOL,
+    InstanceType,
+    PoolNode,
+    PoolSpec,
+    check_pool,
+    check_pool_name,
+    compute_spend,
+)
+from corral.core.states import JobState
+from corral.core.tenancy import Action
+from corral.server.auth import Principal
+from corral.server.services.audit import record_audit
+from corral.store.protocols import AuditStore, JobStore, NodeStore, PoolStore
+from corral.store.records import Node, Pool
+
+
+class PoolsStore(PoolStore, NodeStore, JobStore, AuditStore, Protocol):
+    """What the pool use-cases read and write."""
+
+
+class DemandView(Protocol):
+    """The autoscaler's last view of the pending demand: pool -> (jobs, GPUs) a new node of it would serve."""
+
+    def demand_by_pool(self) -> Mapping[str, tuple[int, int]]: ...
+
+
+def _type(t: InstanceTypeIn) -> InstanceType:
+    memory = t.gpu_memory_mib
+    model = t.gpu_model
+    if t.gpus and not memory:
+        from corral.core.pools import parse_instance_type
+
+        # the model's memory from its name (A100-80GB) or a known model's (A100 -> A100-80GB)
+        parsed = parse_instance_type(f"{t.name}={t.gpus}x{t.gpu_model or 'unknown'}", "instance_types")
+        memory, model = parsed.gpu_memory_mib, parsed.gpu_model
+    return InstanceType(
+        name=t.name,
+        gpus=t.gpus,
+        gpu_model=model if t.gpus else "",
+        gpu_memory_mib=memory if t.gpus else 0,
+        cpus=t.cpus,
+        memory_gib=t.memory_gib,
+        price_per_hour=t.price_per_hour,
+        spot=t.spot,
+    )
+
+
+def _check(spec: PoolSpec, local_root: Path) -> PoolSpec:
+    check_pool(spec)
+    if spec.policy and importlib.util.find_spec(spec.policy.split(".")[0]) is None:
+        raise ValidationError("policy", f"no module {spec.policy} on the server's Python path")
+    try:
+        check_provider_settings(spec, local_root)
+    except ProviderError as e:
+        raise ValidationError("settings", str(e)) from e
+    return spec
+
+
+def create_pool(store: PoolsStore, caller: Principal, body: PoolIn, local_root: Path) -> Pool:
+    caller.require(Action.MANAGE_CLUSTER)
+    check_pool_name(body.name)
+    spec = _check(
+        PoolSpec(
+            name=body.name,
+            provider=body.provider,
+            kind=body.kind,
+            region=body.region,
+            instance_types=tuple(_type(t) for t in body.instance_types),
+            min_nodes=body.min_nodes,
+            max_nodes=body.max_nodes,
+            idle_s=body.idle_s,
+            join_timeout_s=body.join_timeout_s,
+            labels=dict(body.labels),
+            taints=tuple(body.taints),
+            policy=body.policy,
+            settings=dict(body.settings),
+            paused=body.paused,
+        ),
+        local_root,
+    )
+    who = caller.user.name if caller.user else f"token:{caller.token.name}"
+    pool = store.create_pool(spec, who, datetime.now(UTC))
+    record_audit(store, caller, "pool.create", spec.name, f"{spec.provider}, {len(spec.instance_types)} type(s)")
+    return pool
+
+
+def update_pool(store: PoolsStore, caller: Principal, name: str, patch: PoolPatch, local_root: Path) -> Pool:
+    caller.require(Action.MANAGE_CLUSTER)
+    pool = store.get_pool(name)
+    if pool is None:
+        raise NotFoundError("pool", name)
+    changes: dict[str, Any] = {k: v for k, v in patch.model_dump(exclude_unset=True).items() if v is not None}
+    if "instance_types" in changes:
+        changes["instance_types"] = tuple(_type(t) for t in patch.instance_types or ())
+    if "taints" in changes:
+        changes["taints"] = tuple(changes["taints"])
+    spec = _check(replace(pool.spec, **changes), local_root)
+    updated = store.update_pool(spec, datetime.now(UTC), expected_version=pool.version)
+    if updated is None:
+        raise NotFoundError("pool", name)
+    record_audit(store, caller, "pool.update", name, ", ".join(sorted(changes)))
+    return updated
+
+
+def delete_pool(store: PoolsStore, caller: Principal, name: str) -> None:
+    """The pool goes; the autoscaler drains and releases its nodes (their jobs end first)."""
+    caller.require(Action.MANAGE_CLUSTER)
+    if not store.delete_pool(name):
+        raise NotFoundError("pool", name)
+    store.add_pool_events(
+        [(name, "", "deleted", "pool deleted: its nodes are drained and released")], datetime.now(UTC)
+    )
+    record_audit(store, caller, "pool.delete", name)
+
+
+# ---- what `corral pools` shows ---------------------------------------------------------------------
+def _month_start(now: datetime) -> float:
+    return datetime(now.year, now.month, 1, tzinfo=UTC).timestamp()
+
+
+def _at(s: float | None) -> datetime | None:
+    return datetime.fromtimestamp(s, UTC) if s is not None else None
+
+
+def _type_out(t: InstanceType) -> InstanceTypeOut:
+    return InstanceTypeOut(
+        name=t.name,
+        gpus=t.gpus,
+        gpu_model=t.gpu_model,
+        gpu_memory_mib=t.gpu_memory_mib,
+        cpus=t.cpus,
+        memory_gib=t.memory_gib,
+        price_per_hour=t.price_per_hour,
+        spot=t.spot,
+    )
+
+
+def _node_out(
+    n: PoolNode, inventory: Mapping[str, Node], jobs: Mapping[str, int], spec: PoolSpec | None
+) -> PoolNodeOut:
+    node = inventory.get(n.name)
+    itype = spec.instance_type(n.instance_type) if spec is not None else None
+    return PoolNodeOut(
+        name=n.name,
+        instance_type=n.instance_type,
+        state=n.state,
+        spot=n.spot,
+        price_per_hour=n.price_per_hour,
+        launched_at=_at(n.launched_s) or datetime.now(UTC),
+        joined_at=_at(n.joined_s),
+        idle_since=_at(n.idle_since_s),
+        ended_at=_at(n.ended_s),
+        reason=n.reason,
+        jobs=jobs.get(n.name, 0),
+        gpus=len(node.gpus) if node is not None else (itype.gpus if itype is not None else 0),
+        node_state=node.state if node is not None else None,
+    )
+
+
+def node_pool(node: Node) -> str:
+    return node.labels.get(POOL_LABEL, STATIC_POOL)
+
+
+def list_pools(
+    store: PoolsStore, caller: Principal, demand: DemandView | None, name: str | None = None, events: bool = False
+) -> list[PoolOut]:
+    """Every pool (the static one first), or only `name`. Admins also get settings and (with `events`) events."""
+    now = datetime.now(UTC)
+    admin = caller.is_admin
+    pools: Sequence[Pool] = store.list_pools()
+    if name is not None:
+        pools = [p for p in pools if p.name == name]
+        if not pools and name != STATIC_POOL:
+            raise NotFoundError("pool", name)
+    inventory = {n.name: n for n in store.list_nodes()}
+    jobs_on: dict[str, int] = {}
+    for job in store.list_jobs(states=[JobState.RUNNING]):
+        for node, _ in job.placed_parts:
+            jobs_on[node] = jobs_on.get(node, 0) + 1
+    wanted = demand.demand_by_pool() if demand is not None else {}
+    out: list[PoolOut] = []
+    if name in (None, STATIC_POOL):
+        static = [n for n in inventory.values() if node_pool(n) == STATIC_POOL]
+        out.append(
+            PoolOut(
+                name=STATIC_POOL,
+                kind="static",
+                provider="",
+                node_count=len(static),
+                gpus=sum(len(n.gpus) for n in static),
+                pending_jobs=wanted.get(STATIC_POOL, (0, 0))[0],
+                pending_gpus=wanted.get(STATIC_POOL, (0, 0))[1],
+            )
+        )
+    history = store.list_pool_nodes()
+    month = _month_start(now)
+    for pool in pools:
+        spec = pool.spec
+        mine = [n for n in history if n.pool == spec.name]
+        live = [n for n in mine if n.live]
+        nodes = [_node_out(n, inventory, jobs_on, spec) for n in live]
+        out.append(
+            PoolOut(
+                name=spec.name,
+                kind=spec.kind,
+                provider=spec.provider,
+                region=spec.region,
+                instance_types=[_type_out(t) for t in spec.instance_types],
+                min_nodes=spec.min_nodes,
+                max_nodes=spec.max_nodes,
+                idle_s=spec.idle_s,
+                join_timeout_s=spec.join_timeout_s,
+                labels=dict(spec.labels),
+                taints=list(spec.taints),
+                policy=spec.policy,
+                settings=dict(spec.settings) if admin else None,
+                paused=spec.paused,
+                nodes=nodes,
+                node_count=len(live),
+                gpus=sum(n.gpus for n in nodes),
+                pending_jobs=wanted.get(spec.name, (0, 0))[0],
+                pending_gpus=wanted.get(spec.name, (0, 0))[1],
+                spend_month=round(compute_spend(mine, now.timestamp(), since_s=month), 4),
+                spend_total=round(compute_spend(mine, now.timestamp()), 4),
+                failed_launches=sum(n.state == FAILED for n in mine),
+                events=[
+                    PoolEventOut(at=e.at, node=e.node, kind=e.kind, message=e.message)
+                    for e in store.list_pool_events(spec.name, limit=100)
+                ]
+                if events and admin
+                else None,
+                created_at=pool.created_at,
+                version=pool.version,
+            )
+        )
+    return out
+
+
+__all__ = ["PoolsStore", "create_pool", "delete_pool", "list_pools", "node_pool", "update_pool"]
