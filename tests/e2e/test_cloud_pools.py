@@ -151,3 +151,61 @@ def test_a_tenant_member_cannot_declare_or_read_pool_internals(corral_factory: A
     assert _pool(admin, "burst")["max_nodes"] == 1
     # A join token of the cluster cannot be used to claim a pool's label: the server sets `pool`, not the agent.
     assert all(n["labels"].get("pool") is None for n in c.cli_json("nodes"))
+
+
+SPOT_JOB = r"""
+import os, pathlib, signal, sys, time
+marker = pathlib.Path(os.environ["MARKER"])
+if marker.exists():
+    print("resumed after the interruption", flush=True)
+    sys.exit(0)
+marker.write_text("started")
+def on_term(*_):
+    notice = pathlib.Path(os.environ["CORRAL_NOTICE_FILE"]).read_text()
+    marker.with_name("notice.txt").write_text(notice)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, on_term)
+print("running", flush=True)
+time.sleep(300)
+"""
+
+
+def test_a_spot_interruption_notice_reaches_the_job_which_requeues_onto_a_new_node(corral_factory: Any) -> None:
+    c: Corral = corral_factory(gpus="sim:1xL4-24GB")
+    c.start()
+    http = _api(c)
+    r = c.cli(
+        "pool", "create", "spot", "--provider", "local", "--instance-type", "s4=4xA100-80GB,price=1.0,spot",
+        "--max", "2", "--idle", "20",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    # A job that does not allow spot never gets a spot node: it is refused at once (nothing else could hold it).
+    r = c.cli("submit", "--gpus", "4", "--gpu-model", "A100", "--", "/usr/bin/python3", "-c", "pass")
+    assert r.returncode != 0 and "instance type" in r.stderr, r.stderr
+    marker = c.shared / "spot-marker"
+    job = c.submit(
+        "--spot", "--gpus", "4", "--gpu-model", "A100", "--env", f"MARKER={marker}",
+        "--", "/usr/bin/python3", "-c", SPOT_JOB,
+    )  # fmt: skip
+    first = wait_for(lambda: (j := c.job(job))["state"] == "RUNNING" and j, 90, "the spot job runs")
+    assert first["tolerations"] == ["spot"]
+    wait_for(marker.exists, 30, "the job started")
+    r = c.cli("pool", "interrupt", "spot", first["node"], "--in", "8")
+    assert r.returncode == 0, r.stderr
+    # The job hears of it (CORRAL_NOTICE_FILE), is stopped and requeued keeping its place; a new node runs it.
+    notice = marker.with_name("notice.txt")
+    wait_for(notice.exists, 30, "the notice reached the job")
+    seconds = int(notice.read_text().strip().removeprefix("CORRAL_NOTICE_S="))
+    assert 0 < seconds <= 8, notice.read_text()
+    done = wait_for(lambda: (j := c.job(job))["state"] == "SUCCEEDED" and j, 120, "the job ends on another node")
+    assert done["node"] != first["node"] and done["attempt"] == 2 and done["preemptions"] == 1, done
+    events = _pool(http, "spot")["events"]
+    assert any(e["kind"] == "interrupted" and e["node"] == first["node"] for e in events), events
+    assert len([e for e in events if e["kind"] == "launch"]) == 2, events
+    # drained (its jobs requeued), it is released at once rather than waiting for the provider to take it
+    wait_for(
+        lambda: first["node"] not in {n["name"] for n in _pool(http, "spot")["nodes"]},
+        30,
+        "the interrupted node is released",
+    )
+    wait_for(lambda: first["node"] not in {n["name"] for n in c.cli_json("nodes")}, 30, "it leaves the inventory")

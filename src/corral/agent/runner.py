@@ -40,6 +40,7 @@ from corral.core.simfault import parse_sim_fault
 from corral.core.telemetry import TelemetryBatch, batch_to_dict
 from corral.core.unix_identity import JobIdentity
 from corral.executors.base import Executor, ExitRecord, LaunchSpec, RegistryLogin
+from corral.executors.jobhome import write_notice
 from corral.sdk.client import AgentClient, CorralAPIError, CorralSDKError
 
 log = logging.getLogger("corral.agent")
@@ -88,6 +89,7 @@ class Agent:
         self._phase_sync_at = 0.0
         self._images_sent: list[str] | None = None  # as last sent; None: send them with the next report
         self.checkpoint_dir = checkpoint_dir or log_dir.parent / "checkpoints"
+        self._noticed: set[RunRef] = set()  # runs told of a spot interruption notice
         self.shipper = LogShipper(client, node)
         self.journal = journal or Journal(log_dir)  # the agent's own dir in `corral agent`: not the log disk
         self._journaled_exits: set[RunRef] = set()
@@ -282,11 +284,14 @@ class Agent:
             # node's log disk would fill with every job it ever ran.
             self.log_path(run).unlink(missing_ok=True)
             self._cancelled.discard(run)
+            self._noticed.discard(run)
             self._run_gpus.pop(run, None)
             self._journaled_exits.discard(run)
         # Runs already here are told to stop first, so that a new run given one of their GPUs in the same reply
         # waits for it; a cancel of a run in this very reply is applied once that run is launched (or deferred).
         launched = [r for r in reply.cancels if r in self._run_gpus]
+        if reply.notice_s is not None:
+            self._write_notices(reply.notice_s)
         self._stop_runs(launched, reply.cancel_grace_s)
         for a in reply.assignments:
             self.launch(a)
@@ -295,6 +300,19 @@ class Agent:
             self.apply_fault(fault)
         if reply.assignments or reply.acked_exits:
             self._update_sim_load()
+
+    def _write_notices(self, seconds: float) -> None:
+        """A spot interruption notice: each job here finds its seconds in its CORRAL_NOTICE_FILE (once)."""
+        for run in list(self._run_gpus):
+            if run in self._noticed:
+                continue
+            self._noticed.add(run)
+            folder = self.checkpoint_dir / str(run.job_id)
+            try:
+                if folder.is_dir():
+                    write_notice(folder, seconds)
+            except OSError as e:
+                log.warning("job %s: cannot write its notice file: %s", run.job_id, e)
 
     def _stop_runs(self, runs: list[RunRef], grace_s: float) -> None:
         for run in runs:

@@ -863,6 +863,12 @@ class AgentSyncReply(BaseModel):
     cancel_grace_s: float
     faults: list[SimFaultCommand] = Field(default_factory=list)
     web_ports: list[WebPortCheck] = Field(default_factory=list, description="runs whose web-UI port to check")
+    notice_s: float | None = Field(
+        None,
+        description="seconds left before the node's provider takes it back (a spot interruption notice): the "
+        "agent writes them to each job's CORRAL_NOTICE_FILE before it stops the job (cancel_grace_s is then the "
+        "notice)",
+    )
 
 
 class TenantIn(BaseModel):

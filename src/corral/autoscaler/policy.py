@@ -65,7 +65,8 @@ class _Starting:
 
 
 def _live_count(state: AutoscaleState, pool: str) -> int:
-    return len(state.live_nodes(pool))
+    """Nodes that count against the pool's maximum: live ones, but those their provider is taking back."""
+    return len([n for n in state.live_nodes(pool) if n.notice_at_s is None])
 
 
 def decide(state: AutoscaleState) -> list[Action]:
@@ -219,7 +220,7 @@ def _note(
             continue
         if spec.paused:
             why.append(f"pool {pool} is paused")
-        elif len(state.live_nodes(pool)) + new.get(pool, 0) + d.parts > spec.max_nodes:
+        elif _live_count(state, pool) + new.get(pool, 0) + d.parts > spec.max_nodes:
             why.append(f"pool {pool} is at its maximum of {spec.max_nodes} node(s)")
         else:
             off = [t for p, t in d.fits if p == pool and state.backoff.get((p, t), 0.0) > state.now_s]

@@ -7,6 +7,7 @@ failed, lost, released) and what must be terminated. Valid moves (model.py):
     launching -> running    its agent registered and is READY
     launching -> failed     not joined within the pool's join timeout, or its instance is gone
     running   -> released   its node was lost (no heartbeat) or its instance is gone
+    running   -> draining   a spot interruption notice: its jobs are requeued keeping their place
     running   -> draining   (the policy released it: the loop does that, not here)
     draining  -> released   no job left on it (or its node was lost, or its instance is gone)
 
@@ -49,6 +50,7 @@ class Change:
     node: PoolNode
     terminate: bool = False
     event: tuple[str, str] | None = None
+    interrupted: bool = False  # a spot interruption notice came: its jobs are requeued, it drains
 
 
 def compute_changes(
@@ -94,6 +96,11 @@ def _change(node: PoolNode, seen: Observed, spec: PoolSpec | None, now_s: float)
     if lost or gone:
         why = "its node was lost (no heartbeat)" if lost else "its instance is gone"
         return Change(replace(n, state=RELEASED, ended_s=now_s, reason=why), True, ("lost", why))
+    if seen.interruption_s is not None and node.notice_at_s is None:
+        left = max(seen.interruption_s, 0.0)
+        why = f"spot interruption notice: its provider takes it back in {left:.0f} s"
+        n = replace(n, state=DRAINING, notice_at_s=now_s + left, reason=why, idle_since_s=None)
+        return Change(n, event=("interrupted", why + "; its jobs are requeued keeping their place"), interrupted=True)
     if node.state == DRAINING:
         if seen.jobs == 0:
             return Change(replace(n, state=RELEASED, ended_s=now_s), True, ("released", node.reason or "released"))

@@ -268,6 +268,19 @@ def show(name: Name, as_json: JSON = False) -> None:
         print(f"  {e.at:%H:%M:%S} {e.kind:<14} {e.node or '-':<28} {e.message}")
 
 
+@pool_app.command("interrupt")
+def interrupt(
+    name: Name,
+    node: Annotated[str, typer.Argument(metavar="NODE", help="A node of the pool.")],
+    seconds: Annotated[float, typer.Option("--in", help="Seconds of notice before the node goes.")] = 120.0,
+) -> None:
+    """Play a spot interruption notice on a local pool's node (admins): its jobs are told (CORRAL_NOTICE_FILE),
+    stopped and requeued keeping their place; the node goes when the notice ends."""
+    with make_client() as c:
+        c.interrupt_pool_node(name, node, seconds)
+    print(f"node {node}: interruption notice of {seconds:g} s")
+
+
 @pool_app.command("delete")
 def delete(name: Name) -> None:
     """Delete a cloud pool (admins): its nodes are drained (their jobs end first) and released."""

@@ -120,6 +120,36 @@ class LocalProvider:
                 os.killpg(pid, signal.SIGKILL)
         with contextlib.suppress(ChildProcessError, OSError):
             os.waitpid(pid, os.WNOHANG)  # reap it when it is our child
+        self._kill_leftovers(node)
+
+    def _kill_leftovers(self, node: str) -> None:
+        """A machine that goes takes its processes with it: the node's jobs (their shims outlive an agent by
+        design) are found by the node's dir on their command line."""
+        import psutil
+
+        home = str(self._dir(node)) + "/"
+        for proc in psutil.process_iter(["cmdline"]):
+            try:
+                if any(home in arg for arg in proc.info["cmdline"] or ()):
+                    for child in proc.children(recursive=True):
+                        child.kill()
+                    proc.kill()
+            except psutil.Error:
+                pass
+
+    def interrupt(self, node: str, seconds: float) -> None:
+        """Play a spot interruption (the demo's and the tests'): the instance reports a notice of `seconds`, then
+        this provider takes it back (its agent is stopped) once they have passed."""
+        home = self._dir(node)
+        if not home.is_dir():
+            raise ProviderError(f"no local instance {node}")
+        (home / "interruption").write_text(str(time.time() + max(seconds, 0.0)))
+
+    def _deadline(self, node: str) -> float | None:
+        try:
+            return float((self._dir(node) / "interruption").read_text().strip())
+        except (OSError, ValueError):
+            return None
 
     def list_instances(self) -> list[Instance]:
         out: list[Instance] = []
@@ -135,8 +165,12 @@ class LocalProvider:
                 continue
             with contextlib.suppress(ChildProcessError, OSError):
                 os.waitpid(pid, os.WNOHANG)
+            deadline = self._deadline(node)
+            if deadline is not None and time.time() >= deadline and self._alive(pid, node):
+                self.terminate(f"local:{node}")  # the "cloud" takes its instance back
             state = RUNNING if self._alive(pid, node) else GONE
-            out.append(Instance(f"local:{node}", node, state))
+            left = None if deadline is None or state == GONE else max(deadline - time.time(), 0.0)
+            out.append(Instance(f"local:{node}", node, state, spot=deadline is not None, interruption_s=left))
         return out
 
 

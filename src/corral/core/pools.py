@@ -157,6 +157,7 @@ class PoolNode:
     joined_s: float | None = None
     idle_since_s: float | None = None  # running, no job and its GPUs quiet since then (None: busy)
     ended_s: float | None = None  # released or failed at
+    notice_at_s: float | None = None  # its provider takes it back then (a spot interruption notice)
     jobs: int = 0  # jobs placed on it now
     provider_id: str = ""
     reason: str = ""  # why it ended (or is draining)

@@ -123,4 +123,20 @@ def compute_child_env(spec: LaunchSpec, home: str, user: str) -> dict[str, str]:
     )
     if spec.checkpoint_dir is not None:
         env["CORRAL_CHECKPOINT_DIR"] = str(spec.checkpoint_dir)
+        # A spot interruption notice: the agent writes `CORRAL_NOTICE_S=<seconds left>` here before it signals
+        # the job (`. "$CORRAL_NOTICE_FILE"` in a SIGTERM handler); absent until then.
+        env["CORRAL_NOTICE_FILE"] = str(compute_notice_file(spec.checkpoint_dir))
     return env
+
+
+def compute_notice_file(checkpoint_dir: Path) -> Path:
+    return checkpoint_dir / ".corral-notice"
+
+
+def write_notice(checkpoint_dir: Path, seconds: float) -> None:
+    """Write a notice's seconds to the job's CORRAL_NOTICE_FILE (readable by the job; written by the agent)."""
+    path = compute_notice_file(checkpoint_dir)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(f"CORRAL_NOTICE_S={max(int(seconds), 0)}\n")
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)

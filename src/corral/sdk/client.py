@@ -273,6 +273,14 @@ class CorralClient(IdentityClientMixin):
         )
         return PoolOut.model_validate(r.json())
 
+    def interrupt_pool_node(self, pool: str, node: str, seconds: float = 120.0) -> None:
+        """Play a spot interruption notice on a local pool's node (admins)."""
+        self._request(
+            "POST",
+            f"/api/v1/pools/{quote(pool, safe='')}/nodes/{quote(node, safe='')}/interrupt",
+            json={"seconds": seconds},
+        )
+
     def delete_pool(self, name: str) -> None:
         self._request("DELETE", f"/api/v1/pools/{quote(name, safe='')}")
 

@@ -148,6 +148,7 @@ def create_app(settings: Settings, store: StateStore | None = None) -> FastAPI:
         forget_node=identities.forget_node,
         leading=lambda: leadership.leading,
         no_burst=budgets.no_burst,
+        wake_node=notifier.notify,
     )
     scheduler.on_waiting = autoscaler.wake  # jobs left waiting: the autoscaler looks at once, not at its next tick
     directory = build_ldap_directory(settings)  # None without CORRAL_LDAP_URL (docs/directory-login.md)

@@ -19,7 +19,17 @@ from corral.store.tables import BudgetRow, PoolEventRow, PoolNodeRow, PoolRow, T
 from corral.store.tenancy import affected_rows, utc
 
 MAX_EVENTS_PER_POOL = 1000  # a pool keeps its newest events
-NODE_COLUMNS = {"state", "provider_id", "token_id", "joined_at", "idle_since", "ended_at", "reason", "job_ids"}
+NODE_COLUMNS = {
+    "state",
+    "provider_id",
+    "token_id",
+    "joined_at",
+    "idle_since",
+    "ended_at",
+    "notice_at",
+    "reason",
+    "job_ids",
+}
 
 
 def _s(at: datetime | None) -> float | None:
@@ -54,6 +64,7 @@ def to_pool_node(r: PoolNodeRow) -> PoolNode:
         joined_s=_s(r.joined_at),
         idle_since_s=_s(r.idle_since),
         ended_s=_s(r.ended_at),
+        notice_at_s=_s(r.notice_at),
         provider_id=r.provider_id or "",
         reason=r.reason or "",
     )

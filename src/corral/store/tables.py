@@ -547,6 +547,8 @@ class PoolNodeRow(Base):
     joined_at: Mapped[datetime | None] = mapped_column(UTC_DT, nullable=True)
     idle_since: Mapped[datetime | None] = mapped_column(UTC_DT, nullable=True)
     ended_at: Mapped[datetime | None] = mapped_column(UTC_DT, nullable=True)
+    # when its provider takes it back (a spot interruption notice's deadline)
+    notice_at: Mapped[datetime | None] = mapped_column(UTC_DT, nullable=True)
     reason: Mapped[str] = mapped_column(Text, default="")
     job_ids: Mapped[list[str]] = mapped_column(JSON, default=list)  # the jobs it was started for
 

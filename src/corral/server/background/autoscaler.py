@@ -40,7 +40,13 @@ from corral.core.states import JobState
 from corral.core.telemetry import TelemetryBatch
 from corral.server.background.loop import Loop
 from corral.server.background.scheduling import Scheduler
-from corral.store.protocols import JobStore, NodeIdentityStore, NodeStore, OperationsStore, PoolStore
+from corral.store.protocols import (
+    JobStore,
+    NodeIdentityStore,
+    NodeStore,
+    OperationsStore,
+    PoolStore,
+)
 
 log = logging.getLogger("corral.autoscaler")
 INTERVAL_S = 2.0
@@ -91,6 +97,7 @@ class Autoscaler(Loop):
         forget_node: Callable[[str], None] = lambda _n: None,
         leading: Callable[[], bool] | None = None,
         no_burst: Callable[[], frozenset[str]] = frozenset,
+        wake_node: Callable[[str], None] = lambda _n: None,
         interval_s: float = INTERVAL_S,
         cluster: str = "corral",
     ) -> None:
@@ -101,6 +108,7 @@ class Autoscaler(Loop):
         self.local_root = local_root
         self.latest = latest
         self.forget_node = forget_node
+        self.wake_node = wake_node  # an agent's long poll answers now (it has news: a notice, cancels)
         self.no_burst = no_burst  # tenants whose budget says no new cloud nodes (server/services/budgets.py)
         self.leading: Callable[[], bool] = leading or (lambda: True)
         self.cluster = cluster
@@ -176,9 +184,12 @@ class Autoscaler(Loop):
                     "joined_at": _dt(n.joined_s),
                     "idle_since": _dt(n.idle_since_s),
                     "ended_at": _dt(n.ended_s),
+                    "notice_at": _dt(n.notice_at_s),
                     "reason": n.reason,
                 },
             )
+            if ch.interrupted:
+                self._interrupted(n, now)
             current[n.name] = n
             if ch.event is not None:
                 events.append((n.pool, n.name, ch.event[0], ch.event[1]))
@@ -334,6 +345,17 @@ class Autoscaler(Loop):
         self.store.set_node_cordoned(a.node, True)
         self.store.update_pool_node(a.node, {"state": DRAINING, "reason": a.reason})
         return (a.pool, a.node, "release", f"draining, then releasing: {a.reason}")
+
+    def _interrupted(self, node: PoolNode, now: datetime) -> None:
+        """A spot interruption notice: no new work there; its jobs are stopped (their agent writes the notice's
+        seconds to each job's CORRAL_NOTICE_FILE, then signals it, with the notice as its grace) and requeued
+        keeping their place, as a preemption does; a node replaces it if demand remains."""
+        self.store.set_node_cordoned(node.name, True)
+        left = max((node.notice_at_s or now.timestamp()) - now.timestamp(), 0.0)
+        for job in self.store.list_node_jobs(node.name):
+            if job.state is JobState.RUNNING:
+                self.store.request_preempt(job.id, f"spot interruption of node {node.name} ({left:.0f} s notice)", now)
+        self.wake_node(node.name)
 
     def _terminate(self, node: PoolNode, spec: PoolSpec | None, version: int) -> None:
         """Give the machine back and cut its node off (certificates revoked, out of the inventory)."""

@@ -20,7 +20,7 @@ from corral.server.deps import ContextDep, LogsDep, SchedulerDep, StoreDep, Tele
 from corral.server.errors import error_body
 from corral.server.node_auth import require_node
 from corral.server.params import Id, Offset
-from corral.server.services.agents import apply_reports, compute_assignments, register_node
+from corral.server.services.agents import apply_reports, compute_assignments, compute_notice_s, register_node
 from corral.server.services.identity import NodeIdentity, renew_node_cert, require_node_match
 from corral.server.services.inventory import node_out
 from corral.server.services.logs import LogOffsetError
@@ -81,11 +81,13 @@ async def sync(node: str, body: AgentSync, me: Agent, ctx: ContextDep) -> AgentS
         assignments, cancels = await run_in_threadpool(assign)
         faults = telemetry.take_faults(node)
     checks = compute_web_port_checks(await run_in_threadpool(store.list_node_jobs, node), node)
+    notice_s = await run_in_threadpool(compute_notice_s, store, record)
     return AgentSyncReply(
         assignments=assignments,
         cancels=cancels,
         acked_exits=acked,
-        cancel_grace_s=settings.cancel_grace_s,
+        cancel_grace_s=settings.cancel_grace_s if notice_s is None else max(settings.cancel_grace_s, notice_s),
+        notice_s=notice_s,
         faults=faults,
         web_ports=checks,
     )

@@ -6,8 +6,10 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Response
+from pydantic import BaseModel, ConfigDict, Field
 
 from corral.api.pools import PoolIn, PoolOut, PoolPatch
+from corral.core.tenancy import Action
 from corral.server.auth import Principal, require_user
 from corral.server.deps import ContextDep
 from corral.server.services import pools as use
@@ -15,6 +17,7 @@ from corral.server.services import pools as use
 router = APIRouter(prefix="/api/v1/pools", tags=["pools"])
 User = Annotated[Principal, Depends(require_user)]
 PoolName = Annotated[str, Path(max_length=64)]
+NodeName = Annotated[str, Path(max_length=255)]
 
 
 @router.get("", response_model=list[PoolOut])
@@ -39,6 +42,23 @@ def update_pool(name: PoolName, body: PoolPatch, ctx: ContextDep, caller: User) 
     use.update_pool(ctx.store, caller, name, body, ctx.settings.data_dir / "pools")
     ctx.autoscaler.wake()
     return use.list_pools(ctx.store, caller, ctx.autoscaler, name=name)[-1]
+
+
+class InterruptIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    seconds: float = Field(120.0, ge=0, le=3600, allow_inf_nan=False)
+
+
+@router.post("/{name}/nodes/{node}/interrupt", status_code=202)
+def interrupt_node(name: PoolName, node: NodeName, body: InterruptIn, ctx: ContextDep, caller: User) -> dict[str, str]:
+    """Play a spot interruption notice of `seconds` on a local pool's node (admins): its jobs are told, stopped
+    and requeued keeping their place; the node goes when the seconds have passed."""
+    caller.require(Action.MANAGE_CLUSTER)
+    pool = ctx.store.get_pool(name)
+    provider = ctx.autoscaler.provider(pool.spec, pool.version) if pool is not None else None
+    use.interrupt_node(ctx.store, caller, name, node, body.seconds, provider)
+    ctx.autoscaler.wake()
+    return {"node": node, "notice_s": f"{body.seconds:g}"}
 
 
 @router.delete("/{name}", status_code=204)

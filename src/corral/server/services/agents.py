@@ -58,6 +58,16 @@ def register_node(store: StateStore, body: AgentRegister) -> Node:
     return node
 
 
+def compute_notice_s(store: StateStore, node: Node, now: datetime | None = None) -> float | None:
+    """Seconds left of a spot interruption notice on a cloud pool's node (None: no notice, or not a pool node)."""
+    if POOL_LABEL not in node.labels:
+        return None
+    got = store.get_pool_node(node.name)
+    if got is None or got[0].notice_at_s is None:
+        return None
+    return max(got[0].notice_at_s - (now or datetime.now(UTC)).timestamp(), 0.0)
+
+
 def _on(job: Job, node: str) -> bool:
     return any(n == node for n, _ in job.placed_parts)
 

@@ -132,6 +132,27 @@ def delete_pool(store: PoolsStore, caller: Principal, name: str) -> None:
     record_audit(store, caller, "pool.delete", name)
 
 
+def interrupt_node(store: PoolsStore, caller: Principal, pool: str, node: str, seconds: float, provider: Any) -> None:
+    """Play a spot interruption notice on a `local` pool's node (admins; the demo's and the tests' way to see what
+    a cloud's notice does). `provider`: that pool's provider."""
+    caller.require(Action.MANAGE_CLUSTER)
+    p = store.get_pool(pool)
+    if p is None:
+        raise NotFoundError("pool", pool)
+    if p.spec.provider != "local":
+        raise ValidationError(
+            "pool", f"only a local pool's nodes can be interrupted by hand ({pool} is {p.spec.provider})"
+        )
+    got = store.get_pool_node(node)
+    if got is None or got[0].pool != pool or not got[0].live:
+        raise NotFoundError("pool node", node)
+    try:
+        provider.interrupt(node, seconds)
+    except ProviderError as e:
+        raise ValidationError("node", str(e)) from e
+    record_audit(store, caller, "pool.interrupt", f"{pool}/{node}", f"{seconds:g} s notice")
+
+
 # ---- what `corral pools` shows ---------------------------------------------------------------------
 def _month_start(now: datetime) -> float:
     return datetime(now.year, now.month, 1, tzinfo=UTC).timestamp()

@@ -43,6 +43,7 @@ def upgrade() -> None:
         sa.Column("joined_at", sa.DateTime(timezone=True), nullable=True),
         sa.Column("idle_since", sa.DateTime(timezone=True), nullable=True),
         sa.Column("ended_at", sa.DateTime(timezone=True), nullable=True),
+        sa.Column("notice_at", sa.DateTime(timezone=True), nullable=True),
         sa.Column("reason", sa.Text(), nullable=False, server_default=""),
         sa.Column("job_ids", sa.JSON(), nullable=False),
     )
