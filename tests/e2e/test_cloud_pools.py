@@ -209,3 +209,27 @@ def test_a_spot_interruption_notice_reaches_the_job_which_requeues_onto_a_new_no
         "the interrupted node is released",
     )
     wait_for(lambda: first["node"] not in {n["name"] for n in c.cli_json("nodes")}, 30, "it leaves the inventory")
+
+
+def test_a_server_killed_mid_job_finds_its_pool_nodes_again(corral_factory: Any) -> None:
+    """kill -9 of the server while a pool node runs a job: the node (its own process) goes on, the restarted server's
+    autoscaler finds it by its record and its instance, the job ends, and the idle node is still released."""
+    c: Corral = corral_factory(gpus="sim:1xL4-24GB")
+    c.start()
+    http = _api(c)
+    r = c.cli(
+        "pool", "create", "burst", "--provider", "local", "--instance-type", "g4=4xA100-80GB,price=2.5",
+        "--max", "1", "--idle", "5",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    job = c.submit("--gpus", "4", "--gpu-model", "A100", "--", "/usr/bin/python3", "-c", "import time; time.sleep(12)")
+    running = wait_for(lambda: (j := c.job(job))["state"] == "RUNNING" and j, 90, "the job runs on a new node")
+    c.kill9()
+    c.start()
+    http = _api(c)
+    assert [n["name"] for n in _pool(http, "burst")["nodes"]] == [running["node"]]
+    done = wait_for(lambda: (j := c.job(job))["state"] == "SUCCEEDED" and j, 60, "the job ends after the restart")
+    assert done["attempt"] == 1 and done["node"] == running["node"]
+    wait_for(lambda: not _pool(http, "burst")["nodes"], 40, "the idle node is released after the restart")
+    events = _pool(http, "burst")["events"]
+    assert len([e for e in events if e["kind"] == "launch"]) == 1, events
