@@ -196,6 +196,8 @@ class Autoscaler(Loop):
             if ch.terminate:
                 self._terminate(n, specs.get(n.pool), pools[n.pool].version if n.pool in pools else 0)
         live = [n for n in current.values() if n.live]
+        changed = {ch.node.name: ch.node for ch in changes}
+        history = [changed.get(n.name, n) for n in history]  # a launch that failed just now backs off at once
         # decide
         cycle = self.scheduler.last_cycle
         pool_specs = tuple(specs.values())
