@@ -133,7 +133,15 @@ def test_comparisons_against_threshold_one(op: str, value: float, holds: bool) -
 
 def test_defaults_are_valid_and_overridable_by_name() -> None:
     names = [r.name for r in DEFAULT_RULES]
-    assert names == ["gpu_unhealthy", "node_lost", "gpu_temperature", "gpu_ecc_errors", "job_gpu_idle"]
+    assert names == [
+        "gpu_unhealthy",
+        "node_lost",
+        "gpu_temperature",
+        "gpu_ecc_errors",
+        "job_gpu_idle",
+        "budget_warning",
+        "budget_exceeded",
+    ]
     cooler = parse_rule(_rule(name="gpu_temperature", threshold=80))
     extra = parse_rule(_rule(name="power", metric="gpu_power_w", threshold=650))
     merged = merge_rules([extra, cooler])

@@ -190,12 +190,12 @@ def test_usage_report_is_scoped_to_the_callers_tenant(api: Api) -> None:
                 .values(gpus=gpus, started_at=start, finished_at=start + timedelta(hours=2), node="n1", gpu_indices=[0])
             )
     mine = api.call("GET", "/reports/usage", auth=alice).json()
-    assert mine == [{"key": "vision", "gpu_hours": 4.0, "jobs": 1, "avg_util_pct": None}]
+    assert mine == [{"key": "vision", "gpu_hours": 4.0, "jobs": 1, "avg_util_pct": None, "cost": 0.0}]
     everyone = api.call("GET", "/reports/usage").json()
     assert {r["key"]: r["gpu_hours"] for r in everyone} == {"vision": 4.0, "nlp": 2.0}
     csv = api.call("GET", "/reports/usage", params={"format": "csv", "group_by": "user"})
     assert csv.headers["content-type"].startswith("text/csv")
-    assert csv.text.splitlines()[0] == "user,gpu_hours,jobs,avg_util_pct"
+    assert csv.text.splitlines()[0] == "user,gpu_hours,jobs,avg_util_pct,cost"
     bad = api.call("GET", "/reports/usage", params={"group_by": "planet"})
     assert bad.status_code == 400 and bad.json()["error"]["field"] == "group_by"
 
