@@ -7,7 +7,15 @@ showing it RUNNING on a node the pool started for it (and to the pool's `joined`
 waits until the node is released (the pool has no node) so that the next run starts a fresh one. Prints the
 median, p90, min and max over the runs.
 
-    .venv/bin/python bench/autoscale.py [--runs 10] [--idle 1] [--json]
+Second part (`--skip-local` runs it alone, `--skip-trace` leaves it out): the what-if simulator (sim/pools.py, the
+autoscaler's own decide() in simulated time) replays a Philly-derived window (bench/queueing_windows.py's MIX1-a;
+its first hour by default, `--full` for the whole 2.8 h) twice with queueing `corral`: on a cloud pool alone (8 x
+V100-32GB nodes at PRICE_PER_NODE_H per hour, boot 120 s, idle 300 s, at most twice the window's 100%-load
+cluster), then on a static cluster of the pooled run's average size (its time-averaged GPUs, in whole 8-GPU
+nodes). Prints cost and average JCT of both, the static cluster priced at the same per-GPU-hour price over its run
+(first submission to last job end).
+
+    .venv/bin/python bench/autoscale.py [--runs 10] [--idle 1] [--skip-local] [--skip-trace] [--full] [--json]
 """
 
 from __future__ import annotations
@@ -27,7 +35,9 @@ from benchlib import make_bench_root, pct, start_corral_up, stop_corral
 CORRAL = str(Path(sys.executable).with_name("corral"))
 JOB_PYTHON = "/usr/bin/python3"  # jobs run as unprivileged users when the agent runs as root: not the venv's
 POOL = "burst"
-NOTE = "(the replayed-trace cost/JCT figure of issue 19 is not built yet)"
+PRICE_PER_NODE_H = 24.48  # an 8 x V100 on-demand node (AWS p3.16xlarge's list price, us-east-1): 3.06 per GPU-hour
+BOOT_S, IDLE_S = 120.0, 300.0
+TRACE_WINDOW = "MIX1-a"
 
 
 def wait(what: str, timeout_s: float, check: Any, every_s: float = 0.05) -> Any:
@@ -79,13 +89,106 @@ def summary(values: list[float]) -> dict[str, float] | None:
     }
 
 
+def trace_part(full: bool) -> dict[str, Any]:
+    """Cost and average JCT of the Philly window on a cloud pool alone and on a static cluster of its average size."""
+    from queueing_windows import GPUS_PER_NODE, cut_window
+
+    from corral.scheduler.queueing import get_queueing_policy
+    from corral.sim.jobs import SimConfig, simulate_jobs
+    from corral.sim.jobs_metrics import compute_report
+    from corral.sim.jobs_trace import SimCluster, parse_cluster_spec
+    from corral.sim.pools import compute_pool_report, parse_pools
+
+    jobs, full_load = cut_window(TRACE_WINDOW, quick=not full)
+    max_nodes = 2 * int(full_load.split("x")[0])
+    pool = {
+        "name": "cloud",
+        "instance_types": [
+            {"name": "p3", "gpus": GPUS_PER_NODE, "gpu_model": "V100-32GB", "price_per_hour": PRICE_PER_NODE_H}
+        ],
+        "max_nodes": max_nodes,
+        "idle_s": IDLE_S,
+    }
+    pools = parse_pools({"boot_s": BOOT_S, "pools": [pool]}, "bench")
+    policy = get_queueing_policy("corral")
+    first = min(tj.job.submit_s for tj in jobs)
+    t0 = time.perf_counter()
+    pooled = simulate_jobs(jobs, SimCluster(0, {}), SimConfig(policy, pools=pools))
+    pooled_s = time.perf_counter() - t0
+    pooled_jct = compute_report(pooled)["avg_jct_s"]
+    figures = compute_pool_report(pooled.pool_nodes, first, pooled.end_s, pooled.unfinished)
+    avg_gpus = float(figures["avg_gpus"])  # type: ignore[arg-type]
+    nodes = max(round(avg_gpus / GPUS_PER_NODE), 1)
+    t0 = time.perf_counter()
+    static = simulate_jobs(jobs, parse_cluster_spec(f"{nodes}x{GPUS_PER_NODE}xV100-32GB"), SimConfig(policy))
+    static_s = time.perf_counter() - t0
+    static_report = compute_report(static)
+    span_h = float(static_report["makespan_s"]) / 3600  # type: ignore[arg-type]
+    per_gpu_h = PRICE_PER_NODE_H / GPUS_PER_NODE
+    return {
+        "window": TRACE_WINDOW + ("" if full else " (first hour)"),
+        "jobs": len(jobs),
+        "queueing": "corral",
+        "pool": f"p3 = {GPUS_PER_NODE} x V100-32GB at {PRICE_PER_NODE_H:g}/h, boot {BOOT_S:g} s, idle {IDLE_S:g} s, "
+        f"at most {max_nodes} nodes, no static node",
+        "pooled": {
+            "avg_jct_s": pooled_jct,
+            "jobs_done": len(pooled.records),
+            "cost": figures["cost"],
+            "avg_gpus": avg_gpus,
+            "peak_gpus": figures["peak_gpus"],
+            "launches": figures["launches"],
+            "hours": round((pooled.end_s - first) / 3600, 3),
+            "unscheduled": figures["unscheduled"],
+            "sim_wall_s": round(pooled_s, 1),
+        },
+        "static": {
+            "nodes": nodes,
+            "gpus": nodes * GPUS_PER_NODE,
+            "avg_jct_s": static_report["avg_jct_s"],
+            "jobs_done": len(static.records),
+            "cost": round(nodes * GPUS_PER_NODE * per_gpu_h * span_h, 4),
+            "hours": round(span_h, 3),
+            "sim_wall_s": round(static_s, 1),
+        },
+        "price_per_gpu_hour": per_gpu_h,
+    }
+
+
+def print_trace(t: dict[str, Any]) -> None:
+    p, s = t["pooled"], t["static"]
+    print(f"what-if, Philly {t['window']}, {t['jobs']} jobs, queueing {t['queueing']}; pool {t['pool']}")
+    print(f"  cloud pool:   avg JCT {p['avg_jct_s']:.1f} s, cost {p['cost']:.2f} ({p['hours']:.2f} h, "
+          f"{p['avg_gpus']:.1f} GPUs on average, peak {p['peak_gpus']}, {p['launches']} launches, "
+          f"{p['unscheduled']} never ran)")  # fmt: skip
+    print(f"  static {s['gpus']} GPUs ({s['nodes']} nodes, the pool's average): avg JCT {s['avg_jct_s']:.1f} s, "
+          f"cost {s['cost']:.2f} at {t['price_per_gpu_hour']:.2f} per GPU-hour over {s['hours']:.2f} h")  # fmt: skip
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--idle", type=float, default=1.0, help="the pool's idle time before a node is released (s)")
+    ap.add_argument("--skip-local", action="store_true", help="leave out the local-provider part")
+    ap.add_argument("--skip-trace", action="store_true", help="leave out the replayed-trace cost/JCT part")
+    ap.add_argument("--full", action="store_true", help="the trace part: the whole window, not its first hour")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
+    out: dict[str, Any] = {}
+    if not args.skip_local:
+        out["local"] = local_part(args)
+    if not args.skip_trace:
+        out["trace"] = trace_part(args.full)
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return
+    if "local" in out:
+        print_local(out["local"], args)
+    if "trace" in out:
+        print_trace(out["trace"])
 
+
+def local_part(args: argparse.Namespace) -> dict[str, Any]:
     root = make_bench_root()
     proc, url, token = start_corral_up([CORRAL], root, {"CORRAL_GPUS": "sim:2xL4-24GB"}, log=root / "up.log")
     to_running: list[float] = []
@@ -175,11 +278,11 @@ def main() -> None:
         "job_end_to_node_released_s": summary(to_released),
         "failed_launches": final.get("failed_launches"),
         "processes_left_after_stop": leftovers,
-        "note": NOTE,
     }
-    if args.json:
-        print(json.dumps(result, indent=2))
-        return
+    return result
+
+
+def print_local(result: dict[str, Any], args: argparse.Namespace) -> None:
     print(f"local pool, {result['instance_type']}, idle {args.idle:g} s; static node {result['static_node']}")
     for key, label in (
         ("submit_to_running_s", "submit (fits no node) -> RUNNING on a new node"),
@@ -195,9 +298,10 @@ def main() -> None:
             print(f"  {label}: median {s['median']:.2f} s, p90 {s['p90']:.2f} s, min {s['min']:.2f} s, "
                   f"max {s['max']:.2f} s  ({result['runs']} runs)")  # fmt: skip
     print(f"  failed launches: {result['failed_launches']}")
-    if leftovers:
-        print(f"  processes still running after `corral up` stopped (killed): {len(leftovers)}")
-    print(NOTE)
+    if result["processes_left_after_stop"]:
+        print(
+            f"  processes still running after `corral up` stopped (killed): {len(result['processes_left_after_stop'])}"
+        )
 
 
 if __name__ == "__main__":

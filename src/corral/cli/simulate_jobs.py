@@ -17,7 +17,8 @@ from corral.scheduler.plugins import DEFAULT_POLICY, policy_names
 from corral.scheduler.queueing import POLICIES, QuotaBook, get_queueing_policy
 from corral.sim.jobs import SimConfig, SimResult, simulate_jobs
 from corral.sim.jobs_metrics import compute_report
-from corral.sim.jobs_trace import FORMATS, load_trace, parse_cluster_spec
+from corral.sim.jobs_trace import FORMATS, SimCluster, load_trace, parse_cluster_spec
+from corral.sim.pools import compute_pool_report, load_pools
 
 _err = Console(stderr=True)
 
@@ -64,8 +65,12 @@ def _plot(result: SimResult, out: Path, title: str) -> None:
 def jobs(
     trace: Annotated[Path, typer.Option("--trace", help="job trace CSV")],
     cluster: Annotated[
-        str, typer.Option("--cluster", help="NODESxGPUSxMODEL (e.g. 32x8xV100-32GB, groups joined by +) or a nodes CSV")
-    ],
+        str | None,
+        typer.Option(
+            "--cluster",
+            help="NODESxGPUSxMODEL (e.g. 32x8xV100-32GB, groups joined by +) or a nodes CSV (optional with --pools)",
+        ),
+    ] = None,
     fmt: Annotated[str, typer.Option("--format", help=f"trace format: {'|'.join(FORMATS)}")] = "corral",
     queueing: Annotated[str | None, typer.Option("--queueing", help=f"{'|'.join(POLICIES)} (default: corral)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the figures as JSON")] = False,
@@ -91,13 +96,22 @@ def jobs(
         ),
     ] = "equal",
     starts: Annotated[bool, typer.Option("--starts", help="with --json: list every start and its placements")] = False,
+    pools_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--pools", help="cloud pools (JSON, docs/elastic.md): run the autoscaler, report cost next to JCT"
+        ),
+    ] = None,
 ) -> None:
     """Discrete-event replay of a job trace through Corral's queueing (the server's code), in simulated time."""
     try:
         policy = get_queueing_policy(queueing)
         if fmt not in FORMATS:
             raise ValidationError("--format", f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
-        pool = parse_cluster_spec(cluster)
+        if cluster is None and pools_file is None:
+            raise ValidationError("--cluster", "required (it may be left out with --pools: no static nodes)")
+        pool = parse_cluster_spec(cluster) if cluster is not None else SimCluster(0, {})
+        pools = load_pools(pools_file) if pools_file is not None else None
         if placement not in policy_names():
             raise ValidationError(
                 "--placement", f"unknown policy {placement!r}; expected one of {', '.join(policy_names())}"
@@ -119,11 +133,18 @@ def jobs(
         placement=placement,
         seed=seed,
         quotas=QuotaBook() if quotas == "none" else None,
+        pools=pools,
     )
     with Progress(console=_err, disable=not sys.stderr.isatty(), transient=True) as progress:
         task = progress.add_task(f"{policy.name} on {pool.gpus} GPUs", total=len(trace_jobs))
         result = simulate_jobs(trace_jobs, pool, cfg, progress=lambda n: progress.advance(task, n))
     figures = compute_report(result)
+    if pools is not None:
+        first = min((t.job.submit_s for t in trace_jobs), default=0.0)
+        figures["pools"] = compute_pool_report(result.pool_nodes, first, result.end_s, result.unfinished)
+    where = pool.describe() if cluster is not None else "no static nodes"
+    if pools is not None:
+        where += " + pools " + ", ".join(p.name for p in pools.pools)
     if starts:
         figures["starts"] = [
             {
@@ -134,12 +155,12 @@ def jobs(
             for s in result.starts
         ]
     if plot is not None:
-        _plot(result, plot, f"{trace.name}, {policy.name}, {pool.describe()}")
+        _plot(result, plot, f"{trace.name}, {policy.name}, {where}")
     if as_json:
         print(json.dumps(figures, indent=2))
         return
     out = Console()
-    out.print(f"{trace.name} on {pool.describe()}, queueing {policy.name}", markup=False, highlight=False)
+    out.print(f"{trace.name} on {where}, queueing {policy.name}", markup=False, highlight=False)
     for key in (
         "jobs",
         "avg_jct_s",
@@ -151,6 +172,13 @@ def jobs(
         "gpu_util_pct",
     ):
         out.print(f"  {key:<14}{figures[key]}", markup=False, highlight=False)
+    if pools is not None:
+        pf: dict[str, object] = figures["pools"]  # type: ignore[assignment]
+        for key in ("cost", "node_hours", "gpu_hours", "avg_gpus", "peak_gpus", "launches", "unscheduled"):
+            out.print(f"  {key:<14}{pf[key]}", markup=False, highlight=False)
+        if result.unfinished:
+            listed = ", ".join(result.unfinished[:10]) + (" ..." if len(result.unfinished) > 10 else "")
+            out.print(f"  never ran (no pool could start a node for them): {listed}", markup=False, highlight=False)
     out.print(f"  {'tenant':<16}{'share %':>9}{'entitled %':>11}{'avg wait s':>11}", markup=False, highlight=False)
     tenants: dict[str, dict[str, float]] = figures["tenants"]  # type: ignore[assignment]
     for t, v in tenants.items():

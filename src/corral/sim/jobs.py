@@ -9,7 +9,8 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
-from corral.core.resources import Placement
+from corral.core.pools import PoolNode
+from corral.core.resources import NodeInfo, NodeState, Placement
 from corral.core.states import JobState
 from corral.scheduler.cluster import Cluster
 from corral.scheduler.plan import Plan, Snapshot, compute_plan
@@ -27,11 +28,13 @@ from corral.scheduler.queueing import (
 from corral.scheduler.queueing.admission import with_attained
 from corral.scheduler.queueing.prediction import DurationPredictor, JobFeatures
 from corral.sim.jobs_trace import SimCluster, TraceJob, compute_gang
+from corral.sim.pools import PoolsConfig, PoolSim
 from corral.sim.store import compute_store_time, load_store, submit_request
 from corral.store.applier import apply_plan
 from corral.store.memory import MemoryStore
 
-ARRIVE, FINISH, EXIT, CYCLE = 0, 1, 2, 3
+ARRIVE, FINISH, EXIT, CYCLE, JOIN, POOL = 0, 1, 2, 3, 4, 5  # JOIN: a pool node joins; POOL: look at the pools
+_IDLE_EPS_S = 1e-6  # a node idle for exactly its pool's idle time is past it
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +57,8 @@ class SimConfig:
     # Explain one cycle every this many simulated seconds and score each pending job's ETA against its next
     # start (SimResult.eta_errors_s); None: never (cycles skip reasons and ETAs).
     eta_sample_s: float | None = None
+    # Cloud pools (sim/pools.py): the autoscaler's own demand and decide() run after each cycle; None: none.
+    pools: PoolsConfig | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +106,9 @@ class SimResult:
     # many sampled pending jobs had none (unknown: only jobs without a time limit or prediction ahead).
     eta_errors_s: list[float] = field(default_factory=list)
     eta_unknown: int = 0
+    pool_nodes: tuple[PoolNode, ...] = ()  # with SimConfig.pools: every node the pools started (all released)
+    unfinished: list[str] = field(default_factory=list)  # jobs still waiting when the run ended (never ran)
+    end_s: float = 0.0  # the last event's time
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +156,8 @@ class _Sim:
     features: dict[str, JobFeatures] = field(default_factory=dict)
     next_eta_sample: float = 0.0
     eta_open: dict[str, list[float]] = field(default_factory=dict)  # job -> ETAs given while it waited
+    pools: PoolSim | None = None
+    arrivals_left: int = 0
 
     def push(self, t: float, kind: int, job_id: str = "", version: int = 0) -> None:
         self.seq += 1
@@ -168,10 +178,14 @@ def simulate_jobs(
 ) -> SimResult:
     """Run the trace to completion; `progress(n)` is told each finished job."""
     tenants = sorted({t.job.tenant for t in trace})
+    quota_milli = dict(cluster.pool_milli)
+    if cfg.pools is not None:  # the most GPUs the cluster can hold, its pools at their maximum
+        for model, milli in cfg.pools.max_pool_milli().items():
+            quota_milli[model] = quota_milli.get(model, 0) + milli
     quotas = (
         cfg.quotas
         if cfg.quotas is not None
-        else (equal_quotas(tenants, cluster.pool_milli) if cfg.policy.fair_share else QuotaBook())
+        else (equal_quotas(tenants, quota_milli) if cfg.policy.fair_share else QuotaBook())
     )
     weights = {t: (q.fair_weight() if (q := quotas.get(t)) else 1.0) for t in tenants}
     engine = Cluster(cluster.infos(), cfg.placement, rng=None if cfg.seed is None else random.Random(cfg.seed))
@@ -180,17 +194,23 @@ def simulate_jobs(
         sim.predictor = DurationPredictor()
         sim.features = {t.job.id: t.features or JobFeatures(t.job.tenant, t.job.tenant, gpus=t.job.gpus) for t in trace}
     per_node = cluster.max_gpus_per_node()
+    if cfg.pools is not None:
+        sim.pools = PoolSim(cfg.pools)
+        per_node = max(per_node, cfg.pools.max_gpus_per_node)
+    sim.arrivals_left = len(trace)
     sim.result = SimResult([], [], [], sum(cluster.pool_milli.values()), weights)
     jobs = {t.job.id: t for t in trace}
     for t in trace:
         sim.push(t.job.submit_s, ARRIVE, t.job.id)
         sim.duration[t.job.id] = t.duration_s
         sim.remaining[t.job.id] = t.duration_s
+    now = 0.0
     while sim.events:
         now, kind, _, job_id, version = heapq.heappop(sim.events)
         if cfg.horizon_s is not None and now > cfg.horizon_s:
             break
         if kind == ARRIVE:
+            sim.arrivals_left -= 1
             tj = jobs[job_id]
             job = tj.job if cfg.policy.order == "sjf" else replace(tj.job, known_duration_s=None)
             job = compute_gang(job, per_node)
@@ -215,6 +235,18 @@ def simulate_jobs(
                 continue
             sim.cycle_at = None
             _cycle(sim, now)
+        elif kind == JOIN:
+            assert sim.pools is not None
+            _add_node(sim, sim.pools.join(job_id, now), now)
+            _wake_when_idle(sim, job_id, now)
+            sim.want_cycle(now)
+        elif kind == POOL:
+            sim.want_cycle(now)
+    sim.result.unfinished = sorted(sim.pending)
+    sim.result.end_s = now
+    if sim.pools is not None:
+        sim.pools.end(now)
+        sim.result.pool_nodes = tuple(sim.pools.nodes.values())
     return sim.result
 
 
@@ -264,11 +296,18 @@ def _cycle(sim: _Sim, now: float) -> None:
     sim.usage = compute_decayed_usage(sim.usage, sim.running.values(), now - sim.usage_t, cfg.policy.half_life_s)
     sim.usage_t = now
     if not sim.pending:
+        _autoscale(sim, now, None)
         return
     running = list(sim.running.values())
-    state = QueueState(list(sim.pending.values()), running, {}, sim.quotas, sim.usage, sim.cluster.pool_milli)
+    # With pools the cluster grows and shrinks: the plan sees the nodes there now, as the server's does.
+    pool_milli = sim.engine.pool_milli() if sim.pools is not None else sim.cluster.pool_milli
+    state = QueueState(list(sim.pending.values()), running, {}, sim.quotas, sim.usage, pool_milli)
     explain = cfg.eta_sample_s is not None and now >= sim.next_eta_sample
-    plan = compute_plan(Snapshot((), state), now, sim.engine.policy, cfg.policy, explain=explain, cluster=sim.engine)
+    before = Snapshot(tuple(sim.engine.node_states()) if sim.pools is not None else (), state)
+    # The autoscaler reads each waiting job's reason: with pools every cycle explains, as the server's does.
+    plan = compute_plan(
+        before, now, sim.engine.policy, cfg.policy, explain=explain or sim.pools is not None, cluster=sim.engine
+    )
     plan = _commit(sim, plan, now)
     if explain:
         assert cfg.eta_sample_s is not None
@@ -295,8 +334,59 @@ def _cycle(sim: _Sim, now: float) -> None:
         sim.overhead[a.job_id] = overhead
         sim.version[a.job_id] += 1
         sim.push(now + overhead + sim.remaining[a.job_id], FINISH, a.job_id, sim.version[a.job_id])
-    if sim.pending and (cfg.policy.preempt or plan.preempt):
+    _autoscale(sim, now, (before, plan))
+    if sim.pending and (cfg.policy.preempt or plan.preempt) and not _stuck(sim):
         sim.want_cycle(now + 30.0)  # service levels change while jobs run: look again even if nothing happens
+
+
+def _autoscale(sim: _Sim, now: float, cycle: tuple[Snapshot, Plan] | None) -> None:
+    """The autoscaler's pass after a cycle (sim/pools.py): launched nodes join `boot_s` later, released ones
+    leave the cluster now, and a node that just went idle is looked at again when its idle time is up."""
+    if sim.pools is None:
+        return
+    jobs_on: dict[str, int] = {}
+    for placements in sim.placed.values():
+        for p in placements:
+            jobs_on[p.node] = jobs_on.get(p.node, 0) + 1
+    launched, released, idle = sim.pools.step(now, cycle, jobs_on)
+    for node in launched:
+        sim.push(now + sim.pools.cfg.boot_s, JOIN, node.name)
+    for node in released:
+        _remove_node(sim, node.name, now)
+    for node in idle:
+        _wake_when_idle(sim, node.name, now)
+
+
+def _wake_when_idle(sim: _Sim, name: str, since: float) -> None:
+    assert sim.pools is not None
+    spec = next(p for p in sim.pools.cfg.pools if p.name == sim.pools.nodes[name].pool)
+    sim.push(since + spec.idle_s + _IDLE_EPS_S, POOL)
+
+
+def _stuck(sim: _Sim) -> bool:
+    """With pools: nothing runs, no job is still to arrive and no node is starting, so the jobs left wait for
+    nothing that can come (they fit no instance type, or the pools are at their maximum with nothing running)."""
+    return sim.pools is not None and not sim.running and sim.arrivals_left == 0 and not sim.pools.launching()
+
+
+def _rebuild(sim: _Sim, states: list[NodeState]) -> None:
+    """The engine over a changed node set, the loads on the nodes that stay kept."""
+    sim.engine = Cluster.from_states(states, sim.engine.policy, rng=sim.engine.rng)
+
+
+def _add_node(sim: _Sim, info: NodeInfo, now: float) -> None:
+    """A pool node joins: registered in the store (READY) and in the engine, as an agent's registration does."""
+    at = compute_store_time(now)
+    sim.store.upsert_node(
+        info.name, info.name, "sim", info.cpu_milli, info.memory_mib, dict(info.labels), info.gpus, at
+    )
+    _rebuild(sim, [*sim.engine.node_states(), NodeState(info)])
+
+
+def _remove_node(sim: _Sim, name: str, now: float) -> None:
+    """A released pool node (no job on it) leaves the engine; the store sees it lost."""
+    sim.store.mark_node_lost(name)
+    _rebuild(sim, [s for s in sim.engine.node_states() if s.info.name != name])
 
 
 def _sample_etas(sim: _Sim, plan: Plan) -> None:
