@@ -1,7 +1,8 @@
-"""Shared setup for the integration tests of the job proxy."""
+"""Shared setup for the integration tests: the job proxy's app, and moto's server for the AWS provider's."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -18,6 +19,8 @@ from corral.server.routers import proxy
 from corral.server.settings import Settings
 from corral.store.records import JobSpec
 from corral.store.sql import SqlStore, open_store
+from moto_server import MotoUnavailable, run_moto_server
+from realparts import missing_real_part
 
 
 @dataclass(frozen=True)
@@ -76,3 +79,30 @@ def proxy_app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Calla
     yield make
     for store in stores:
         store.close()
+
+
+# ---- moto's server (AWS APIs over real HTTP): the aws provider's tests ----------------------------------------
+AWS_REGION = "us-east-1"
+
+
+@pytest.fixture(scope="session")
+def moto_endpoint() -> Iterator[str]:
+    """moto's server for this worker, validating AMIs as EC2 does (an unknown AMI is an error, not a machine)."""
+    try:
+        with run_moto_server({"MOTO_ENABLE_AMI_VALIDATION": "true"}) as endpoint:
+            yield endpoint
+    except MotoUnavailable as e:
+        missing_real_part(f"moto's server (AWS APIs): {e}", "make test installs it (pip install -e '.[dev]')")
+
+
+@pytest.fixture
+def aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Dummy credentials and region for this test only; a developer's own ~/.aws and profile are kept out."""
+    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_EC2"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_AWS_REGION", AWS_REGION)
+    monkeypatch.setenv("AWS_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", os.devnull)
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")

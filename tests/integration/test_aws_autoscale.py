@@ -5,7 +5,6 @@ at once: the next cheapest type that fits is started instead (and the job says s
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -20,32 +19,9 @@ from corral.server.background.autoscaler import Autoscaler, JoinAccess
 from corral.server.background.scheduling import Scheduler
 from corral.server.services.notify import NodeNotifier
 from corral.store.sql import SqlStore, open_store
-from moto_server import MotoUnavailable, run_moto_server
-from realparts import missing_real_part
 
 REGION = "us-east-1"
 CREDENTIALS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
-
-
-@pytest.fixture(scope="module")
-def moto_endpoint() -> Iterator[str]:
-    try:
-        with run_moto_server({"MOTO_ENABLE_AMI_VALIDATION": "true"}) as endpoint:
-            yield endpoint
-    except MotoUnavailable as e:
-        missing_real_part(f"moto's server (AWS APIs): {e}", "make test installs it (pip install -e '.[dev]')")
-
-
-@pytest.fixture
-def aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_EC2"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
-    monkeypatch.setenv("AWS_CONFIG_FILE", os.devnull)
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", os.devnull)
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
 
 
 @pytest.fixture

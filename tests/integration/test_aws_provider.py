@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import shlex
 import stat
 import subprocess
 import sys
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +32,6 @@ from corral.cloud.base import (
 )
 from corral.cloud.userdata import MAX_USER_DATA_BYTES, TOKEN_PATH, UNIT_PATH, compute_user_data
 from corral.core.pools import InstanceType
-from moto_server import MotoUnavailable, run_moto_server
-from realparts import missing_real_part
 
 REGION = "us-east-1"
 FAKE_CREDENTIALS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
@@ -44,29 +41,6 @@ SPOT_TYPE = InstanceType(name="g5.2xlarge", gpus=1, gpu_model="A10G-24GB", price
 
 
 # ---- fixtures ----------------------------------------------------------------------------------------------------
-@pytest.fixture(scope="session")
-def moto_endpoint() -> Iterator[str]:
-    """moto's server for this worker, validating AMIs as EC2 does (an unknown AMI is an error, not a machine)."""
-    try:
-        with run_moto_server({"MOTO_ENABLE_AMI_VALIDATION": "true"}) as endpoint:
-            yield endpoint
-    except MotoUnavailable as e:
-        missing_real_part(f"moto's server (AWS APIs): {e}", "make test installs it (pip install -e '.[dev]')")
-
-
-@pytest.fixture
-def aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Dummy credentials and region for this test only; a developer's own ~/.aws and profile are kept out."""
-    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_EC2"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
-    monkeypatch.setenv("AWS_CONFIG_FILE", os.devnull)
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", os.devnull)
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-
-
 @pytest.fixture
 def ec2(moto_endpoint: str) -> Any:
     """A plain boto3 EC2 client on the same server: what the test checks the provider did with."""

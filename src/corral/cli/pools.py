@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
@@ -92,20 +93,35 @@ def _types(items: list[str] | None) -> list[InstanceTypeIn] | None:
 
     out = []
     for text in items:
-        t = parse_instance_type(text, "--instance-type")
-        out.append(
-            InstanceTypeIn(
-                name=t.name,
-                gpus=t.gpus,
-                gpu_model=t.gpu_model,
-                gpu_memory_mib=t.gpu_memory_mib,
-                cpus=t.cpus,
-                memory_gib=t.memory_gib,
-                price_per_hour=t.price_per_hour,
-                spot=t.spot,
-            )
-        )
+        out.append(InstanceTypeIn(**asdict(parse_instance_type(text, "--instance-type"))))
     return out
+
+
+def _fields(
+    instance_type: list[str] | None,
+    region: str | None,
+    min_nodes: int | None,
+    max_nodes: int | None,
+    idle: float | None,
+    join_timeout: float | None,
+    label: list[str] | None,
+    taint: list[str] | None,
+    policy: str | None,
+    setting: list[str] | None,
+) -> dict[str, Any]:
+    """The body fields `create` and `update` share, from their flags (None: not given)."""
+    return {
+        "instance_types": _types(instance_type),
+        "region": region,
+        "min_nodes": min_nodes,
+        "max_nodes": max_nodes,
+        "idle_s": idle,
+        "join_timeout_s": join_timeout,
+        "labels": _pairs(label, "--label"),
+        "taints": taint,
+        "policy": policy,
+        "settings": _pairs(setting, "--setting"),
+    }
 
 
 def _validated(model: type[Any], data: dict[str, Any]) -> Any:
@@ -173,23 +189,8 @@ def create(
         raise ValidationError("--provider", "missing: local or aws")
     if not instance_type:
         raise ValidationError("--instance-type", "missing: at least one, e.g. g4=4xA100-80GB,price=2.5")
-    body = _validated(
-        PoolIn,
-        {
-            "name": name,
-            "provider": provider,
-            "instance_types": _types(instance_type),
-            "region": region,
-            "min_nodes": min_nodes,
-            "max_nodes": max_nodes,
-            "idle_s": idle,
-            "join_timeout_s": join_timeout,
-            "labels": _pairs(label, "--label"),
-            "taints": taint,
-            "policy": policy,
-            "settings": _pairs(setting, "--setting"),
-        },
-    )
+    shared = _fields(instance_type, region, min_nodes, max_nodes, idle, join_timeout, label, taint, policy, setting)
+    body = _validated(PoolIn, {"name": name, "provider": provider, **shared})
     with make_client() as c, _named_by_flags():
         p = c.create_pool(body)
     if as_json:
@@ -216,22 +217,8 @@ def update(
     as_json: JSON = False,
 ) -> None:
     """Change a pool (admins); the fields not given stay."""
-    patch = _validated(
-        PoolPatch,
-        {
-            "instance_types": _types(instance_type),
-            "region": region,
-            "min_nodes": min_nodes,
-            "max_nodes": max_nodes,
-            "idle_s": idle,
-            "join_timeout_s": join_timeout,
-            "labels": _pairs(label, "--label"),
-            "taints": taint,
-            "policy": policy,
-            "settings": _pairs(setting, "--setting"),
-            "paused": pause,
-        },
-    )
+    shared = _fields(instance_type, region, min_nodes, max_nodes, idle, join_timeout, label, taint, policy, setting)
+    patch = _validated(PoolPatch, {**shared, "paused": pause})
     with make_client() as c, _named_by_flags():
         p = c.update_pool(name, patch)
     if as_json:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import asdict, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
@@ -24,6 +24,7 @@ from corral.core.pools import (
     check_pool,
     check_pool_name,
     compute_spend,
+    pool_to_dict,
 )
 from corral.core.states import JobState
 from corral.core.tenancy import Action
@@ -78,23 +79,9 @@ def _check(spec: PoolSpec, local_root: Path) -> PoolSpec:
 def create_pool(store: PoolsStore, caller: Principal, body: PoolIn, local_root: Path) -> Pool:
     caller.require(Action.MANAGE_CLUSTER)
     check_pool_name(body.name)
+    fields = body.model_dump(exclude={"instance_types", "taints"})
     spec = _check(
-        PoolSpec(
-            name=body.name,
-            provider=body.provider,
-            kind=body.kind,
-            region=body.region,
-            instance_types=tuple(_type(t) for t in body.instance_types),
-            min_nodes=body.min_nodes,
-            max_nodes=body.max_nodes,
-            idle_s=body.idle_s,
-            join_timeout_s=body.join_timeout_s,
-            labels=dict(body.labels),
-            taints=tuple(body.taints),
-            policy=body.policy,
-            settings=dict(body.settings),
-            paused=body.paused,
-        ),
+        PoolSpec(**fields, instance_types=tuple(_type(t) for t in body.instance_types), taints=tuple(body.taints)),
         local_root,
     )
     who = caller.user.name if caller.user else f"token:{caller.token.name}"
@@ -163,16 +150,7 @@ def _at(s: float | None) -> datetime | None:
 
 
 def _type_out(t: InstanceType) -> InstanceTypeOut:
-    return InstanceTypeOut(
-        name=t.name,
-        gpus=t.gpus,
-        gpu_model=t.gpu_model,
-        gpu_memory_mib=t.gpu_memory_mib,
-        cpus=t.cpus,
-        memory_gib=t.memory_gib,
-        price_per_hour=t.price_per_hour,
-        spot=t.spot,
-    )
+    return InstanceTypeOut(**asdict(t))
 
 
 def _node_out(
@@ -241,20 +219,8 @@ def list_pools(
         nodes = [_node_out(n, inventory, jobs_on, spec) for n in live]
         out.append(
             PoolOut(
-                name=spec.name,
-                kind=spec.kind,
-                provider=spec.provider,
-                region=spec.region,
-                instance_types=[_type_out(t) for t in spec.instance_types],
-                min_nodes=spec.min_nodes,
-                max_nodes=spec.max_nodes,
-                idle_s=spec.idle_s,
-                join_timeout_s=spec.join_timeout_s,
-                labels=dict(spec.labels),
-                taints=list(spec.taints),
-                policy=spec.policy,
+                **{k: v for k, v in pool_to_dict(spec).items() if k != "settings"},
                 settings=dict(spec.settings) if admin else None,
-                paused=spec.paused,
                 nodes=nodes,
                 node_count=len(live),
                 gpus=sum(n.gpus for n in nodes),
