@@ -80,7 +80,7 @@ def test_reports_chart_table_and_csv_export_for_a_job_that_ran(admin_tab: Tab, c
         with page.expect_download() as download:
             page.click("#csv")
         lines = Path(download.value.path()).read_text().splitlines()
-        assert lines[0] == f"{group},gpu_hours,jobs,avg_util_pct", lines[:2]
+        assert lines[0] == f"{group},gpu_hours,jobs,avg_util_pct,cost", lines[:2]
         mine = [line.split(",") for line in lines[1:] if line.split(",")[0] == key]
         assert len(mine) == 1 and mine[0][2] == "1" and float(mine[0][1]) > 0, lines
     admin_tab.shot("reports-user")

@@ -30,6 +30,7 @@ ALLOWED_ENV = {
     "CORRAL_JOB_ID",
     "CORRAL_ATTEMPT",
     "CORRAL_CHECKPOINT_DIR",
+    "CORRAL_NOTICE_FILE",  # where a spot interruption notice's seconds appear (docs/elastic.md)
     "PWD",
     "SHLVL",
     "_",

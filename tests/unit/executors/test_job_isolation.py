@@ -69,6 +69,7 @@ def test_environment_is_only_what_the_job_asked_for(
         "NVIDIA_VISIBLE_DEVICES": "GPU-1",
         "CORRAL_JOB_ID": "j-env",
         "CORRAL_CHECKPOINT_DIR": str(executor.checkpoint_dir("7")),
+        "CORRAL_NOTICE_FILE": str(executor.checkpoint_dir("7") / ".corral-notice"),
     }
 
 
