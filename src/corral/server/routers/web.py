@@ -32,6 +32,8 @@ PAGES = (
     "/schedules",
     "/services",
     "/services/{name}",  # the portal's page; the gateway (on the API port when CORRAL_GATEWAY_PORT=0) serves /services/NAME/...
+    "/pools",
+    "/pools/{name}",
 )
 
 

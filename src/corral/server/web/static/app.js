@@ -14,6 +14,8 @@ const ROUTES = [
   [/^\/schedules$/, "schedules", "render", "schedules"],
   [/^\/services$/, "services", "renderList", "services"],
   [/^\/services\/([^/]+)$/, "services", "renderService", "services"],
+  [/^\/pools$/, "pools", "renderList", "pools"],
+  [/^\/pools\/([^/]+)$/, "pools", "renderPool", "pools"],
   [/^\/alerts$/, "alerts", "render", "alerts"],
   [/^\/admin$/, "admin", "render", "admin"],
   [/^\/reports$/, "reports", "render", "reports"],
