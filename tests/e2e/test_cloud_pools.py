@@ -60,12 +60,17 @@ def test_local_pool_starts_a_node_for_a_job_and_releases_it_when_idle(corral_fac
     assert any(e["kind"] == "launch" and "job" in e["message"] for e in pool["events"])
     assert any(e["kind"] == "joined" for e in pool["events"])
 
-    # Larger than any instance type (and pinned to the pool): it waits, saying what the pool's largest is.
-    big = c.submit("--gpus", "8", "--pool", "burst", "--", "/usr/bin/python3", "-c", "pass")
+    # Larger than any instance type: pinned to the pool it is refused at once, naming the pool's largest type; one
+    # that only the (cordoned) static node could ever hold waits, and says what the pool's largest is.
+    r = c.cli("submit", "--gpus", "8", "--pool", "burst", "--", "/usr/bin/python3", "-c", "pass")
+    assert r.returncode != 0 and "g4 (4 x A100-80GB" in r.stderr, r.stderr
+    assert c.cli("nodes", "cordon", "node-a").returncode == 0
+    big = c.submit("--gpus", "8", "--", "/usr/bin/python3", "-c", "pass")
     big_job = wait_for(lambda: (j := c.job(big))["pending_code"] == "no-instance-type" and j, 30, "reason")
     assert "g4 (4 x A100-80GB" in big_job["pending_reason"], big_job
     r = c.cli("cancel", str(big))
     assert r.returncode == 0, r.stderr
+    assert c.cli("nodes", "uncordon", "node-a").returncode == 0
 
     done = wait_for(lambda: (j := c.job(job))["state"] == "SUCCEEDED" and j, 60, "the job succeeds")
     ended = datetime.fromisoformat(done["finished_at"]).timestamp()

@@ -168,6 +168,12 @@ class PoolMethods:
 
     # ---- budgets ----
     def set_budget(self, tenant_id: int, budget: Budget, now: datetime) -> None:
+        try:
+            self._set_budget(tenant_id, budget, now)
+        except IntegrityError:  # another writer made it meanwhile: this one replaces it
+            self._set_budget(tenant_id, budget, now)
+
+    def _set_budget(self, tenant_id: int, budget: Budget, now: datetime) -> None:
         with self._tx() as s:
             row = s.scalars(select(BudgetRow).where(BudgetRow.tenant_id == tenant_id)).first()
             if row is None:

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from corral.core.pools import POOL_LABEL, STATIC_POOL
 from corral.core.requests import model_matches
 from corral.core.resources import NodeInfo, NodeState
 from corral.core.states import JobState
@@ -86,7 +87,7 @@ def compute_snapshot(
             gpus=n.gpus,
             cpu_milli=n.cpu_milli,
             memory_mib=n.memory_mib,
-            labels=tuple(sorted(n.labels.items())),
+            labels=tuple(sorted({POOL_LABEL: STATIC_POOL, **n.labels}.items())),  # a node no pool started: static
             taints=taints.get(n.name, ()),
             runtimes=n.runtimes,
             images=frozenset(n.images),

@@ -14,7 +14,7 @@ from corral.autoscaler.demand import TypeFit
 from corral.core.arrays import parse_array
 from corral.core.containers import check_mounts_allowed
 from corral.core.errors import NotFoundError, ValidationError
-from corral.core.pools import STATIC_POOL, PoolSpec
+from corral.core.pools import POOL_LABEL, STATIC_POOL, PoolSpec
 from corral.core.requests import ResourceRequest, model_matches
 from corral.core.states import JobState
 from corral.server.auth import Principal
@@ -143,7 +143,19 @@ def check_fits_some_node_or_pool(
     request: ResourceRequest, nodes: list[Node], gang: int, pools: Sequence[PoolSpec]
 ) -> None:
     """check_fits_some_node, except that a request one of the cloud pools could start a node for is accepted (it
-    waits for that node); the error names each pool's largest instance type."""
+    waits for that node); the error names each pool's largest instance type. A job pinned to a pool (its node
+    selector `pool=NAME`) is judged against that pool's nodes and instance types only."""
+    pinned = dict(request.node_selector).get(POOL_LABEL)
+    if pinned == STATIC_POOL:  # the nodes no pool started (none yet: accepted, nodes may join)
+        check_fits_some_node(request, [n for n in nodes if n.labels.get(POOL_LABEL, STATIC_POOL) == STATIC_POOL], gang)
+        return
+    if pinned is not None:  # a cloud pool: its instance types say (its nodes are of them)
+        mine = [p for p in pools if p.name == pinned]
+        fit = TypeFit(mine)
+        if not any(fit.fits(p.name, t.name, request) and p.max_nodes >= gang for p in mine for t in p.instance_types):
+            largest = "; ".join(t.describe for p in mine if (t := p.largest) is not None) or "none"
+            raise ValidationError("gpus", f"no instance type of pool {pinned} fits it (its largest: {largest})")
+        return
     try:
         check_fits_some_node(request, nodes, gang)
     except ValidationError as e:

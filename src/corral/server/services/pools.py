@@ -67,8 +67,13 @@ def _type(t: InstanceTypeIn) -> InstanceType:
 
 def _check(spec: PoolSpec, local_root: Path) -> PoolSpec:
     check_pool(spec)
-    if spec.policy and importlib.util.find_spec(spec.policy.split(".")[0]) is None:
-        raise ValidationError("policy", f"no module {spec.policy} on the server's Python path")
+    if spec.policy:
+        try:
+            found = importlib.util.find_spec(spec.policy)
+        except (ImportError, ValueError):
+            found = None
+        if found is None:
+            raise ValidationError("policy", f"no module {spec.policy} on the server's Python path")
     try:
         check_provider_settings(spec, local_root)
     except ProviderError as e:
