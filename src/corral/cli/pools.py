@@ -4,18 +4,17 @@ A refused value, by the CLI or the server, is named by the flag the user typed."
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-import pydantic
 import typer
 
 from corral.api.pools import BudgetIn, InstanceTypeIn, PoolIn, PoolOut, PoolPatch
 from corral.cli import light
 from corral.cli.config import make_client
+from corral.cli.flags import named_by_flags, validated
 from corral.cli.output import print_json
 from corral.core.errors import ValidationError
 
@@ -66,12 +65,8 @@ Policy = Annotated[
 Settings = Annotated[list[str] | None, typer.Option("--setting", help="KEY=VALUE for the provider; repeatable.")]
 
 
-@contextmanager
-def _named_by_flags() -> Iterator[None]:
-    try:
-        yield
-    except Exception as e:
-        raise light._flag_error(e, flags=FLAG_OF_FIELD) from None
+def _named_by_flags() -> AbstractContextManager[None]:
+    return named_by_flags(FLAG_OF_FIELD)
 
 
 def _pairs(items: list[str] | None, flag: str) -> dict[str, str] | None:
@@ -125,13 +120,7 @@ def _fields(
 
 
 def _validated(model: type[Any], data: dict[str, Any]) -> Any:
-    try:
-        return model.model_validate({k: v for k, v in data.items() if v is not None})
-    except pydantic.ValidationError as e:
-        err = e.errors()[0]
-        loc = [str(x) for x in err["loc"]]
-        flag = FLAG_OF_FIELD.get(loc[0], loc[0]) if loc else "body"
-        raise ValidationError(flag, str(err["msg"]).removeprefix("Value error, ")) from None
+    return validated(model, {k: v for k, v in data.items() if v is not None}, FLAG_OF_FIELD)
 
 
 def _ago(at: datetime | None) -> str:
@@ -317,22 +306,12 @@ def budget_set(
     as_json: JSON = False,
 ) -> None:
     """Set (or replace) a tenant's budget (admins)."""
-    try:
-        body = BudgetIn.model_validate(
-            {k: v for k, v in {"period": period, "gpu_hours": gpu_hours, "money": money, "policy": policy}.items()
-             if v is not None}
-        )  # fmt: skip
-    except pydantic.ValidationError as e:
-        err = e.errors()[0]
-        loc = str(err["loc"][0]) if err["loc"] else "body"
-        raise ValidationError(BUDGET_FLAGS.get(loc, loc), str(err["msg"])) from None
+    fields = {"period": period, "gpu_hours": gpu_hours, "money": money, "policy": policy}
+    body = validated(BudgetIn, {k: v for k, v in fields.items() if v is not None}, BUDGET_FLAGS)
     if gpu_hours is None and money is None:
         raise ValidationError("--gpu-hours", "give --gpu-hours, --money or both")
-    with make_client() as c:
-        try:
-            b = c.set_budget(tenant, body)
-        except Exception as e:
-            raise light._flag_error(e, flags=BUDGET_FLAGS) from None
+    with make_client() as c, named_by_flags(BUDGET_FLAGS):
+        b = c.set_budget(tenant, body)
     if as_json:
         return print_json(b)
     print(f"budget of {b.tenant}: {b.used_pct:.0f}% used this {b.period} ({b.state}); policy {b.policy}")
@@ -354,11 +333,8 @@ def report(
     as_json: JSON = False,
 ) -> None:
     """GPU-hours, jobs, utilisation and cost per group over a time range (members: their tenant's)."""
-    with make_client() as c:
-        try:
-            data = c.usage_report(by, start, end, csv=as_csv)
-        except Exception as e:
-            raise light._flag_error(e, flags={"group_by": "--by", "start": "--start", "end": "--end"}) from None
+    with make_client() as c, named_by_flags({"group_by": "--by", "start": "--start", "end": "--end"}):
+        data = c.usage_report(by, start, end, csv=as_csv)
     if as_csv:
         print(data, end="")
         return

@@ -5,18 +5,17 @@ from __future__ import annotations
 
 import os
 import shlex
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from typing import Annotated, Any, TypeVar
 from urllib.parse import urlsplit
 
-import pydantic
 import typer
 from typer._click import exceptions as click_exc  # typer vendors click; its errors live here
 
 from corral.api.services import ServiceIn, ServiceOut, ServicePatch
 from corral.cli import light
 from corral.cli.config import load_config, make_client
+from corral.cli.flags import named_by_flags, validated
 from corral.cli.output import print_json
 from corral.core.errors import ValidationError
 from corral.sdk.client import CorralClient
@@ -94,25 +93,12 @@ service_app = typer.Typer(
 M = TypeVar("M", ServiceIn, ServicePatch)
 
 
-@contextmanager
-def _named_by_flags() -> Iterator[None]:
-    """The server's refusal of a field, re-worded with the flag that set it."""
-    try:
-        yield
-    except Exception as e:
-        raise light._flag_error(e, flags=FLAG_OF_FIELD) from None
+def _named_by_flags() -> AbstractContextManager[None]:
+    return named_by_flags(FLAG_OF_FIELD)
 
 
 def _validated(model: type[M], data: dict[str, Any]) -> M:
-    """`data` as the API's body, checked here first: a refusal names the flag, as the server's would."""
-    try:
-        return model.model_validate(data)
-    except pydantic.ValidationError as e:
-        err = e.errors()[0]
-        loc = [str(x) for x in err["loc"]]
-        flag = FLAG_OF_FIELD.get(loc[0], loc[0]) if loc else "body"
-        where = f" ({'.'.join(loc[1:])})" if len(loc) > 1 else ""
-        raise ValidationError(flag, str(err["msg"]).removeprefix("Value error, ") + where) from None
+    return validated(model, data, FLAG_OF_FIELD)
 
 
 def compute_gateway_url(api_url: str) -> str | None:
