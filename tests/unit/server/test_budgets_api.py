@@ -14,17 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fastapi.testclient import TestClient
-from node_certs import NodeAgents, NodeCertApp
+from pool_api import TenantApi, open_api
 from sqlalchemy import update
 
 from corral.core.budgets import compute_period
 from corral.core.pools import RELEASED, PoolNode
 from corral.core.states import JobState
-from corral.server.app import create_app
-from corral.server.bootstrap import ensure_credentials
-from corral.server.settings import Settings
-from corral.store.sql import SqlStore, open_store
 from corral.store.tables import JobRow
 
 OWNED_PRICE = 2.0  # per owned GPU-hour
@@ -32,31 +27,7 @@ CLOUD_NODE = "burst-g4-1"  # 4 GPUs at 12/h: 3 per GPU-hour
 CLOUD_PRICE_PER_GPU_HOUR = 3.0
 
 
-class Api:
-    def __init__(self, client: TestClient, store: SqlStore, admin_token: str) -> None:
-        self.client, self.store = client, store
-        self.admin = {"Authorization": f"Bearer {admin_token}"}
-
-    @property
-    def ctx(self) -> Any:
-        return self.client.app.state.ctx  # type: ignore[attr-defined]
-
-    def call(self, method: str, path: str, auth: dict[str, str] | None = None, **kw: Any) -> Any:
-        return self.client.request(method, f"/api/v1{path}", headers=auth if auth is not None else self.admin, **kw)
-
-    def user(self, name: str, role: str, tenant: str) -> dict[str, str]:
-        r = self.call(
-            "POST", "/users", json={"name": name, "role": role, "tenant": tenant, "password": "correct horse"}
-        )
-        assert r.status_code == 201, r.text
-        token = self.call("POST", "/login", auth={}, json={"username": name, "password": "correct horse"}).json()[
-            "token"
-        ]
-        return {"Authorization": f"Bearer {token}"}
-
-    def submit(self, auth: dict[str, str], **kw: Any) -> Any:
-        return self.call("POST", "/jobs", auth=auth, json={"command": ["true"], **kw})
-
+class Api(TenantApi):
     def ran(self, auth: dict[str, str], gpus: int, node: str, start: datetime, end: datetime) -> int:
         """A finished run of `gpus` GPUs on `node` from `start` to `end` (written into the store)."""
         r = self.submit(auth, gpus=0)
@@ -84,23 +55,7 @@ class Api:
 
 @pytest.fixture
 def api(database_url: str, tmp_path: Path) -> Iterator[Api]:
-    store = open_store(database_url)
-    creds = ensure_credentials(store, tmp_path)
-    settings = Settings(
-        data_dir=tmp_path, database_url=database_url, gateway_port=0, owned_gpu_price_per_hour=OWNED_PRICE
-    )
-    with TestClient(NodeCertApp(create_app(settings, store))) as client:
-        a = Api(client, store, creds.admin_token)
-        a.ctx.autoscaler.leading = lambda: False  # no pool node is ever started or released here
-        gpus = [{"index": i, "uuid": f"GPU-{i}", "model": "H100-80GB", "memory_mib": 81920} for i in range(2)]
-        r = client.post(
-            "/api/v1/agents/register",
-            json={"name": "n1", "backend": "simulated", "gpus": gpus},
-            headers=NodeAgents(client)("n1"),
-        )
-        assert r.status_code == 200, r.text
-        for name in ("vision", "nlp"):
-            assert a.call("POST", "/tenants", json={"name": name}).status_code == 201
+    with open_api(Api, database_url, tmp_path, owned_gpu_price_per_hour=OWNED_PRICE) as a:
         yield a
 
 

@@ -14,48 +14,23 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from node_certs import NodeAgents, NodeCertApp
+from node_certs import NodeAgents
+from pool_api import TenantApi, open_api
 
 from corral.agent.identity import new_key_and_csr
 from corral.api.schemas import AgentRegister
 from corral.core.errors import AuthError, ConflictError
 from corral.core.pools import LAUNCHING, RELEASED, RUNNING, PoolNode
 from corral.core.states import JobState
-from corral.server.app import create_agent_app, create_app
-from corral.server.bootstrap import ensure_credentials
+from corral.server.app import create_agent_app
 from corral.server.services.agents import register_node
 from corral.server.services.identity import create_pool_join_token, join_node
-from corral.server.settings import Settings
-from corral.store.sql import SqlStore, open_store
+from corral.store.sql import SqlStore
 
 
-class Api:
-    def __init__(self, client: TestClient, store: SqlStore, admin_token: str) -> None:
-        self.client, self.store = client, store
-        self.admin = {"Authorization": f"Bearer {admin_token}"}
-
-    @property
-    def ctx(self) -> Any:
-        return self.client.app.state.ctx  # type: ignore[attr-defined]
-
-    def call(self, method: str, path: str, auth: dict[str, str] | None = None, **kw: Any) -> Any:
-        return self.client.request(method, f"/api/v1{path}", headers=auth if auth is not None else self.admin, **kw)
-
-    def user(self, name: str, role: str, tenant: str) -> dict[str, str]:
-        r = self.call(
-            "POST", "/users", json={"name": name, "role": role, "tenant": tenant, "password": "correct horse"}
-        )
-        assert r.status_code == 201, r.text
-        token = self.call("POST", "/login", auth={}, json={"username": name, "password": "correct horse"}).json()[
-            "token"
-        ]
-        return {"Authorization": f"Bearer {token}"}
-
+class Api(TenantApi):
     def create_pool(self, auth: dict[str, str] | None = None, **kw: Any) -> Any:
         return self.call("POST", "/pools", auth=auth, json=pool_body(**kw))
-
-    def submit(self, auth: dict[str, str], **kw: Any) -> Any:
-        return self.call("POST", "/jobs", auth=auth, json={"command": ["true"], **kw})
 
 
 def pool_body(**kw: Any) -> dict[str, Any]:
@@ -77,23 +52,9 @@ def pool_body(**kw: Any) -> dict[str, Any]:
 
 @pytest.fixture
 def api(database_url: str, tmp_path: Path) -> Iterator[Api]:
-    store = open_store(database_url)
-    creds = ensure_credentials(store, tmp_path)
-    settings = Settings(data_dir=tmp_path, database_url=database_url, gateway_port=0)
-    with TestClient(NodeCertApp(create_app(settings, store))) as client:
-        a = Api(client, store, creds.admin_token)
-        gpus = [{"index": i, "uuid": f"GPU-{i}", "model": "H100-80GB", "memory_mib": 81920} for i in range(2)]
-        r = client.post(
-            "/api/v1/agents/register",
-            json={"name": "n1", "backend": "simulated", "gpus": gpus},
-            headers=NodeAgents(client)("n1"),
-        )
-        assert r.status_code == 200, r.text
-        for name in ("vision", "nlp"):
-            assert a.call("POST", "/tenants", json={"name": name}).status_code == 201
-        # The autoscaler's passes do nothing here: the pool nodes these tests write by hand stay as written (it
-        # would release them, their instances being unknown to the local provider) and no node is ever started.
-        a.ctx.autoscaler.leading = lambda: False
+    # The autoscaler's passes do nothing here: the pool nodes these tests write by hand stay as written (it would
+    # release them, their instances being unknown to the local provider) and no node is ever started.
+    with open_api(Api, database_url, tmp_path) as a:
         yield a
         assert not any((tmp_path / "pools").glob("*/*"))  # no local agent was ever started
 
