@@ -299,22 +299,15 @@ def parse_instance_type(text: str, field_name: str = "--instance-type") -> Insta
             values[key] = value.strip()
         else:
             raise ValidationError(field_name, f"{part!r}: one of price=P, spot, cpus=N, memory=GIB, gpu-memory=GIB")
-    mem_gb = re.search(r"-(\d+)GB$", model)
     try:
-        gpu_mem_gib = (
-            int(values["gpu-memory"])
-            if "gpu-memory" in values
-            else int(mem_gb[1])
-            if mem_gb
-            else DEFAULT_MEMORY_GB.get(model.upper(), 16)
+        model, gpu_mem_mib = compute_model_memory(
+            model, int(values["gpu-memory"]) * 1024 if "gpu-memory" in values else 0
         )
-        if not mem_gb and count:
-            model = f"{model}-{gpu_mem_gib}GB"
         t = InstanceType(
             name=m["name"].strip(),
             gpus=count,
             gpu_model=model if count else "",
-            gpu_memory_mib=gpu_mem_gib * 1024 if count else 0,
+            gpu_memory_mib=gpu_mem_mib if count else 0,
             cpus=int(values.get("cpus", "0")),
             memory_gib=int(values.get("memory", "0")),
             price_per_hour=float(values.get("price", "0")),
@@ -323,6 +316,14 @@ def parse_instance_type(text: str, field_name: str = "--instance-type") -> Insta
     except ValueError as e:
         raise ValidationError(field_name, f"{text!r}: {e}") from e
     return check_instance_type(t, field_name)
+
+
+def compute_model_memory(model: str, memory_mib: int = 0) -> tuple[str, int]:
+    """A GPU model as pools name it and its memory: `A100-80GB` says its own; given `memory_mib` (> 0) it is that;
+    else a known model's (`A100` -> `A100-80GB`, 81920), else 16 GiB. A model without its size gets it."""
+    named = re.search(r"-(\d+)GB$", model)
+    gib = memory_mib // 1024 if memory_mib else int(named[1]) if named else DEFAULT_MEMORY_GB.get(model.upper(), 16)
+    return (model if named else f"{model}-{gib}GB"), (memory_mib or gib * 1024)
 
 
 def format_instance_type(t: InstanceType) -> str:

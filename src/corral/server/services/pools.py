@@ -23,6 +23,7 @@ from corral.core.pools import (
     PoolSpec,
     check_pool,
     check_pool_name,
+    compute_model_memory,
     compute_spend,
     pool_to_dict,
 )
@@ -45,14 +46,9 @@ class DemandView(Protocol):
 
 
 def _type(t: InstanceTypeIn) -> InstanceType:
-    memory = t.gpu_memory_mib
-    model = t.gpu_model
-    if t.gpus and not memory:
-        from corral.core.pools import parse_instance_type
-
-        # the model's memory from its name (A100-80GB) or a known model's (A100 -> A100-80GB)
-        parsed = parse_instance_type(f"{t.name}={t.gpus}x{t.gpu_model or 'unknown'}", "instance_types")
-        memory, model = parsed.gpu_memory_mib, parsed.gpu_model
+    model, memory = t.gpu_model, t.gpu_memory_mib
+    if t.gpus and not memory:  # the model's memory from its name (A100-80GB) or a known model's (A100 -> A100-80GB)
+        model, memory = compute_model_memory(t.gpu_model or "unknown")
     return InstanceType(
         name=t.name,
         gpus=t.gpus,
