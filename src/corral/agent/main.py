@@ -19,6 +19,7 @@ from corral.agent.identity import CertRenewer, NodeTlsFiles, join, mtls_context,
 from corral.agent.journal import Journal
 from corral.agent.runner import Agent
 from corral.agent.runtimes import DEFAULT_DOCKER_HOST, load_container_executor
+from corral.agent.staging import STAGE_DIRS, StageEngine
 from corral.api.paths import default_data_dir, secure_data_dir
 from corral.executors.jobhome import CHECKPOINTS
 from corral.executors.process import ProcessExecutor
@@ -79,6 +80,14 @@ class AgentSettings(BaseSettings):
         "",
         description="Container images this node keeps, in GB (decimals allowed): beyond it the least recently "
         "used image Corral pulled goes, never one a container uses; default 100, 0 or none: no limit.",
+    )
+
+    stage_cache_gb: float = Field(
+        100.0,
+        ge=0,
+        le=1_000_000,
+        description="Staged input this node keeps for later jobs, in GB: beyond it the least recently used files "
+        "go after each staging, never one a job still uses.",
     )
 
     @property
@@ -185,6 +194,12 @@ def build_agent(settings: AgentSettings) -> tuple[Agent, AgentClient, RuntimeRou
             "as its user's own Unix identity",
             getpass.getuser(),
         )
+    stager = StageEngine(
+        settings.agent_dir / "stage",
+        process.work_root / STAGE_DIRS,
+        int(settings.stage_cache_gb * 1e9),
+        shared_dirs=executor.isolation == "users",
+    )
     ctx = mtls_context(settings.tls_files)
     client = AgentClient(settings.server_url, "", verify=ctx)
     agent = Agent(
@@ -202,6 +217,7 @@ def build_agent(settings: AgentSettings) -> tuple[Agent, AgentClient, RuntimeRou
         phases=executor.phases,
         cached_images=executor.cached_images,
         journal=Journal(settings.agent_dir),
+        stager=stager,
     )
     return agent, client, executor
 

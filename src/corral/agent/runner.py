@@ -24,6 +24,7 @@ from corral.agent.gpu.simulated import SimulatedGpuBackend
 from corral.agent.journal import Journal
 from corral.agent.logship import LogShipper
 from corral.agent.metrics import Collector
+from corral.agent.staging import StageEngine, StageMissing
 from corral.agent.webports import WebPortWatch
 from corral.api.schemas import (
     AgentRegister,
@@ -34,6 +35,7 @@ from corral.api.schemas import (
     RunRef,
     SimFaultCommand,
 )
+from corral.api.staging import StageReport
 from corral.core.containers import container_from_dict
 from corral.core.errors import CorralError
 from corral.core.simfault import parse_sim_fault
@@ -70,6 +72,7 @@ class Agent:
         phases: Callable[[], dict[str, str]] | None = None,
         cached_images: Callable[[], list[str] | None] | None = None,
         journal: Journal | None = None,
+        stager: StageEngine | None = None,
     ) -> None:
         self.client = client
         self.node = node
@@ -92,6 +95,11 @@ class Agent:
         self._noticed: set[RunRef] = set()  # runs told of a spot interruption notice
         self.shipper = LogShipper(client, node)
         self.journal = journal or Journal(log_dir)  # the agent's own dir in `corral agent`: not the log disk
+        self.stager = stager  # data staging (None: this agent stages nothing; a job that asks fails to start)
+        self._staging_sent: tuple[dict[str, StageReport], dict[str, StageReport]] = ({}, {})
+        self._stage_outs: set[int] = set()  # jobs the server asks this node to stage (output, or input again)
+        self._stage_dirs: dict[RunRef, Path] = {}  # runs' stage dirs, made at their launch
+        self._preparing: set[RunRef] = set()
         self._journaled_exits: set[RunRef] = set()
         self._lock = threading.Lock()  # launches and the running/exits view happen under it
         # Each report's place in the order of snapshots (the long poll and the watch loop each send one; the
@@ -163,6 +171,8 @@ class Agent:
         finally:
             if self.collector is not None:
                 self.collector.stop()
+            if self.stager is not None:
+                self.stager.close()  # running stagings stop; the server hands them out again
             for t in threads:
                 t.join(timeout=5)
 
@@ -192,7 +202,8 @@ class Agent:
                     self.shipper.ship(run.job_id, run.attempt, self.log_path(run), run.rank)
                 exited = bool(self.executor.collect_exits())
                 started = bool(self._deferred) and self.launch_deferred()
-                if self.web_ports.refresh() or exited or started or self._phase_news():  # reported at once
+                staging = self._staging_news()
+                if self.web_ports.refresh() or exited or started or self._phase_news() or staging:  # reported at once
                     self.sync_once(0.0)
             except CorralSDKError as e:
                 log.warning("report failed: %s", e)
@@ -205,6 +216,21 @@ class Agent:
             return False
         now = time.monotonic()
         if set(phases) == set(self._phases_sent) and now - self._phase_sync_at < PHASE_REPORT_EVERY_S:
+            return False
+        self._phase_sync_at = now
+        return True
+
+    def _staging_news(self) -> bool:
+        """A staging's state changed (or its bytes moved: at most once a second): report it."""
+        if self.stager is None:
+            return False
+        reports = self.stager.reports()
+        if reports == self._staging_sent:
+            return False
+        states = tuple({k: r.state for k, r in side.items()} for side in reports)
+        sent = tuple({k: r.state for k, r in side.items()} for side in self._staging_sent)
+        now = time.monotonic()
+        if states == sent and now - self._phase_sync_at < PHASE_REPORT_EVERY_S:
             return False
         self._phase_sync_at = now
         return True
@@ -256,6 +282,7 @@ class Agent:
             seq = self._seq
             self._journal_exits(exits)  # the node's own record, before the report that frees their GPUs
             local_exits = list(self._local_exits.values())
+            staging_in, staging_out = self.stager.reports() if self.stager is not None else ({}, {})
         for ex in exits:  # the whole log reaches the server before the exit does
             run = RunRef.from_key(ex.job_id)
             self.shipper.ship(run.job_id, run.attempt, self.log_path(run), run.rank)
@@ -271,8 +298,14 @@ class Agent:
                 image_digests=digests,
                 phases=phases,
                 images=images if images != self._images_sent else None,
+                staging_in=staging_in,
+                staging_out=staging_out,
             ),
         )
+        self._staging_sent = (staging_in, staging_out)
+        if self.stager is not None:
+            self.stager.set_orders(reply.stage_in, reply.stage_out)
+            self._stage_outs = {o.job_id for o in reply.stage_out} | {o.job_id for o in reply.stage_in}
         self._phases_sent = phases
         self._images_sent = images
         self.web_ports.set_checks(reply.web_ports)
@@ -287,6 +320,11 @@ class Agent:
             self._noticed.discard(run)
             self._run_gpus.pop(run, None)
             self._journaled_exits.discard(run)
+            self._stage_dirs.pop(run, None)
+            if self.stager is not None and run.job_id not in self._stage_outs:
+                # its stage dir goes, unless the server asked for its output (then it goes once shipped) or it
+                # stages the job's input here again (a requeued job)
+                self.stager.discard(run.job_id)
         # Runs already here are told to stop first, so that a new run given one of their GPUs in the same reply
         # waits for it; a cancel of a run in this very reply is applied once that run is launched (or deferred).
         launched = [r for r in reply.cancels if r in self._run_gpus]
@@ -364,6 +402,11 @@ class Agent:
         run = a.run
         # The server resolved whom the job runs as; the executor creates its dirs owned by that identity.
         identity = JobIdentity(a.uid, a.gid if a.gid is not None else a.uid, a.unix_user) if a.uid is not None else None
+        stage_dir: Path | None = None
+        if a.stage_dir:
+            stage_dir = self._prepare_stage_dir(a, identity)
+            if stage_dir is None:
+                return False
         spec = LaunchSpec(
             job_id=run.key,
             command=tuple(a.command),
@@ -385,6 +428,7 @@ class Agent:
             memory_mib=a.memory_mib,
             log_max_bytes=a.log_max_bytes,
             web_port=a.web_port,
+            stage_dir=stage_dir,
         )
         with self._lock:
             if run in self._run_gpus or run in self._local_exits:  # two syncs in flight can both carry it: once
@@ -404,6 +448,35 @@ class Agent:
             self.journal.started(run.job_id, run.attempt, run.rank, tuple(a.gpu_indices))
         log.info("job %s (attempt %s) started on GPUs %s", a.job_id, a.attempt, a.gpu_indices)
         return True
+
+    def _prepare_stage_dir(self, a: Assignment, identity: JobIdentity | None) -> Path | None:
+        """The run's stage dir with its staged input laid out, made once (two syncs in flight may both carry the
+        run); None when the run is already here or being prepared, or when it cannot be made (its exit says why)."""
+        run = a.run
+        with self._lock:
+            if run in self._run_gpus or run in self._local_exits or run in self._preparing:
+                return None
+            ready = self._stage_dirs.get(run)
+            if ready is not None:
+                return ready
+            self._preparing.add(run)
+        try:
+            if self.stager is None:
+                raise StageMissing("this agent stages no data (it was started without a stage engine)")
+            made = self.stager.materialize(a.job_id, identity, a.staged_in)
+        except (StageMissing, OSError) as e:
+            with self._lock:
+                self._local_exits[run] = ExitReport(
+                    job_id=run.job_id, attempt=run.attempt, rank=run.rank, exit_code=1,
+                    reason=f"cannot start: its staged data: {e}",
+                )  # fmt: skip
+            return None
+        finally:
+            with self._lock:
+                self._preparing.discard(run)
+        with self._lock:
+            self._stage_dirs[run] = made
+        return made
 
     def apply_fault(self, cmd: SimFaultCommand) -> None:
         """Inject (or clear) a simulated GPU fault; refused on real GPUs (the server checks that too)."""

@@ -11,7 +11,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from corral.api import bounds
 from corral.api.secrets import check_secret_env, check_secret_name
-from corral.core import containers
+from corral.api.staging import StageOrder, StageReport
+from corral.core import containers, staging
 from corral.core.arrays import MAX_ARRAY_TASKS, MAX_ARRAY_TEXT, parse_array
 from corral.core.errors import ValidationError
 from corral.core.models import Job, JobSpec
@@ -130,6 +131,24 @@ class JobSubmit(BaseModel):
         pattern=r"^[a-z][a-z0-9-]{0,63}$",
         description="run only on nodes of this pool (`static`, or a cloud pool's name); default: any that fits",
     )
+    stage_in: list[Annotated[str, Field(max_length=2 * staging.MAX_LOCATION_CHARS + 1)]] = Field(
+        default_factory=list,
+        max_length=staging.MAX_STAGE_ITEMS,
+        description="input copied to the job's node before its GPUs are taken, as SRC:DST: SRC an s3:// URL (a "
+        "trailing / copies every object under the prefix) or a path on the shared storage the server allows "
+        "(CORRAL_STAGE_PATHS), DST relative to the job's CORRAL_STAGE_DIR. The job waits (pending, `staging input: "
+        "3.1 of 12 GiB`) while it is copied; a node keeps what it copied, by content, for the next job",
+    )
+    stage_out: list[Annotated[str, Field(max_length=2 * staging.MAX_LOCATION_CHARS + 1)]] = Field(
+        default_factory=list,
+        max_length=staging.MAX_STAGE_ITEMS,
+        description="output shipped after the job ends (success or failure), as SRC:DST: SRC relative to "
+        "CORRAL_STAGE_DIR (a file or a directory), DST an s3:// URL or an allowed shared path; the outcome is the "
+        "job's stage_out_state and stage_out_message",
+    )
+    stage_secret: str | None = Field(
+        None, max_length=64, description="name of a tenant secret of kind s3 that opens the s3:// sources and targets"
+    )
     array: str | None = Field(
         None,
         max_length=MAX_ARRAY_TEXT,
@@ -147,6 +166,17 @@ class JobSubmit(BaseModel):
             except ValidationError as e:
                 raise ValueError(e.problem) from None
         return v
+
+    @field_validator("stage_in", "stage_out")
+    @classmethod
+    def _stage(cls, v: list[str], info: ValidationInfo) -> list[str]:
+        outward = info.field_name == "stage_out"
+        return [str(_value_error(staging.parse_stage_out if outward else staging.parse_stage_in, t)) for t in v]
+
+    @field_validator("stage_secret")
+    @classmethod
+    def _stage_secret(cls, v: str | None) -> str | None:
+        return None if v is None else check_secret_name(v)
 
     @field_validator("image")
     @classmethod
@@ -297,6 +327,9 @@ class JobSubmit(BaseModel):
             container=self.container,
             tolerations=tuple(sorted({*self.tolerations, *(("spot",) if self.spot else ())})),
             pool=self.pool or "",
+            stage_in=tuple(staging.parse_stage_in(t) for t in self.stage_in),
+            stage_out=tuple(staging.parse_stage_out(t) for t in self.stage_out),
+            stage_secret=self.stage_secret or "",
         )
 
 
@@ -358,6 +391,18 @@ class JobOut(BaseModel):
     service_revision: int | None = Field(None, description="a replica: the service revision it runs")
     tolerations: list[str] = Field(default_factory=list, description="node taints it tolerates (spot: spot nodes)")
     pool: str | None = Field(None, description="the pool it must run in (None: any)")
+    stage_in: list[str] = Field(default_factory=list, description="input staged to its node before it runs (SRC:DST)")
+    stage_out: list[str] = Field(default_factory=list, description="output shipped after it ends (SRC:DST)")
+    stage_secret: str | None = Field(None, description="the tenant s3 secret its s3:// items use")
+    stage_state: str | None = Field(
+        None, description="its input: staging (on stage_node now) or staged (there: it runs there); None otherwise"
+    )
+    stage_node: str | None = Field(None, description="the node its input is staged on (pending jobs)")
+    stage_out_state: str | None = Field(
+        None,
+        description="its output: pending (ships once it ends), running, done, failed, or skipped (it never ran)",
+    )
+    stage_out_message: str | None = Field(None, description="how shipping its output went")
     secret_env: dict[str, str] = Field(default_factory=dict, description="VAR -> secret name (never the value)")
     array_id: int | None = Field(None, description="a task of a job array: the array's id (its first task's id)")
     array_index: int | None = Field(None, description="a task of a job array: its index (CORRAL_ARRAY_INDEX)")
@@ -432,6 +477,13 @@ class JobOut(BaseModel):
             service_revision=s.service_revision,
             tolerations=list(s.tolerations),
             pool=s.pool or None,
+            stage_in=[str(i) for i in s.stage_in],
+            stage_out=[str(i) for i in s.stage_out],
+            stage_secret=s.stage_secret or None,
+            stage_state=(job.stage_state or None) if job.state is JobState.PENDING else None,
+            stage_node=job.stage_node if job.state is JobState.PENDING and job.stage_state else None,
+            stage_out_state=compute_stage_out_state(job),
+            stage_out_message=job.stage_out_message or None,
             secret_env=dict(s.secret_env),
             array_id=s.array_id,
             array_index=s.array_index,
@@ -444,6 +496,15 @@ class JobOut(BaseModel):
             registry_secret=s.container.registry_secret if s.container else None,
             phase=(job.phase or None) if job.state is JobState.RUNNING else None,
         )
+
+
+def compute_stage_out_state(job: Job) -> str | None:
+    """The output's state as shown: a job that ended without running never ships any (skipped)."""
+    if not job.stage_out_state:
+        return None
+    if job.state.terminal and job.node is None and job.stage_out_state == staging.OUT_PENDING:
+        return "skipped"
+    return job.stage_out_state
 
 
 class JobBatch(BaseModel):
@@ -811,6 +872,12 @@ class AgentSync(BaseModel):
         description="the report's number in the agent's order of snapshots: one older than a report the server "
         "applied already (two syncs cross on the way) is applied for its exits only",
     )
+    staging_in: dict[Annotated[str, Field(max_length=20)], StageReport] = Field(
+        default_factory=dict, max_length=1024, description="job id -> how staging its input on this node goes"
+    )
+    staging_out: dict[Annotated[str, Field(max_length=20)], StageReport] = Field(
+        default_factory=dict, max_length=1024, description="job id -> how shipping its output goes"
+    )
 
 
 class RegistryAuth(BaseModel):
@@ -847,6 +914,8 @@ class Assignment(BaseModel):
     log_max_bytes: int = Field(
         0, ge=0, description="largest log of this run the node keeps (the server's CORRAL_JOB_LOG_MAX_MB); 0: no limit"
     )
+    staged_in: bool = Field(False, description="its input was staged on this node: the agent lays it out at start")
+    stage_dir: bool = Field(False, description="it stages data in or out: it gets a CORRAL_STAGE_DIR")
     web_port: int | None = Field(
         None, ge=1, le=65535, description="the node port Corral assigned to the job's web UI (also CORRAL_JOB_PORT)"
     )
@@ -863,6 +932,12 @@ class AgentSyncReply(BaseModel):
     cancel_grace_s: float
     faults: list[SimFaultCommand] = Field(default_factory=list)
     web_ports: list[WebPortCheck] = Field(default_factory=list, description="runs whose web-UI port to check")
+    stage_in: list[StageOrder] = Field(
+        default_factory=list, description="every pending job whose input this node stages now (the whole list)"
+    )
+    stage_out: list[StageOrder] = Field(
+        default_factory=list, description="every ended job whose output this node ships now (the whole list)"
+    )
     notice_s: float | None = Field(
         None,
         description="seconds left before the node's provider takes it back (a spot interruption notice): the "

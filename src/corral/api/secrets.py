@@ -20,6 +20,9 @@ RESERVED_NAMES = frozenset({"PORT"})  # the job's web UI port (CORRAL_JOB_PORT)
 class SecretKind(StrEnum):
     GENERIC = "generic"  # one value, given to jobs through --secret-env
     REGISTRY = "registry"  # a container registry login: `host` and `username` public, the password secret
+    # S3 credentials for data staging (`submit --stage-secret`): `username` is the access key id, `host` an
+    # S3-compatible endpoint (none: AWS's own), `region`; the value is the secret access key
+    S3 = "s3"
 
 
 def check_secret_name(name: str) -> str:
@@ -69,6 +72,8 @@ def check_registry_user(username: str) -> str:
     return username
 
 
+S3Region = Annotated[str, Field(min_length=1, max_length=32, pattern=r"^[a-z0-9-]+$")]
+
 # A registry login's public half, as SecretIn and SecretUpdate take it.
 RegistryHost = Annotated[str, Field(min_length=1, max_length=255), AfterValidator(check_registry_host)]
 RegistryUser = Annotated[str, Field(min_length=1, max_length=255), AfterValidator(check_registry_user)]
@@ -86,9 +91,14 @@ class SecretIn(BaseModel):
         repr=False,
         description="the secret (write-only; at most 64 KiB, no NUL byte)",
     )
-    kind: SecretKind = Field(SecretKind.GENERIC, description="generic, or registry (a container registry login)")
-    host: RegistryHost | None = Field(None, description="registry host[:port] (kind registry)")
-    username: RegistryUser | None = Field(None, description="registry user (kind registry)")
+    kind: SecretKind = Field(
+        SecretKind.GENERIC, description="generic, registry (a container registry login) or s3 (data staging)"
+    )
+    host: RegistryHost | None = Field(
+        None, description="registry host[:port] (kind registry); an S3-compatible endpoint URL (kind s3; none: AWS)"
+    )
+    username: RegistryUser | None = Field(None, description="registry user (kind registry); access key id (kind s3)")
+    region: S3Region | None = Field(None, description="the S3 region (kind s3; default us-east-1)")
 
     @field_validator("name")
     @classmethod
@@ -104,8 +114,12 @@ class SecretIn(BaseModel):
     def _kind_fields(self) -> SecretIn:
         if self.kind is SecretKind.REGISTRY and not (self.host and self.username):
             raise ValueError("a registry secret needs host and username")
+        if self.kind is SecretKind.S3 and not self.username:
+            raise ValueError("an s3 secret needs its access key id (username)")
         if self.kind is SecretKind.GENERIC and (self.host or self.username):
-            raise ValueError("host and username are for registry secrets")
+            raise ValueError("host and username are for registry and s3 secrets")
+        if self.region and self.kind is not SecretKind.S3:
+            raise ValueError("region is for s3 secrets")
         return self
 
 
@@ -132,6 +146,7 @@ class SecretOut(BaseModel):
     kind: SecretKind
     host: str | None = None
     username: str | None = None
+    region: str | None = None
     created_by: str
     created_at: datetime
     updated_at: datetime

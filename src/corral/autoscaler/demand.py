@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from corral.autoscaler.model import Demand
-from corral.core.pools import PoolSpec
+from corral.core.pools import NODE_LABEL, PoolSpec
 from corral.core.requests import ResourceRequest
 from corral.core.resources import NodeState
 from corral.scheduler.choices import Unschedulable
@@ -76,6 +76,10 @@ def compute_demand(
     wanted: set[str] = {p.node for admit in plan.admit for p in admit.placements}
     for position, _, job in waiting:
         request = compute_request(job)
+        pinned = [v for k, v in request.node_selector if k == NODE_LABEL]
+        if pinned:  # its input is staged on that node: it waits for it, no other node would do
+            wanted.update(pinned)
+            continue
         got = engine.place(request) if job.nodes == 1 else engine.place_gang(request, job.nodes)
         if not isinstance(got, Unschedulable):
             wanted.update(p.node for p in (got if isinstance(got, list) else [got]))

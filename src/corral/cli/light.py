@@ -51,6 +51,9 @@ FLAG_OF_FIELD = {
     "spot": "--spot",
     "tolerations": "--toleration",
     "pool": "--pool",
+    "stage_in": "--stage-in",
+    "stage_out": "--stage-out",
+    "stage_secret": "--stage-secret",
 }
 
 
@@ -171,6 +174,26 @@ def _submit_parser() -> _Parser:
     )
     p.add_argument("--pool", help="Run only on nodes of this pool (static, or a cloud pool's name).")
     p.add_argument(
+        "--stage-in",
+        action="append",
+        default=[],
+        metavar="SRC:DST",
+        help="Copy input to the job's node before its GPUs are taken: SRC an s3:// URL (a trailing / copies the "
+        "prefix) or a path on the shared storage the server allows, DST relative to $CORRAL_STAGE_DIR; the job "
+        "waits pending ('staging input: 3.1 of 12 GiB') meanwhile; repeatable.",
+    )
+    p.add_argument(
+        "--stage-out",
+        action="append",
+        default=[],
+        metavar="SRC:DST",
+        help="Ship output after the job ends (success or failure): SRC relative to $CORRAL_STAGE_DIR, DST an s3:// "
+        "URL or an allowed shared path; `corral show` gives the outcome; repeatable.",
+    )
+    p.add_argument(
+        "--stage-secret", metavar="NAME", help="The tenant secret (corral secrets create NAME --s3) for s3:// items."
+    )
+    p.add_argument(
         "--repeat",
         help="Repeat on a schedule instead of running once: a cron line ('0 2 * * *'), '@daily' or '@every 15m'.",
     )
@@ -246,6 +269,12 @@ def _job_body(a: argparse.Namespace, command: list[str]) -> dict[str, Any]:
         body["tolerations"] = list(a.toleration)
     if a.pool is not None:
         body["pool"] = a.pool
+    if a.stage_in:
+        body["stage_in"] = list(a.stage_in)
+    if a.stage_out:
+        body["stage_out"] = list(a.stage_out)
+    if a.stage_secret is not None:
+        body["stage_secret"] = a.stage_secret
     if a.image is not None:
         body.update(image=a.image, mounts=list(a.mount))
         if a.shm_size is not None:
@@ -592,6 +621,13 @@ def print_job(j: dict[str, Any]) -> None:
             fields.append(("pulled with", f"registry secret {j['registry_secret']}"))
         if j.get("mounts"):
             fields.append(("mounts", ", ".join(j["mounts"])))
+    if j.get("stage_in"):
+        where = f" (on {j['stage_node']}: {j['stage_state']})" if j.get("stage_node") else ""
+        fields.append(("stage in", ", ".join(j["stage_in"]) + where))
+    if j.get("stage_out"):
+        fields.append(("stage out", ", ".join(j["stage_out"])))
+        outcome = j.get("stage_out_state") or ""
+        fields.append(("output", outcome + (f": {j['stage_out_message']}" if j.get("stage_out_message") else "")))
     if j.get("secret_env"):  # names only: the values never leave the server except to the job's agent
         fields.append(("secrets", ", ".join(f"{var} <- {name}" for var, name in sorted(j["secret_env"].items()))))
     if (j.get("nodes") or 1) > 1:

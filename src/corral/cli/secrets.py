@@ -61,7 +61,7 @@ def secrets_list(as_json: JSON = False, tenant: Tenant = None) -> None:
             (
                 s.name,
                 s.tenant,
-                s.kind.value + (f" {s.username}@{s.host}" if s.host else ""),
+                s.kind.value + (f" {s.username}@{s.host}" if s.host else f" {s.username}" if s.username else ""),
                 s.created_by,
                 short_time(s.created_at),
                 short_time(s.updated_at),
@@ -93,6 +93,22 @@ def secrets_create(
     password_stdin: Annotated[
         bool, typer.Option("--password-stdin", help="Read the value (the registry password) from stdin.")
     ] = False,
+    s3: Annotated[
+        bool,
+        typer.Option(
+            "--s3",
+            help="S3 credentials for data staging (`corral submit --stage-in s3://... --stage-secret NAME`): the "
+            "value is the secret access key; give --access-key-id (and --endpoint, --region).",
+        ),
+    ] = False,
+    access_key_id: Annotated[str | None, typer.Option("--access-key-id", help="The S3 access key id (--s3).")] = None,
+    endpoint: Annotated[
+        str | None,
+        typer.Option(
+            "--endpoint", help="An S3-compatible endpoint URL (--s3; default AWS's own; the server must allow it)."
+        ),
+    ] = None,
+    region: Annotated[str | None, typer.Option("--region", help="The S3 region (--s3; default us-east-1).")] = None,
     as_json: JSON = False,
 ) -> None:
     """Create a secret; the value comes from stdin (`printf %s "$TOKEN" | corral secrets create NAME`) or --from-file.
@@ -102,26 +118,39 @@ def secrets_create(
         if host is not None and host != registry:
             raise ValidationError("--registry", "give the registry host once (--registry or --host)")
         kind, host = SecretKind.REGISTRY, registry
+    if s3:
+        if registry is not None or kind is SecretKind.REGISTRY:
+            raise ValidationError("--s3", "a secret is an s3 login or a registry login, not both")
+        kind, host, username = SecretKind.S3, endpoint or host, access_key_id or username
+    elif access_key_id or endpoint or region:
+        raise ValidationError(
+            "--access-key-id" if access_key_id else "--endpoint" if endpoint else "--region", "only with --s3"
+        )
     if password_stdin and from_file is not None:
         raise ValidationError("--password-stdin", "read the value from stdin or from --from-file, not both")
     value = read_value(from_file, stdin_only=password_stdin)
-    body = _secret_in(name, value, kind, host, username)
+    body = _secret_in(name, value, kind, host, username, region)
     with make_client() as c:
         s = c.create_secret(body, tenant)
     print_json(s) if as_json else print(f"secret {s.name} created in tenant {s.tenant}")
 
 
-def _secret_in(name: str, value: str, kind: SecretKind, host: str | None, username: str | None) -> SecretIn:
+def _secret_in(
+    name: str, value: str, kind: SecretKind, host: str | None, username: str | None, region: str | None = None
+) -> SecretIn:
     """The body, with a schema refusal named by its flag (the CLI's words, not the API's field names)."""
     import pydantic
 
     try:
-        return SecretIn(name=name, value=value, kind=kind, host=host, username=username)
+        return SecretIn(name=name, value=value, kind=kind, host=host, username=username, region=region)
     except pydantic.ValidationError as e:
         err = e.errors()[0]
         field = str(err["loc"][0]) if err.get("loc") else ""
         flags = {"name": "NAME", "value": "--password-stdin", "host": "--registry", "username": "--username"}
-        flag = flags.get(field, "--username" if kind is SecretKind.REGISTRY else "--kind")
+        if kind is SecretKind.S3:
+            flags.update(host="--endpoint", username="--access-key-id", region="--region")
+        fallback = {SecretKind.REGISTRY: "--username", SecretKind.S3: "--access-key-id"}.get(kind, "--kind")
+        flag = flags.get(field, fallback)
         raise ValidationError(flag, str(err["msg"]).removeprefix("Value error, ")) from None
 
 

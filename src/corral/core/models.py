@@ -8,9 +8,10 @@ from datetime import datetime
 from typing import Any
 
 from corral.core.containers import RUNTIME_DOCKER, RUNTIME_PROCESS, ContainerSpec
-from corral.core.pools import POOL_LABEL
+from corral.core.pools import NODE_LABEL, POOL_LABEL
 from corral.core.requests import ResourceRequest
 from corral.core.resources import GpuInfo
+from corral.core.staging import StageItem
 from corral.core.states import JobState
 
 __all__ = [
@@ -128,6 +129,13 @@ class JobSpec:
     # Node taints it tolerates (core/pools.py: `spot` lets it run on spot nodes) and the pool it must run in ("" any).
     tolerations: tuple[str, ...] = ()
     pool: str = ""
+    # Data staging (core/staging.py): input copied to its node before it starts, output shipped after it ends; the
+    # tenant secret (kind s3) that opens S3. `pinned_node`: not submitted: its input is staged there, so it runs
+    # there only (set when the store reads a job whose stage_state is staged).
+    stage_in: tuple[StageItem, ...] = ()
+    stage_out: tuple[StageItem, ...] = ()
+    stage_secret: str = ""
+    pinned_node: str = ""
     request: ResourceRequest = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -146,7 +154,8 @@ def compute_request(spec: JobSpec) -> ResourceRequest:
         runtime=RUNTIME_DOCKER if spec.container is not None else RUNTIME_PROCESS,
         image=spec.container.image if spec.container is not None else "",
         tolerations=tuple(spec.tolerations),
-        node_selector=((POOL_LABEL, spec.pool),) if spec.pool else (),
+        node_selector=(((POOL_LABEL, spec.pool),) if spec.pool else ())
+        + (((NODE_LABEL, spec.pinned_node),) if spec.pinned_node else ()),
     )
 
 
@@ -176,6 +185,14 @@ class Job:
     part_exits: dict[str, int] = field(default_factory=dict)  # node -> exit code of its part (gangs)
     image_digest: str = ""  # a container job: the image its current attempt runs (reported by the agent)
     phase: str = ""  # a RUNNING job before its command starts: e.g. "pulling 43%" (reported by the agent)
+    # Its input's staging (core/staging.py): "" none yet, staging (on stage_node now, stage_progress says how far),
+    # staged (on stage_node: it runs there). Its output's: "" none, pending (to ship once it ends), running, done,
+    # failed, with the outcome in stage_out_message.
+    stage_state: str = ""
+    stage_node: str | None = None
+    stage_progress: str = ""
+    stage_out_state: str = ""
+    stage_out_message: str = ""
 
     @property
     def placed_parts(self) -> tuple[tuple[str, tuple[int, ...]], ...]:

@@ -22,6 +22,7 @@ from corral.core.resources import GpuInfo, NodeInfo
 
 STATIC_POOL = "static"  # the implicit pool of every node no cloud pool started
 POOL_LABEL = "pool"  # the label every node carries: its pool's name (set by the server, never by the agent)
+NODE_LABEL = "corral.node"  # and its own name (the scheduler's view only): a job whose input is staged there asks it
 SPOT_TAINT = "spot"  # the taint of a spot node: `submit --spot` tolerates it
 # An instance's state as a provider reports it (each provider maps its own onto these).
 INSTANCE_PENDING = "pending"  # asked for, not running yet

@@ -44,6 +44,7 @@ class LaunchSpec:
     memory_mib: int = 0
     log_max_bytes: int = 0  # the job's output kept in its log at most; the rest is dropped with a notice (0: no limit)
     web_port: int | None = None  # the node port Corral assigned to the job's web UI (a container publishes it)
+    stage_dir: Path | None = None  # its staged input and output (CORRAL_STAGE_DIR): made by the agent, the job's own
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,6 +31,9 @@ ENGINE_SOCKETS = ("/var/run/docker.sock", "/run/docker.sock", "/run/podman/podma
 _NAME_UNSAFE = re.compile(r"[^a-zA-Z0-9_.-]")
 
 
+CONTAINER_STAGE_DIR = "/corral/stage"  # where a container job finds its stage dir (CORRAL_STAGE_DIR)
+
+
 def compute_container_name(node: str, run_key: str) -> str:
     """Unique per engine (several agents may share one): corral-<node>-<run>."""
     return _NAME_UNSAFE.sub("-", f"corral-{node}-{run_key}")[:200]
@@ -67,6 +70,8 @@ def compute_env(spec: LaunchSpec, container: ContainerSpec, nvidia: bool) -> dic
     env["CORRAL_JOB_ID"] = spec.job_id
     if spec.web_port is not None and container.port is not None:  # inside, the web UI listens on its own port
         env["CORRAL_JOB_PORT"] = env["PORT"] = str(container.port)
+    if spec.stage_dir is not None:
+        env["CORRAL_STAGE_DIR"] = CONTAINER_STAGE_DIR
     return env
 
 
@@ -125,7 +130,12 @@ def compute_create_kwargs(
         "security_opt": ["no-new-privileges"],
         "mounts": [
             Mount(target=m.target, source=m.source, type="bind", read_only=m.read_only) for m in container.mounts
-        ],
+        ]
+        + (
+            [Mount(target=CONTAINER_STAGE_DIR, source=str(spec.stage_dir), type="bind")]
+            if spec.stage_dir is not None
+            else []
+        ),
         "shm_size": f"{compute_shm_mib(container, memory_mib)}m",
         "log_config": LogConfig(type="json-file", config={"max-size": "256m", "max-file": "2"}),
         "hostname": compute_container_name(node, spec.job_id)[:63],

@@ -126,6 +126,8 @@ def compute_child_env(spec: LaunchSpec, home: str, user: str) -> dict[str, str]:
         # A spot interruption notice: the agent writes `CORRAL_NOTICE_S=<seconds left>` here before it signals
         # the job (`. "$CORRAL_NOTICE_FILE"` in a SIGTERM handler); absent until then.
         env["CORRAL_NOTICE_FILE"] = str(compute_notice_file(spec.checkpoint_dir))
+    if spec.stage_dir is not None:  # its staged input is here, and what it leaves here is its output to ship
+        env["CORRAL_STAGE_DIR"] = str(spec.stage_dir)
     return env
 
 

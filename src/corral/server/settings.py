@@ -12,6 +12,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from corral.api.paths import default_data_dir
 
 if TYPE_CHECKING:
+    from corral.core.staging import StagingRules
     from corral.core.unix_identity import UidRange
 
 DEFAULT_PORT = 8600
@@ -178,6 +179,17 @@ class Settings(BaseSettings):
         description="Comma-separated host directories under which container jobs may mount paths "
         "(`--mount SRC:DST`); empty: no host mounts at all.",
     )
+    stage_paths: str = Field(
+        "",
+        description="Comma-separated shared-storage directories (the same path on every node) that jobs may stage "
+        "data from and to (`submit --stage-in /path:DST`); `{tenant}` stands for the job's tenant name, `:ro` after "
+        "one allows input only: e.g. /srv/shared/{tenant},/srv/datasets:ro. Empty: S3 only.",
+    )
+    stage_s3_endpoints: str = Field(
+        "",
+        description="Comma-separated S3-compatible endpoint URLs that tenants' s3 secrets may name (MinIO, Ceph); "
+        "AWS's own is always allowed. Empty: AWS only.",
+    )
     # ---- directory login (docs/directory-login.md) ----
     ldap_url: str = Field(
         "",
@@ -254,6 +266,25 @@ class Settings(BaseSettings):
         from corral.core.containers import check_allowed_mounts_setting
 
         return check_allowed_mounts_setting(v)
+
+    @field_validator("stage_paths")
+    @classmethod
+    def _check_stage_paths(cls, v: str) -> str:
+        from corral.core.errors import ValidationError
+        from corral.core.staging import parse_shared_roots
+
+        try:
+            parse_shared_roots(v, "tenant")
+        except ValidationError as e:
+            raise ValueError(e.problem) from e
+        return v
+
+    @property
+    def staging_rules(self) -> StagingRules:
+        from corral.core.staging import StagingRules
+
+        endpoints = tuple(e.strip().rstrip("/") for e in self.stage_s3_endpoints.split(",") if e.strip())
+        return StagingRules(shared_paths=self.stage_paths, s3_endpoints=endpoints)
 
     @property
     def allowed_mount_prefixes(self) -> tuple[str, ...]:

@@ -24,6 +24,7 @@ from corral.store.protocols import (
     SchedulingStore,
     SecretStore,
     ServiceStore,
+    StagingStore,
     TelemetryStore,
     TenancyStore,
 )
@@ -67,6 +68,7 @@ class StateStore(
     ReplicaStore,
     ServiceStore,
     PoolStore,
+    StagingStore,
     Protocol,
 ):
     """Every role: what SqlStore implements."""

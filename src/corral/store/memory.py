@@ -223,6 +223,9 @@ class MemoryStore:
                     reason="",
                     attempt=job.attempt + 1,
                     not_before=None,
+                    stage_state="",
+                    stage_node=None,
+                    stage_progress="",
                 )
             )
             where = "; ".join(f"node {n}, GPUs {','.join(map(str, g)) or 'none'}" for n, g in placed)

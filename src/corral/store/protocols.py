@@ -782,6 +782,25 @@ class PoolStore(Protocol):
         """The newest `limit` events (of one pool), oldest first. Read-only."""
 
 
+class StagingStore(Protocol):
+    """Data staging (corral.core.staging): where a pending job's input is being staged, and its output's outcome."""
+
+    def update_staging(
+        self, job_id: int, expect: tuple[str, str | None], state: str, node: str | None, progress: str
+    ) -> bool:
+        """Compare-and-set a PENDING job's (stage_state, stage_node) from `expect` to (`state`, `node`) with its
+        progress sentence; False when the job is not PENDING or no longer as expected (another writer moved it)."""
+
+    def list_staging(self, node: str) -> list[Job]:
+        """PENDING jobs whose input is being staged on `node` (stage_state staging), oldest first. Read-only."""
+
+    def list_stage_outs(self, node: str) -> list[Job]:
+        """Ended jobs last run on `node` whose output is still to ship (stage_out_state pending or running). Read-only."""
+
+    def set_stage_out(self, job_id: int, state: str, message: str) -> bool:
+        """Record an ended job's stage-out state and outcome; False for an unknown job or one already done/failed."""
+
+
 class SubmissionStore(TenancyStore, NodeStore, SecretStore, PoolStore, Protocol):
     """What checking a job submission reads (queues, quotas, nodes, secret names, cloud pools)."""
 
@@ -807,4 +826,5 @@ ROLES: tuple[type, ...] = (
     ReplicaStore,
     ServiceStore,
     PoolStore,
+    StagingStore,
 )

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from corral.core.pools import POOL_LABEL, STATIC_POOL
+from corral.core.pools import NODE_LABEL, POOL_LABEL, STATIC_POOL
 from corral.core.requests import model_matches
 from corral.core.resources import NodeInfo, NodeState
 from corral.core.states import JobState
@@ -87,7 +87,8 @@ def compute_snapshot(
             gpus=n.gpus,
             cpu_milli=n.cpu_milli,
             memory_mib=n.memory_mib,
-            labels=tuple(sorted({POOL_LABEL: STATIC_POOL, **n.labels}.items())),  # a node no pool started: static
+            # a node no pool started: static; its own name last (never an agent's label): staged jobs ask for it
+            labels=tuple(sorted({POOL_LABEL: STATIC_POOL, **n.labels, NODE_LABEL: n.name}.items())),
             taints=taints.get(n.name, ()),
             runtimes=n.runtimes,
             images=frozenset(n.images),

@@ -19,6 +19,7 @@ from corral.core.arrays import assign_array_ids, compute_array_group
 from corral.core.containers import container_from_dict, container_to_dict
 from corral.core.errors import ConflictError
 from corral.core.resources import GpuInfo
+from corral.core.staging import IN_STAGED, IN_STAGING, OUT_PENDING, OUT_RUNNING, parse_stage_in, parse_stage_out
 from corral.core.states import JobState, can_transition, compute_sources
 from corral.core.tenancy import check_active_limit
 from corral.scheduler.recheck import NodeUse, compute_node_use, compute_recheck
@@ -465,6 +466,10 @@ class SqlStore(
                     reason="",
                     attempt=JobRow.attempt + 1,
                     not_before=None,
+                    # its staged input is used by this attempt; a later one (after a requeue) stages it again
+                    stage_state="",
+                    stage_node=None,
+                    stage_progress="",
                 )
             )
             if affected_rows(res):
@@ -531,6 +536,60 @@ class SqlStore(
                 update(JobRow)
                 .where(JobRow.id == job_id, JobRow.attempt == attempt, JobRow.state == JobState.RUNNING.value)
                 .values(phase=phase[:64])
+            )
+            return bool(affected_rows(res))
+
+    def update_staging(
+        self, job_id: int, expect: tuple[str, str | None], state: str, node: str | None, progress: str
+    ) -> bool:
+        before, before_node = expect
+        node_is = JobRow.stage_node.is_(None) if before_node is None else JobRow.stage_node == before_node
+        with self._tx() as s:
+            res = s.execute(
+                update(JobRow)
+                .where(
+                    JobRow.id == job_id,
+                    JobRow.state == JobState.PENDING.value,
+                    JobRow.stage_state == before,
+                    node_is,
+                )
+                .values(stage_state=state, stage_node=node, stage_progress=progress[:255])
+            )
+            return bool(affected_rows(res))
+
+    def list_staging(self, node: str) -> list[Job]:
+        with self._tx() as s:
+            q = (
+                select(JobRow)
+                .where(
+                    JobRow.state == JobState.PENDING.value,
+                    JobRow.stage_state == IN_STAGING,
+                    JobRow.stage_node == node,
+                )
+                .order_by(JobRow.id)
+            )
+            return [_job(r) for r in s.scalars(q).all()]
+
+    def list_stage_outs(self, node: str) -> list[Job]:
+        ended = [st.value for st in JobState if st.terminal]
+        with self._tx() as s:
+            q = (
+                select(JobRow)
+                .where(
+                    JobRow.stage_out_state.in_([OUT_PENDING, OUT_RUNNING]),
+                    JobRow.node == node,
+                    JobRow.state.in_(ended),
+                )
+                .order_by(JobRow.id)
+            )
+            return [_job(r) for r in s.scalars(q).all()]
+
+    def set_stage_out(self, job_id: int, state: str, message: str) -> bool:
+        with self._tx() as s:
+            res = s.execute(
+                update(JobRow)
+                .where(JobRow.id == job_id, JobRow.stage_out_state.in_([OUT_PENDING, OUT_RUNNING]))
+                .values(stage_out_state=state, stage_out_message=message[:2000])
             )
             return bool(affected_rows(res))
 
@@ -816,6 +875,10 @@ def insert_job(s: Session, spec: JobSpec, now: datetime) -> JobRow:
         container=container_to_dict(spec.container) if spec.container is not None else None,
         tolerations=list(spec.tolerations) or None,
         pool=spec.pool or None,
+        stage_in=[str(i) for i in spec.stage_in] or None,
+        stage_out=[str(i) for i in spec.stage_out] or None,
+        stage_secret=spec.stage_secret or None,
+        stage_out_state=OUT_PENDING if spec.stage_out else "",
     )
     s.add(row)
     s.flush()
@@ -910,6 +973,10 @@ def _job(r: JobRow) -> Job:
         service_revision=r.service_revision,
         tolerations=tuple(r.tolerations or ()),
         pool=r.pool or "",
+        stage_in=tuple(parse_stage_in(t) for t in r.stage_in or ()),
+        stage_out=tuple(parse_stage_out(t) for t in r.stage_out or ()),
+        stage_secret=r.stage_secret or "",
+        pinned_node=(r.stage_node or "") if r.stage_state == IN_STAGED and r.state == JobState.PENDING.value else "",
     )
     return Job(
         id=r.id,
@@ -936,6 +1003,11 @@ def _job(r: JobRow) -> Job:
         part_exits={str(k): int(v) for k, v in (r.part_exits or {}).items()},
         image_digest=r.image_digest or "",
         phase=r.phase or "",
+        stage_state=r.stage_state or "",
+        stage_node=r.stage_node,
+        stage_progress=r.stage_progress or "",
+        stage_out_state=r.stage_out_state or "",
+        stage_out_message=r.stage_out_message or "",
     )
 
 

@@ -215,9 +215,20 @@ class JobRow(Base):
     # Node taints it tolerates (`submit --spot` tolerates spot nodes) and the pool it asked for. Migration 0025.
     tolerations: Mapped[list[str] | None] = mapped_column(JSON, nullable=True)
     pool: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    # Data staging (core/staging.py): the SRC:DST items each way and the S3 secret; where the input is being staged
+    # (stage_state staging|staged on stage_node, with its progress); the stage-out's state and outcome. Migration 0026.
+    stage_in: Mapped[list[str] | None] = mapped_column(JSON, nullable=True)
+    stage_out: Mapped[list[str] | None] = mapped_column(JSON, nullable=True)
+    stage_secret: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    stage_state: Mapped[str] = mapped_column(String(16), default="", server_default="")
+    stage_node: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    stage_progress: Mapped[str] = mapped_column(String(255), default="", server_default="")
+    stage_out_state: Mapped[str] = mapped_column(String(16), default="", server_default="")
+    stage_out_message: Mapped[str] = mapped_column(Text, default="", server_default="")
 
     __table_args__ = (
         Index("ix_jobs_state", "state"),
+        Index("ix_jobs_stage_out", "stage_out_state", "node"),  # 0026: a node's ended jobs with output to ship
         Index("ix_jobs_service", "service_id"),
         Index("ix_jobs_array", "array_id"),
         Index("ix_jobs_node", "node"),

@@ -16,6 +16,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
+from corral.core.staging import CODE_STAGING, IN_STAGED, IN_STAGING
 from corral.core.states import JobState
 from corral.scheduler.plan import UNRANKED, Plan, Snapshot, compute_plan
 from corral.scheduler.queueing import compute_decayed_usage, get_queueing_policy
@@ -23,8 +24,9 @@ from corral.server.background.loop import Loop
 from corral.server.health.consequences import requeue_after_failure
 from corral.server.services.notify import NodeNotifier
 from corral.server.services.prediction import HISTORY_JOBS, RunTimePredictions
+from corral.server.services.staging import compute_staging_reasons
 from corral.store.applier import AppliedPlan, apply_plan
-from corral.store.protocols import OperationsStore, SchedulingStore
+from corral.store.protocols import OperationsStore, SchedulingStore, StagingStore
 from corral.store.records import Job, Tenant, User
 from corral.store.snapshot import compute_running_job, load_snapshot
 
@@ -38,9 +40,9 @@ class UserNames(Protocol):
     def list_users(self, tenant_id: int | None = None) -> list[User]: ...
 
 
-class LoopStore(SchedulingStore, OperationsStore, UserNames, Protocol):
-    """What the loop reads and writes: the scheduling roles, plus node events (a node it finds lost) and user
-    names (run-time predictions key on them)."""
+class LoopStore(SchedulingStore, OperationsStore, StagingStore, UserNames, Protocol):
+    """What the loop reads and writes: the scheduling roles, plus node events (a node it finds lost), user names
+    (run-time predictions key on them) and where jobs' input is staged."""
 
 
 REASON_CONFLICT = "its GPUs were taken by another writer at the last moment; it is placed again next cycle"
@@ -103,6 +105,7 @@ class Scheduler(Loop):
         # tenant id -> why its jobs are held (its budget is used up with policy hold: server/services/budgets.py)
         self.held_tenants: Callable[[], Mapping[int, str]] = dict
         self._held: dict[int, str] = {}
+        self._staging: dict[int, str] = {}  # job id -> how staging its input goes (it waits outside the pass)
 
     def set_pool_notes(self, notes: Mapping[int, tuple[str, str]]) -> None:
         """Why jobs wait on the cloud pools; applied to the published reasons now and after each pass."""
@@ -158,9 +161,13 @@ class Scheduler(Loop):
                 self.pending_reasons, self.pending_codes, self.pending_info = {}, {}, {}
                 self.last_cycle = None
                 return []
-            # Jobs in retry backoff wait outside the cycle; the rest (with or without GPUs) go through it.
+            if leading:
+                pending = self._unstage_lost(pending, now)
+            # Jobs in retry backoff, and jobs whose input is being staged, wait outside the cycle; the rest (with or
+            # without GPUs) go through it.
             waiting = [j for j in pending if j.not_before is not None and j.not_before > now]
-            ready = [j for j in pending if j.not_before is None or j.not_before <= now]
+            self._staging = compute_staging_reasons(pending)
+            ready = [j for j in pending if (j.not_before is None or j.not_before <= now) and j.id not in self._staging]
             held_tenants = self.held_tenants()
             self._held = {
                 j.id: held_tenants[t] for j in ready if (t := j.spec.tenant_id) is not None and t in held_tenants
@@ -181,6 +188,7 @@ class Scheduler(Loop):
             if self.queueing.order == "predict":
                 snapshot = self._with_predictions(snapshot, ready, running, tenants)
             plan = compute_plan(snapshot, now.timestamp(), self.policy, self.queueing)
+            plan = self._stage_first(plan, ready, now if leading and self.leading() else None)
             self.last_cycle = (snapshot, plan, now)
             if plan.pending:
                 self.on_waiting()
@@ -231,6 +239,8 @@ class Scheduler(Loop):
             reasons[int(job_id)], codes[int(job_id)] = REASON_CONFLICT, CODE_CONFLICT
         for jid, why in self._held.items():
             reasons[jid], codes[jid] = why, CODE_BUDGET
+        for jid, why in self._staging.items():
+            reasons[jid], codes[jid] = why, CODE_STAGING
         for job_id, status in plan.pending.items():
             jid = int(job_id)
             if jid not in reasons:
@@ -243,6 +253,51 @@ class Scheduler(Loop):
                 eta = datetime.fromtimestamp(status.eta_s, UTC) if status.eta_s is not None else None
                 info[jid] = (status.position, eta)
         self.pending_reasons, self.pending_codes, self.pending_info = reasons, codes, info
+
+    def _unstage_lost(self, pending: list[Job], now: datetime) -> list[Job]:
+        """A job whose input is staged (or being staged) on a node that no longer takes work (lost, removed,
+        cordoned, released) is staged again elsewhere: the pending list with those jobs reset."""
+        staged = [j for j in pending if j.stage_state in (IN_STAGING, IN_STAGED)]
+        if not staged:
+            return pending
+        usable = {n.name for n in self.store.list_nodes() if n.state == "READY" and not n.cordoned}
+        reset: set[int] = set()
+        for job in staged:
+            if job.stage_node not in usable:
+                why = f"node {job.stage_node} no longer takes work: its input is staged again"
+                if self.store.update_staging(job.id, (job.stage_state, job.stage_node), "", None, ""):
+                    self.store.add_event(job.id, "unstaged", why, now)
+                    reset.add(job.id)
+        if not reset:
+            return pending
+        fresh = {j.id: j for j in self.store.list_jobs(states=[JobState.PENDING])}
+        return [fresh[j.id] if j.id in reset and j.id in fresh else j for j in pending if j.id in fresh]
+
+    def _stage_first(self, plan: Plan, ready: list[Job], now: datetime | None) -> Plan:
+        """A job with input to stage that the plan places is not bound: its input is staged on the node the plan
+        chose, its GPUs stay free meanwhile, and it is placed there once the input is in (`now` None: a replica
+        that does not lead only computes the plan without them)."""
+        unstaged = {str(j.id): j for j in ready if j.spec.stage_in and not j.stage_state}
+        if not unstaged:
+            return plan
+        chosen = [a for a in plan.admit if a.job_id in unstaged]
+        if not chosen:
+            return plan
+        for admit in chosen:
+            node = admit.placements[0].node
+            if now is not None and self.store.update_staging(
+                int(admit.job_id), ("", None), IN_STAGING, node, f"staging input on node {node}"
+            ):
+                self.store.add_event(int(admit.job_id), "staging", f"its input is staged on node {node}", now)
+                self._staging[int(admit.job_id)] = f"staging input on node {node}"
+                self.notifier.notify(node)
+        ids = {a.job_id for a in chosen}
+        return replace(
+            plan,
+            admit=tuple(a for a in plan.admit if a.job_id not in ids),
+            preempt=tuple(p for p in plan.preempt if p.for_job_id not in ids),
+            nominate=tuple(n for n in plan.nominate if n not in ids),
+        )
 
     def user_names(self) -> Mapping[int, str]:
         """User id -> name, as last read (replaced whole, never changed in place: callers may keep it, not copy it;

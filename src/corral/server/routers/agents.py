@@ -24,6 +24,7 @@ from corral.server.services.agents import apply_reports, compute_assignments, co
 from corral.server.services.identity import NodeIdentity, renew_node_cert, require_node_match
 from corral.server.services.inventory import node_out
 from corral.server.services.logs import LogOffsetError
+from corral.server.services.staging import compute_stage_orders, record_stage_reports
 from corral.server.services.webports import compute_web_port_checks
 
 router = APIRouter(prefix="/api/v1/agents", tags=["agents"])
@@ -54,6 +55,8 @@ async def sync(node: str, body: AgentSync, me: Agent, ctx: ContextDep) -> AgentS
 
     acked, freed = await run_in_threadpool(report)
     ctx.web_ports.record(node, body.web_ports)
+    if body.staging_in or body.staging_out:
+        freed |= await run_in_threadpool(record_stage_reports, store, node, body.staging_in, body.staging_out)
     if freed:
         ctx.scheduler.trigger.fire()
     running = set(body.running)
@@ -73,12 +76,19 @@ async def sync(node: str, body: AgentSync, me: Agent, ctx: ContextDep) -> AgentS
         port_salt=settings.job_port_salt,
         log_max_bytes=settings.job_log_max_bytes,
     )  # now and after the wait
+    stage = partial(compute_stage_orders, store, node, ctx.keyring, settings.staging_rules, settings.job_uid_range)
     assignments, cancels = await run_in_threadpool(assign)
+    stage_in, stage_out = await run_in_threadpool(stage)
     faults = telemetry.take_faults(node)
-    if not assignments and not cancels and not faults and body.wait_s > 0:
+    # The agent already has every stage order (it reports on each): nothing new to hand over for those.
+    staging_news = {str(o.job_id) for o in stage_in} != set(body.staging_in) or {
+        str(o.job_id) for o in stage_out
+    } != set(body.staging_out)
+    if not assignments and not cancels and not faults and not staging_news and body.wait_s > 0:
         # never past CORRAL_LONG_POLL_S: the sync is the node's heartbeat, checked against CORRAL_NODE_LOST_AFTER_S
         await ctx.notifier.wait(node, min(body.wait_s, settings.long_poll_s))
         assignments, cancels = await run_in_threadpool(assign)
+        stage_in, stage_out = await run_in_threadpool(stage)
         faults = telemetry.take_faults(node)
     checks = compute_web_port_checks(await run_in_threadpool(store.list_node_jobs, node), node)
     notice_s = await run_in_threadpool(compute_notice_s, store, record)
@@ -90,6 +100,8 @@ async def sync(node: str, body: AgentSync, me: Agent, ctx: ContextDep) -> AgentS
         notice_s=notice_s,
         faults=faults,
         web_ports=checks,
+        stage_in=stage_in,
+        stage_out=stage_out,
     )
 
 

@@ -87,6 +87,7 @@ def _submit(
         keep,
         settings.max_active_jobs_per_tenant,
         allowed_mounts=settings.allowed_mount_prefixes,
+        staging=settings.staging_rules,
     )
     if created:
         trigger.fire()

@@ -325,4 +325,6 @@ def _assignment(job: Job, node: str, uuids: dict[int, str], store: StateStore, w
         cpu_milli=s.cpu_milli,
         memory_mib=s.memory_mib,
         web_port=web_port,  # a container job publishes it (the env's CORRAL_JOB_PORT is the port inside)
+        staged_in=bool(s.stage_in),
+        stage_dir=bool(s.stage_in or s.stage_out),
     )

@@ -16,9 +16,11 @@ from corral.core.containers import check_mounts_allowed
 from corral.core.errors import NotFoundError, ValidationError
 from corral.core.pools import POOL_LABEL, STATIC_POOL, PoolSpec
 from corral.core.requests import ResourceRequest, model_matches
+from corral.core.staging import StagingRules
 from corral.core.states import JobState
 from corral.server.auth import Principal
 from corral.server.services.secrets import check_registry_secret_ref, check_secret_refs
+from corral.server.services.staging import check_staging
 from corral.store.base import StateStore
 from corral.store.protocols import SubmissionStore, TenancyStore
 from corral.store.records import Job, JobSpec, Node, Quota
@@ -182,6 +184,7 @@ def job_spec_for(
     schedule_id: int | None = None,
     ctx: SubmitContext | None = None,
     allowed_mounts: Sequence[str] = (),
+    staging: StagingRules | None = None,
 ) -> JobSpec:
     """Check a submission against the tenant's queues and quotas and the pool; the spec to store, or
     ValidationError naming the field. `ctx`: the tenant's queues, quotas and the nodes, loaded once per call."""
@@ -207,6 +210,7 @@ def job_spec_for(
         check_mounts_allowed(spec.container.mounts, allowed_mounts)
         if spec.container.registry_secret:
             check_registry_secret_ref(store, tenant_id, spec.container.registry_secret, spec.container.image)
+    check_staging(store, tenant_id, spec, staging)  # shared paths under the tenant's, S3 through its s3 secret
     return spec
 
 
@@ -218,6 +222,7 @@ def submit_jobs(
     keep_keys: timedelta = timedelta(hours=24),
     max_active: int | None = None,
     allowed_mounts: Sequence[str] = (),
+    staging: StagingRules | None = None,
 ) -> tuple[list[Job], bool]:
     """Several submissions (each one job or an array of tasks), checked each and stored in one transaction: all
     of them or none. (every job made, in order; whether this call made them). With an Idempotency-Key, the same
@@ -230,7 +235,9 @@ def submit_jobs(
     ctx = load_submit_context(store, caller.tenant_id) if caller.tenant_id is not None else None
     for i, body in enumerate(bodies):
         try:
-            spec = job_spec_for(store, body, caller.tenant_id, user_id, ctx=ctx, allowed_mounts=allowed_mounts)
+            spec = job_spec_for(
+                store, body, caller.tenant_id, user_id, ctx=ctx, allowed_mounts=allowed_mounts, staging=staging
+            )
         except ValidationError as e:
             raise ValidationError(e.field if len(bodies) == 1 else f"jobs.{i}.{e.field}", e.problem) from None
         if body.array is None:
@@ -257,9 +264,10 @@ def request_fingerprint_of(bodies: Sequence[JobSubmit]) -> str:
 
 
 def _canonical(body: JobSubmit) -> dict[str, Any]:
-    # Without `array` and `container_port` when there are none, so a key stored before they existed still matches
-    # its retry.
-    later = {f for f in ("array", "container_port") if getattr(body, f) is None}
+    # Without `array`, `container_port` and the staging fields when there are none, so a key stored before they
+    # existed still matches its retry.
+    later = {f for f in ("array", "container_port", "stage_secret") if getattr(body, f) is None}
+    later |= {f for f in ("stage_in", "stage_out") if not getattr(body, f)}
     return body.model_dump(mode="json", exclude=later or None)
 
 

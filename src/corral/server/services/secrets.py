@@ -4,11 +4,12 @@ resolved only when the job is handed to its agent; rotation of the key that seal
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Protocol
 
 from corral.api.secrets import KeyRotationOut, SecretIn, SecretKind, SecretOut, SecretUpdate
+from corral.api.staging import S3Login
 from corral.core.containers import registry_host, same_registry
 from corral.core.errors import CorralError, NotFoundError, ValidationError
 from corral.core.tenancy import Action
@@ -54,7 +55,9 @@ def resolve_tenant(store: TenancyStore, caller: Principal, tenant: str | None) -
     return found.id
 
 
-def _meta(kind: SecretKind, host: str | None, username: str | None) -> dict[str, str]:
+def _meta(kind: SecretKind, host: str | None, username: str | None, region: str | None = None) -> dict[str, str]:
+    if kind is SecretKind.S3:
+        return {"host": host or "", "username": username or "", "region": region or ""}
     return {"host": host or "", "username": username or ""} if kind is SecretKind.REGISTRY else {}
 
 
@@ -70,7 +73,7 @@ def create_secret(
             tenant_id,
             body.name,
             body.kind.value,
-            _meta(body.kind, body.host, body.username),
+            _meta(body.kind, body.host, body.username, body.region),
             sealed.key_id,
             sealed.token,
             who,
@@ -90,9 +93,10 @@ def update_secret(
         raise NotFoundError("secret", name)
     meta = None
     if body.host or body.username:
-        if current.kind != SecretKind.REGISTRY.value:
-            raise ValidationError("host", "host and username are for registry secrets")
+        if current.kind not in (SecretKind.REGISTRY.value, SecretKind.S3.value):
+            raise ValidationError("host", "host and username are for registry and s3 secrets")
         meta = {
+            **current.meta,
             "host": body.host or current.meta.get("host", ""),
             "username": body.username or current.meta.get("username", ""),
         }
@@ -128,6 +132,7 @@ def secret_out(record: SecretRecord, tenant_names: Mapping[int, str]) -> SecretO
         kind=SecretKind(record.kind),
         host=record.meta.get("host") or None,
         username=record.meta.get("username") or None,
+        region=record.meta.get("region") or None,
         created_by=record.created_by,
         created_at=record.created_at,
         updated_at=record.updated_at,
@@ -148,6 +153,8 @@ def check_secret_refs(store: SecretStore, tenant_id: int, refs: Mapping[str, str
             raise ValidationError("secret_env", f"no secret {name!r} in this tenant (for {var})")
         if found[name].kind == SecretKind.REGISTRY.value:  # a registry login serves pulls only, never a job's eyes
             raise ValidationError("secret_env", f"secret {name!r} is a registry login: use it with --registry-secret")
+        if found[name].kind == SecretKind.S3.value:  # S3 credentials serve the agent's staging only
+            raise ValidationError("secret_env", f"secret {name!r} is an s3 login: use it with --stage-secret")
 
 
 def resolve_secret_env(
@@ -163,7 +170,7 @@ def resolve_secret_env(
     values: dict[str, str] = {}
     for var, name in sorted(refs.items()):
         record = found.get(name)
-        if record is None or record.kind == SecretKind.REGISTRY.value:  # replaced by a registry login since submit
+        if record is None or record.kind != SecretKind.GENERIC.value:  # replaced by a login since submit
             raise SecretUnavailable(f"secret {name!r} (for {var}) no longer exists in the job's tenant")
         try:
             values[var] = keyring.open(Sealed(record.key_id, record.sealed), secret_context(tenant_id, name))
@@ -221,3 +228,53 @@ def rotate_key(store: SecretAdminStore, keyring: Keyring, caller: Principal) -> 
         keyring.forget(retired)
     record_audit(store, caller, "secrets.rotate-key", new_id, f"{resealed} resealed, {len(retired)} retired")
     return KeyRotationOut(key_id=new_id, resealed=resealed, retired_keys=retired)
+
+
+def check_s3_secret_ref(store: SecretStore, tenant_id: int, name: str, endpoints: Sequence[str]) -> None:
+    """At submit: the job's `stage_secret` is an s3 secret of its own tenant whose endpoint the server allows
+    (CORRAL_STAGE_S3_ENDPOINTS; AWS's own always). 422 naming `stage_secret` otherwise."""
+    record = store.find_secrets(tenant_id, [name]).get(name)
+    if record is None:
+        raise ValidationError("stage_secret", f"no secret {name!r} in this tenant")
+    if record.kind != SecretKind.S3.value:
+        raise ValidationError(
+            "stage_secret", f"secret {name!r} is not an s3 login (create one with `corral secrets create --s3`)"
+        )
+    check_s3_endpoint(record.meta.get("host", ""), endpoints, "stage_secret")
+
+
+def check_s3_endpoint(endpoint: str, allowed: Sequence[str], field: str) -> None:
+    """An S3 endpoint other than AWS's own must be one the server allows: a node must never be made to send a
+    tenant's requests (and write the answers into a job) to any address a tenant names."""
+    if endpoint and endpoint.rstrip("/") not in {a.rstrip("/") for a in allowed}:
+        shown = ", ".join(allowed) or "none (AWS's own only)"
+        raise ValidationError(
+            field, f"the S3 endpoint {endpoint} is not allowed here (CORRAL_STAGE_S3_ENDPOINTS: {shown})"
+        )
+
+
+def resolve_s3_secret(
+    store: StateStore, keyring: Keyring, tenant_id: int | None, name: str, endpoints: Sequence[str]
+) -> S3Login:
+    """A tenant's S3 login opened for the agent that stages a job's data. Raises SecretUnavailable naming the
+    secret when it was deleted or replaced since submit, cannot be opened, or its endpoint is no longer allowed."""
+    if tenant_id is None:
+        raise SecretUnavailable("the job belongs to no tenant, so it has no s3 secret")
+    record = store.find_secrets(tenant_id, [name]).get(name)
+    if record is None or record.kind != SecretKind.S3.value:
+        raise SecretUnavailable(f"s3 secret {name!r} no longer exists in the job's tenant")
+    endpoint = record.meta.get("host", "")
+    try:
+        check_s3_endpoint(endpoint, endpoints, "stage_secret")
+    except ValidationError as e:
+        raise SecretUnavailable(e.problem) from e
+    try:
+        secret = keyring.open(Sealed(record.key_id, record.sealed), secret_context(tenant_id, name))
+    except KeyringError as e:
+        raise SecretUnavailable(f"s3 secret {name!r} cannot be opened: {e.problem}") from e
+    return S3Login(
+        access_key_id=record.meta.get("username", ""),
+        secret_access_key=secret,
+        endpoint=endpoint or None,
+        region=record.meta.get("region") or None,
+    )
