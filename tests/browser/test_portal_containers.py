@@ -13,6 +13,8 @@ from typing import Any
 import httpx
 import pytest
 
+from e2e.conftest import wait_for
+
 from .conftest import Cluster, Tab
 
 try:
@@ -36,6 +38,7 @@ def cluster(browser: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     """One node (8 simulated H100s, no container engine); host mounts allowed under the cluster's shared dir only."""
     c = Cluster(tmp_path_factory.mktemp("portal-containers"), gpus="sim:8xH100-80GB", node="node-a")
     c.env["CORRAL_ALLOWED_MOUNTS"] = str(c.shared)
+    c.env["CORRAL_STAGE_PATHS"] = f"{c.shared}/{{tenant}}"  # data staging: each tenant's own dir there
     try:
         c.start()
         yield c
@@ -321,3 +324,27 @@ def test_retry_keeps_the_jobs_secret_variables(admin_tab: Tab, cluster: Cluster,
     admin_tab.page.wait_for_url(re.compile(rf"/jobs/(?!{job_id}$)\d+$"))
     again = cluster.api("GET", f"/jobs/{int(admin_tab.page.url.rsplit('/', 1)[1])}").json()
     assert again["secret_env"] == {"TOKEN": secrets["generic"]}, again  # names only: the value stays sealed
+
+
+def test_the_job_page_shows_its_staging_and_retry_keeps_it(admin_tab: Tab, cluster: Cluster) -> None:
+    (cluster.shared / "default").mkdir(exist_ok=True)  # the tenant's dir on the shared storage (an admin makes it)
+    target = f"{cluster.shared}/default/results/"
+    job_id = cluster.submit_job(
+        command=["sh", "-c", 'mkdir -p "$CORRAL_STAGE_DIR/out" && echo done > "$CORRAL_STAGE_DIR/out/r.txt"'],
+        name="ships-output",
+        stage_out=[f"out/:{target}"],
+    )
+    shipped = wait_for(
+        lambda: (j := cluster.api("GET", f"/jobs/{job_id}").json())["stage_out_state"] in ("done", "failed") and j,
+        60,
+        "its output",
+    )
+    assert shipped["stage_out_state"] == "done", (shipped["stage_out_message"], shipped["reason"])
+    admin_tab.goto(f"/jobs/{job_id}")
+    shown = admin_tab.page.locator("#container")
+    expect(shown).to_contain_text(f"out/:{target}")
+    expect(shown.locator("[data-stage-out]")).to_contain_text("done")
+    admin_tab.page.click("#retry")
+    admin_tab.page.wait_for_url(re.compile(rf"/jobs/(?!{job_id}$)\d+$"))
+    again = cluster.api("GET", f"/jobs/{int(admin_tab.page.url.rsplit('/', 1)[1])}").json()
+    assert again["stage_out"] == [f"out/:{target}"], again

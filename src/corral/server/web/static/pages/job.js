@@ -24,6 +24,9 @@ export function retrySpec(j) {
   if (j.web_ui || j.port) spec.web_ui = true;  // Corral assigns the port again
   if (j.secret_env && Object.keys(j.secret_env).length) spec.secret_env = j.secret_env;  // names: the values stay sealed
   if (j.nodes > 1) spec.nodes = j.nodes;  // a gang again
+  if (j.stage_in && j.stage_in.length) spec.stage_in = j.stage_in;  // its data staged again (the node may have it)
+  if (j.stage_out && j.stage_out.length) spec.stage_out = j.stage_out;
+  if (j.stage_secret) spec.stage_secret = j.stage_secret;
   if (j.image) { // the same container again (its image by name: a newer push of the tag is pulled)
     spec.image = j.image;
     if (j.mounts && j.mounts.length) spec.mounts = j.mounts;
@@ -47,6 +50,18 @@ export function containerTable(j) {
     j.shm_size_mib ? `${esc(j.shm_size_mib)} MiB` : `<span class="muted">default</span>`,
     j.container_user ? esc(j.container_user) : `<span class="muted">the job's own</span>`,
     j.registry_secret ? esc(j.registry_secret) : `<span class="muted">none</span>`]]);
+}
+
+// A job's data staging: its items each way, where its input is, and how shipping its output went; "" without any.
+export function stagingTable(j) {
+  const ins = j.stage_in || [], outs = j.stage_out || [];
+  if (!ins.length && !outs.length) return "";
+  const items = (xs) => xs.map((x) => `<code>${esc(x)}</code>`).join("<br>") || `<span class="muted">none</span>`;
+  const input = j.stage_state ? `${esc(j.stage_state)} on ${esc(j.stage_node || "")}` : `<span class="muted">—</span>`;
+  const output = j.stage_out_state
+    ? esc(j.stage_out_state) + (j.stage_out_message ? `: ${esc(j.stage_out_message)}` : "") : `<span class="muted">—</span>`;
+  return table(["Stage in", "Stage out", "S3 secret", "Input", "Output"], [[items(ins), items(outs),
+    j.stage_secret ? esc(j.stage_secret) : `<span class="muted">none</span>`, input, `<span data-stage-out>${output}</span>`]]);
 }
 
 // "GPU 0 on n1 failed (xid: fatal Xid 79: simulated)" -> "GPU 0 on n1 failed (Xid 79)": the fault in words.
@@ -143,7 +158,7 @@ export async function render(page) {
       job.node ? `<a href="/nodes/${encodeURIComponent(job.node)}">${esc(job.node)}</a>` : "—", esc(job.exit_code ?? ""),
       (ran === null ? "—" : dur(ran)) + (job.prediction ? `<div class="muted" data-prediction>predicted: ${esc(job.prediction)}</div>` : ""), esc(job.pending_reason ? reasonText(job.pending_reason) : messageText(job.reason)), inLine(job),
       `<span data-requeued>${esc(requeuedText(events))}</span>`]]);
-    $("#container").innerHTML = containerTable(job);
+    $("#container").innerHTML = containerTable(job) + stagingTable(job);
     $("#gpus").innerHTML = job.node && job.gpus.length ? job.gpus.map((g) =>
       `<a href="/gpus/${encodeURIComponent(job.node)}/${g}">${esc(job.node)} GPU ${g}</a>`).join(" · ") : `<p class="muted">no GPUs assigned</p>`;
   }
