@@ -229,6 +229,7 @@ class JobRow(Base):
     __table_args__ = (
         Index("ix_jobs_state", "state"),
         Index("ix_jobs_stage_out", "stage_out_state", "node"),  # 0026: a node's ended jobs with output to ship
+        Index("ix_jobs_stage_node", "stage_node"),  # 0026: the jobs a node stages input for
         Index("ix_jobs_service", "service_id"),
         Index("ix_jobs_array", "array_id"),
         Index("ix_jobs_node", "node"),

@@ -27,9 +27,11 @@ def upgrade() -> None:
         batch.add_column(sa.Column("stage_out_state", sa.String(length=16), nullable=False, server_default=""))
         batch.add_column(sa.Column("stage_out_message", sa.Text(), nullable=False, server_default=""))
     op.create_index("ix_jobs_stage_out", "jobs", ["stage_out_state", "node"])
+    op.create_index("ix_jobs_stage_node", "jobs", ["stage_node"])  # every sync asks for its node's stagings
 
 
 def downgrade() -> None:
+    op.drop_index("ix_jobs_stage_node", "jobs")
     op.drop_index("ix_jobs_stage_out", "jobs")
     with op.batch_alter_table("jobs") as batch:
         for column in (
