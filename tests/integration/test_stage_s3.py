@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from corral.agent import staging
 from corral.agent.staging import StageEngine
+from corral.agent.staging import s3 as staging_s3
 from corral.api.staging import S3Login, StageItemWire, StageOrder, StageReport
 
 boto3 = pytest.importorskip("boto3")
@@ -51,14 +51,14 @@ def engine(tmp_path: Path) -> Iterator[StageEngine]:
 def gets(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The keys the engine GETs (a botocore event hook on every client it makes)."""
     seen: list[str] = []
-    real = staging.make_s3_client
+    real = staging_s3.make_s3_client
 
     def counted(order: StageOrder) -> Any:
         client = real(order)
         client.meta.events.register("before-call.s3.GetObject", lambda params, **_: seen.append(params["url_path"]))
         return client
 
-    monkeypatch.setattr(staging, "make_s3_client", counted)
+    monkeypatch.setattr(staging_s3, "make_s3_client", counted)
     return seen
 
 

@@ -1,6 +1,6 @@
 """Data staging (issue 19): a job's input brought to its node before its GPUs are taken, its output shipped back
 after it ends. Pure: what a stage item is, how `SRC:DST` is read and checked, the shared storage a tenant may use,
-and how progress reads. The agent does the copying (agent/staging.py); the server decides when (its sync).
+and how progress reads. The agent does the copying (agent/staging/); the server decides when (its sync).
 
 A stage-in item copies a remote SOURCE (`s3://bucket/key`, `s3://bucket/prefix/`, or a path on the server's
 allowed shared storage) to a TARGET relative to the job's stage dir (CORRAL_STAGE_DIR). A stage-out item copies a

@@ -5,6 +5,7 @@ job or tenant."""
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 import threading
 import time
@@ -13,8 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from corral.agent import staging
 from corral.agent.staging import StageEngine, StageFailed, StageMissing, call_s3, compute_clashes, compute_parts
+from corral.agent.staging import files as staging_files
+from corral.agent.staging import inputs as staging_inputs
+from corral.agent.staging import s3 as staging_s3
 from corral.api.staging import SharedRootWire, StageItemWire, StageOrder, StageReport
 from corral.core.unix_identity import JobIdentity
 
@@ -75,15 +78,15 @@ def node(tmp_path: Path) -> Iterator[Node]:
 
 @pytest.fixture
 def reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Counts the source files the engine reads (every shared-storage read goes through read_fd)."""
+    """Counts the source files the engine reads (every shared-storage read of a stage-in goes through read_fd)."""
     calls: list[int] = []
-    real = staging.read_fd
+    real = staging_inputs.read_fd
 
     def counted(fd: int, cancel: object) -> Iterator[bytes]:
         calls.append(fd)
         return real(fd, cancel)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(staging, "read_fd", counted)
+    monkeypatch.setattr(staging_inputs, "read_fd", counted)
     return calls
 
 
@@ -248,7 +251,7 @@ def test_stage_in_larger_than_free_disk_fails_before_copying(
     node: Node, monkeypatch: pytest.MonkeyPatch, reads: list[int]
 ) -> None:
     write(node.shared / "big", b"x" * 4096)
-    monkeypatch.setattr(staging.shutil, "disk_usage", lambda _p: staging.shutil._ntuple_diskusage(1, 1, 100))  # type: ignore[attr-defined]
+    monkeypatch.setattr(shutil, "disk_usage", lambda _p: shutil._ntuple_diskusage(1, 1, 100))  # type: ignore[attr-defined]
     report = stage_in(node, node.order(23, (str(node.shared / "big"), "")))[23]
     assert report.state == "failed" and report.message.startswith("needs 0.0 GiB, 0.0 GiB free on this node")
     assert reads == []
@@ -257,15 +260,15 @@ def test_stage_in_larger_than_free_disk_fails_before_copying(
 # ---- cancel ------------------------------------------------------------------------------------------------------
 def test_withdrawn_order_stops_and_leaves_no_partial_download(node: Node, monkeypatch: pytest.MonkeyPatch) -> None:
     write(node.shared / "slow", b"z" * (64 * 1024))
-    monkeypatch.setattr(staging, "CHUNK_BYTES", 1024)
-    real: Callable[..., Iterator[bytes]] = staging.read_fd
+    monkeypatch.setattr(staging_files, "CHUNK_BYTES", 1024)
+    real: Callable[..., Iterator[bytes]] = staging_inputs.read_fd
 
     def slow(fd: int, cancel: object) -> Iterator[bytes]:
         for chunk in real(fd, cancel):
             time.sleep(0.01)
             yield chunk
 
-    monkeypatch.setattr(staging, "read_fd", slow)
+    monkeypatch.setattr(staging_inputs, "read_fd", slow)
     node.engine.set_orders([node.order(30, (str(node.shared / "slow"), ""))], [])
     deadline = time.monotonic() + DEADLINE_S
     while node.engine.reports()[0]["30"].done_bytes == 0:
@@ -325,6 +328,15 @@ def test_stage_out_to_a_read_only_root_is_refused(node: Node) -> None:
     report = stage_out(node, node.order(42, ("f", f"{node.shared}/f")))
     assert report.state == "failed" and "outside the writable shared storage" in report.message
     assert not (node.shared / "f").exists()
+
+
+def test_stage_out_under_a_root_that_does_not_exist_says_so(node: Node) -> None:
+    top = node.engine.materialize(43, None, staged_in=False)
+    write(top / "f", "x")
+    node.results.rmdir()  # the tenant's dir an admin has not made on this storage yet
+    report = stage_out(node, node.order(43, ("f", f"{node.results}/run/f")))
+    assert report.state == "failed" and f"{node.results} (the shared storage" in report.message, report.message
+    assert "does not exist on this node" in report.message and not node.results.exists()
 
 
 # ---- hostile jobs and tenants ------------------------------------------------------------------------------------
@@ -412,7 +424,7 @@ def test_s3_item_without_credentials_fails_plainly(node: Node) -> None:
 
 def test_transient_s3_errors_are_retried_three_times(monkeypatch: pytest.MonkeyPatch) -> None:
     exceptions = pytest.importorskip("botocore.exceptions")
-    monkeypatch.setattr(staging, "RETRY_BACKOFF_S", 0.0)
+    monkeypatch.setattr(staging_s3, "RETRY_BACKOFF_S", 0.0)
     slow_down = {"Error": {"Code": "SlowDown", "Message": "busy"}, "ResponseMetadata": {"HTTPStatusCode": 503}}
     calls: list[int] = []
 

@@ -3,7 +3,7 @@ pending job's input in, an ended job's output out), and what the node's reports 
 
 The scheduler chooses the node: a pending job with input to stage that a pass would place is not bound there;
 its input is staged on that node first (stage_state staging) while its GPUs stay free for others, then it is
-placed on that node only (staged). The agent does the copying (agent/staging.py)."""
+placed on that node only (staged). The agent does the copying (agent/staging/)."""
 
 from __future__ import annotations
 
