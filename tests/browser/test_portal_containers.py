@@ -327,7 +327,9 @@ def test_retry_keeps_the_jobs_secret_variables(admin_tab: Tab, cluster: Cluster,
 
 
 def test_the_job_page_shows_its_staging_and_retry_keeps_it(admin_tab: Tab, cluster: Cluster) -> None:
-    (cluster.shared / "default").mkdir(exist_ok=True)  # the tenant's dir on the shared storage (an admin makes it)
+    tenant_dir = cluster.shared / "default"  # the tenant's dir on the shared storage: an admin makes it, for its users
+    tenant_dir.mkdir(exist_ok=True)
+    tenant_dir.chmod(0o1777)
     target = f"{cluster.shared}/default/results/"
     job_id = cluster.submit_job(
         command=["sh", "-c", 'mkdir -p "$CORRAL_STAGE_DIR/out" && echo done > "$CORRAL_STAGE_DIR/out/r.txt"'],

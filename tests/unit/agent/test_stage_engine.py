@@ -34,6 +34,7 @@ class Node:
         self.results = tmp / "results"
         self.shared.mkdir(exist_ok=True)
         self.results.mkdir(exist_ok=True)
+        self.results.chmod(0o1777)  # the jobs' users may write here, as on a shared scratch dir
         self.engine = self.open(cache_max_bytes)
 
     def open(self, cache_max_bytes: int = 1 << 30) -> StageEngine:
@@ -233,6 +234,7 @@ def test_eviction_drops_least_recently_used_unpinned_objects(tmp_path: Path) -> 
         for name in ("a-old", "b-linked", "c-listed"):
             write(node.shared / name, name[0] * 100)
         stage_in(node, node.order(20, (str(node.shared / "a-old"), "")))
+        node.engine.discard(20)  # the job ran and ended: its input may go
         stage_in(node, node.order(21, (str(node.shared / "b-linked"), "")))
         node.engine.materialize(21, None, staged_in=True)  # hard-linked into the job dir when root
         node.engine.set_orders([], [])
@@ -243,6 +245,23 @@ def test_eviction_drops_least_recently_used_unpinned_objects(tmp_path: Path) -> 
         assert left == ({"b", "c"} if IS_ROOT else {"c"})
         report = stage_in(node, node.order(23, (str(node.shared / "a-old"), "")))[23]
         assert report.state == "done"  # evicted: read again
+    finally:
+        node.engine.close()
+
+
+def test_a_staged_job_keeps_its_input_in_the_cache_until_it_starts(tmp_path: Path) -> None:
+    node = Node(tmp_path, cache_max_bytes=150)
+    try:
+        write(node.shared / "victim", "v" * 100)
+        write(node.shared / "flood", "f" * 400)
+        stage_in(node, node.order(30, (str(node.shared / "victim"), "")))
+        node.engine.set_orders([], [])  # staged: the server no longer lists it; it waits for its GPUs
+        stage_in(node, node.order(31, (str(node.shared / "flood"), "")))  # another tenant fills the cache
+        node.engine.set_orders([], [])
+        node.engine.discard(31)
+        stage_in(node, node.order(32, (str(node.shared / "flood"), "x")))  # evicts what it may
+        top = node.engine.materialize(30, None, staged_in=True)
+        assert (top / "victim").read_text() == "v" * 100
     finally:
         node.engine.close()
 
@@ -337,6 +356,26 @@ def test_stage_out_under_a_root_that_does_not_exist_says_so(node: Node) -> None:
     report = stage_out(node, node.order(43, ("f", f"{node.results}/run/f")))
     assert report.state == "failed" and f"{node.results} (the shared storage" in report.message, report.message
     assert "does not exist on this node" in report.message and not node.results.exists()
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="needs root: the agent writes for another user")
+def test_stage_out_writes_only_where_the_jobs_user_could_and_replaces_none_of_anothers_files(node: Node) -> None:
+    top = node.engine.materialize(44, None, staged_in=False)
+    write(top / "f", "mine")
+    closed = node.results / "closed"
+    closed.mkdir()
+    closed.chmod(0o755)  # root's: the job's user may not write in it
+    report = stage_out(node, node.order(44, ("f", f"{closed}/f"), uid=54321))
+    assert report.state == "failed" and "may not write" in report.message, report.message
+    assert not (closed / "f").exists()
+    theirs = node.results / "theirs.pt"
+    theirs.write_text("another user's")
+    os.chown(theirs, 54322, 54322)
+    top = node.engine.materialize(45, None, staged_in=False)
+    write(top / "f", "mine")
+    report = stage_out(node, node.order(45, ("f", str(theirs)), uid=54321))
+    assert report.state == "failed" and "belongs to another user" in report.message, report.message
+    assert theirs.read_text() == "another user's"
 
 
 # ---- hostile jobs and tenants ------------------------------------------------------------------------------------

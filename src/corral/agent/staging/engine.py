@@ -14,6 +14,7 @@ import logging
 import os
 import shutil
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -49,6 +50,8 @@ from corral.core.unix_identity import JobIdentity
 from corral.executors.jobhome import remove_tree
 
 log = logging.getLogger("corral.agent.staging")
+
+MANIFEST_KEEP_S = 7 * 86400  # a staged job's input is kept this long for its start at most
 
 STAGE_DIRS = "stage"  # under the executor's work root
 
@@ -258,8 +261,22 @@ class StageEngine:
             manifest = {"key_items": json.loads(task.key)[1], "files": files, "message": message}
             write_json(self.manifests / f"{order.job_id}.json", manifest)
             self._cache.save_index()
-        self._cache.evict(lambda: set().union(*(t.shas for t in self._in.values())))
+        self._cache.evict(self._pinned)
         return message
+
+    def _pinned(self) -> set[str]:
+        """Objects that may not go (under the lock): a listed order's, and a staged job's that has not started yet
+        (its manifest, kept for MANIFEST_KEEP_S: a job cancelled while staged does not pin the cache for ever)."""
+        keep: set[str] = set().union(*(t.shas for t in self._in.values()))
+        cutoff = time.time() - MANIFEST_KEEP_S
+        for path in self.manifests.glob("*.json"):
+            try:
+                if path.stat().st_mtime < cutoff:
+                    continue
+                keep.update(str(sha) for _path, sha, _size in load_json(path).get("files", ()))
+            except (OSError, ValueError, TypeError, AttributeError):
+                continue
+        return keep
 
     # ---- stage out -----------------------------------------------------------------------------------------------
     def _stage_out(self, task: StageTask) -> str:

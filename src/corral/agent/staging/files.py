@@ -7,6 +7,7 @@ placing a cache object in a job's dir, and the cache's own small JSON files (wri
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -93,11 +94,28 @@ def find_real_root(real: str, roots: Sequence[SharedRootWire], write: bool) -> s
     return None
 
 
+WRITE_DIR = (stat.S_IWUSR | stat.S_IXUSR, stat.S_IWGRP | stat.S_IXGRP, stat.S_IWOTH | stat.S_IXOTH)
+SEARCH_DIR = (stat.S_IXUSR, stat.S_IXGRP, stat.S_IXOTH)
+
+
+def check_may(st: os.stat_result, owner: tuple[int, int] | None, bits: tuple[int, int, int], name: str) -> None:
+    """Whether `owner` (the job's uid, gid) may do this in a directory itself, by its permission bits (the agent
+    writes as root: a job must not write where its own user could not). None: the agent's own user writes."""
+    if owner is None:
+        return
+    uid, gid = owner
+    mask = bits[0] if st.st_uid == uid else bits[1] if gid >= 0 and st.st_gid == gid else bits[2]
+    if st.st_mode & mask != mask:
+        raise PermissionError(errno.EACCES, f"the job's user may not write where {name} goes")
+
+
 def make_dirs(root: str, parts: Sequence[str], owner: tuple[int, int] | None) -> int:
     """An fd of `parts` under `root`, each missing dir made (and given `owner`) on the way, links never followed."""
     fd = os.open(root, DIR_FLAGS)
     try:
         for name in parts:
+            exists = os.path.lexists(os.path.join(f"/proc/self/fd/{fd}", name))
+            check_may(os.fstat(fd), owner, SEARCH_DIR if exists else WRITE_DIR, name)
             try:
                 os.mkdir(name, SUBDIR_MODE, dir_fd=fd)
                 if owner is not None:
@@ -117,6 +135,13 @@ def write_file(
     src: int, dfd: int, name: str, owner: tuple[int, int] | None, cancel: threading.Event, progress: Progress
 ) -> None:
     """The content of `src` as `name` in the dir `dfd`: written to a temp name, then renamed over it."""
+    check_may(os.fstat(dfd), owner, WRITE_DIR, name)
+    try:
+        there = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+    except FileNotFoundError:
+        there = None
+    if owner is not None and there is not None and there.st_uid != owner[0]:
+        raise PermissionError(errno.EACCES, f"{name} exists and belongs to another user: not replaced")
     tmp = f".{name}.{uuid.uuid4().hex[:12]}.corral-tmp"
     out = os.open(tmp, NEW_FILE_FLAGS, COPY_MODE, dir_fd=dfd)
     try:

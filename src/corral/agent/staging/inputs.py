@@ -13,7 +13,7 @@ import stat
 from collections.abc import Callable, Iterator
 
 from corral.agent.staging.files import READ_FLAGS, find_real_root, open_beneath, open_regular, read_fd, walk_files
-from corral.agent.staging.orders import InputFile, StageFailed, StageTask, compute_parts
+from corral.agent.staging.orders import InputFile, StageFailed, StageTask, compute_parts, compute_readable
 from corral.agent.staging.s3 import list_s3_input
 from corral.core.staging import is_s3
 
@@ -25,6 +25,37 @@ def list_input(source: str, target: str, task: StageTask) -> list[InputFile]:
     if is_s3(source):
         return list_s3_input(source, target, target_parts, task)
     return list_shared_input(source, target, target_parts, task)
+
+
+def check_allowed(
+    source: str,
+    root: str,
+    base: tuple[str, ...],
+    found: list[tuple[tuple[str, ...], tuple[str, ...], os.stat_result]],
+    task: StageTask,
+) -> None:
+    """The job's own user could reach and read every file itself (the agent reads as root): the directories from the
+    root down to the source searchable, each file readable. Permission bits only (owner, group, others)."""
+    uid, gid = task.order.uid, task.order.gid
+    if uid is None:
+        return
+    a_file = len(found) == 1 and found[0][0] == ()
+    dirs = base[:-1] if a_file else base
+    for depth in range(len(dirs) + 1):
+        path = os.path.join(root, *dirs[:depth])
+        if not compute_searchable(os.stat(path), uid, gid):
+            raise StageFailed(f"{source}: the job's user may not enter {path}")
+    for rel, _, st in found:
+        if not compute_readable(st, uid, gid):
+            raise StageFailed(f"{'/'.join((source.rstrip('/'), *rel))} is not readable by the job's user")
+
+
+def compute_searchable(st: os.stat_result, uid: int, gid: int | None) -> bool:
+    if st.st_uid == uid:
+        return bool(st.st_mode & stat.S_IXUSR)
+    if gid is not None and st.st_gid == gid:
+        return bool(st.st_mode & stat.S_IXGRP)
+    return bool(st.st_mode & stat.S_IXOTH)
 
 
 def list_shared_input(source: str, target: str, target_parts: tuple[str, ...], task: StageTask) -> list[InputFile]:
@@ -56,6 +87,8 @@ def list_shared_input(source: str, target: str, target_parts: tuple[str, ...], t
             raise StageFailed(f"{source} is not a file or a directory")
     finally:
         os.close(fd)
+
+    check_allowed(source, root, base, found, task)
 
     def reader(rel: tuple[str, ...]) -> Callable[[], Iterator[bytes]]:
         return lambda: read_fd(open_regular(root, (*base, *rel))[0], task.cancel)

@@ -49,6 +49,7 @@ REASON_CONFLICT = "its GPUs were taken by another writer at the last moment; it 
 CODE_CONFLICT = "conflict"
 CODE_RETRY = "retry-backoff"
 CODE_BUDGET = "budget"  # its tenant's budget is used up and its policy holds new jobs
+MAX_STAGING_PER_NODE = 8  # jobs whose input a node stages (or holds staged) at once
 
 
 class Scheduler(Loop):
@@ -188,7 +189,7 @@ class Scheduler(Loop):
             if self.queueing.order == "predict":
                 snapshot = self._with_predictions(snapshot, ready, running, tenants)
             plan = compute_plan(snapshot, now.timestamp(), self.policy, self.queueing)
-            plan = self._stage_first(plan, ready, now if leading and self.leading() else None)
+            plan = self._stage_first(plan, snapshot, pending, now if leading and self.leading() else None)
             self.last_cycle = (snapshot, plan, now)
             if plan.pending:
                 self.on_waiting()
@@ -273,18 +274,33 @@ class Scheduler(Loop):
         fresh = {j.id: j for j in self.store.list_jobs(states=[JobState.PENDING])}
         return [fresh[j.id] if j.id in reset and j.id in fresh else j for j in pending if j.id in fresh]
 
-    def _stage_first(self, plan: Plan, ready: list[Job], now: datetime | None) -> Plan:
+    def _stage_first(self, plan: Plan, snapshot: Snapshot, pending: list[Job], now: datetime | None) -> Plan:
         """A job with input to stage that the plan places is not bound: its input is staged on the node the plan
         chose, its GPUs stay free meanwhile, and it is placed there once the input is in (`now` None: a replica
-        that does not lead only computes the plan without them)."""
-        unstaged = {str(j.id): j for j in ready if j.spec.stage_in and not j.stage_state}
+        that does not lead only computes the plan without them). A node stages at most what its free GPUs could
+        run (the jobs staging or staged there claim theirs) and MAX_STAGING_PER_NODE jobs at once: jobs that hold
+        no GPUs cannot make a node download without end."""
+        unstaged = {str(j.id): j for j in pending if j.spec.stage_in and not j.stage_state}
         if not unstaged:
             return plan
         chosen = [a for a in plan.admit if a.job_id in unstaged]
         if not chosen:
             return plan
+        free = {n.info.name: sum(1 for u in n.gpu_used_milli if u == 0) for n in snapshot.nodes}
+        claimed: dict[str, int] = {}
+        count: dict[str, int] = {}
+        for j in pending:
+            if j.stage_state and j.stage_node:
+                claimed[j.stage_node] = claimed.get(j.stage_node, 0) + j.spec.gpus
+                count[j.stage_node] = count.get(j.stage_node, 0) + 1
         for admit in chosen:
             node = admit.placements[0].node
+            gpus = unstaged[admit.job_id].spec.gpus
+            if claimed.get(node, 0) + gpus > free.get(node, 0) or count.get(node, 0) >= MAX_STAGING_PER_NODE:
+                self._staging[int(admit.job_id)] = f"waiting to stage its input: node {node} stages for others"
+                continue
+            claimed[node] = claimed.get(node, 0) + gpus
+            count[node] = count.get(node, 0) + 1
             if now is not None and self.store.update_staging(
                 int(admit.job_id), ("", None), IN_STAGING, node, f"staging input on node {node}"
             ):

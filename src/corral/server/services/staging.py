@@ -98,7 +98,8 @@ def compute_stage_orders(
     ins: list[StageOrder] = []
     for job in staging:
         try:
-            ins.append(_order(store, job, keyring, rules, tenants, job.spec.stage_in, outward=False))
+            order = _order(store, job, keyring, rules, tenants, job.spec.stage_in, outward=False)
+            ins.append(_with_identity(store, job, order, uids))  # shared files are read as the job's user could
         except (SecretUnavailable, ValidationError) as e:
             store.finish_job(job.id, JobState.FAILED, None, f"cannot stage input: {e.message}", datetime.now(UTC))
     outward: list[StageOrder] = []
@@ -108,15 +109,19 @@ def compute_stage_orders(
         except (SecretUnavailable, ValidationError) as e:
             store.set_stage_out(job.id, OUT_FAILED, f"cannot stage output: {e.message}")
             continue
-        from corral.server.services.agents import load_job_identity  # the agents service imports this module
-
-        try:
-            identity = load_job_identity(store, job, uids)
-            order = order.model_copy(update={"uid": identity.uid, "gid": identity.gid})
-        except ValidationError:
-            pass  # no identity: files written keep the agent's owner
-        outward.append(order)
+        outward.append(_with_identity(store, job, order, uids))
     return ins, outward
+
+
+def _with_identity(store: StateStore, job: Job, order: StageOrder, uids: UidRange) -> StageOrder:
+    """The order with the Unix identity the job runs as: shared files are read and written as it could itself."""
+    from corral.server.services.agents import load_job_identity  # the agents service imports this module
+
+    try:
+        identity = load_job_identity(store, job, uids)
+    except ValidationError:
+        return order  # no identity: the job does not start either (its hand-over fails saying why)
+    return order.model_copy(update={"uid": identity.uid, "gid": identity.gid})
 
 
 def _order(
@@ -158,8 +163,9 @@ def record_stage_reports(
                 continue
             expect = (IN_STAGING, node)
             if report.state == "done":
-                placeable |= store.update_staging(job.id, expect, IN_STAGED, node, "")
-                store.add_event(job.id, "staged", f"input on node {node}: {_summary(report)}", datetime.now(UTC))
+                if store.update_staging(job.id, expect, IN_STAGED, node, ""):
+                    placeable = True
+                    store.add_event(job.id, "staged", f"input on node {node}: {_summary(report)}", datetime.now(UTC))
             elif report.state == "failed":
                 why = f"staging input failed on node {node}: {report.message}"
                 store.finish_job(job.id, JobState.FAILED, None, why, datetime.now(UTC))
