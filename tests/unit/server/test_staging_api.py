@@ -8,89 +8,24 @@ never hears of, nor reports on, another node's staging."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
-from fastapi.testclient import TestClient
+from staging_api import ENDPOINT, open_staging_api
+from staging_api import StagingApi as Api
 
 from corral.api.staging import StageReport
-from corral.core.resources import GpuInfo
 from corral.core.states import JobState
-from corral.server.app import create_app
-from corral.server.bootstrap import ensure_credentials
 from corral.server.services.agents import apply_reports, compute_assignments
-from corral.server.services.staging import compute_stage_orders, record_stage_reports
-from corral.server.settings import Settings
-from corral.store.sql import SqlStore, open_store
+from corral.server.services.staging import record_stage_reports
 
-ENDPOINT = "http://127.0.0.1:9"  # allowed by the server; never contacted here
 KEY = "s3-secret-key-VALUE-161803"
-
-
-class Api:
-    def __init__(self, client: TestClient, admin_token: str, shared: Path) -> None:
-        self.client = client
-        self.admin = {"Authorization": f"Bearer {admin_token}"}
-        self.shared = shared
-
-    @property
-    def ctx(self) -> Any:
-        return self.client.app.state.ctx  # type: ignore[attr-defined]
-
-    @property
-    def store(self) -> SqlStore:
-        return self.ctx.store  # type: ignore[no-any-return]
-
-    def call(self, method: str, path: str, auth: dict[str, str] | None = None, **kw: Any) -> Any:
-        return self.client.request(method, f"/api/v1{path}", headers=auth if auth is not None else self.admin, **kw)
-
-    def user(self, name: str, tenant: str) -> dict[str, str]:
-        r = self.call("POST", "/users", json={"name": name, "role": "member", "tenant": tenant, "password": "pw-pw-pw"})
-        assert r.status_code == 201, r.text
-        r = self.call("POST", "/login", auth={}, json={"username": name, "password": "pw-pw-pw"})
-        return {"Authorization": f"Bearer {r.json()['token']}"}
-
-    def s3_secret(self, auth: dict[str, str], name: str = "s3", endpoint: str | None = ENDPOINT) -> None:
-        body = {"name": name, "value": KEY, "kind": "s3", "username": "AKIAEXAMPLE"}
-        if endpoint:
-            body["host"] = endpoint
-        r = self.call("POST", "/secrets", auth=auth, json=body)
-        assert r.status_code == 201, r.text
-
-    def orders(self, node: str) -> tuple[list[Any], list[Any]]:
-        s = self.ctx.settings
-        return compute_stage_orders(self.store, node, self.ctx.keyring, s.staging_rules, s.job_uid_range)
-
-    def run_pass(self) -> None:
-        for n in ("n1", "n2"):
-            self.store.touch_node(n, datetime.now(UTC))
-        self.ctx.scheduler.run_once(datetime.now(UTC))
-
-
-def _gpu(i: int) -> GpuInfo:
-    return GpuInfo(index=i, uuid=f"GPU-{i}", model="H100-80GB", memory_mib=81920)
 
 
 @pytest.fixture
 def api(database_url: str, tmp_path: Path) -> Iterator[Api]:
-    store = open_store(database_url)
-    creds = ensure_credentials(store, tmp_path)
-    for node in ("n1", "n2"):
-        store.upsert_node(node, node, "simulated", 8000, 65536, {}, [_gpu(0), _gpu(1)], datetime.now(UTC))
-    shared = tmp_path / "shared"
-    settings = Settings(
-        data_dir=tmp_path,
-        database_url=database_url,
-        stage_paths=f"{shared}/{{tenant}},{tmp_path}/datasets:ro",
-        stage_s3_endpoints=ENDPOINT,
-        schedule_interval_s=3600,  # the test runs the passes itself (a submit still wakes the loop)
-    )
-    with TestClient(create_app(settings, store)) as client:
-        a = Api(client, creds.admin_token, shared)
-        for name in ("vision", "nlp"):
-            assert a.call("POST", "/tenants", json={"name": name}).status_code == 201
+    with open_staging_api(database_url, tmp_path, ("vision", "nlp"), KEY) as a:
         yield a
 
 
@@ -117,7 +52,7 @@ def _submit(api: Api, auth: dict[str, str], **body: Any) -> Any:
 )
 def test_bad_staging_is_refused_naming_the_field(api: Api, body: dict[str, Any], field: str, problem: str) -> None:
     alice = api.user("alice", "vision")
-    api.s3_secret(alice)
+    assert api.s3_secret(alice).status_code == 201
     for item in ("stage_out",):
         body = {k: ([v.replace("/DATASETS", str(api.shared.parent / "datasets")) for v in v] if k == item else v)
                 for k, v in body.items()}  # fmt: skip
@@ -130,7 +65,7 @@ def test_bad_staging_is_refused_naming_the_field(api: Api, body: dict[str, Any],
 
 def test_a_tenant_stages_only_its_own_shared_dir_and_only_its_own_s3_login(api: Api) -> None:
     alice, bob = api.user("alice", "vision"), api.user("bob", "nlp")
-    api.s3_secret(bob, "bobs3")
+    assert api.s3_secret(bob, "bobs3").status_code == 201
     ok = _submit(api, alice, stage_in=[f"{api.shared}/vision/ds/:ds"], stage_out=[f"out/:{api.shared}/vision/out/"])
     assert ok.status_code == 201, ok.text
     other = _submit(api, alice, stage_in=[f"{api.shared}/nlp/ds/:ds"])  # another tenant's dir
@@ -143,17 +78,19 @@ def test_a_tenant_stages_only_its_own_shared_dir_and_only_its_own_s3_login(api: 
     assert generic.status_code == 201
     wrong_kind = _submit(api, alice, stage_in=["s3://bucket/k:d"], stage_secret="plain")
     assert wrong_kind.status_code == 400 and "not an s3 login" in wrong_kind.text, wrong_kind.text
-    api.s3_secret(alice, "elsewhere", endpoint="http://169.254.169.254")  # the secret may name it: jobs may not
+    assert (
+        api.s3_secret(alice, "elsewhere", endpoint="http://169.254.169.254").status_code == 201
+    )  # the secret may name it: jobs may not
     ssrf = _submit(api, alice, stage_in=["s3://bucket/k:d"], stage_secret="elsewhere")
     assert ssrf.status_code == 400 and "not allowed here" in ssrf.text, ssrf.text
-    api.s3_secret(alice)
+    assert api.s3_secret(alice).status_code == 201
     env = _submit(api, alice, secret_env={"KEY": "s3"})  # an s3 login never becomes a job's variable
     assert env.status_code == 400 and "--stage-secret" in env.text, env.text
 
 
 def test_input_is_staged_on_the_chosen_node_before_its_gpus_are_taken_then_it_runs_there(api: Api) -> None:
     alice = api.user("alice", "vision")
-    api.s3_secret(alice)
+    assert api.s3_secret(alice).status_code == 201
     r = _submit(api, alice, gpus=2, stage_in=["s3://inputs/data/:data"], stage_out=["out/:s3://outputs/run/"],
                 stage_secret="s3")  # fmt: skip
     assert r.status_code == 201, r.text
@@ -218,7 +155,7 @@ def test_input_is_staged_on_the_chosen_node_before_its_gpus_are_taken_then_it_ru
 
 def test_staging_that_fails_fails_the_job_and_a_lost_node_restages_elsewhere(api: Api) -> None:
     alice = api.user("alice", "vision")
-    api.s3_secret(alice)
+    assert api.s3_secret(alice).status_code == 201
     first = _submit(api, alice, gpus=1, stage_in=["s3://inputs/x:x"], stage_secret="s3").json()["id"]
     api.run_pass()
     node = api.store.get_job(first).stage_node  # type: ignore[union-attr]
@@ -243,7 +180,7 @@ def test_staging_that_fails_fails_the_job_and_a_lost_node_restages_elsewhere(api
 
 def test_a_deleted_s3_secret_fails_the_staging_naming_it(api: Api) -> None:
     alice = api.user("alice", "vision")
-    api.s3_secret(alice)
+    assert api.s3_secret(alice).status_code == 201
     job_id = _submit(api, alice, stage_in=["s3://inputs/x:x"], stage_secret="s3").json()["id"]
     api.run_pass()
     node = api.store.get_job(job_id).stage_node  # type: ignore[union-attr]
