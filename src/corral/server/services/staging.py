@@ -71,11 +71,6 @@ def check_staging(store: StagingChecksStore, tenant_id: int, spec: JobSpec, rule
         check_s3_secret_ref(store, tenant_id, spec.stage_secret, rules.s3_endpoints)
 
 
-def compute_shared_roots(job: Job, tenants: Mapping[int, str], rules: StagingRules) -> list[SharedRootWire]:
-    name = tenants.get(job.spec.tenant_id or 0, "")
-    return [SharedRootWire(path=r.path, writable=r.writable) for r in parse_shared_roots(rules.shared_paths, name)]
-
-
 def _wire(items: Sequence[StageItem]) -> list[StageItemWire]:
     return [StageItemWire(source=i.source, target=i.target) for i in items]
 
@@ -133,18 +128,22 @@ def _order(
     items: Sequence[StageItem],
     outward: bool,
 ) -> StageOrder:
-    roots = compute_shared_roots(job, tenants, rules)
+    roots = parse_shared_roots(rules.shared_paths, tenants.get(job.spec.tenant_id or 0, ""))
     field = "stage_out" if outward else "stage_in"
     for item in items:  # the settings may have changed since submit: what is handed out is checked now
-        check_shared(
-            item, parse_shared_roots(rules.shared_paths, tenants.get(job.spec.tenant_id or 0, "")), outward, field
-        )
+        check_shared(item, roots, outward, field)
     s3 = None
     if job.spec.stage_secret:
         if keyring is None:
             raise SecretUnavailable("the server handed the job out without its secrets keyring")
         s3 = resolve_s3_secret(store, keyring, job.spec.tenant_id, job.spec.stage_secret, rules.s3_endpoints)
-    return StageOrder(job_id=job.id, attempt=job.attempt, items=_wire(items), s3=s3, roots=roots)
+    return StageOrder(
+        job_id=job.id,
+        attempt=job.attempt,
+        items=_wire(items),
+        s3=s3,
+        roots=[SharedRootWire(path=r.path, writable=r.writable) for r in roots],
+    )
 
 
 def record_stage_reports(
