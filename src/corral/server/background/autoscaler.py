@@ -153,9 +153,8 @@ class Autoscaler(Loop):
         for job in self.store.list_jobs(states=[JobState.RUNNING]):
             for node, _ in job.placed_parts:
                 jobs_on[node] = jobs_on.get(node, 0) + 1
-        for job in self.store.list_jobs(states=[JobState.PENDING]):
-            if job.stage_node:  # its input is staged (or being staged) there: the node is not idle
-                jobs_on[job.stage_node] = jobs_on.get(job.stage_node, 0) + 1
+        for node, count in self.scheduler.staging_nodes.items():  # a job's input is staged there: not idle
+            jobs_on[node] = jobs_on.get(node, 0) + count
         instances: dict[str, Any] = {}
         for name in {n.pool for n in live} & set(pools):
             try:

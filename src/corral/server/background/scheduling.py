@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -107,6 +107,9 @@ class Scheduler(Loop):
         self.held_tenants: Callable[[], Mapping[int, str]] = dict
         self._held: dict[int, str] = {}
         self._staging: dict[int, str] = {}  # job id -> how staging its input goes (it waits outside the pass)
+        # node -> pending jobs whose input is staged (or being staged) there, as of the last pass (the autoscaler
+        # keeps such a node)
+        self.staging_nodes: Mapping[str, int] = {}
 
     def set_pool_notes(self, notes: Mapping[int, tuple[str, str]]) -> None:
         """Why jobs wait on the cloud pools; applied to the published reasons now and after each pass."""
@@ -161,9 +164,11 @@ class Scheduler(Loop):
             if not pending:
                 self.pending_reasons, self.pending_codes, self.pending_info = {}, {}, {}
                 self.last_cycle = None
+                self.staging_nodes = {}
                 return []
             if leading:
                 pending = self._unstage_lost(pending, now)
+            self.staging_nodes = Counter(j.stage_node for j in pending if j.stage_node)
             # Jobs in retry backoff, and jobs whose input is being staged, wait outside the cycle; the rest (with or
             # without GPUs) go through it.
             waiting = [j for j in pending if j.not_before is not None and j.not_before > now]
