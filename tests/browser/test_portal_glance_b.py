@@ -109,6 +109,9 @@ def test_history_shows_gpus_and_duration_and_filters_on_the_server(
     admin_tab.goto("/jobs")
     page.click(".tabs button[data-tab=history]")
     expect(page.locator("#history-filter")).to_be_visible()
+    # The history table renders after its fetch: wait for its head, then read it.
+    expect(page.locator("#list thead th", has_text="Duration")).to_have_count(1)
+    expect(page.locator("#list tbody tr", has=page.locator(f"a[href='/jobs/{theirs}']"))).to_have_count(1)
     heads = page.locator("#list thead th").all_inner_texts()
     assert "GPUs" in heads and "Duration" in heads, heads
     row = page.locator("#list tbody tr", has=page.locator(f"a[href='/jobs/{theirs}']"))
