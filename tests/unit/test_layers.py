@@ -19,7 +19,7 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "corral"
 LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"core"}),
     frozenset({"scheduler"}),
-    frozenset({"api", "sim", "store", "executors", "alerts", "cloud", "autoscaler", "gateway"}),
+    frozenset({"api", "sim", "store", "executors", "alerts", "cloud", "clusters", "autoscaler", "gateway"}),
     frozenset({"sdk", "server", "agent"}),
     frozenset({"cli"}),
 )

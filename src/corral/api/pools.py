@@ -36,10 +36,10 @@ class PoolIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: Short
-    provider: Short
-    kind: Short = "cloud"
+    provider: Short = ""  # a cloud pool's: local or aws (slurm and kubernetes pools have none)
+    kind: Short = "cloud"  # cloud, slurm or kubernetes
     region: Short = ""
-    instance_types: list[InstanceTypeIn] = Field(min_length=1, max_length=MAX_TYPES)
+    instance_types: list[InstanceTypeIn] = Field(default_factory=list, max_length=MAX_TYPES)
     min_nodes: int = Field(0, ge=0, le=MAX_NODES)
     max_nodes: int = Field(1, ge=0, le=MAX_NODES)
     idle_s: float = Field(300.0, ge=0, le=30 * 86400, allow_inf_nan=False)

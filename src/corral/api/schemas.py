@@ -648,6 +648,10 @@ class NodeOut(BaseModel):
         description="container images cached on the node, most recently used first (shown to admins only: an "
         "image's name may be a tenant's private matter)",
     )
+    pool: str = Field("static", description="the node's pool: static (agents an operator runs) or a declared pool")
+    source: str = Field(
+        "agent", description="what runs its jobs: agent (a Corral agent), slurm or kubernetes (an existing cluster)"
+    )
 
 
 class EventOut(BaseModel):

@@ -42,15 +42,25 @@ def nodes(
     light.print_table(columns, rows if wide else light.fit_last_column(columns, rows, 80, last_min=10))
 
 
+def _pool_text(n: Any) -> str:
+    """`static`, `gpu-cloud`, or for a node of an existing cluster its pool and source: `hpc/slurm`."""
+    pool, source = getattr(n, "pool", "static"), getattr(n, "source", "agent")
+    return pool if source == "agent" else f"{pool}/{source}"
+
+
 def compute_node_table(items: Sequence[Any], now: float, wide: bool) -> tuple[list[str], list[list[str]]]:
-    """The nodes table: compact (NODE, STATE, GPUS free/total, DOWN, SEEN ago, MODELS) or every column. STATE
+    """The nodes table: compact (NODE, STATE, POOL, GPUS free/total, DOWN, SEEN ago, MODELS) or every column. STATE
     reads DEGRADED for a ready node with a GPU out of service, CORDONED for one taking no new work."""
     if wide:
-        columns = ["NODE", "STATE", "BACKEND", "GPUS FREE", "UNHEALTHY", "MODELS", "JOBS RUN AS", "HEARTBEAT"]
+        columns = [
+            "NODE", "STATE", "POOL", "SOURCE", "BACKEND", "GPUS FREE", "UNHEALTHY", "MODELS", "JOBS RUN AS", "HEARTBEAT"
+        ]  # fmt: skip
         rows = [
             [
                 n.name,
                 n.state + (" (cordoned)" if n.cordoned else ""),
+                getattr(n, "pool", "static"),
+                getattr(n, "source", "agent"),
                 n.backend,
                 f"{n.gpus_free}/{n.gpus_total}",
                 str(n.gpus_unhealthy or ""),
@@ -61,7 +71,7 @@ def compute_node_table(items: Sequence[Any], now: float, wide: bool) -> tuple[li
             for n in items
         ]
         return columns, rows
-    columns = ["NODE", "STATE", "GPUS", "DOWN", "SEEN", "MODELS"]
+    columns = ["NODE", "STATE", "POOL", "GPUS", "DOWN", "SEEN", "MODELS"]
     rows = []
     for n in items:
         state = n.state
@@ -74,6 +84,7 @@ def compute_node_table(items: Sequence[Any], now: float, wide: bool) -> tuple[li
             [
                 light.clip(n.name, 20),
                 state,
+                light.clip(_pool_text(n), 16),
                 f"{n.gpus_free}/{n.gpus_total}",
                 str(n.gpus_unhealthy or ""),
                 "" if seen is None else light.format_duration(now - seen) + " ago",

@@ -21,6 +21,7 @@ from corral.core.errors import ValidationError
 FLAG_OF_FIELD = {
     "name": "NAME",
     "provider": "--provider",
+    "kind": "--kind",
     "region": "--region",
     "instance_types": "--instance-type",
     "min_nodes": "--min",
@@ -157,9 +158,20 @@ def pools(as_json: JSON = False) -> None:
     light.print_table(["POOL", "KIND", "NODES", "GPUS", "PENDING", "SPEND (MONTH)", "INSTANCE TYPES"], rows)
 
 
+Kind = Annotated[
+    str,
+    typer.Option(
+        "--kind",
+        help="cloud (nodes started by a provider), slurm or kubernetes (an existing cluster; its settings: "
+        "docs/pools.md).",
+    ),
+]
+
+
 @pool_app.command("create")
 def create(
     name: Name,
+    kind: Kind = "cloud",
     provider: Provider = None,
     instance_type: Types = None,
     region: Region = None,
@@ -173,17 +185,22 @@ def create(
     setting: Settings = None,
     as_json: JSON = False,
 ) -> None:
-    """Declare a cloud pool (admins): corral pool create gpu-cloud --provider local --instance-type g4=4xA100 --max 2."""
-    if provider is None:
+    """Declare a pool (admins): corral pool create gpu-cloud --provider local --instance-type g4=4xA100 --max 2;
+    an existing cluster: corral pool create hpc --kind slurm --setting slurm_conf=/etc/slurm/slurm.conf
+    --setting log_dir=/shared/corral."""
+    if kind == "cloud" and provider is None:
         raise ValidationError("--provider", "missing: local or aws")
-    if not instance_type:
+    if kind == "cloud" and not instance_type:
         raise ValidationError("--instance-type", "missing: at least one, e.g. g4=4xA100-80GB,price=2.5")
     shared = _fields(instance_type, region, min_nodes, max_nodes, idle, join_timeout, label, taint, policy, setting)
-    body = _validated(PoolIn, {"name": name, "provider": provider, **shared})
+    body = _validated(PoolIn, {"name": name, "kind": kind, "provider": provider, **shared})
     with make_client() as c, _named_by_flags():
         p = c.create_pool(body)
     if as_json:
         return print_json(p)
+    if p.kind != "cloud":
+        print(f"pool {p.name}: {p.kind} cluster; its nodes appear in `corral nodes` once read")
+        return
     print(f"pool {p.name}: {p.provider}, up to {p.max_nodes} node(s) of {_types_text(p)}")
 
 

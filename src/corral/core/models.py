@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from corral.core.containers import RUNTIME_DOCKER, RUNTIME_PROCESS, ContainerSpec
-from corral.core.pools import NODE_LABEL, POOL_LABEL
+from corral.core.pools import KUBERNETES, NODE_LABEL, POOL_LABEL, SLURM
 from corral.core.requests import ResourceRequest
 from corral.core.resources import GpuInfo
 from corral.core.staging import StageItem
@@ -153,10 +153,24 @@ def compute_request(spec: JobSpec) -> ResourceRequest:
         memory_mib=spec.memory_mib,
         runtime=RUNTIME_DOCKER if spec.container is not None else RUNTIME_PROCESS,
         image=spec.container.image if spec.container is not None else "",
-        tolerations=tuple(spec.tolerations),
+        tolerations=tuple(spec.tolerations) + compute_cluster_tolerations(spec),
         node_selector=(((POOL_LABEL, spec.pool),) if spec.pool else ())
         + (((NODE_LABEL, spec.pinned_node),) if spec.pinned_node else ()),
     )
+
+
+def compute_cluster_tolerations(spec: JobSpec) -> tuple[str, ...]:
+    """The cluster pools a job can run in: a node of a slurm or kubernetes pool carries its kind as a taint
+    (store/snapshot.py), tolerated only by the jobs that cluster can run. Slurm runs commands, not containers;
+    Kubernetes runs containers, one Pod each (no multi-node jobs). Neither has a Corral agent on its nodes, so
+    neither takes a job whose data Corral stages or whose web UI Corral's proxy reaches."""
+    if spec.stage_in or spec.stage_out or spec.port is not None:
+        return ()
+    if spec.container is None:
+        return (SLURM,)
+    if spec.nodes == 1 and not spec.container.mounts and spec.container.port is None:
+        return (KUBERNETES,)
+    return ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,8 +29,14 @@ INSTANCE_PENDING = "pending"  # asked for, not running yet
 INSTANCE_RUNNING = "running"
 INSTANCE_STOPPING = "stopping"  # shutting down or terminating
 INSTANCE_GONE = "gone"  # terminated (or never existed)
-KINDS = ("cloud",)  # pools an admin declares (static is implicit)
-PROVIDERS = ("local", "aws")
+CLOUD = "cloud"
+SLURM = "slurm"
+KUBERNETES = "kubernetes"
+CLUSTER_KINDS = (SLURM, KUBERNETES)  # an existing cluster Corral fronts: it places and runs the jobs (corral/clusters)
+KINDS = (CLOUD, *CLUSTER_KINDS)  # pools an admin declares (static is implicit)
+PROVIDERS = ("local", "aws")  # a cloud pool's
+SOURCE_LABEL = "source"  # every node's, in the scheduler's view: `agent` (a Corral agent runs its jobs), else the
+SOURCE_AGENT = "agent"  # cluster kind that does (slurm, kubernetes); jobs that need an agent (staging, web UI) ask it
 NAME = re.compile(r"^[a-z](?:[a-z0-9-]{0,30}[a-z0-9])?$")  # a DNS label of <= 32: node names are made of it
 TYPE_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,38}[A-Za-z0-9])?$")  # g4, p4d.24xlarge
 MODEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._]{0,30}(?:-\d{1,4}GB)?$")
@@ -85,6 +91,7 @@ class InstanceType:
             for i in range(self.gpus)
         )
         all_taints = tuple(sorted({*taints, *((SPOT_TAINT,) if self.spot else ())}))
+        labels = {SOURCE_LABEL: SOURCE_AGENT, **labels}  # a cloud node runs a Corral agent
         return NodeInfo(
             name=name,
             gpus=gpus,
@@ -215,6 +222,8 @@ def check_pool(spec: PoolSpec) -> PoolSpec:
     check_pool_name(spec.name)
     if spec.kind not in KINDS:
         raise ValidationError("kind", f"{spec.kind!r}: one of {', '.join(KINDS)} (static pools are implicit)")
+    if spec.kind in CLUSTER_KINDS:
+        return _check_cluster_pool(spec)
     if spec.provider not in PROVIDERS:
         raise ValidationError("provider", f"{spec.provider!r}: one of {', '.join(PROVIDERS)}")
     if not spec.instance_types:
@@ -252,6 +261,24 @@ def check_pool(spec: PoolSpec) -> PoolSpec:
             raise ValidationError("taints", f"{taint!r} is not a taint (letters, digits, '.', '_', '/', '=', ':', '-')")
     if spec.policy and not POLICY.fullmatch(spec.policy):
         raise ValidationError("policy", f"{spec.policy!r} is not a dotted Python module name")
+    return _check_settings(spec)
+
+
+def _check_cluster_pool(spec: PoolSpec) -> PoolSpec:
+    """A slurm or kubernetes pool: its nodes are the cluster's (read from it), so no instance types, sizes or
+    policy; its settings are its backend's (corral/clusters checks them)."""
+    if spec.provider not in ("", spec.kind):
+        raise ValidationError("provider", f"a {spec.kind} pool has no provider (give none, or {spec.kind!r})")
+    if spec.instance_types:
+        raise ValidationError("instance_types", f"a {spec.kind} pool's nodes are its cluster's: give no instance types")
+    if spec.policy:
+        raise ValidationError("policy", f"a {spec.kind} pool starts no nodes: it has no policy")
+    if spec.labels or spec.taints:
+        raise ValidationError("labels", f"a {spec.kind} pool's nodes carry the cluster's own labels")
+    return _check_settings(spec)
+
+
+def _check_settings(spec: PoolSpec) -> PoolSpec:
     if len(spec.settings) > MAX_SETTINGS:
         raise ValidationError("settings", f"at most {MAX_SETTINGS}")
     for k, v in spec.settings.items():
@@ -349,6 +376,9 @@ __all__ = [
     "STATES",
     "PoolNode",
     "POOL_LABEL",
+    "CLUSTER_KINDS",
+    "SOURCE_AGENT",
+    "SOURCE_LABEL",
     "SPOT_TAINT",
     "STATIC_POOL",
     "InstanceType",

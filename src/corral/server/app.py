@@ -19,6 +19,7 @@ from corral.core.health import HealthPolicy
 from corral.core.login_backoff import BackoffPolicy
 from corral.gateway.app import create_gateway_app
 from corral.server.background.autoscaler import Autoscaler, JoinAccess
+from corral.server.background.clusters import ClusterBridge
 from corral.server.background.leadership import Leadership
 from corral.server.background.scheduling import Scheduler
 from corral.server.ca import CertificateAuthority
@@ -151,6 +152,17 @@ def create_app(settings: Settings, store: StateStore | None = None) -> FastAPI:
         wake_node=notifier.notify,
     )
     scheduler.on_waiting = autoscaler.wake  # jobs left waiting: the autoscaler looks at once, not at its next tick
+    job_logs = LogStore(settings.data_dir / "logs", settings.job_log_max_bytes)
+    # slurm and kubernetes pools (issue 20): the leader hands the jobs placed there to their cluster and follows them
+    clusters = ClusterBridge(
+        store,
+        job_logs,
+        keyring,
+        leading=lambda: leadership.leading,
+        on_freed=scheduler.trigger.fire,
+        uids=settings.job_uid_range,
+    )
+    notifier.listeners.append(clusters.on_node_notified)
     directory = build_ldap_directory(settings)  # None without CORRAL_LDAP_URL (docs/directory-login.md)
     # Password hashing on a small pool of its own, and the failed-login back-off (server/services/login.py).
     passwords = PasswordPool(settings.password_hash_workers, settings.password_hash_queue)
@@ -171,7 +183,7 @@ def create_app(settings: Settings, store: StateStore | None = None) -> FastAPI:
         telemetry=telemetry,
         alerting=alerting,
         schedules=schedules_runner,
-        logs=LogStore(settings.data_dir / "logs", settings.job_log_max_bytes),
+        logs=job_logs,
         web_ports=web_ports,
         ca=ca,
         identities=identities,
@@ -185,6 +197,7 @@ def create_app(settings: Settings, store: StateStore | None = None) -> FastAPI:
         services=service_manager,
         autoscaler=autoscaler,
         budgets=budgets,
+        clusters=clusters,
     )
 
     gateway_on_api_port = not settings.effective_gateway_port
@@ -199,6 +212,7 @@ def create_app(settings: Settings, store: StateStore | None = None) -> FastAPI:
         schedules_runner.start()
         service_manager.start()
         autoscaler.start()
+        clusters.start()
         if gateway_on_api_port:
             await service_manager.gateway.start()
         logins.purge(older_than_s=86400)  # failed-login counters nobody has added to for a day
@@ -208,6 +222,7 @@ def create_app(settings: Settings, store: StateStore | None = None) -> FastAPI:
             if gateway_on_api_port:
                 await service_manager.gateway.stop()
             autoscaler.stop(timeout_s=30.0)
+            clusters.stop(timeout_s=30.0)
             service_manager.stop()
             schedules_runner.stop()
             alerting.stop()

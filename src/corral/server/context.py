@@ -10,6 +10,7 @@ from starlette.applications import Starlette
 
 if TYPE_CHECKING:  # the classes only: importing them here would make auth -> context -> services -> auth a cycle
     from corral.server.background.autoscaler import Autoscaler
+    from corral.server.background.clusters import ClusterBridge
     from corral.server.background.leadership import Leadership
     from corral.server.background.scheduling import Scheduler
     from corral.server.ca import CertificateAuthority
@@ -57,6 +58,7 @@ class ServerContext:
     leadership: Leadership  # whether this replica leads the others on the same database (issue 17)
     services: ServiceManager  # long-running services: the gateway, its counts, the controller (issue 18)
     autoscaler: Autoscaler  # cloud pools: the leader's loop that starts and releases their nodes (issue 19)
+    clusters: ClusterBridge  # slurm and kubernetes pools: the leader's loop that runs jobs on them (issue 20)
     budgets: BudgetTracker  # tenants' spend this period against their budgets (issue 19)
 
 

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from corral.core.pools import NODE_LABEL, POOL_LABEL, STATIC_POOL
+from corral.core.pools import CLUSTER_KINDS, NODE_LABEL, POOL_LABEL, SOURCE_AGENT, SOURCE_LABEL, STATIC_POOL
 from corral.core.requests import model_matches
 from corral.core.resources import NodeInfo, NodeState
 from corral.core.states import JobState
@@ -82,14 +82,19 @@ def compute_snapshot(
     use = compute_node_use((j.placed_parts, j.spec.gpu_milli, j.spec.cpu_milli, j.spec.memory_mib) for j in running)
     states = []
     for n in nodes:
+        source = n.labels.get(SOURCE_LABEL, SOURCE_AGENT)
+        # a cluster pool's node (slurm, kubernetes) carries its kind as a taint: only the jobs it can run tolerate it
+        cluster_taint = (source,) if source in CLUSTER_KINDS else ()
         info = NodeInfo(
             name=n.name,
             gpus=n.gpus,
             cpu_milli=n.cpu_milli,
             memory_mib=n.memory_mib,
             # a node no pool started: static; its own name last (never an agent's label): staged jobs ask for it
-            labels=tuple(sorted({POOL_LABEL: STATIC_POOL, **n.labels, NODE_LABEL: n.name}.items())),
-            taints=taints.get(n.name, ()),
+            labels=tuple(
+                sorted({POOL_LABEL: STATIC_POOL, SOURCE_LABEL: source, **n.labels, NODE_LABEL: n.name}.items())
+            ),
+            taints=taints.get(n.name, ()) + cluster_taint,
             runtimes=n.runtimes,
             images=frozenset(n.images),
         )

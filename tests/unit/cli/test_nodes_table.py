@@ -24,6 +24,8 @@ def node(name: str, **kw: object) -> SimpleNamespace:
         gpu_models=["NVIDIA H100 80GB HBM3"],
         isolation="per-user accounts",
         last_heartbeat_at="2026-11-26T13:59:57Z",
+        pool="static",
+        source="agent",
     )
     fields.update(kw)
     return SimpleNamespace(**fields)
@@ -34,6 +36,7 @@ NODES = [
     node("b", gpus_unhealthy=1, gpus_free=3),
     node("c", cordoned=True, gpu_models=["NVIDIA A100-SXM4-80GB", "NVIDIA A100-PCIE-40GB"]),
     node("d", state="LOST", last_heartbeat_at="2026-11-26T11:00:00Z"),
+    node("hpc.gpu-node-017", pool="hpc", source="slurm", isolation="", backend="slurm"),
 ]
 
 
@@ -41,17 +44,20 @@ def test_the_default_table_fits_80_columns_and_reads_states_and_ages(capsys) -> 
     columns, rows = compute_node_table(NODES, NOW.timestamp(), wide=False)
     light.print_table(columns, light.fit_last_column(columns, rows, 80, last_min=10))
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split() == ["NODE", "STATE", "GPUS", "DOWN", "SEEN", "MODELS"]
+    assert lines[0].split() == ["NODE", "STATE", "POOL", "GPUS", "DOWN", "SEEN", "MODELS"]
     assert all(len(line) <= 80 for line in lines), lines
     by_node = {r[0]: r for r in rows}
-    assert by_node["b"][1:4] == ["DEGRADED", "3/8", "1"]
+    assert by_node["b"][1:5] == ["DEGRADED", "static", "3/8", "1"]
     assert by_node["c"][1] == "CORDONED" and by_node["d"][1] == "LOST"
-    assert by_node["dgx-h100-rack4-slot…"][4] == "3s ago" and by_node["d"][4] == "3h00m ago"
+    assert by_node["dgx-h100-rack4-slot…"][5] == "3s ago" and by_node["d"][5] == "3h00m ago"
+    assert by_node["hpc.gpu-node-017"][2] == "hpc/slurm"  # a Slurm cluster's node: its pool and source
 
 
 def test_wide_keeps_every_column_with_times_in_utc() -> None:
     columns, rows = compute_node_table(NODES, NOW.timestamp(), wide=True)
-    assert columns == ["NODE", "STATE", "BACKEND", "GPUS FREE", "UNHEALTHY", "MODELS", "JOBS RUN AS", "HEARTBEAT"]
+    assert columns == [
+        "NODE", "STATE", "POOL", "SOURCE", "BACKEND", "GPUS FREE", "UNHEALTHY", "MODELS", "JOBS RUN AS", "HEARTBEAT"
+    ]  # fmt: skip
     assert rows[0][0] == "dgx-h100-rack4-slot17.cluster.example.org" and rows[0][-1] == "2026-11-26 13:59:57 UTC"
     assert rows[2][1] == "READY (cordoned)"
 

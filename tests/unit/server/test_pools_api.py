@@ -113,7 +113,7 @@ def test_admin_creates_lists_shows_updates_and_deletes_a_pool(api: Api) -> None:
         pytest.param({"policy": "not a module"}, 400, "policy", id="policy-not-a-name"),
         pytest.param({"labels": {"pool": "other"}}, 400, "labels", id="label-pool"),
         pytest.param({"taints": ["bad taint"]}, 400, "taints", id="bad-taint"),
-        pytest.param({"instance_types": []}, 422, "instance_types", id="no-types"),
+        pytest.param({"instance_types": []}, 400, "instance_types", id="no-types"),
         pytest.param(
             {"instance_types": [{"name": "g 4", "gpus": 4, "gpu_model": "A100-80GB"}]},
             400,

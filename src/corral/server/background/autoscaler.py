@@ -28,6 +28,7 @@ from corral.autoscaler.reconciler import Observed, compute_backoff, compute_chan
 from corral.cloud.base import LaunchRequest, Provider, ProviderError, compute_tags
 from corral.cloud.registry import create_provider
 from corral.core.pools import (
+    CLOUD,
     DRAINING,
     FAILED,
     LAUNCHING,
@@ -139,7 +140,7 @@ class Autoscaler(Loop):
 
     def run_once(self, now: datetime) -> list[Action]:
         now_s = now.timestamp()
-        pools = {p.name: p for p in self.store.list_pools()}
+        pools = {p.name: p for p in self.store.list_pools() if p.spec.kind == CLOUD}  # cluster pools: clusters.py
         specs = {name: p.spec for name, p in pools.items()}
         history = self.store.list_pool_nodes()
         live = [n for n in history if n.live]

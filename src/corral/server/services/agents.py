@@ -14,7 +14,7 @@ from corral import __version__
 from corral.api.schemas import AgentRegister, AgentSync, Assignment, RegistryAuth, RunRef
 from corral.core.containers import container_to_dict
 from corral.core.errors import ValidationError
-from corral.core.pools import POOL_LABEL
+from corral.core.pools import CLUSTER_KINDS, POOL_LABEL, SOURCE_LABEL
 from corral.core.states import JobState, state_for_exit
 from corral.core.unix_identity import DEFAULT_JOB_UIDS, JobIdentity, UidRange, compute_job_identity, parse_uid_range
 from corral.core.webports import DEFAULT_JOB_PORTS, parse_port_range
@@ -34,9 +34,12 @@ def register_node(store: StateStore, body: AgentRegister) -> Node:
     if body.agent_version and body.agent_version != __version__:  # version skew: docs/operations.md
         log.warning("agent %s runs Corral %s, this server %s: agents may be older than the servers, never newer "
                     "(upgrade the servers first)", body.name, body.agent_version, __version__)  # fmt: skip
+    held = store.get_node(body.name)
+    if held is not None and held.labels.get(SOURCE_LABEL) in CLUSTER_KINDS:  # a Slurm or Kubernetes node's name
+        raise ValidationError("name", f"{body.name} is a node of the {held.labels.get(POOL_LABEL)} pool's cluster")
     gpus = [g.to_info() for g in body.gpus]
     # A node's pool is the server's to say (a cloud pool started it), never its agent's.
-    labels = {k: v for k, v in body.labels.items() if k != POOL_LABEL}
+    labels = {k: v for k, v in body.labels.items() if k not in (POOL_LABEL, SOURCE_LABEL)}  # the server's to say
     started = store.get_pool_node(body.name)
     if started is not None and started[0].live:
         labels[POOL_LABEL] = started[0].pool

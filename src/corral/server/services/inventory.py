@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from corral.api.schemas import GpuOut, NodeOut
+from corral.core.pools import POOL_LABEL, SOURCE_AGENT, SOURCE_LABEL, STATIC_POOL
 from corral.store.records import Node
 
 # (node, GPU index) -> (used milli, id of a job on it)
@@ -32,6 +33,8 @@ def node_out(n: Node, usage: Usage, show_images: bool = False) -> NodeOut:
         isolation=n.isolation,
         runtimes=list(n.runtimes),
         images=list(n.images) if show_images else None,
+        pool=n.labels.get(POOL_LABEL, STATIC_POOL),
+        source=n.labels.get(SOURCE_LABEL, SOURCE_AGENT),
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Callable
 
 
 class NodeNotifier:
@@ -14,6 +15,8 @@ class NodeNotifier:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._events: dict[tuple[str, asyncio.AbstractEventLoop], asyncio.Event] = {}
+        # called with the node on every notify (the cluster bridge: its nodes have no agent to wake)
+        self.listeners: list[Callable[[str], None]] = []
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
         """Kept for callers that announce their loop; waiters register their own."""
@@ -24,6 +27,8 @@ class NodeNotifier:
         for loop, event in targets:
             if not loop.is_closed():
                 loop.call_soon_threadsafe(event.set)
+        for listener in self.listeners:
+            listener(node)
 
     async def wait(self, node: str, timeout_s: float) -> None:
         loop = asyncio.get_running_loop()

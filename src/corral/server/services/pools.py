@@ -13,8 +13,10 @@ from typing import Any, Protocol
 from corral.api.pools import InstanceTypeIn, InstanceTypeOut, PoolEventOut, PoolIn, PoolNodeOut, PoolOut, PoolPatch
 from corral.cloud.base import ProviderError
 from corral.cloud.registry import check_provider_settings
+from corral.clusters.registry import check_cluster_settings
 from corral.core.errors import NotFoundError, ValidationError
 from corral.core.pools import (
+    CLUSTER_KINDS,
     FAILED,
     POOL_LABEL,
     STATIC_POOL,
@@ -63,6 +65,8 @@ def _type(t: InstanceTypeIn) -> InstanceType:
 
 def _check(spec: PoolSpec, local_root: Path) -> PoolSpec:
     check_pool(spec)
+    if spec.kind in CLUSTER_KINDS:  # an existing cluster: its backend's settings
+        return replace(spec, provider=spec.kind, settings=check_cluster_settings(spec.kind, spec.settings))
     if spec.policy:
         try:
             found = importlib.util.find_spec(spec.policy)
@@ -176,6 +180,21 @@ def _node_out(
     )
 
 
+def _cluster_node_out(node: Node, jobs: Mapping[str, int]) -> PoolNodeOut:
+    return PoolNodeOut(
+        name=node.name,
+        instance_type=node.hostname,  # the cluster's own name for it
+        state="running" if node.state == "READY" else "released",
+        spot=False,
+        price_per_hour=0.0,
+        launched_at=node.registered_at,
+        joined_at=node.registered_at,
+        jobs=jobs.get(node.name, 0),
+        gpus=len(node.gpus),
+        node_state=node.state,
+    )
+
+
 def node_pool(node: Node) -> str:
     return node.labels.get(POOL_LABEL, STATIC_POOL)
 
@@ -218,12 +237,14 @@ def list_pools(
         mine = [n for n in history if n.pool == spec.name]
         live = [n for n in mine if n.live]
         nodes = [_node_out(n, inventory, jobs_on, spec) for n in live]
+        if spec.kind in CLUSTER_KINDS:  # an existing cluster's nodes, as last read from it
+            nodes = [_cluster_node_out(n, jobs_on) for n in inventory.values() if node_pool(n) == spec.name]
         out.append(
             PoolOut(
                 **{k: v for k, v in pool_to_dict(spec).items() if k != "settings"},
                 settings=dict(spec.settings) if admin else None,
                 nodes=nodes,
-                node_count=len(live),
+                node_count=len(nodes),
                 gpus=sum(n.gpus for n in nodes),
                 pending_jobs=wanted.get(spec.name, (0, 0))[0],
                 pending_gpus=wanted.get(spec.name, (0, 0))[1],

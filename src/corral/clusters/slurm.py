@@ -1,0 +1,429 @@
+"""A Slurm cluster as a pool, through Slurm's own command-line tools (`sinfo --json`, `squeue --json`, `sbatch`,
+`scancel`) with the cluster's `SLURM_CONF`.
+
+Corral admits a job (quotas, fair share, budgets, priorities); `sbatch` hands it to Slurm, which places it on its
+nodes and gives it its GPUs (`--gres=gpu[:TYPE]:N`, `CUDA_VISIBLE_DEVICES` as Slurm sets it). The batch script is
+made here: the job's environment only (`--export=NONE`: nothing of the server's own environment reaches a job),
+its workdir, and for a multi-node job one `srun` task per node with the rank in `CORRAL_NODE_RANK`. Its output goes
+to `<log_dir>/corral-<job>-<attempt>.out`, a directory the server and the Slurm nodes share; the server reads it
+from there as it grows. With `submit_as=job-user` (the default) each job runs as its owner's Unix account (the
+account Corral maps the user to, which must exist on the Slurm nodes): the server submits with `--uid/--gid`, so
+it must run as root (or SlurmUser); `submit_as=service` runs every job as the account the server runs as.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from corral.clusters.base import (
+    CANCELLED,
+    FAILED,
+    NAME_PREFIX,
+    QUEUED,
+    STARTED,
+    SUCCEEDED,
+    ClusterError,
+    ClusterJob,
+    ClusterNode,
+    Submission,
+    job_name,
+    parse_job_name,
+)
+from corral.core.errors import ValidationError
+
+SETTINGS = ("slurm_conf", "log_dir", "partitions", "gpu_model", "submit_as", "account", "qos", "bin_dir", "rest_url")
+SUBMIT_AS = ("job-user", "service")
+_PARTITION = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+_ACCOUNT = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+_GRES = re.compile(r"^gpu(?::(?P<type>[A-Za-z0-9_.-]+))?:(?P<count>\d+)")
+_IDX = re.compile(r"IDX:([0-9,\-]+)")
+CALL_TIMEOUT_S = 30.0
+CLOCK_SLACK_S = 5.0  # the server's and the controller's clocks may differ this much
+# What the tools print when the controller is out of reach (try again), as against a refusal of the job
+_UNREACHABLE = ("Unable to contact slurm controller", "Socket timed out", "Connection refused", "Zero Bytes were")
+# Slurm job states -> Corral's (squeue's names; anything else unknown is read as still queued)
+_STARTED = {"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STOPPED", "SIGNALING", "STAGE_OUT"}
+_SUCCEEDED = {"COMPLETED"}
+_CANCELLED = {"CANCELLED"}
+_FAILED = {"FAILED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "PREEMPTED", "REVOKED"}
+
+
+def check_settings(settings: Mapping[str, str]) -> dict[str, str]:
+    """A slurm pool's settings, checked (ValidationError naming `settings.<key>`); returns them."""
+    for key in settings:
+        if key not in SETTINGS:
+            raise ValidationError(f"settings.{key}", f"not a slurm pool setting: one of {', '.join(SETTINGS)}")
+    if settings.get("rest_url"):
+        raise ValidationError(
+            "settings.rest_url", "the slurmrestd backend is not built yet: give slurm_conf (the CLI tools) instead"
+        )
+    conf = settings.get("slurm_conf", "")
+    if not conf or not os.path.isabs(conf):
+        raise ValidationError("settings.slurm_conf", "give the absolute path of the cluster's slurm.conf")
+    log_dir = settings.get("log_dir", "")
+    if not log_dir or not os.path.isabs(log_dir) or ".." in Path(log_dir).parts:
+        raise ValidationError(
+            "settings.log_dir", "give an absolute directory that the server and the Slurm nodes share (job output)"
+        )
+    for p in filter(None, settings.get("partitions", "").split(",")):
+        if not _PARTITION.fullmatch(p.strip()):
+            raise ValidationError("settings.partitions", f"{p!r} is not a partition name")
+    if settings.get("submit_as", "job-user") not in SUBMIT_AS:
+        raise ValidationError("settings.submit_as", f"one of {', '.join(SUBMIT_AS)}")
+    for key in ("account", "qos"):
+        if settings.get(key) and not _ACCOUNT.fullmatch(settings[key]):
+            raise ValidationError(f"settings.{key}", f"{settings[key]!r}: letters, digits, '_', '.', '-'")
+    bin_dir = settings.get("bin_dir", "")
+    if bin_dir and not os.path.isabs(bin_dir):
+        raise ValidationError("settings.bin_dir", "an absolute directory holding sbatch, squeue, sinfo, scancel")
+    model = settings.get("gpu_model", "")
+    if model and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,39}", model):
+        raise ValidationError("settings.gpu_model", f"{model!r} is not a GPU model such as A100-80GB")
+    return dict(settings)
+
+
+def parse_gres(gres: str) -> tuple[int, str]:
+    """(GPU count, GRES type) of a node's GRES string: `gpu:4`, `gpu:a100:4(S:0-1)`, `gpu:a100:2,gpu:v100:2`."""
+    count, types = 0, []
+    for item in filter(None, (x.strip() for x in gres.split(","))):
+        m = _GRES.match(item)
+        if m:
+            count += int(m["count"])
+            if m["type"]:
+                types.append(m["type"])
+    return count, (types[0] if len(set(types)) == 1 else "")
+
+
+def parse_indices(text: str) -> tuple[int, ...]:
+    """`0-1,3` -> (0, 1, 3)."""
+    out: list[int] = []
+    for part in filter(None, text.split(",")):
+        a, _, b = part.partition("-")
+        if a.isdigit() and (not b or b.isdigit()):
+            out.extend(range(int(a), int(b or a) + 1))
+    return tuple(out)
+
+
+def _node_state(state: str, flags: list[str]) -> str:
+    words = {state.upper(), *(f.upper() for f in flags)}
+    if words & {"DOWN", "FAIL", "FAILING", "NOT_RESPONDING", "UNKNOWN", "FUTURE", "POWERED_DOWN", "INVALID"}:
+        return "down"
+    if words & {"DRAIN", "DRAINING", "DRAINED", "MAINTENANCE", "RESERVED", "REBOOT_REQUESTED"}:
+        return "drain"
+    return "up"
+
+
+def compute_time_limit(seconds: int) -> str:
+    """Slurm's `--time` (minutes, rounded up: Slurm counts in minutes)."""
+    return str(max(1, -(-seconds // 60)))
+
+
+def build_script(sub: Submission, log_path: str) -> str:
+    """The batch script: the job's environment (and Corral's variables), its workdir, its command; one task per
+    node (srun) for a multi-node job. Everything a user gave is quoted."""
+    env = dict(sub.env)
+    env.update(CORRAL_JOB_ID=str(sub.job_id), CORRAL_ATTEMPT=str(sub.attempt), CORRAL_LOG=log_path)
+    lines = ["#!/bin/bash", f"# corral job {sub.job_id}, attempt {sub.attempt}"]
+    lines.append('export PATH="${PATH:-/usr/local/bin:/usr/bin:/bin}"')
+    lines.extend(f"export {k}={shlex.quote(v)}" for k, v in sorted(env.items()) if re.fullmatch(r"[A-Za-z_]\w*", k))
+    if sub.workdir:
+        lines.append(f"cd {shlex.quote(sub.workdir)} || exit 1")
+    command = " ".join(shlex.quote(c) for c in sub.command)
+    if sub.nodes > 1:
+        lines += [
+            'export CORRAL_NUM_NODES="$SLURM_NNODES"',
+            'export CORRAL_NODES="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | paste -sd, -)"',
+            'export CORRAL_MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)"',
+            f"export CORRAL_MASTER_PORT={29500 + sub.job_id % 20000}",
+            'exec srun --export=ALL --nodes="$SLURM_NNODES" --ntasks-per-node=1 --kill-on-bad-exit=1 '
+            + (f"--gres=gpu:{sub.gpus} " if sub.gpus else "")
+            + "bash -c 'export CORRAL_NODE_RANK=$SLURM_NODEID; exec \"$@\"' corral "
+            + command,
+        ]
+    else:
+        lines += ["export CORRAL_NODE_RANK=0", f"exec {command}"]
+    return "\n".join(lines) + "\n"
+
+
+def map_state(state: str, exit_code: int | None) -> tuple[str, int | None]:
+    """(Corral's cluster state, exit code) of a Slurm job state and its wait status (squeue's `exit_code`)."""
+    s = state.upper()
+    code = None
+    if exit_code is not None:
+        sig = exit_code & 0x7F
+        code = 128 + sig if sig else exit_code >> 8
+    if s in _SUCCEEDED:
+        return SUCCEEDED, code if code is not None else 0
+    if s in _CANCELLED:
+        return CANCELLED, code
+    if s in _FAILED:
+        return FAILED, code if code else (137 if s == "OUT_OF_MEMORY" else 1)
+    if s in _STARTED:
+        return STARTED, None
+    return QUEUED, None
+
+
+class SlurmCliBackend:
+    """A slurm pool through the CLI tools (see the module's docstring)."""
+
+    kind = "slurm"
+
+    def __init__(self, settings: Mapping[str, str]) -> None:
+        s = check_settings(settings)
+        self.conf = s["slurm_conf"]
+        self.log_dir = Path(s["log_dir"])
+        self.partitions = [p.strip() for p in s.get("partitions", "").split(",") if p.strip()]
+        self.gpu_model = s.get("gpu_model", "")
+        self.submit_as = s.get("submit_as", "job-user")
+        self.account = s.get("account", "")
+        self.qos = s.get("qos", "")
+        self.bin_dir = s.get("bin_dir", "")
+        self._names: dict[str, str] = {}  # Slurm job id -> its name (corral-<job>-<attempt>)
+
+    # ---- calls ----
+    def _tool(self, name: str) -> str:
+        return os.path.join(self.bin_dir, name) if self.bin_dir else name
+
+    def _run(self, args: list[str], stdin: str | None = None) -> str:
+        env = {"SLURM_CONF": self.conf, "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"}
+        try:
+            done = subprocess.run(
+                [self._tool(args[0]), *args[1:]],
+                input=stdin,
+                capture_output=True,
+                text=True,
+                env=env,
+                timeout=CALL_TIMEOUT_S,
+                check=False,
+            )
+        except FileNotFoundError as e:
+            raise ClusterError(f"{args[0]} not found (install Slurm's client tools, or set bin_dir)", True) from e
+        except subprocess.TimeoutExpired as e:
+            raise ClusterError(f"{args[0]} did not answer within {CALL_TIMEOUT_S:g} s", True) from e
+        if done.returncode != 0:
+            text = (done.stderr or done.stdout).strip()
+            why = text.splitlines()
+            transient = any(w in text for w in _UNREACHABLE)
+            raise ClusterError(f"{args[0]} failed: {why[-1] if why else f'exit {done.returncode}'}", transient)
+        return done.stdout
+
+    def _json(self, args: list[str]) -> dict[str, Any]:
+        out = self._run(args)
+        try:
+            data = json.loads(out)
+        except ValueError as e:
+            raise ClusterError(f"{args[0]} --json printed no JSON") from e
+        if not isinstance(data, dict):
+            raise ClusterError(f"{args[0]} --json printed no object")
+        return data
+
+    # ---- inventory ----
+    def list_nodes(self) -> list[ClusterNode]:
+        data = self._json(["sinfo", "--json"])
+        nodes = []
+        for n in data.get("nodes", []):
+            parts = [str(p) for p in n.get("partitions") or []]
+            if self.partitions and not set(parts) & set(self.partitions):
+                continue
+            count, gres_type = parse_gres(str(n.get("gres") or ""))
+            features = [f for f in str(n.get("active_features") or n.get("features") or "").split(",") if f]
+            nodes.append(
+                ClusterNode(
+                    name=str(n["name"]),
+                    gpus=count,
+                    gpu_model=gres_type or self.gpu_model,
+                    cpus=int(n.get("cpus") or 0),
+                    memory_mib=int(n.get("real_memory") or 0),
+                    state=_node_state(str(n.get("state") or ""), list(n.get("state_flags") or [])),
+                    labels={
+                        "slurm.partitions": ",".join(parts),
+                        **({"slurm.features": ",".join(features)} if features else {}),
+                    },
+                )
+            )
+        return nodes
+
+    # ---- jobs ----
+    def log_path(self, name: str) -> Path:
+        return self.log_dir / f"{name}.out"
+
+    def _find(self, name: str, since_s: float) -> str | None:
+        for job in self._squeue(["--name", name]):
+            submitted = _int(job.get("submit_time")) or 0
+            if job.get("name") == name and submitted >= since_s - CLOCK_SLACK_S:
+                return str(job["job_id"])
+        return None
+
+    def _squeue(self, extra: list[str]) -> list[dict[str, Any]]:
+        jobs = self._json(["squeue", "--json", "--states=all", *extra]).get("jobs", [])
+        return [j for j in jobs if isinstance(j, dict)]
+
+    def _prepare_log(self, path: Path, sub: Submission) -> None:
+        """The output file, made by the server before Slurm writes it: 0600, owned by the job's user, so that no
+        other user of the cluster reads it (a name in log_dir that is a link or someone else's file is refused)."""
+        if not self.log_dir.is_dir():  # made here: 0755 whatever the server's umask (the job's user opens its file)
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            os.chmod(self.log_dir, 0o755)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_APPEND, 0o600)
+        except OSError as e:
+            raise ClusterError(f"cannot make the job's output file {path}: {e.strerror}") from e
+        try:
+            st = os.fstat(fd)
+            if st.st_nlink != 1:
+                raise ClusterError(f"the job's output file {path} has other links: refused")
+            if self.submit_as == "job-user" and sub.uid is not None and os.geteuid() == 0:
+                os.fchown(fd, sub.uid, sub.gid if sub.gid is not None else sub.uid)
+            os.fchmod(fd, 0o600)
+        finally:
+            os.close(fd)
+
+    def submit(self, sub: Submission) -> str:
+        name = sub.name
+        found = self._find(name, sub.since_s)
+        if found is not None:  # submitted before (the server died before it wrote that down): the same job
+            self._names[found] = name
+            return found
+        log_path = self.log_path(name)
+        self._prepare_log(log_path, sub)
+        args = [
+            "sbatch",
+            "--parsable",
+            f"--job-name={name}",
+            f"--output={log_path}",
+            "--open-mode=append",
+            "--export=NONE",
+            f"--nodes={sub.nodes}",
+            "--ntasks-per-node=1",
+            f"--comment=corral job {sub.job_id} tenant {sub.tenant}"[:200],
+        ]
+        if sub.gpus:
+            gtype = self._gres_type(sub.gpu_model)
+            args.append(f"--gres=gpu:{gtype}:{sub.gpus}" if gtype else f"--gres=gpu:{sub.gpus}")
+        if sub.cpus:
+            args.append(f"--cpus-per-task={sub.cpus}")
+        if sub.memory_mib:
+            args.append(f"--mem={sub.memory_mib}M")
+        if sub.time_limit_s:
+            args.append(f"--time={compute_time_limit(sub.time_limit_s)}")
+        if self.partitions:
+            args.append(f"--partition={','.join(self.partitions)}")
+        if self.account:
+            args.append(f"--account={self.account}")
+        if self.qos:
+            args.append(f"--qos={self.qos}")
+        if self.submit_as == "job-user":
+            if sub.uid is None:
+                raise ClusterError("the job has no Unix identity to run as")
+            args += [f"--uid={sub.uid}", f"--gid={sub.gid if sub.gid is not None else sub.uid}"]
+        args.append(f"--chdir={sub.workdir or '/tmp'}")
+        out = self._run(args, stdin=build_script(sub, str(log_path))).strip()
+        job_id = out.split(";")[0]
+        if not job_id.isdigit():
+            raise ClusterError(f"sbatch printed no job id: {out[:200]!r}")
+        self._names[job_id] = name
+        return job_id
+
+    def _gres_type(self, model: str) -> str:
+        """The GRES type to ask for a GPU model: the type the nodes report that names it (case-blind), else ""
+        (any GPU: the pool's nodes are of one model)."""
+        if not model:
+            return ""
+        want = model.lower()
+        for n in self.list_nodes():
+            t = n.gpu_model.lower()
+            if t and (t == want or want.startswith(t + "-") or t.startswith(want)) and n.gpu_model != self.gpu_model:
+                return n.gpu_model
+        return ""
+
+    def list_jobs(self) -> list[ClusterJob]:
+        out = []
+        for j in self._squeue([]):
+            name = str(j.get("name") or "")
+            if not name.startswith(NAME_PREFIX):
+                continue
+            ids = parse_job_name(name)
+            if ids is None:
+                continue
+            ext = str(j["job_id"])
+            self._names[ext] = name
+            state, code = map_state(str(j.get("job_state") or ""), _int(j.get("exit_code")))
+            detail = str(j.get("job_state") or "")
+            reason = str(j.get("state_reason") or "")
+            if reason and reason != "None":
+                detail += f" ({reason})"
+            out.append(
+                ClusterJob(
+                    external_id=ext,
+                    job_id=ids[0],
+                    attempt=ids[1],
+                    state=state,
+                    exit_code=code,
+                    detail=detail,
+                    placement=_placement(j) if state != QUEUED else {},
+                    submitted_s=float(_int(j.get("submit_time")) or 0) or None,
+                )
+            )
+        return out
+
+    def cancel(self, external_id: str) -> None:
+        if not external_id.isdigit():
+            raise ClusterError(f"{external_id!r} is not a Slurm job id")
+        try:
+            self._run(["scancel", external_id])
+        except ClusterError as e:
+            if "Invalid job id" in str(e) or "already completing or completed" in str(e):
+                return
+            raise
+
+    def read_log(self, external_id: str, offset: int, limit: int) -> bytes:
+        name = self._names.get(external_id)
+        if name is None:
+            return b""
+        try:
+            fd = os.open(self.log_path(name), os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError:
+            return b""
+        try:
+            os.lseek(fd, offset, os.SEEK_SET)
+            return os.read(fd, limit)
+        finally:
+            os.close(fd)
+
+    def close(self) -> None:
+        pass
+
+
+def _int(v: Any) -> int | None:
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, int):
+        return v
+    if isinstance(v, dict):  # newer squeue: {"set": true, "number": N}
+        n = v.get("number")
+        return n if isinstance(n, int) else None
+    return None
+
+
+def _placement(j: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
+    """node -> the GPU indices Slurm gave the job there (`gres_detail`, one entry per node in node order)."""
+    res = j.get("job_resources") or {}
+    nodes = [str(n.get("nodename")) for n in res.get("allocated_nodes") or [] if isinstance(n, dict)]
+    if not nodes and j.get("nodes"):
+        nodes = [str(j["nodes"])] if "," not in str(j["nodes"]) and "[" not in str(j["nodes"]) else []
+    details = [str(d) for d in j.get("gres_detail") or []]
+    out: dict[str, tuple[int, ...]] = {}
+    for i, node in enumerate(nodes):
+        m = _IDX.search(details[i]) if i < len(details) else None
+        out[node] = parse_indices(m[1]) if m else ()
+    return out
+
+
+__all__ = ["SETTINGS", "SlurmCliBackend", "build_script", "check_settings", "job_name", "map_state", "parse_gres"]
