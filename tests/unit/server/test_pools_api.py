@@ -33,6 +33,10 @@ class Api(TenantApi):
         return self.call("POST", "/pools", auth=auth, json=pool_body(**kw))
 
 
+SLURM = {"slurm_conf": "/etc/slurm/slurm.conf", "log_dir": "/srv/corral-slurm"}
+SLURM_POOL = {"kind": "slurm", "provider": "", "instance_types": [], "labels": {}, "settings": SLURM}
+
+
 def pool_body(**kw: Any) -> dict[str, Any]:
     return {
         "name": "burst",
@@ -114,6 +118,15 @@ def test_admin_creates_lists_shows_updates_and_deletes_a_pool(api: Api) -> None:
         pytest.param({"labels": {"pool": "other"}}, 400, "labels", id="label-pool"),
         pytest.param({"taints": ["bad taint"]}, 400, "taints", id="bad-taint"),
         pytest.param({"instance_types": []}, 400, "instance_types", id="no-types"),
+        pytest.param({"kind": "mesos"}, 400, "kind", id="unknown-kind"),
+        pytest.param({"kind": "slurm", "provider": "", "settings": SLURM}, 400, "instance_types", id="slurm-types"),
+        pytest.param({**SLURM_POOL, "settings": {"log_dir": "/srv/x"}}, 400, "settings.slurm_conf", id="slurm-conf"),
+        pytest.param({**SLURM_POOL, "settings": {**SLURM, "log_dir": "rel"}}, 400, "settings.log_dir", id="slurm-log"),
+        pytest.param({**SLURM_POOL, "settings": {**SLURM, "x": "1"}}, 400, "settings.x", id="slurm-unknown"),
+        pytest.param({**SLURM_POOL, "settings": {**SLURM, "rest_url": "http://h"}}, 400, "rest_url", id="slurm-rest"),
+        pytest.param({**SLURM_POOL, "settings": {**SLURM, "submit_as": "root"}}, 400, "submit_as", id="slurm-as"),
+        pytest.param({**SLURM_POOL, "provider": "aws"}, 400, "provider", id="slurm-provider"),
+        pytest.param({**SLURM_POOL, "labels": {"a": "b"}}, 400, "labels", id="slurm-labels"),
         pytest.param(
             {"instance_types": [{"name": "g 4", "gpus": 4, "gpu_model": "A100-80GB"}]},
             400,
@@ -217,6 +230,16 @@ def test_non_admins_see_pools_without_settings_or_events_and_change_nothing(api:
     p = api.store.get_pool("burst")
     assert p is not None and p.version == 1 and p.spec.max_nodes == 2
     assert [x.name for x in api.store.list_pools()] == ["burst"]
+
+
+def test_a_slurm_pool_is_declared_by_its_settings_and_members_do_not_see_them(api: Api) -> None:
+    r = api.create_pool(name="hpc", **{**SLURM_POOL, "settings": {**SLURM, "partitions": "gpu,a100"}})
+    assert r.status_code == 201, r.text
+    assert r.json()["kind"] == "slurm" and r.json()["provider"] == "slurm" and r.json()["instance_types"] == []
+    who = api.user("dave", "member", "vision")
+    shown = api.call("GET", "/pools/hpc", auth=who)
+    assert shown.status_code == 200 and shown.json()["settings"] is None and "slurm.conf" not in shown.text
+    assert api.call("POST", "/pools", auth=who, json=pool_body(name="mine", **SLURM_POOL)).status_code == 403
 
 
 def test_no_token_no_pools(api: Api) -> None:

@@ -1,0 +1,230 @@
+"""The cluster bridge (server/background/clusters.py) against the store (SQLite and PostgreSQL) and a cluster held
+in memory behind the ClusterBackend protocol (the real Slurm one is proven end to end in tests/e2e/test_slurm_pool.py):
+inventory becomes pool nodes that agents cannot take; a placed job is submitted once, queued then running then
+ended with its exit code and its output in the job's log; a cancel reaches the cluster; a cluster job of an attempt
+that is no longer current is stopped, another installation's job of the same name is left alone; a job the cluster
+forgot fails with that reason; an unreachable cluster fails nothing."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from corral.api.schemas import AgentRegister
+from corral.clusters.base import (
+    CANCELLED,
+    FAILED,
+    QUEUED,
+    STARTED,
+    SUCCEEDED,
+    ClusterError,
+    ClusterJob,
+    ClusterNode,
+    Submission,
+)
+from corral.core.containers import ContainerSpec
+from corral.core.errors import ValidationError
+from corral.core.models import JobSpec, compute_cluster_tolerations
+from corral.core.pools import PoolSpec
+from corral.core.states import JobState
+from corral.server.background import clusters as bridge_module
+from corral.server.background.clusters import ClusterBridge
+from corral.server.services.agents import register_node
+from corral.server.services.logs import LogStore
+from corral.store.snapshot import compute_snapshot
+
+T0 = datetime.now(UTC)
+
+
+class MemoryCluster:
+    """A cluster that does what it is told and nothing more: tests move its jobs along."""
+
+    kind = "slurm"
+
+    def __init__(self) -> None:
+        self.nodes = [ClusterNode("n1", 4, "H100"), ClusterNode("n2", 4, "H100")]
+        self.jobs: dict[str, ClusterJob] = {}
+        self.subs: dict[str, Submission] = {}
+        self.logs: dict[str, bytes] = {}
+        self.cancelled: list[str] = []
+        self.down = False
+
+    def _check(self) -> None:
+        if self.down:
+            raise ClusterError("cannot reach the controller", transient=True)
+
+    def list_nodes(self) -> list[ClusterNode]:
+        self._check()
+        return list(self.nodes)
+
+    def submit(self, sub: Submission) -> str:
+        self._check()
+        for ext, held in self.subs.items():
+            if held.name == sub.name:
+                return ext
+        ext = str(100 + len(self.jobs))
+        self.jobs[ext] = ClusterJob(ext, sub.job_id, sub.attempt, QUEUED, detail="PENDING (Priority)",
+                                    submitted_s=datetime.now(UTC).timestamp())  # fmt: skip
+        self.subs[ext] = sub
+        return ext
+
+    def list_jobs(self) -> list[ClusterJob]:
+        self._check()
+        return list(self.jobs.values())
+
+    def cancel(self, external_id: str) -> None:
+        self._check()
+        self.cancelled.append(external_id)
+        if external_id in self.jobs and not self.jobs[external_id].ended:
+            self.move(external_id, CANCELLED, detail="CANCELLED")
+
+    def read_log(self, external_id: str, offset: int, limit: int) -> bytes:
+        return self.logs.get(external_id, b"")[offset : offset + limit]
+
+    def close(self) -> None:
+        pass
+
+    def move(self, ext: str, state: str, exit_code: int | None = None, detail: str = "") -> None:
+        self.jobs[ext] = replace(self.jobs[ext], state=state, exit_code=exit_code, detail=detail)
+
+
+@pytest.fixture
+def cluster(monkeypatch: pytest.MonkeyPatch) -> MemoryCluster:
+    c = MemoryCluster()
+    monkeypatch.setattr(bridge_module, "create_backend", lambda spec: c)
+    return c
+
+
+@pytest.fixture
+def bridge(store: Any, cluster: MemoryCluster, tmp_path: Path) -> ClusterBridge:
+    store.create_pool(PoolSpec(name="hpc", provider="slurm", kind="slurm", instance_types=(),
+                               settings={"slurm_conf": "/x", "log_dir": "/y"}), "admin", T0)  # fmt: skip
+    b = ClusterBridge(store, LogStore(tmp_path / "logs"), None, inventory_every_s=0.0)
+    b.run_once(datetime.now(UTC))
+    return b
+
+
+def _placed(store: Any, gpus: int = 2, **kw: Any) -> int:
+    job = store.create_job(JobSpec(command=("train",), gpus=gpus, **kw), datetime.now(UTC))
+    assert store.assign_job_parts(job.id, [("hpc.n1", list(range(gpus)))], datetime.now(UTC))
+    return int(job.id)
+
+
+def _only(cluster: MemoryCluster) -> str:
+    (ext,) = cluster.jobs
+    return ext
+
+
+def test_the_clusters_nodes_become_the_pools_and_no_agent_takes_their_names(store: Any, bridge: ClusterBridge) -> None:
+    nodes = {n.name: n for n in store.list_nodes()}
+    assert set(nodes) == {"hpc.n1", "hpc.n2"}
+    n1 = nodes["hpc.n1"]
+    assert n1.labels["pool"] == "hpc" and n1.labels["source"] == "slurm" and len(n1.gpus) == 4
+    assert n1.gpus[0].model == "H100-80GB" and n1.backend == "slurm"
+    assert bridge.cluster_nodes == {"hpc.n1", "hpc.n2"}
+    with pytest.raises(ValidationError) as e:  # an agent (a join-token holder) naming itself after a Slurm node
+        register_node(store, AgentRegister(name="hpc.n1", backend="simulated", gpus=[]))
+    assert e.value.field == "name"
+    assert store.get_node("hpc.n1").labels["source"] == "slurm"
+    # the scheduler's view: the node carries `slurm` as a taint; only jobs Slurm can run tolerate it
+    state = next(s for s in compute_snapshot(store.list_nodes(), []) if s.info.name == "hpc.n1")
+    assert "slurm" in state.info.taints
+    assert compute_cluster_tolerations(JobSpec(command=("x",), gpus=1)) == ("slurm",)
+    assert compute_cluster_tolerations(JobSpec(command=("x",), gpus=1, port=8888)) == ()
+    container = JobSpec(command=("x",), gpus=1, container=ContainerSpec(image="reg/a:1"))
+    assert compute_cluster_tolerations(container) == ("kubernetes",)
+    assert compute_cluster_tolerations(replace(container, nodes=2)) == ()
+
+
+def test_a_placed_job_is_submitted_once_followed_and_ends_with_its_exit_code(
+    store: Any, bridge: ClusterBridge, cluster: MemoryCluster
+) -> None:
+    job_id = _placed(store, env={"A": "b"})
+    bridge.run_once(datetime.now(UTC))
+    ext = _only(cluster)
+    sub = cluster.subs[ext]
+    assert (sub.job_id, sub.attempt, sub.gpus, sub.env["A"], sub.env["CORRAL_ATTEMPT"]) == (job_id, 1, 2, "b", "1")
+    job = store.get_job(job_id)
+    assert job.state is JobState.RUNNING and "hpc.n1" in job.delivered_to
+    bridge.run_once(datetime.now(UTC))
+    assert len(cluster.jobs) == 1  # not submitted again
+    assert "PENDING (Priority)" in store.get_job(job_id).phase
+
+    cluster.move(ext, STARTED, detail="RUNNING")
+    cluster.logs[ext] = b"epoch 1\n"
+    bridge.run_once(datetime.now(UTC))
+    assert store.get_job(job_id).phase == ""
+    assert bridge.logs.read(job_id, 0) == b"epoch 1\n"
+    cluster.logs[ext] = b"epoch 1\nepoch 2\n"
+    cluster.move(ext, FAILED, 3, "FAILED (NonZeroExitCode)")
+    bridge.run_once(datetime.now(UTC))
+    job = store.get_job(job_id)
+    assert job.state is JobState.FAILED and job.exit_code == 3 and "NonZeroExitCode" in job.reason
+    assert bridge.logs.read(job_id, 0) == b"epoch 1\nepoch 2\n"  # the rest of the output, once
+
+
+def test_a_cancel_reaches_the_cluster_and_the_job_ends_cancelled(
+    store: Any, bridge: ClusterBridge, cluster: MemoryCluster
+) -> None:
+    job_id = _placed(store)
+    bridge.run_once(datetime.now(UTC))
+    ext = _only(cluster)
+    cluster.move(ext, STARTED)
+    assert store.request_cancel(job_id, datetime.now(UTC)) is not None
+    bridge.run_once(datetime.now(UTC))
+    assert cluster.cancelled == [ext]
+    bridge.run_once(datetime.now(UTC))
+    assert store.get_job(job_id).state is JobState.CANCELLED
+
+
+def test_a_job_cancelled_by_the_clusters_admin_fails_saying_so(
+    store: Any, bridge: ClusterBridge, cluster: MemoryCluster
+) -> None:
+    job_id = _placed(store)
+    bridge.run_once(datetime.now(UTC))
+    cluster.move(_only(cluster), CANCELLED, detail="CANCELLED")
+    bridge.run_once(datetime.now(UTC))
+    job = store.get_job(job_id)
+    assert job.state is JobState.FAILED and "cancelled in the slurm cluster" in job.reason
+
+
+def test_stale_attempts_are_stopped_and_another_installations_jobs_left_alone(
+    store: Any, bridge: ClusterBridge, cluster: MemoryCluster
+) -> None:
+    job_id = _placed(store, gpus=1)
+    # an older installation's job of the same name (made long before this job was placed): not this job
+    old = ClusterJob("7", job_id, 1, SUCCEEDED, 0, submitted_s=(T0 - timedelta(hours=1)).timestamp())
+    cluster.jobs["7"] = old
+    bridge.run_once(datetime.now(UTC))
+    assert store.get_job(job_id).state is JobState.RUNNING  # not ended by the other one's exit
+    mine = next(e for e in cluster.jobs if e != "7")
+    cluster.move(mine, STARTED)
+    # Corral requeues it (a lost node, a preemption): the cluster's attempt 1 is stopped, attempt 2 submitted later
+    assert store.requeue_job(job_id, "node lost", datetime.now(UTC))
+    unknown = ClusterJob("8", 999_999, 1, STARTED, submitted_s=datetime.now(UTC).timestamp())  # no such job here
+    cluster.jobs["8"] = unknown
+    bridge.run_once(datetime.now(UTC))
+    assert mine in cluster.cancelled and "8" not in cluster.cancelled and "7" not in cluster.cancelled
+
+
+def test_a_job_the_cluster_forgot_fails_and_an_unreachable_cluster_fails_nothing(
+    store: Any, bridge: ClusterBridge, cluster: MemoryCluster
+) -> None:
+    job_id = _placed(store)
+    bridge.run_once(datetime.now(UTC))
+    ext = _only(cluster)
+    cluster.down = True
+    for _ in range(5):
+        bridge.run_once(datetime.now(UTC))
+    assert store.get_job(job_id).state is JobState.RUNNING
+    assert any(e.kind == "unreachable" for e in store.list_pool_events("hpc", limit=10))
+    cluster.down = False
+    del cluster.jobs[ext]  # purged while the server looked away
+    for _ in range(bridge_module.MISSES_BEFORE_LOST):
+        bridge.run_once(datetime.now(UTC))
+    job = store.get_job(job_id)
+    assert job.state is JobState.FAILED and "no longer knows" in job.reason
