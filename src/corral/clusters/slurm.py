@@ -18,6 +18,7 @@ import os
 import re
 import shlex
 import subprocess
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,7 @@ _ACCOUNT = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 _GRES = re.compile(r"^gpu(?::(?P<type>[A-Za-z0-9_.-]+))?:(?P<count>\d+)")
 _IDX = re.compile(r"IDX:([0-9,\-]+)")
 CALL_TIMEOUT_S = 30.0
+LISTED_FRESH_S = 10.0  # a name missing from a list this recent was never submitted (one leader submits)
 CLOCK_SLACK_S = 5.0  # the server's and the controller's clocks may differ this much
 # What the tools print when the controller is out of reach (try again), as against a refusal of the job
 _UNREACHABLE = ("Unable to contact slurm controller", "Socket timed out", "Connection refused", "Zero Bytes were")
@@ -186,6 +188,7 @@ class SlurmCliBackend:
         self.qos = s.get("qos", "")
         self.bin_dir = s.get("bin_dir", "")
         self._names: dict[str, str] = {}  # Slurm job id -> its name (corral-<job>-<attempt>)
+        self._listed: tuple[float, frozenset[str]] | None = None  # (when, names) of the last list_jobs
 
     # ---- calls ----
     def _tool(self, name: str) -> str:
@@ -255,6 +258,9 @@ class SlurmCliBackend:
         return self.log_dir / f"{name}.out"
 
     def _find(self, name: str, since_s: float) -> str | None:
+        listed = self._listed
+        if listed is not None and time.monotonic() - listed[0] < LISTED_FRESH_S and name not in listed[1]:
+            return None  # not in the list of a moment ago (the bridge lists before it submits): no need to ask
         for job in self._squeue(["--name", name]):
             submitted = _int(job.get("submit_time")) or 0
             if job.get("name") == name and submitted >= since_s - CLOCK_SLACK_S:
@@ -345,7 +351,10 @@ class SlurmCliBackend:
 
     def list_jobs(self) -> list[ClusterJob]:
         out = []
-        for j in self._squeue([]):
+        listed_at = time.monotonic()
+        jobs = self._squeue([])
+        self._listed = (listed_at, frozenset(str(j.get("name") or "") for j in jobs))
+        for j in jobs:
             name = str(j.get("name") or "")
             if not name.startswith(NAME_PREFIX):
                 continue

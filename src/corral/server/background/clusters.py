@@ -17,6 +17,7 @@ import logging
 import math
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -46,11 +47,12 @@ from corral.store.base import StateStore
 from corral.store.records import Job, Node
 
 log = logging.getLogger("corral.clusters")
-INTERVAL_S = 1.0
+INTERVAL_S = 0.5  # squeue takes ~50 ms: a job ended is seen (and its GPUs given again) within half a second
 INVENTORY_EVERY_S = 5.0  # and so the nodes' heartbeat: a cluster unreachable past node_lost_after_s loses them
 LOG_CHUNK = 1 << 20
 CLOCK_SLACK_S = 5.0  # the server's and the cluster's clocks may differ this much
-MISSES_BEFORE_LOST = 3  # passes a handed-over job may be missing from the cluster's list (a watch catching up)
+MISSES_BEFORE_LOST = 3
+SUBMIT_THREADS = 8  # submissions in flight at once to one cluster (sbatch takes ~0.1 s; a burst hands out hundreds)  # passes a handed-over job may be missing from the cluster's list (a watch catching up)
 _LABEL_SAFE = str.maketrans({c: "-" for c in " ,;:=\"'\\/"})
 
 
@@ -216,9 +218,18 @@ class ClusterBridge(Loop):
                 theirs[key] = cj
         current = {(j.id, max(j.attempt, 1)) for j in mine}
         freed = False
+        new: list[Job] = []
         for job in mine:
             key = (job.id, max(job.attempt, 1))
+            if (
+                key not in theirs
+                and job.placed_parts[0][0] not in job.delivered_to
+                and not (job.cancel_requested or job.preempt_requested)
+            ):
+                new.append(job)
+                continue
             freed |= self._follow(spec, held, job, theirs.get(key), now)
+        freed |= self._submit_all(spec, held, new, now)
         # the cluster's jobs for attempts that are not current (cancelled, requeued, ended here): stopped
         for key, cj in theirs.items():
             if key in current or cj.ended or cj.external_id in self._cancelled:
@@ -296,21 +307,47 @@ class ClusterBridge(Loop):
                 return
 
     def _submit(self, spec: PoolSpec, held: _Held, job: Job, now: datetime) -> bool:
-        head = job.placed_parts[0][0]
-        try:
-            sub = self._submission(spec, job)
-        except (SecretUnavailable, ValidationError) as e:
-            return self.store.finish_job(job.id, JobState.FAILED, None, f"cannot start: {e.message}", now)
-        try:
-            external = held.backend.submit(sub)
-        except ClusterError as e:
-            if e.transient:
-                raise  # the cluster is out of reach: tried again next pass
-            return self.store.finish_job(job.id, JobState.FAILED, None, f"the {spec.kind} cluster refused it: {e}", now)
-        self.store.mark_delivered([job.id], head)
-        self.store.set_job_phase(job.id, max(job.attempt, 1), f"submitted to {spec.kind} ({external})")
-        log.info("pool %s: job %s attempt %s is %s", spec.name, job.id, job.attempt, external)
-        return False
+        return self._submit_all(spec, held, [job], now)
+
+    def _submit_all(self, spec: PoolSpec, held: _Held, jobs: Sequence[Job], now: datetime) -> bool:
+        """Hand these jobs to the cluster, SUBMIT_THREADS calls at a time (a burst of an array); each one's
+        outcome is written here, in order."""
+        freed = False
+        subs: list[tuple[Job, Submission]] = []
+        for job in jobs:
+            try:
+                subs.append((job, self._submission(spec, job)))
+            except (SecretUnavailable, ValidationError) as e:
+                freed |= self.store.finish_job(job.id, JobState.FAILED, None, f"cannot start: {e.message}", now)
+        if not subs:
+            return freed
+
+        def call(sub: Submission) -> str | ClusterError:
+            try:
+                return held.backend.submit(sub)
+            except ClusterError as e:
+                return e
+
+        if len(subs) == 1:
+            results = [call(subs[0][1])]
+        else:
+            with ThreadPoolExecutor(max_workers=SUBMIT_THREADS, thread_name_prefix="corral-submit") as pool:
+                results = list(pool.map(call, [s for _, s in subs]))
+        unreachable: ClusterError | None = None
+        for (job, _), got in zip(subs, results, strict=True):
+            if isinstance(got, ClusterError):
+                if got.transient:  # the cluster is out of reach: tried again next pass
+                    unreachable = got
+                    continue
+                reason = f"the {spec.kind} cluster refused it: {got}"
+                freed |= self.store.finish_job(job.id, JobState.FAILED, None, reason, now)
+                continue
+            self.store.mark_delivered([job.id], job.placed_parts[0][0])
+            self.store.set_job_phase(job.id, max(job.attempt, 1), f"submitted to {spec.kind} ({got})")
+            log.info("pool %s: job %s attempt %s is %s", spec.name, job.id, job.attempt, got)
+        if unreachable is not None:
+            raise unreachable
+        return freed
 
     def _submission(self, spec: PoolSpec, job: Job) -> Submission:
         s = job.spec
