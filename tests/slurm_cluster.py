@@ -154,9 +154,19 @@ class SlurmCluster:
         subprocess.run(["slurmctld"], env=self.env, check=True)
 
     def stop(self) -> None:
+        """Its jobs first (scancel: their slurmstepd and processes would outlive the daemons), then the daemons."""
+        ids = subprocess.run(["squeue", "-h", "-t", "pending,running,suspended", "-o", "%i"], env=self.env,
+                             capture_output=True, text=True, check=False).stdout.split()  # fmt: skip
+        if ids:
+            subprocess.run(["scancel", *ids], env=self.env, capture_output=True, check=False)
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                left = subprocess.run(["squeue", "-h", "-t", "running,completing", "-o", "%i"], env=self.env,
+                                      capture_output=True, text=True, check=False).stdout.split()  # fmt: skip
+                if not left:
+                    break
+                time.sleep(0.2)
         self._kill(self._pids())
-        # jobs' processes (slurmstepd and what they started) of this cluster
-        subprocess.run(["pkill", "-KILL", "-f", f"slurmstepd.*{self.root}"], check=False)
 
     @staticmethod
     def _kill(pids: list[int]) -> None:

@@ -136,6 +136,7 @@ def test_inventory_gpus_exit_codes_and_a_two_node_job(corral_factory: Any, slurm
     out = c.cli("logs", str(two)).stdout
     cvd = out.split("CVD=")[1].split()[0]
     assert len(cvd.split(",")) == 2 and all(x.isdigit() for x in cvd.split(",")), out  # the GPUs Slurm gave it
+    assert done["gpus"] == [int(x) for x in cvd.split(",")], done  # and Corral shows those
     assert "user=corral-slurm-a" in out and "leak=none" in out and "a=1" in out, out
     assert "greeting=hi there" in out, out
     assert [s for _, s in _slurm_jobs(slurm, f"corral-{two}-1")] == ["COMPLETED"]

@@ -277,6 +277,10 @@ class SlurmCliBackend:
         if not self.log_dir.is_dir():  # made here: 0755 whatever the server's umask (the job's user opens its file)
             self.log_dir.mkdir(parents=True, exist_ok=True)
             os.chmod(self.log_dir, 0o755)
+        st = os.stat(self.log_dir)
+        if st.st_mode & 0o022 or st.st_uid not in (0, os.geteuid()):
+            # another user could make the next job's file first (and keep it open) or link it elsewhere
+            raise ClusterError(f"log_dir {self.log_dir} must be the server's and writable by it only (not 0o777)")
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_APPEND, 0o600)
         except OSError as e:

@@ -11,6 +11,7 @@ from typing import Protocol
 from corral.store.protocols import (
     AlertStore,
     AuditStore,
+    ClusterJobStore,
     DirectoryStore,
     IdentityStore,
     JobStore,
@@ -69,6 +70,7 @@ class StateStore(
     ServiceStore,
     PoolStore,
     StagingStore,
+    ClusterJobStore,
     Protocol,
 ):
     """Every role: what SqlStore implements."""

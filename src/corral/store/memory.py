@@ -262,6 +262,24 @@ class MemoryStore:
             self._put(replace(job, image_digest=digest[:255]))
             return True
 
+    def move_job_parts(self, job_id: int, attempt: int, parts: Sequence[tuple[str, Sequence[int]]]) -> bool:
+        with self._lock:
+            job = self._by_state[JobState.RUNNING].get(job_id)
+            if job is None or job.attempt != attempt or not parts:
+                return False
+            head = parts[0][0]
+            delivered = frozenset({head}) if job.node in job.delivered_to else frozenset()
+            self._put(
+                replace(
+                    job,
+                    node=head,
+                    gpu_indices=tuple(parts[0][1]),
+                    parts=tuple((n, tuple(g)) for n, g in parts),
+                    delivered_to=delivered,
+                )
+            )
+            return True
+
     def set_job_phase(self, job_id: int, attempt: int, phase: str) -> bool:
         with self._lock:
             job = self._by_state[JobState.RUNNING].get(job_id)

@@ -801,6 +801,15 @@ class StagingStore(Protocol):
         """Record an ended job's stage-out state and outcome; False for an unknown job or one already done/failed."""
 
 
+class ClusterJobStore(Protocol):
+    """Jobs on a Slurm or Kubernetes pool (server/background/clusters.py): the cluster places them itself."""
+
+    def move_job_parts(self, job_id: int, attempt: int, parts: Sequence[tuple[str, Sequence[int]]]) -> bool:
+        """Record where the cluster placed a RUNNING job's `attempt` (node -> the GPUs it gave there), in place of
+        Corral's own placement: the job shows, and counts on, what the cluster chose (a job delivered to its old
+        head node is delivered to the new one). False: not that attempt RUNNING, or unknown."""
+
+
 class SubmissionStore(TenancyStore, NodeStore, SecretStore, PoolStore, Protocol):
     """What checking a job submission reads (queues, quotas, nodes, secret names, cloud pools)."""
 
@@ -827,4 +836,5 @@ ROLES: tuple[type, ...] = (
     ServiceStore,
     PoolStore,
     StagingStore,
+    ClusterJobStore,
 )

@@ -6,7 +6,7 @@ import json
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -529,6 +529,26 @@ class SqlStore(
                 .values(image_digest=digest[:255])
             )
             return bool(affected_rows(res))
+
+    def move_job_parts(self, job_id: int, attempt: int, parts: Sequence[tuple[str, Sequence[int]]]) -> bool:
+        if not parts:
+            return False
+        with self._rmw() as s:
+            q = select(JobRow).where(
+                JobRow.id == job_id, JobRow.attempt == attempt, JobRow.state == JobState.RUNNING.value
+            )
+            row = s.scalars(q if self.is_sqlite else q.with_for_update()).first()
+            if row is None:
+                return False
+            delivered = row.node is not None and f",{row.node}," in (row.delivered_nodes or ",")
+            row.node, row.gpu_indices = parts[0][0], list(parts[0][1])
+            row.parts = [[n, list(g)] for n, g in parts]
+            row.node_list = "," + ",".join(n for n, _ in parts) + ","
+            if delivered:
+                row.delivered_nodes = f",{parts[0][0]},"
+            where = "; ".join(f"node {n}, GPUs {','.join(map(str, g)) or 'none'}" for n, g in parts)
+            s.add(JobEventRow(job_id=job_id, at=datetime.now(UTC), kind="placed", message=f"by its cluster: {where}"))
+            return True
 
     def set_job_phase(self, job_id: int, attempt: int, phase: str) -> bool:
         with self._tx() as s:

@@ -34,6 +34,7 @@ from corral.core.states import JobState
 from corral.server.background import clusters as bridge_module
 from corral.server.background.clusters import ClusterBridge
 from corral.server.services.agents import register_node
+from corral.server.services.budgets import compute_prices
 from corral.server.services.logs import LogStore
 from corral.store.snapshot import compute_snapshot
 
@@ -126,6 +127,7 @@ def test_the_clusters_nodes_become_the_pools_and_no_agent_takes_their_names(stor
     assert n1.labels["pool"] == "hpc" and n1.labels["source"] == "slurm" and len(n1.gpus) == 4
     assert n1.gpus[0].model == "H100-80GB" and n1.backend == "slurm"
     assert bridge.cluster_nodes == {"hpc.n1", "hpc.n2"}
+    assert compute_prices(store)[1]["hpc.n1"] == "hpc"  # reports and budgets count its jobs under the pool
     with pytest.raises(ValidationError) as e:  # an agent (a join-token holder) naming itself after a Slurm node
         register_node(store, AgentRegister(name="hpc.n1", backend="simulated", gpus=[]))
     assert e.value.field == "name"
@@ -155,9 +157,13 @@ def test_a_placed_job_is_submitted_once_followed_and_ends_with_its_exit_code(
     assert "PENDING (Priority)" in store.get_job(job_id).phase
 
     cluster.move(ext, STARTED, detail="RUNNING")
+    cluster.jobs[ext] = replace(cluster.jobs[ext], placement={"n2": (1, 3)})  # Slurm chose another node and GPUs
     cluster.logs[ext] = b"epoch 1\n"
     bridge.run_once(datetime.now(UTC))
-    assert store.get_job(job_id).phase == ""
+    job = store.get_job(job_id)
+    assert job.phase == ""
+    assert job.placed_parts == (("hpc.n2", (1, 3)),) and "hpc.n2" in job.delivered_to  # what the cluster chose
+    assert any(e.kind == "placed" and "hpc.n2" in e.message for e in store.list_events(job_id))
     assert bridge.logs.read(job_id, 0) == b"epoch 1\n"
     cluster.logs[ext] = b"epoch 1\nepoch 2\n"
     cluster.move(ext, FAILED, 3, "FAILED (NonZeroExitCode)")

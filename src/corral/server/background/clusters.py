@@ -270,6 +270,8 @@ class ClusterBridge(Loop):
         if stopping and not cj.ended and cj.external_id not in self._cancelled:
             held.backend.cancel(cj.external_id)
             self._cancelled.add(cj.external_id)
+        if cj.state == STARTED:
+            self._record_placement(spec, held, job, cj)
         if cj.state == STARTED or cj.ended:
             self._pull_log(held.backend, job, cj)
         phase = f"queued in {spec.kind} ({cj.external_id}): {cj.detail}"[:200] if cj.state == QUEUED else ""
@@ -284,6 +286,21 @@ class ClusterBridge(Loop):
                 job.id, JobState.FAILED, cj.exit_code, f"cancelled in the {spec.kind} cluster: {cj.detail}", now
             )
         return self._ended(job, cj.exit_code, reason, now)
+
+    def _record_placement(self, spec: PoolSpec, held: _Held, job: Job, cj: ClusterJob) -> None:
+        """Where the cluster put it (its nodes and, where it says, GPU indices) replaces Corral's own placement."""
+        if not cj.placement:
+            return
+        mine = dict(job.placed_parts)
+        parts = []
+        for cluster_node, gpus in cj.placement.items():
+            name = node_name(spec.name, cluster_node)
+            if name not in held.nodes:
+                return  # a node this pool does not read (another partition): left as Corral placed it
+            given = tuple(gpus) if len(gpus) == job.spec.gpus else mine.get(name, tuple(range(job.spec.gpus)))
+            parts.append((name, given))
+        if sorted(parts) != sorted((n, tuple(g)) for n, g in job.placed_parts):
+            self.store.move_job_parts(job.id, max(job.attempt, 1), parts)
 
     def _ended(self, job: Job, exit_code: int | None, reason: str, now: datetime) -> bool:
         if job.preempt_requested and not job.cancel_requested:  # stopped to make room: back to the queue

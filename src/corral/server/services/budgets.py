@@ -11,6 +11,7 @@ from typing import Protocol
 
 from corral.core.budgets import Budget, BudgetStatus, check_budget, compute_period, compute_status
 from corral.core.errors import NotFoundError, ValidationError
+from corral.core.pools import CLUSTER_KINDS, POOL_LABEL, SOURCE_LABEL, STATIC_POOL
 from corral.core.tenancy import Action
 from corral.server.auth import Principal
 from corral.server.services.audit import record_audit
@@ -24,11 +25,19 @@ class BudgetStore(PoolStore, TenancyStore, JobStore, NodeStore, TelemetryStore, 
     """What budgets read and write."""
 
 
-def compute_prices(store: PoolStore) -> tuple[dict[str, float], dict[str, str]]:
+class PricesStore(PoolStore, NodeStore, Protocol):
+    """What compute_prices reads."""
+
+
+def compute_prices(store: PricesStore) -> tuple[dict[str, float], dict[str, str]]:
     """node -> price per GPU-hour, and node -> pool, for every node a cloud pool ever started (owned nodes are
-    priced at the admin's rate by the caller)."""
+    priced at the admin's rate by the caller), and node -> pool for the nodes of Slurm and Kubernetes pools (owned
+    GPUs too: the admin's rate)."""
     prices: dict[str, float] = {}
     pools: dict[str, str] = {}
+    for node in store.list_nodes():
+        if node.labels.get(SOURCE_LABEL) in CLUSTER_KINDS:
+            pools[node.name] = node.labels.get(POOL_LABEL, STATIC_POOL)
     for n in store.list_pool_nodes():
         pools[n.name] = n.pool
         prices[n.name] = n.price_per_hour / n.gpus if n.gpus else n.price_per_hour
