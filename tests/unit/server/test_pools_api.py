@@ -21,6 +21,7 @@ from corral.agent.identity import new_key_and_csr
 from corral.api.schemas import AgentRegister
 from corral.core.errors import AuthError, ConflictError
 from corral.core.pools import LAUNCHING, RELEASED, RUNNING, PoolNode
+from corral.core.resources import GpuInfo
 from corral.core.states import JobState
 from corral.server.app import create_agent_app
 from corral.server.services.agents import register_node
@@ -240,6 +241,24 @@ def test_a_slurm_pool_is_declared_by_its_settings_and_members_do_not_see_them(ap
     shown = api.call("GET", "/pools/hpc", auth=who)
     assert shown.status_code == 200 and shown.json()["settings"] is None and "slurm.conf" not in shown.text
     assert api.call("POST", "/pools", auth=who, json=pool_body(name="mine", **SLURM_POOL)).status_code == 403
+
+
+def test_a_job_pinned_to_a_slurm_pool_is_checked_against_what_it_runs_and_its_nodes(
+    api: Api, alice: dict[str, str]
+) -> None:
+    assert api.create_pool(name="hpc", **SLURM_POOL).status_code == 201
+    container = api.submit(alice, gpus=1, pool="hpc", image="reg.example/team/train:1")
+    assert container.status_code == 400 and container.json()["error"]["field"] == "pool", container.text
+    assert "slurm cluster" in container.json()["error"]["message"] and "not containers" in container.text
+    first = api.submit(alice, gpus=2, pool="hpc")  # its nodes not read yet: accepted, it waits for them
+    assert first.status_code == 201, first.text
+    api.call("POST", f"/jobs/{first.json()['id']}/cancel", auth=alice)
+    gpus = [GpuInfo(index=i, uuid=f"s-{i}", model="H100-80GB", memory_mib=81920) for i in range(4)]
+    api.store.upsert_node("hpc.n1", "n1", "slurm", 16000, 64000, {"pool": "hpc", "source": "slurm"}, gpus,
+                          datetime.now(UTC))  # fmt: skip
+    too_big = api.submit(alice, gpus=8, pool="hpc")
+    assert too_big.status_code == 400 and too_big.json()["error"]["field"] == "gpus", too_big.text
+    assert api.store.list_jobs(states=[JobState.PENDING]) == []
 
 
 def test_no_token_no_pools(api: Api) -> None:

@@ -14,7 +14,7 @@ from corral.autoscaler.demand import TypeFit
 from corral.core.arrays import parse_array
 from corral.core.containers import check_mounts_allowed
 from corral.core.errors import NotFoundError, ValidationError
-from corral.core.pools import POOL_LABEL, STATIC_POOL, PoolSpec
+from corral.core.pools import CLUSTER_KINDS, KUBERNETES, POOL_LABEL, SLURM, STATIC_POOL, PoolSpec
 from corral.core.requests import ResourceRequest, model_matches
 from corral.core.staging import StagingRules
 from corral.core.states import JobState
@@ -151,6 +151,13 @@ def check_fits_some_node_or_pool(
     if pinned == STATIC_POOL:  # the nodes no pool started (none yet: accepted, nodes may join)
         check_fits_some_node(request, [n for n in nodes if n.labels.get(POOL_LABEL, STATIC_POOL) == STATIC_POOL], gang)
         return
+    cluster = next((p for p in pools if p.name == pinned and p.kind in CLUSTER_KINDS), None)
+    if cluster is not None:  # an existing cluster: can it run this kind of job, and does one of its nodes fit it
+        if cluster.kind not in request.tolerations:
+            raise ValidationError("pool", f"pool {pinned} is a {cluster.kind} cluster, which cannot run this job "
+                                  f"({CLUSTER_RUNS[cluster.kind]}; no staged data or web UI port)")  # fmt: skip
+        check_fits_some_node(request, [n for n in nodes if n.labels.get(POOL_LABEL) == pinned], gang)
+        return
     if pinned is not None:  # a cloud pool: its instance types say (its nodes are of them)
         mine = [p for p in pools if p.name == pinned]
         fit = TypeFit(mine)
@@ -168,6 +175,9 @@ def check_fits_some_node_or_pool(
             return
         largest = "; ".join(f"pool {p.name}: {t.describe}" for p in pools if (t := p.largest) is not None)
         raise ValidationError(e.field, f"{e.problem}, and no cloud pool's instance type fits it ({largest})") from None
+
+
+CLUSTER_RUNS = {SLURM: "it runs commands, not containers", KUBERNETES: "it runs container jobs of one node"}
 
 
 def check_pool_ref(pool: str, pools: Sequence[PoolSpec]) -> None:
