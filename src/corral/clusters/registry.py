@@ -16,7 +16,9 @@ def check_cluster_settings(kind: str, settings: Mapping[str, str]) -> dict[str, 
 
         return check_settings(settings)
     if kind == KUBERNETES:
-        raise ValidationError("kind", "kubernetes pools are not built yet")
+        from corral.clusters.kubernetes import check_settings as check_kube
+
+        return check_kube(settings)
     raise ValidationError("kind", f"{kind!r} is not a cluster pool kind")
 
 
@@ -27,6 +29,10 @@ def create_backend(spec: PoolSpec) -> ClusterBackend:
             from corral.clusters.slurm import SlurmCliBackend
 
             return SlurmCliBackend(spec.settings)
+        if spec.kind == KUBERNETES:
+            from corral.clusters.kubernetes import KubernetesBackend
+
+            return KubernetesBackend(spec.settings)
     except ValidationError as e:
         raise ClusterError(str(e)) from e
     raise ClusterError(f"pool {spec.name} is not a cluster pool ({spec.kind})")

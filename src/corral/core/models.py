@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from corral.core.containers import RUNTIME_DOCKER, RUNTIME_PROCESS, ContainerSpec
-from corral.core.pools import KUBERNETES, NODE_LABEL, POOL_LABEL, SLURM
+from corral.core.pools import CLUSTER_KINDS, KUBERNETES, NODE_LABEL, POOL_LABEL, SLURM
 from corral.core.requests import ResourceRequest
 from corral.core.resources import GpuInfo
 from corral.core.staging import StageItem
@@ -153,7 +153,8 @@ def compute_request(spec: JobSpec) -> ResourceRequest:
         memory_mib=spec.memory_mib,
         runtime=RUNTIME_DOCKER if spec.container is not None else RUNTIME_PROCESS,
         image=spec.container.image if spec.container is not None else "",
-        tolerations=tuple(spec.tolerations) + compute_cluster_tolerations(spec),
+        # a cluster kind is tolerated only as compute_cluster_tolerations says, never because a user asked for it
+        tolerations=tuple(t for t in spec.tolerations if t not in CLUSTER_KINDS) + compute_cluster_tolerations(spec),
         node_selector=(((POOL_LABEL, spec.pool),) if spec.pool else ())
         + (((NODE_LABEL, spec.pinned_node),) if spec.pinned_node else ()),
     )
