@@ -186,6 +186,24 @@ def test_a_server_killed_mid_job_finds_it_again_by_name(corral_factory: Any, slu
     assert len(_slurm_jobs(slurm, f"corral-{job}-1")) == 1  # submitted once, not again after the restart
 
 
+def test_a_slurm_controller_restart_mid_job_fails_nothing(corral_factory: Any, slurm: SlurmCluster) -> None:
+    c, _ = _corral(corral_factory, slurm)
+    job = c.submit("--gpus", "1", "--", "bash", "-c", "sleep 6; echo through the restart")
+    wait_for(lambda: [s for _, s in _slurm_jobs(slurm, f"corral-{job}-1")] == ["RUNNING"], 30, "running in slurm")
+    slurm.stop_controller()
+    try:
+        # the bridge cannot reach Slurm (its tools time out): the pool says why, and the job keeps running
+        wait_for(lambda: any(e["kind"] == "unreachable" for e in c.cli_json("pool", "show", "hpc")["events"]),
+                 60, "the pool says Slurm is out of reach")  # fmt: skip
+        assert c.job(job)["state"] == "RUNNING"
+    finally:
+        slurm.start_controller()
+    done = _ended(c, job, 90)
+    assert done["state"] == "SUCCEEDED", (done["reason"], done["phase"])
+    assert c.cli("logs", str(job)).stdout == "through the restart\n"
+    assert len(_slurm_jobs(slurm, f"corral-{job}-1")) == 1
+
+
 def test_a_tenant_over_its_quota_waits_in_corral_while_slurm_has_room(corral_factory: Any, slurm: SlurmCluster) -> None:
     c, _ = _corral(corral_factory, slurm)
     assert c.cli("tenants", "create", "team-b").returncode == 0

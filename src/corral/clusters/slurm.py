@@ -59,15 +59,18 @@ _FAILED = {"FAILED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEAD
 
 def check_settings(settings: Mapping[str, str]) -> dict[str, str]:
     """A slurm pool's settings, checked (ValidationError naming `settings.<key>`); returns them."""
+    rest = bool(settings.get("rest_url"))
+    if rest:  # slurmrestd (corral.clusters.slurm_rest): its own settings instead of slurm_conf and bin_dir
+        from corral.clusters.slurm_rest import check_rest_settings
+
+        check_rest_settings(settings)
     for key in settings:
-        if key not in SETTINGS:
+        if key in ("token_file", "user_name") and not rest:
+            raise ValidationError(f"settings.{key}", "a setting of slurmrestd pools only: give rest_url with it")
+        if key not in SETTINGS and not rest:
             raise ValidationError(f"settings.{key}", f"not a slurm pool setting: one of {', '.join(SETTINGS)}")
-    if settings.get("rest_url"):
-        raise ValidationError(
-            "settings.rest_url", "the slurmrestd backend is not built yet: give slurm_conf (the CLI tools) instead"
-        )
     conf = settings.get("slurm_conf", "")
-    if not conf or not os.path.isabs(conf):
+    if not rest and (not conf or not os.path.isabs(conf)):
         raise ValidationError("settings.slurm_conf", "give the absolute path of the cluster's slurm.conf")
     log_dir = settings.get("log_dir", "")
     if not log_dir or not os.path.isabs(log_dir) or ".." in Path(log_dir).parts:
@@ -225,6 +228,10 @@ class SlurmCliBackend:
             raise ClusterError(f"{args[0]} --json printed no JSON") from e
         if not isinstance(data, dict):
             raise ClusterError(f"{args[0]} --json printed no object")
+        errors = [e for e in data.get("errors") or [] if isinstance(e, dict)]
+        if errors:  # exit 0 and an empty list: the controller did not answer (never "no jobs")
+            what = "; ".join(str(e.get("description") or e.get("error") or "error") for e in errors)[:300]
+            raise ClusterError(f"{args[0]} --json: {what} (is slurmctld up?)", transient=True)
         return data
 
     # ---- inventory ----
