@@ -162,6 +162,7 @@ def page_requests(node: str, running: int, finished: int, paths: set[str]) -> di
             "/api/v1/jobs?state=PENDING&limit=200",
             "/api/v1/jobs?state=RUNNING&limit=1",
             "/api/v1/alerts?state=firing",
+            "/api/v1/pools",
             series("gpu_util_pct", "agg=avg"),
             f"/api/v1/metrics/allocated?{rng}",
         ],

@@ -1,10 +1,12 @@
-// Fleet overview: GPUs by model and pool, the queue and why jobs wait, utilisation over time, firing alerts.
+// Fleet overview: GPUs by model and pool, the queue and why jobs wait, utilisation over time, firing alerts, and the
+// nodes grouped by pool (last: the graphs above keep their place on the screen).
 import { get, getWithTotal, has } from "../api.js";
 import { RangePicker, TimeChart } from "../chart.js";
 import { fmtDateTime } from "../format.js";
 import { $, bar, esc, table } from "../ui.js";
 import { live } from "../ui.js";
 import { reasonText } from "./jobs.js";
+import { NODE_COLUMNS, nodeRow } from "./nodes.js";
 
 const REASON_SAMPLE = 200; // pending reasons are counted over the oldest this many pending jobs
 
@@ -20,7 +22,7 @@ export function summarise(nodes, gpusOfMixed = []) {
   };
   for (const n of nodes) {
     const unhealthy = n.gpus_unhealthy || 0, used = n.gpus_total - n.gpus_free - unhealthy;
-    add(`pool:${n.labels.pool || "—"}`, n.gpus_total, used, n.gpus_free, unhealthy);
+    add(`pool:${n.pool || n.labels.pool || "—"}`, n.gpus_total, used, n.gpus_free, unhealthy);
     if (n.gpu_models.length === 1) add(`model:${n.gpu_models[0]}`, n.gpus_total, used, n.gpus_free, unhealthy);
   }
   const mixed = new Set(nodes.filter((n) => n.gpu_models.length > 1).map((n) => n.name));
@@ -30,6 +32,60 @@ export function summarise(nodes, gpusOfMixed = []) {
     add(`model:${g.model}`, 1, busy ? 1 : 0, !bad && !busy ? 1 : 0, bad ? 1 : 0);
   }
   return byKey;
+}
+
+// What each kind of pool is, in words: a slurm or kubernetes pool's nodes are an existing cluster's, which runs its jobs.
+const KIND_TEXT = {
+  static: "static · Corral agents",
+  cloud: "cloud · autoscaled",
+  slurm: "slurm · an existing Slurm cluster's nodes",
+  kubernetes: "kubernetes · an existing Kubernetes cluster's nodes",
+};
+export const kindText = (kind) => KIND_TEXT[kind] || (kind ? String(kind) : "not a declared pool");
+
+// A node's pool: the API's `pool` (an older server: the `pool` label; no label: the static pool).
+export const poolOf = (n) => n.pool || (n.labels && n.labels.pool) || "static";
+
+// The nodes grouped by pool, static first, then the others by name. `pools` (GET /api/v1/pools) gives each pool's
+// kind and adds the declared pools that have no node yet (an empty static pool is left out: nothing to say). A pool
+// only the nodes name (no such pool declared) takes its kind from its nodes' source (slurm, kubernetes) when not agent.
+export function groupByPool(nodes, pools = []) {
+  const groups = new Map();
+  const group = (name) => {
+    if (!groups.has(name)) groups.set(name, { name, kind: null, declared: false, nodes: [], gpusFree: 0, gpusTotal: 0 });
+    return groups.get(name);
+  };
+  for (const n of nodes) {
+    const g = group(poolOf(n));
+    g.nodes.push(n); g.gpusFree += n.gpus_free; g.gpusTotal += n.gpus_total;
+  }
+  for (const p of pools) {
+    if (p.name === "static" && !groups.has("static")) continue;
+    const g = group(p.name);
+    g.kind = p.kind; g.declared = true;
+  }
+  for (const g of groups.values()) {
+    if (g.kind) continue;
+    const source = g.nodes.map((n) => n.source).find((s) => s && s !== "agent");
+    g.kind = g.name === "static" ? "static" : source || null;
+  }
+  const byName = (a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0);
+  return [...groups.values()].sort((a, b) => (b.name === "static") - (a.name === "static") || byName(a, b));
+}
+
+// One section per pool: a header (name, kind, node count, GPUs free / total), then its nodes as the node list shows them.
+export function poolSections(groups) {
+  if (!groups.length) return `<p class="muted">no nodes</p>`;
+  return groups.map((g) => {
+    const name = g.declared || g.name === "static"
+      ? `<a href="/pools/${esc(encodeURIComponent(g.name))}" data-pool-name>${esc(g.name)}</a>` : `<span data-pool-name>${esc(g.name)}</span>`;
+    const count = `${g.nodes.length} node${g.nodes.length === 1 ? "" : "s"}`;
+    return `<section class="pool-section" data-pool-section="${esc(g.name)}">
+      <h3>${name} <span class="pool-kind" data-pool-kind="${esc(g.kind || "")}">${esc(kindText(g.kind))}</span>
+        <span class="muted" data-pool-counts><span data-pool-nodes>${esc(count)}</span> · <span data-pool-gpus>${g.gpusFree} / ${g.gpusTotal}</span> GPUs free</span></h3>
+      ${g.nodes.length ? table(NODE_COLUMNS, g.nodes.map(nodeRow)) : `<p class="muted" data-no-nodes>no nodes yet</p>`}
+    </section>`;
+  }).join("");
 }
 
 // The GPUs of the nodes that have more than one model: per node while they are few, else the whole list once.
@@ -48,7 +104,8 @@ export async function render(page) {
     <div id="by-pool-wrap" hidden><h2>GPUs by pool</h2><div id="by-pool"></div></div>
     <h2>Queue</h2><div id="queue"></div>
     <h2>Utilisation</h2><div id="range"></div><div class="charts" id="charts"></div>
-    <h2>Firing alerts</h2><div id="alerts"></div>`;
+    <h2>Firing alerts</h2><div id="alerts"></div>
+    <h2>Nodes by pool</h2><div id="pools"></div>`;
   const range = new RangePicker($("#range"), () => refreshCharts());
   const charts = $("#charts");
   const zoom = { onZoom: (a, b) => range.zoom(a, b), onReset: () => range.reset() };
@@ -72,10 +129,13 @@ export async function render(page) {
   }
 
   async function refresh() {
-    const [nodes, pending, running] = await Promise.all([
+    // The pool list (kinds, and the declared pools with no node yet): every role may read it. The fleet never shows a
+    // pool's settings, and a pool's own page (GET /pools/NAME) is not asked here.
+    const [nodes, pending, running, declared] = await Promise.all([
       get("/api/v1/nodes"),
       getWithTotal("/api/v1/jobs", { state: "PENDING", limit: REASON_SAMPLE }),
       getWithTotal("/api/v1/jobs", { state: "RUNNING", limit: 1 }),
+      has("/api/v1/pools") ? get("/api/v1/pools") : [],
     ]);
     const mixedGpus = await gpusOfMixedNodes(nodes);
     if (page.closed) return;
@@ -93,6 +153,7 @@ export async function render(page) {
     const pools = rows("pool:");
     $("#by-pool-wrap").hidden = pools.length < 2;
     $("#by-pool").innerHTML = table(["Pool", ...cols.slice(1)], pools);
+    $("#pools").innerHTML = poolSections(groupByPool(nodes, declared.map((p) => ({ name: p.name, kind: p.kind }))));
     const reasons = new Map();
     for (const j of pending.items) {
       const r = reasonText(j.pending_code || j.pending_reason); // grouped by cause, not by each job's numbers

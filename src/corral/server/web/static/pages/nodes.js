@@ -5,6 +5,13 @@ import { eventText, faultText, fmtDateTime, kindText } from "../format.js";
 import { $, ago, bar, esc, live, num, stateTag, table, toast } from "../ui.js";
 import { fillCharts } from "./metrics.js";
 
+// One node as a row of the node list (the fleet page's pool sections show their nodes the same way).
+export const NODE_COLUMNS = ["Node", "State", "GPUs free / total", "GPU load", "Models", "CPU", "Memory", "Last heartbeat"];
+export const nodeRow = (n) => [`<a href="/nodes/${encodeURIComponent(n.name)}" data-node="${esc(n.name)}">${esc(n.name)}</a>`,
+  nodeState(n) + (n.cordoned ? ' <span class="warn">cordoned</span>' : "") + (n.gpus_unhealthy ? ` <span class="bad">${n.gpus_unhealthy} GPU${n.gpus_unhealthy > 1 ? "s" : ""} unhealthy</span>` : ""),
+  `${n.gpus_free} / ${n.gpus_total}`, bar(n.gpus_total ? 1 - n.gpus_free / n.gpus_total : 0), esc(n.gpu_models.join(", ")),
+  `${num(n.cpu_milli / 1000, 0)} cores`, `${num(n.memory_mib / 1024, 0)} GiB`, esc(ago(n.last_heartbeat_at))];
+
 export async function renderList(page) {
   document.title = "Nodes · Corral";
   page.root.innerHTML = `<h1>Nodes</h1><div class="row"><label>Filter <input id="filter" placeholder="name, model or state"></label></div><div id="nodes"></div>`;
@@ -12,11 +19,7 @@ export async function renderList(page) {
   const paint = () => {
     const f = $("#filter").value.trim().toLowerCase();
     const shown = nodes.filter((n) => !f || [n.name, n.state, ...n.gpu_models].some((s) => s.toLowerCase().includes(f)));
-    $("#nodes").innerHTML = table(["Node", "State", "GPUs free / total", "GPU load", "Models", "CPU", "Memory", "Last heartbeat"],
-      shown.map((n) => [`<a href="/nodes/${encodeURIComponent(n.name)}">${esc(n.name)}</a>`,
-        nodeState(n) + (n.cordoned ? ' <span class="warn">cordoned</span>' : "") + (n.gpus_unhealthy ? ` <span class="bad">${n.gpus_unhealthy} GPU${n.gpus_unhealthy > 1 ? "s" : ""} unhealthy</span>` : ""),
-        `${n.gpus_free} / ${n.gpus_total}`, bar(n.gpus_total ? 1 - n.gpus_free / n.gpus_total : 0), esc(n.gpu_models.join(", ")),
-        `${num(n.cpu_milli / 1000, 0)} cores`, `${num(n.memory_mib / 1024, 0)} GiB`, esc(ago(n.last_heartbeat_at))]), "no nodes");
+    $("#nodes").innerHTML = table(NODE_COLUMNS, shown.map(nodeRow), "no nodes");
   };
   $("#filter").addEventListener("input", paint);
   await live(page, async () => { nodes = await get("/api/v1/nodes"); if (!page.closed) paint(); }, 3000);
