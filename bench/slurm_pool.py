@@ -60,7 +60,7 @@ def marks(d: Path) -> list[float]:
 
 
 class Front:
-    """`corral up` with no GPUs of its own and a slurm pool `hpc` over the cluster (jobs run as the server's user)."""
+    """`corral up` with no GPUs of its own and a slurm pool `hpc` over the cluster (every job runs as `nobody`)."""
 
     def __init__(self, root: Path, slurm: SlurmCluster) -> None:
         self.root = root
@@ -81,7 +81,7 @@ class Front:
                                      start_new_session=True)  # fmt: skip
         wait_for(self._healthy, 90, "corral up")
         self.cli("pool", "create", "hpc", "--kind", "slurm", "--setting", f"slurm_conf={slurm.conf}",
-                 "--setting", f"log_dir={root / 'slurm-out'}", "--setting", "submit_as=service")  # fmt: skip
+                 "--setting", f"log_dir={root / 'slurm-out'}", "--setting", "submit_as=service", "--setting", "service_user=nobody")  # fmt: skip
         wait_for(lambda: len([n for n in self.nodes() if n["source"] == "slurm"]) == NODES, 60, "slurm nodes read")
 
     def _healthy(self) -> bool:

@@ -5,11 +5,16 @@ device files), partition `gpu`, cons_tres, MinJobAge 300 s. Needs root (slurmd r
 
 `make slurm-deps` (tests/slurm_deps.sh) installs the packages. Used by the e2e tests of slurm pools and by
 bench/slurm_pool.py.
+
+With `jwt=True` the cluster also takes JWTs (auth/jwt beside munge, a key of its own) and `start_rest()` runs
+slurmrestd (Debian's slurmrestd and slurm-wlm-jwt-plugin) on a free port of 127.0.0.1 as an unprivileged user, as
+slurmrestd requires: `token(user)` makes a token for it (`scontrol token`). Used by the slurmrestd backend's tests.
 """
 
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
 import signal
 import socket
@@ -20,10 +25,20 @@ from pathlib import Path
 
 TOOLS = ("slurmctld", "slurmd", "sbatch", "squeue", "sinfo", "scancel", "munge", "munged")
 PACKAGES = "slurmctld slurmd slurm-client munge"
+REST_PACKAGES = "slurmrestd slurm-wlm-jwt-plugin"
+REST_USER = "nobody"  # slurmrestd refuses to run as root (or as SlurmUser)
 
 
 def missing_tools() -> list[str]:
     return [t for t in TOOLS if shutil.which(t) is None and not Path(f"/usr/sbin/{t}").exists()]
+
+
+def missing_rest_parts() -> list[str]:
+    """What slurmrestd with JWT auth needs that is not installed (beside missing_tools())."""
+    out = [t for t in ("slurmrestd", "scontrol") if shutil.which(t) is None and not Path(f"/usr/sbin/{t}").exists()]
+    if not any(Path("/usr/lib").glob("*/slurm*/auth_jwt.so")) and not any(Path("/usr/lib").glob("slurm*/auth_jwt.so")):
+        out.append("auth_jwt.so (slurm-wlm-jwt-plugin)")
+    return out
 
 
 def _free_port() -> int:
@@ -53,6 +68,17 @@ class SlurmCluster:
     gres_type: str = ""  # e.g. "h100": the nodes' GPUs as gpu:h100:G
     ctld_port: int = field(default_factory=_free_port)
     pids: list[int] = field(default_factory=list)
+    jwt: bool = False  # also take JWTs (AuthAltTypes=auth/jwt): slurmrestd's tokens
+    rest_port: int = field(default_factory=_free_port)
+    rest: subprocess.Popen[bytes] | None = None  # slurmrestd, once start_rest() ran it
+
+    @property
+    def rest_url(self) -> str:
+        return f"http://127.0.0.1:{self.rest_port}"
+
+    @property
+    def jwt_key(self) -> Path:
+        return self.root / "jwt.key"
 
     @property
     def conf(self) -> Path:
@@ -108,6 +134,13 @@ class SlurmCluster:
             "MinJobAge=300",
             "KillWait=5",
         ]
+        if self.jwt:  # the key: readable by SlurmUser only (slurmctld checks the tokens' signatures)
+            if not self.jwt_key.exists():
+                fd = os.open(self.jwt_key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                os.write(fd, os.urandom(32))
+                os.close(fd)
+            subprocess.run(["chown", "slurm:slurm", str(self.jwt_key)], check=True)
+            lines += ["AuthAltTypes=auth/jwt", f"AuthAltParameters=jwt_key={self.jwt_key}"]
         for name, port in zip(self.node_names(), ports, strict=True):
             lines.append(
                 f"NodeName={name} NodeHostname={host} NodeAddr=127.0.0.1 Port={port} CPUs=16 Sockets=2 "
@@ -153,6 +186,44 @@ class SlurmCluster:
     def start_controller(self) -> None:
         subprocess.run(["slurmctld"], env=self.env, check=True)
 
+    def start_rest(self, timeout_s: float = 30.0) -> None:
+        """slurmrestd on 127.0.0.1:rest_port, as REST_USER, taking the JWTs of the X-SLURM-USER-* headers and
+        passing them on to slurmctld (SLURM_JWT=daemon); only the v0.0.38 API (the dbv0.0.38 one needs slurmdbd)."""
+        assert self.jwt, "slurmrestd needs a cluster made with jwt=True"
+        log = open(self.root / "log" / "slurmrestd.log", "ab")
+        env = dict(self.env, SLURM_JWT="daemon")
+        gid = str(pwd.getpwnam(REST_USER).pw_gid)
+        args = ["slurmrestd", "-u", REST_USER, "-g", gid, "-a", "rest_auth/jwt", "-s", "openapi/v0.0.38"]
+        self.rest = subprocess.Popen([*args, f"127.0.0.1:{self.rest_port}"], env=env, stdout=log, stderr=log,
+                                     stdin=subprocess.DEVNULL)  # fmt: skip
+        log.close()
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.rest.poll() is not None:
+                raise RuntimeError(f"slurmrestd exited ({self.rest.returncode}); see {self.root}/log/slurmrestd.log")
+            try:
+                with socket.create_connection(("127.0.0.1", self.rest_port), timeout=1):
+                    return
+            except OSError:
+                time.sleep(0.1)
+        raise RuntimeError(f"slurmrestd did not listen on {self.rest_port}; see {self.root}/log/slurmrestd.log")
+
+    def stop_rest(self) -> None:
+        if self.rest is not None and self.rest.poll() is None:
+            self.rest.terminate()
+            try:
+                self.rest.wait(5)
+            except subprocess.TimeoutExpired:
+                self.rest.kill()
+                self.rest.wait()
+        self.rest = None
+
+    def token(self, user: str, lifespan_s: int = 3600) -> str:
+        """A JWT for `user` (`scontrol token`, as root), signed with this cluster's key."""
+        r = subprocess.run(["scontrol", "token", f"username={user}", f"lifespan={lifespan_s}"], env=self.env,
+                           capture_output=True, text=True, check=True)  # fmt: skip
+        return r.stdout.strip().removeprefix("SLURM_JWT=")
+
     def stop(self) -> None:
         """Its jobs first (scancel: their slurmstepd and processes would outlive the daemons), then the daemons."""
         ids = subprocess.run(["squeue", "-h", "-t", "pending,running,suspended", "-o", "%i"], env=self.env,
@@ -166,6 +237,7 @@ class SlurmCluster:
                 if not left:
                     break
                 time.sleep(0.2)
+        self.stop_rest()
         self._kill(self._pids())
 
     @staticmethod

@@ -104,6 +104,7 @@ class Submission:
     uid: int | None = None  # the Unix identity it runs as where the cluster lets Corral say
     gid: int | None = None
     since_s: float = 0.0  # when Corral placed this attempt: a cluster job of the same name made before is not it
+    uid_mapped: bool = False  # `uid` is the account an admin mapped the user to (not one from Corral's own range)
 
     @property
     def name(self) -> str:
@@ -128,6 +129,7 @@ class ClusterJob:
     detail: str = ""
     placement: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     submitted_s: float | None = None  # when the cluster was given it (epoch s; None: not known)
+    uid: int | None = None  # the Unix account the cluster runs it as, where it says (Slurm: its user_id)
 
     @property
     def ended(self) -> bool:
@@ -156,6 +158,12 @@ class ClusterBackend(Protocol):
 
     def read_log(self, external_id: str, offset: int, limit: int) -> bytes:
         """Its output from byte `offset`, at most `limit` bytes (b"" when nothing new, or none yet)."""
+        ...
+
+    def runs_as(self, uid: int | None) -> int | None:
+        """The `ClusterJob.uid` a job of a user whose Unix identity is `uid` carries when this backend submitted
+        it (None: the cluster does not say). A job of the right name but another account is not Corral's: another
+        user of the cluster made it, and it is neither followed nor stopped."""
         ...
 
     def close(self) -> None: ...

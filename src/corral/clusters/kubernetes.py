@@ -361,6 +361,10 @@ class KubernetesBackend:
         data: bytes = resp.data
         return data[offset : offset + limit]
 
+    def runs_as(self, uid: int | None) -> int | None:
+        """Pods carry no account Corral could check (they live in Corral's own namespaces)."""
+        return None
+
     def close(self) -> None:
         self._stop.set()
         if self._watch is not None:

@@ -25,10 +25,10 @@ def check_cluster_settings(kind: str, settings: Mapping[str, str]) -> dict[str, 
 def create_backend(spec: PoolSpec) -> ClusterBackend:
     """The backend of a cluster pool. Raises ClusterError (one line why) for bad settings."""
     try:
-        if spec.kind == SLURM:
-            from corral.clusters.slurm import SlurmCliBackend
+        if spec.kind == SLURM:  # the CLI tools, or slurmrestd when the pool names a rest_url
+            from corral.clusters.slurm_rest import slurm_backend
 
-            return SlurmCliBackend(spec.settings)
+            return slurm_backend(spec.settings)
         if spec.kind == KUBERNETES:
             from corral.clusters.kubernetes import KubernetesBackend
 

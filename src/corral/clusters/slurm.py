@@ -13,8 +13,10 @@ it must run as root (or SlurmUser); `submit_as=service` runs every job as the ac
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import pwd
 import re
 import shlex
 import subprocess
@@ -39,7 +41,10 @@ from corral.clusters.base import (
 )
 from corral.core.errors import ValidationError
 
-SETTINGS = ("slurm_conf", "log_dir", "partitions", "gpu_model", "submit_as", "account", "qos", "bin_dir", "rest_url")
+SETTINGS = (
+    "slurm_conf", "log_dir", "partitions", "gpu_model", "submit_as", "service_user", "account", "qos", "bin_dir",
+    "rest_url",
+)  # fmt: skip
 SUBMIT_AS = ("job-user", "service")
 _PARTITION = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 _ACCOUNT = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
@@ -82,6 +87,8 @@ def check_settings(settings: Mapping[str, str]) -> dict[str, str]:
             raise ValidationError("settings.partitions", f"{p!r} is not a partition name")
     if settings.get("submit_as", "job-user") not in SUBMIT_AS:
         raise ValidationError("settings.submit_as", f"one of {', '.join(SUBMIT_AS)}")
+    if settings.get("submit_as") == "service" and not rest:  # with rest_url, jobs run as user_name
+        service_account(settings)
     for key in ("account", "qos"):
         if settings.get(key) and not _ACCOUNT.fullmatch(settings[key]):
             raise ValidationError(f"settings.{key}", f"{settings[key]!r}: letters, digits, '_', '.', '-'")
@@ -92,6 +99,26 @@ def check_settings(settings: Mapping[str, str]) -> dict[str, str]:
     if model and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,39}", model):
         raise ValidationError("settings.gpu_model", f"{model!r} is not a GPU model such as A100-80GB")
     return dict(settings)
+
+
+def service_account(settings: Mapping[str, str]) -> tuple[int, int] | None:
+    """(uid, gid) every job of a `submit_as=service` pool runs as: `service_user`'s; None: the server's own account
+    (sbatch without --uid). A server that runs as root must name one: its jobs would run as root."""
+    name = settings.get("service_user", "")
+    if not name:
+        if os.geteuid() == 0:
+            raise ValidationError(
+                "settings.service_user",
+                "the server runs as root: name the account every job of this pool runs as (never root)",
+            )
+        return None
+    try:
+        pw = pwd.getpwuid(int(name)) if name.isdigit() else pwd.getpwnam(name)
+    except (KeyError, OverflowError) as e:
+        raise ValidationError("settings.service_user", f"no account {name!r} on the server") from e
+    if pw.pw_uid == 0:
+        raise ValidationError("settings.service_user", "never root: jobs run as this account")
+    return pw.pw_uid, pw.pw_gid
 
 
 def parse_gres(gres: str) -> tuple[int, str]:
@@ -187,6 +214,7 @@ class SlurmCliBackend:
         self.partitions = [p.strip() for p in s.get("partitions", "").split(",") if p.strip()]
         self.gpu_model = s.get("gpu_model", "")
         self.submit_as = s.get("submit_as", "job-user")
+        self.service = service_account(s) if self.submit_as == "service" else None
         self.account = s.get("account", "")
         self.qos = s.get("qos", "")
         self.bin_dir = s.get("bin_dir", "")
@@ -264,13 +292,14 @@ class SlurmCliBackend:
     def log_path(self, name: str) -> Path:
         return self.log_dir / f"{name}.out"
 
-    def _find(self, name: str, since_s: float) -> str | None:
+    def _find(self, name: str, since_s: float, uid: int | None) -> str | None:
         listed = self._listed
         if listed is not None and time.monotonic() - listed[0] < LISTED_FRESH_S and name not in listed[1]:
             return None  # not in the list of a moment ago (the bridge lists before it submits): no need to ask
         for job in self._squeue(["--name", name]):
             submitted = _int(job.get("submit_time")) or 0
-            if job.get("name") == name and submitted >= since_s - CLOCK_SLACK_S:
+            owner = _int(job.get("user_id"))
+            if job.get("name") == name and submitted >= since_s - CLOCK_SLACK_S and owner == uid:
                 return str(job["job_id"])
         return None
 
@@ -278,38 +307,65 @@ class SlurmCliBackend:
         jobs = self._json(["squeue", "--json", "--states=all", *extra]).get("jobs", [])
         return [j for j in jobs if isinstance(j, dict)]
 
-    def _prepare_log(self, path: Path, sub: Submission) -> None:
-        """The output file, made by the server before Slurm writes it: 0600, owned by the job's user, so that no
-        other user of the cluster reads it (a name in log_dir that is a link or someone else's file is refused)."""
-        if not self.log_dir.is_dir():  # made here: 0755 whatever the server's umask (the job's user opens its file)
+    def _account(self, sub: Submission) -> tuple[int, int] | None:
+        """(uid, gid) the job runs as: its user's mapped account (job-user), the service account, or None (the
+        server's own). ClusterError for a user with no mapped account: a UID from Corral's own range may be
+        another person's account on the cluster."""
+        if self.submit_as == "service":
+            return self.service
+        if sub.uid is None or not sub.uid_mapped:
+            raise ClusterError(
+                "its user has no Unix account mapping (corral users unix NAME --uid UID): a slurm pool runs each "
+                "job as its user's own account on the cluster"
+            )
+        return sub.uid, sub.gid if sub.gid is not None else sub.uid
+
+    def runs_as(self, uid: int | None) -> int | None:
+        if self.submit_as == "service":
+            return self.service[0] if self.service is not None else os.geteuid()
+        return uid
+
+    def _prepare_log(self, name: str, account: tuple[int, int] | None) -> Path:
+        """The output file, made by the server before Slurm writes it: new (never a file left under that name),
+        0600, owned by the job's account, so no other user of the cluster reads it. log_dir must be a real
+        directory (not a link) of the server's that no one else can write; everything is opened from it."""
+        if not os.path.lexists(self.log_dir):  # made here: 0755 whatever the server's umask
             self.log_dir.mkdir(parents=True, exist_ok=True)
-            os.chmod(self.log_dir, 0o755)
-        st = os.stat(self.log_dir)
-        if st.st_mode & 0o022 or st.st_uid not in (0, os.geteuid()):
-            # another user could make the next job's file first (and keep it open) or link it elsewhere
-            raise ClusterError(f"log_dir {self.log_dir} must be the server's and writable by it only (not 0o777)")
+            os.chmod(self.log_dir, 0o755, follow_symlinks=False)
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_APPEND, 0o600)
+            dfd = os.open(self.log_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
         except OSError as e:
-            raise ClusterError(f"cannot make the job's output file {path}: {e.strerror}") from e
+            raise ClusterError(f"log_dir {self.log_dir}: {e.strerror} (a real directory, not a link)") from e
         try:
-            st = os.fstat(fd)
-            if st.st_nlink != 1:
-                raise ClusterError(f"the job's output file {path} has other links: refused")
-            if self.submit_as == "job-user" and sub.uid is not None and os.geteuid() == 0:
-                os.fchown(fd, sub.uid, sub.gid if sub.gid is not None else sub.uid)
-            os.fchmod(fd, 0o600)
+            st = os.fstat(dfd)
+            if st.st_mode & 0o022 or st.st_uid not in (0, os.geteuid()):
+                # another user could make the next job's file first (and keep it open) or link it elsewhere
+                raise ClusterError(f"log_dir {self.log_dir} must be the server's and writable by it only")
+            filename = f"{name}.out"
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(filename, dir_fd=dfd)  # left by an earlier try, another installation or a reset store
+            try:
+                fd = os.open(filename, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=dfd)
+            except OSError as e:
+                raise ClusterError(f"cannot make the job's output file in {self.log_dir}: {e.strerror}") from e
+            try:
+                if account is not None and os.geteuid() == 0:
+                    os.fchown(fd, *account)
+                os.fchmod(fd, 0o600)
+            finally:
+                os.close(fd)
         finally:
-            os.close(fd)
+            os.close(dfd)
+        return self.log_dir / filename
 
     def submit(self, sub: Submission) -> str:
         name = sub.name
-        found = self._find(name, sub.since_s)
+        account = self._account(sub)
+        found = self._find(name, sub.since_s, account[0] if account is not None else os.geteuid())
         if found is not None:  # submitted before (the server died before it wrote that down): the same job
             self._names[found] = name
             return found
-        log_path = self.log_path(name)
-        self._prepare_log(log_path, sub)
+        log_path = self._prepare_log(name, account)
         args = [
             "sbatch",
             "--parsable",
@@ -319,7 +375,7 @@ class SlurmCliBackend:
             "--export=NONE",
             f"--nodes={sub.nodes}",
             "--ntasks-per-node=1",
-            f"--comment=corral job {sub.job_id} tenant {sub.tenant}"[:200],
+            f"--comment=corral job {sub.job_id}",  # no tenant name: every user of the cluster reads comments
         ]
         if sub.gpus:
             gtype = self._gres_type(sub.gpu_model)
@@ -336,10 +392,8 @@ class SlurmCliBackend:
             args.append(f"--account={self.account}")
         if self.qos:
             args.append(f"--qos={self.qos}")
-        if self.submit_as == "job-user":
-            if sub.uid is None:
-                raise ClusterError("the job has no Unix identity to run as")
-            args += [f"--uid={sub.uid}", f"--gid={sub.gid if sub.gid is not None else sub.uid}"]
+        if account is not None:
+            args += [f"--uid={account[0]}", f"--gid={account[1]}"]
         args.append(f"--chdir={sub.workdir or '/tmp'}")
         out = self._run(args, stdin=build_script(sub, str(log_path))).strip()
         job_id = out.split(";")[0]
@@ -389,6 +443,7 @@ class SlurmCliBackend:
                     detail=detail,
                     placement=_placement(j) if state != QUEUED else {},
                     submitted_s=float(_int(j.get("submit_time")) or 0) or None,
+                    uid=_int(j.get("user_id")),
                 )
             )
         return out

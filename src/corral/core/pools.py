@@ -187,6 +187,14 @@ def compute_spend(nodes: Sequence[PoolNode], now_s: float, since_s: float | None
     return total
 
 
+def cluster_pool_of(node: str, labels: Mapping[str, str] | None, cluster_pools: Sequence[str]) -> str | None:
+    """The Slurm or Kubernetes pool a node name belongs to: its labels say so (the inventory wrote it), or its name
+    is `<cluster pool>.<node>` (a node that pool may read later). Such a name is never an agent's."""
+    if labels is not None and labels.get(SOURCE_LABEL) in CLUSTER_KINDS:
+        return labels.get(POOL_LABEL, "")
+    return next((p for p in cluster_pools if node.startswith(f"{p}.")), None)
+
+
 # ---- checks (each error names the field) --------------------------------------
 def check_pool_name(name: str, field_name: str = "name") -> str:
     if name == STATIC_POOL:

@@ -89,6 +89,9 @@ class MemoryCluster:
     def close(self) -> None:
         pass
 
+    def runs_as(self, uid: int | None) -> int | None:
+        return uid
+
     def move(self, ext: str, state: str, exit_code: int | None = None, detail: str = "") -> None:
         self.jobs[ext] = replace(self.jobs[ext], state=state, exit_code=exit_code, detail=detail)
 

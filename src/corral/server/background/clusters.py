@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -52,6 +53,7 @@ INVENTORY_EVERY_S = 5.0  # and so the nodes' heartbeat: a cluster unreachable pa
 LOG_CHUNK = 1 << 20
 CLOCK_SLACK_S = 5.0  # the server's and the cluster's clocks may differ this much
 MISSES_BEFORE_LOST = 3
+IDENTITY_TTL_S = 30.0  # a user's Unix identity (the account their cluster jobs run as) is read again this often
 SUBMIT_THREADS = 8  # submissions in flight at once to one cluster (sbatch takes ~0.1 s; a burst hands out hundreds)  # passes a handed-over job may be missing from the cluster's list (a watch catching up)
 _LABEL_SAFE = str.maketrans({c: "-" for c in " ,;:=\"'\\/"})
 
@@ -96,6 +98,7 @@ class ClusterBridge(Loop):
         self._held: dict[str, _Held] = {}
         self._misses: dict[tuple[int, int], int] = {}
         self._cancelled: set[str] = set()  # cluster ids asked to stop (asked again only after a while)
+        self._identities: dict[int | None, tuple[float, int | None, bool]] = {}  # user id -> (read at, uid, mapped)
         self._lock = threading.Lock()
         self.cluster_nodes: frozenset[str] = frozenset()  # inventory names of every cluster pool's node
 
@@ -209,11 +212,11 @@ class ClusterBridge(Loop):
     def _jobs(self, spec: PoolSpec, held: _Held, running: Sequence[Job], now: datetime) -> None:
         mine = [j for j in running if j.placed_parts and j.placed_parts[0][0] in held.nodes]
         theirs: dict[tuple[int, int], ClusterJob] = {}
-        since = {(j.id, max(j.attempt, 1)): _since(j) for j in mine}
+        by_key = {(j.id, max(j.attempt, 1)): j for j in mine}
         for cj in held.backend.list_jobs():
             key = (cj.job_id, cj.attempt)
-            if key in since and cj.submitted_s is not None and cj.submitted_s < since[key] - CLOCK_SLACK_S:
-                continue  # made before Corral placed this attempt: another installation's job of that name
+            if key in by_key and not self._is_ours(held, by_key[key], cj):
+                continue  # another installation's or another cluster user's job of that name: not this job
             if key not in theirs or (theirs[key].ended and not cj.ended):  # a live one wins over an ended one
                 theirs[key] = cj
         current = {(j.id, max(j.attempt, 1)) for j in mine}
@@ -235,8 +238,8 @@ class ClusterBridge(Loop):
             if key in current or cj.ended or cj.external_id in self._cancelled:
                 continue
             known = self.store.get_job(cj.job_id)
-            if known is None or (cj.submitted_s is not None and cj.submitted_s < _since(known) - CLOCK_SLACK_S):
-                continue  # not this server's job (another Corral's, or a store restored from backup): left alone
+            if known is None or not self._is_ours(held, known, cj):
+                continue  # not this server's job (another Corral's, another user's, a restored store): left alone
             if known.state is JobState.RUNNING and max(known.attempt, 1) == cj.attempt:
                 continue  # placed on another pool's node? not ours to stop
             log.info("pool %s: stopping %s (job %s attempt %s is not current)", spec.name, cj.external_id, *key)
@@ -287,6 +290,31 @@ class ClusterBridge(Loop):
             )
         return self._ended(job, cj.exit_code, reason, now)
 
+    def _is_ours(self, held: _Held, job: Job, cj: ClusterJob) -> bool:
+        """Whether a cluster job named after `job` is the one Corral submitted for it: made after Corral placed that
+        attempt, and run as the account Corral submits it as (a cluster user can name a job of their own alike)."""
+        if cj.submitted_s is not None and cj.submitted_s < _since(job) - CLOCK_SLACK_S:
+            return False
+        if cj.uid is None:
+            return True
+        want = held.backend.runs_as(self._identity(job)[0])
+        return want is None or want == cj.uid
+
+    def _identity(self, job: Job) -> tuple[int | None, bool]:
+        """(uid, whether an admin mapped it) of the job's user, read at most every IDENTITY_TTL_S per user."""
+        key = job.spec.user_id
+        now = time.monotonic()
+        held = self._identities.get(key)
+        if held is None or now - held[0] > IDENTITY_TTL_S:
+            try:
+                identity = load_job_identity(self.store, job, self.uids)
+                owner = self.store.get_user(key) if key is not None else None
+                held = (now, identity.uid, owner is not None and owner.unix_uid is not None)
+            except ValidationError:
+                held = (now, None, False)
+            self._identities[key] = held
+        return held[1], held[2]
+
     def _record_placement(self, spec: PoolSpec, held: _Held, job: Job, cj: ClusterJob) -> None:
         """Where the cluster put it (its nodes and, where it says, GPU indices) replaces Corral's own placement."""
         if not cj.placement:
@@ -312,6 +340,8 @@ class ClusterBridge(Loop):
         attempt = max(job.attempt, 1)
         for _ in range(8 if cj.ended else 1):  # at the end, what is left (up to 8 MB a pass)
             offset = self.logs.run_size(job.id, attempt)
+            if self.logs.max_run_bytes and offset > self.logs.max_run_bytes:
+                return  # this run's log is full and says so (the rest is dropped): not read again
             try:
                 data = backend.read_log(cj.external_id, offset, LOG_CHUNK)
             except ClusterError as e:
@@ -408,6 +438,7 @@ class ClusterBridge(Loop):
             uid=identity.uid,
             gid=identity.gid,
             since_s=_since(job),
+            uid_mapped=self._identity(job)[1],
         )
 
 

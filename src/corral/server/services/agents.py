@@ -9,12 +9,13 @@ from __future__ import annotations
 import logging
 import threading
 from datetime import UTC, datetime
+from typing import Protocol
 
 from corral import __version__
 from corral.api.schemas import AgentRegister, AgentSync, Assignment, RegistryAuth, RunRef
 from corral.core.containers import container_to_dict
 from corral.core.errors import ValidationError
-from corral.core.pools import CLUSTER_KINDS, POOL_LABEL, SOURCE_LABEL
+from corral.core.pools import CLUSTER_KINDS, POOL_LABEL, SOURCE_LABEL, cluster_pool_of
 from corral.core.states import JobState, state_for_exit
 from corral.core.unix_identity import DEFAULT_JOB_UIDS, JobIdentity, UidRange, compute_job_identity, parse_uid_range
 from corral.core.webports import DEFAULT_JOB_PORTS, parse_port_range
@@ -22,10 +23,16 @@ from corral.server.keyring import Keyring
 from corral.server.services.secrets import SecretUnavailable, resolve_registry_secret, resolve_secret_env
 from corral.server.services.webports import assign_web_port, is_head
 from corral.store.base import StateStore
-from corral.store.protocols import ReplicaStore
+from corral.store.protocols import NodeStore, PoolStore, ReplicaStore
 from corral.store.records import Job, Node
 
 log = logging.getLogger("corral.agents")
+
+
+class PoolsAndNodes(NodeStore, PoolStore, Protocol):
+    """What check_agent_name reads."""
+
+
 DEFAULT_UID_RANGE = parse_uid_range(DEFAULT_JOB_UIDS)
 DEFAULT_JOB_PORT_RANGE = parse_port_range(DEFAULT_JOB_PORTS)
 
@@ -34,9 +41,7 @@ def register_node(store: StateStore, body: AgentRegister) -> Node:
     if body.agent_version and body.agent_version != __version__:  # version skew: docs/operations.md
         log.warning("agent %s runs Corral %s, this server %s: agents may be older than the servers, never newer "
                     "(upgrade the servers first)", body.name, body.agent_version, __version__)  # fmt: skip
-    held = store.get_node(body.name)
-    if held is not None and held.labels.get(SOURCE_LABEL) in CLUSTER_KINDS:  # a Slurm or Kubernetes node's name
-        raise ValidationError("name", f"{body.name} is a node of the {held.labels.get(POOL_LABEL)} pool's cluster")
+    check_agent_name(store, body.name)
     gpus = [g.to_info() for g in body.gpus]
     # A node's pool is the server's to say (a cloud pool started it), never its agent's.
     labels = {k: v for k, v in body.labels.items() if k not in (POOL_LABEL, SOURCE_LABEL)}  # the server's to say
@@ -59,6 +64,16 @@ def register_node(store: StateStore, body: AgentRegister) -> Node:
     if body.images is not None and tuple(body.images) != node.images:
         store.set_node_images(node.name, body.images)
     return node
+
+
+def check_agent_name(store: StateStore | PoolsAndNodes, node: str) -> None:
+    """An agent never speaks for a node of a Slurm or Kubernetes pool (it would be handed that cluster's jobs,
+    their secrets included): such a name is refused at join, renewal, registration and sync."""
+    held = store.get_node(node)
+    pool = cluster_pool_of(node, held.labels if held is not None else None,
+                           [p.name for p in store.list_pools() if p.spec.kind in CLUSTER_KINDS])  # fmt: skip
+    if pool is not None:
+        raise ValidationError("name", f"{node} is a name of the {pool} pool's cluster: no agent takes it")
 
 
 def compute_notice_s(store: StateStore, node: Node, now: datetime | None = None) -> float | None:
@@ -147,6 +162,9 @@ def apply_reports(store: StateStore, node: str, body: AgentSync, fresh: bool = T
     now = datetime.now(UTC)
     freed = False
     acked: list[RunRef] = []
+    held = store.get_node(node)
+    if held is not None and held.labels.get(SOURCE_LABEL) in CLUSTER_KINDS:  # the cluster's bridge reports for it
+        return acked, freed
     mine = {j.id: j for j in store.list_node_jobs(node)}
     _record_image_digests(store, node, body, mine)  # first: a run that ended at once ran an image too
     for ex in body.exits:
@@ -229,6 +247,8 @@ def compute_assignments(
     uuids = {g.index: g.uuid for g in node.gpus}
     assignments: list[Assignment] = []
     cancels: list[RunRef] = []
+    if node.labels.get(SOURCE_LABEL) in CLUSTER_KINDS:  # a Slurm or Kubernetes node: no agent is handed its jobs
+        return assignments, cancels
     current: set[RunRef] = set()
     jobs = store.list_node_jobs(node.name)
     ports_by_job = {j.id: j.spec.port for j in jobs if j.spec.port and is_head(j, node.name)}

@@ -16,6 +16,7 @@ from corral.core.tenancy import Action
 from corral.server.auth import Principal
 from corral.server.ca import CertificateAuthority, CsrError, IssuedCert
 from corral.server.health.consequences import requeue_after_failure
+from corral.server.services.agents import check_agent_name
 from corral.server.services.audit import record_audit
 from corral.store.identity import JoinTokenRecord, NodeCertRecord
 from corral.store.protocols import AuditStore, JobStore, NodeIdentityStore, NodeStore, OperationsStore, PoolStore
@@ -110,6 +111,7 @@ def join_node(
     revoke it first (`corral nodes revoke NODE`)."""
     if not NODE_NAME_RE.fullmatch(node):
         raise ValidationError("node", "1-63 letters, digits, '.', '_' or '-', starting with a letter or digit")
+    check_agent_name(store, node)  # a Slurm or Kubernetes pool's node: its jobs are the cluster's to run
     try:
         token = parse_join_token(token_text)
     except ValueError as e:
