@@ -25,7 +25,12 @@ def _spec(**kw: object) -> JobSpec:
 def test_request_is_built_from_the_resource_fields() -> None:
     spec = _spec(gpus=2, gpu_models=("A100", "H100"), min_gpu_memory_mib=40_000, cpu_milli=8000, memory_mib=64_000)
     assert spec.request == ResourceRequest(
-        gpus=2, gpu_models=("A100", "H100"), min_gpu_memory_mib=40_000, cpu_milli=8000, memory_mib=64_000
+        gpus=2,
+        gpu_models=("A100", "H100"),
+        min_gpu_memory_mib=40_000,
+        cpu_milli=8000,
+        memory_mib=64_000,
+        tolerations=("slurm",),  # a command: a Slurm pool's nodes may run it (core/models.compute_cluster_tolerations)
     )
 
 
