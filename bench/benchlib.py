@@ -9,9 +9,21 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
+
+
+def wait_for(pred: Callable[[], Any], timeout_s: float, what: str, every_s: float = 0.05) -> Any:
+    """pred()'s first truthy answer, or SystemExit naming `what` after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        got = pred()
+        if got:
+            return got
+        time.sleep(every_s)
+    raise SystemExit(f"{what}: not reached within {timeout_s:.0f} s")
 
 
 def free_port() -> int:

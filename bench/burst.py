@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from benchlib import free_port
+from benchlib import free_port, wait_for
 
 CORRAL = str(Path(sys.executable).with_name("corral"))
 REPO = Path(__file__).resolve().parent.parent
@@ -49,16 +49,6 @@ NODES = 4
 GPUS_PER_NODE = 8
 API_CLIENTS = 16
 START_TIMEOUT_S = 600.0
-
-
-def wait_for(pred: Any, timeout_s: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        got = pred()
-        if got:
-            return got
-        time.sleep(0.1)
-    raise SystemExit(f"{what}: not reached within {timeout_s:.0f} s")
 
 
 def read_marks(path: Path) -> list[float]:

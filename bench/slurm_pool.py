@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from benchlib import free_port
+from benchlib import free_port, wait_for
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
@@ -37,16 +37,6 @@ from slurm_cluster import PACKAGES, SlurmCluster, missing_tools  # noqa: E402
 CORRAL = str(Path(sys.executable).with_name("corral"))
 NODES, GPUS = 4, 8
 TIMEOUT_S = 900.0
-
-
-def wait_for(pred: Any, timeout_s: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        got = pred()
-        if got:
-            return got
-        time.sleep(0.05)
-    raise SystemExit(f"{what}: not reached within {timeout_s:.0f} s")
 
 
 def marks(d: Path) -> list[float]:

@@ -23,7 +23,6 @@ token it does not take ("Zero Bytes were transmitted": refused, not transient).
 from __future__ import annotations
 
 import base64
-import contextlib
 import json
 import os
 import pwd
@@ -38,28 +37,26 @@ from urllib.parse import urlsplit
 import httpx
 
 from corral.clusters.base import (
-    NAME_PREFIX,
-    QUEUED,
     ClusterBackend,
     ClusterError,
     ClusterJob,
     ClusterNode,
     Submission,
-    parse_job_name,
 )
-from corral.clusters.slurm import (
+from corral.clusters.slurm import SlurmCliBackend
+from corral.clusters.slurm_common import (
     CALL_TIMEOUT_S,
     CLOCK_SLACK_S,
     LISTED_FRESH_S,
-    SlurmCliBackend,
     _int,
-    _node_state,
-    _placement,
     build_script,
     check_settings,
     compute_time_limit,
-    map_state,
-    parse_gres,
+    gres_type_for,
+    make_output_file,
+    read_job,
+    read_nodes,
+    read_output,
 )
 from corral.core.errors import ValidationError
 
@@ -282,30 +279,8 @@ class SlurmRestBackend:
 
     # ---- inventory ----
     def list_nodes(self) -> list[ClusterNode]:
-        nodes = []
-        for n in self._get("/nodes", "nodes"):
-            parts = [str(p) for p in n.get("partitions") or []]
-            if self.partitions and not set(parts) & set(self.partitions):
-                continue
-            count, gres_type = parse_gres(str(n.get("gres") or ""))
-            features = [f for f in str(n.get("active_features") or n.get("features") or "").split(",") if f]
-            nodes.append(
-                ClusterNode(
-                    name=str(n["name"]),
-                    gpus=count,
-                    gpu_model=gres_type or self.gpu_model,
-                    cpus=int(n.get("cpus") or 0),
-                    memory_mib=int(n.get("real_memory") or 0),
-                    state=_node_state(str(n.get("state") or ""), list(n.get("state_flags") or [])),
-                    labels={
-                        "slurm.partitions": ",".join(parts),
-                        **({"slurm.features": ",".join(features)} if features else {}),
-                    },
-                )
-            )
-        return nodes
+        return read_nodes(self._get("/nodes", "nodes"), self.partitions, self.gpu_model)
 
-    # ---- jobs ----
     def log_path(self, name: str) -> Path:
         return self.log_dir / f"{name}.out"
 
@@ -362,34 +337,7 @@ class SlurmRestBackend:
                 f"jobs run as {self.user_name} (the token's user) but the server does not, and is not root: the job "
                 f"could not write its output file; run the server as {self.user_name} or as root"
             )
-        if not os.path.lexists(self.log_dir):  # made here: 0755 whatever the server's umask
-            self.log_dir.mkdir(parents=True, exist_ok=True)
-            os.chmod(self.log_dir, 0o755, follow_symlinks=False)
-        try:
-            dfd = os.open(self.log_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-        except OSError as e:
-            raise ClusterError(f"log_dir {self.log_dir}: {e.strerror} (a real directory, not a link)") from e
-        try:
-            st = os.fstat(dfd)
-            if st.st_mode & 0o022 or st.st_uid not in (0, os.geteuid()):
-                # another user could make the next job's file first (and keep it open) or link it elsewhere
-                raise ClusterError(f"log_dir {self.log_dir} must be the server's and writable by it only")
-            filename = f"{name}.out"
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(filename, dir_fd=dfd)  # left by an earlier try, another installation or a reset store
-            try:
-                fd = os.open(filename, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=dfd)
-            except OSError as e:
-                raise ClusterError(f"cannot make the job's output file in {self.log_dir}: {e.strerror}") from e
-            try:
-                if account is not None and os.geteuid() == 0:
-                    os.fchown(fd, *account)
-                os.fchmod(fd, 0o600)
-            finally:
-                os.close(fd)
-        finally:
-            os.close(dfd)
-        return self.log_dir / filename
+        return make_output_file(self.log_dir, name, account)
 
     def submit(self, sub: Submission) -> str:
         name = sub.name
@@ -434,16 +382,7 @@ class SlurmRestBackend:
         return ext
 
     def _gres_type(self, model: str) -> str:
-        """The GRES type to ask for a GPU model: the type the nodes report that names it (case-blind), else ""
-        (any GPU: the pool's nodes are of one model)."""
-        if not model:
-            return ""
-        want = model.lower()
-        for n in self.list_nodes():
-            t = n.gpu_model.lower()
-            if t and (t == want or want.startswith(t + "-") or t.startswith(want)) and n.gpu_model != self.gpu_model:
-                return n.gpu_model
-        return ""
+        return gres_type_for(self.list_nodes(), model, self.gpu_model) if model else ""
 
     def list_jobs(self) -> list[ClusterJob]:
         out = []
@@ -451,32 +390,10 @@ class SlurmRestBackend:
         jobs = self._jobs()
         self._listed = (listed_at, frozenset(str(j.get("name") or "") for j in jobs))
         for j in jobs:
-            name = str(j.get("name") or "")
-            if not name.startswith(NAME_PREFIX):
-                continue
-            ids = parse_job_name(name)
-            if ids is None or j.get("job_id") is None or not self._mine(j):
-                continue
-            ext = str(j["job_id"])
-            self._names[ext] = name
-            state, code = map_state(str(j.get("job_state") or ""), _int(j.get("exit_code")))
-            detail = str(j.get("job_state") or "")
-            reason = str(j.get("state_reason") or "")
-            if reason and reason != "None":
-                detail += f" ({reason})"
-            out.append(
-                ClusterJob(
-                    external_id=ext,
-                    job_id=ids[0],
-                    attempt=ids[1],
-                    state=state,
-                    exit_code=code,
-                    detail=detail,
-                    placement=_placement(j) if state != QUEUED else {},
-                    submitted_s=float(_int(j.get("submit_time")) or 0) or None,
-                    uid=_int(j.get("user_id")),
-                )
-            )
+            cj = read_job(j)
+            if cj is not None and self._mine(j):
+                self._names[cj.external_id] = str(j["name"])
+                out.append(cj)
         return out
 
     def cancel(self, external_id: str) -> None:
@@ -494,17 +411,7 @@ class SlurmRestBackend:
 
     def read_log(self, external_id: str, offset: int, limit: int) -> bytes:
         name = self._names.get(external_id)
-        if name is None:
-            return b""
-        try:
-            fd = os.open(self.log_path(name), os.O_RDONLY | os.O_NOFOLLOW)
-        except OSError:
-            return b""
-        try:
-            os.lseek(fd, offset, os.SEEK_SET)
-            return os.read(fd, limit)
-        finally:
-            os.close(fd)
+        return b"" if name is None else read_output(self.log_path(name), offset, limit)
 
     def close(self) -> None:
         self._http.close()

@@ -13,103 +13,37 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from memory_cluster import MemoryCluster, make_bridge, use_memory_cluster
 
 from corral.api.schemas import AgentRegister
 from corral.clusters.base import (
     CANCELLED,
     FAILED,
-    QUEUED,
     STARTED,
     SUCCEEDED,
-    ClusterError,
     ClusterJob,
-    ClusterNode,
-    Submission,
 )
 from corral.core.containers import ContainerSpec
 from corral.core.errors import ValidationError
 from corral.core.models import JobSpec, compute_cluster_tolerations
-from corral.core.pools import PoolSpec
 from corral.core.states import JobState
 from corral.server.background import clusters as bridge_module
 from corral.server.background.clusters import ClusterBridge
 from corral.server.services.agents import register_node
 from corral.server.services.budgets import compute_prices
-from corral.server.services.logs import LogStore
 from corral.store.snapshot import compute_snapshot
 
 T0 = datetime.now(UTC)
 
 
-class MemoryCluster:
-    """A cluster that does what it is told and nothing more: tests move its jobs along."""
-
-    kind = "slurm"
-
-    def __init__(self) -> None:
-        self.nodes = [ClusterNode("n1", 4, "H100"), ClusterNode("n2", 4, "H100")]
-        self.jobs: dict[str, ClusterJob] = {}
-        self.subs: dict[str, Submission] = {}
-        self.logs: dict[str, bytes] = {}
-        self.cancelled: list[str] = []
-        self.down = False
-
-    def _check(self) -> None:
-        if self.down:
-            raise ClusterError("cannot reach the controller", transient=True)
-
-    def list_nodes(self) -> list[ClusterNode]:
-        self._check()
-        return list(self.nodes)
-
-    def submit(self, sub: Submission) -> str:
-        self._check()
-        for ext, held in self.subs.items():
-            if held.name == sub.name:
-                return ext
-        ext = str(100 + len(self.jobs))
-        self.jobs[ext] = ClusterJob(ext, sub.job_id, sub.attempt, QUEUED, detail="PENDING (Priority)",
-                                    submitted_s=datetime.now(UTC).timestamp())  # fmt: skip
-        self.subs[ext] = sub
-        return ext
-
-    def list_jobs(self) -> list[ClusterJob]:
-        self._check()
-        return list(self.jobs.values())
-
-    def cancel(self, external_id: str) -> None:
-        self._check()
-        self.cancelled.append(external_id)
-        if external_id in self.jobs and not self.jobs[external_id].ended:
-            self.move(external_id, CANCELLED, detail="CANCELLED")
-
-    def read_log(self, external_id: str, offset: int, limit: int) -> bytes:
-        return self.logs.get(external_id, b"")[offset : offset + limit]
-
-    def close(self) -> None:
-        pass
-
-    def runs_as(self, uid: int | None) -> int | None:
-        return uid
-
-    def move(self, ext: str, state: str, exit_code: int | None = None, detail: str = "") -> None:
-        self.jobs[ext] = replace(self.jobs[ext], state=state, exit_code=exit_code, detail=detail)
-
-
 @pytest.fixture
 def cluster(monkeypatch: pytest.MonkeyPatch) -> MemoryCluster:
-    c = MemoryCluster()
-    monkeypatch.setattr(bridge_module, "create_backend", lambda spec: c)
-    return c
+    return use_memory_cluster(monkeypatch)
 
 
 @pytest.fixture
 def bridge(store: Any, cluster: MemoryCluster, tmp_path: Path) -> ClusterBridge:
-    store.create_pool(PoolSpec(name="hpc", provider="slurm", kind="slurm", instance_types=(),
-                               settings={"slurm_conf": "/x", "log_dir": "/y"}), "admin", T0)  # fmt: skip
-    b = ClusterBridge(store, LogStore(tmp_path / "logs"), None, inventory_every_s=0.0)
-    b.run_once(datetime.now(UTC))
-    return b
+    return make_bridge(store, tmp_path)
 
 
 def _placed(store: Any, gpus: int = 2, **kw: Any) -> int:

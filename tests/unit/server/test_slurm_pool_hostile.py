@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from memory_cluster import MemoryCluster, make_bridge, use_memory_cluster
 from node_certs import cert_headers
 from pool_api import TenantApi, open_api
 
@@ -27,7 +28,6 @@ from corral.agent.identity import new_key_and_csr
 from corral.api.schemas import AgentRegister
 from corral.clusters.base import (
     FAILED,
-    QUEUED,
     STARTED,
     SUCCEEDED,
     ClusterError,
@@ -38,15 +38,12 @@ from corral.clusters.base import (
 from corral.clusters.slurm import SlurmCliBackend, build_script
 from corral.core.errors import AuthError, ConflictError, ForbiddenError, ValidationError
 from corral.core.models import JobSpec, compute_request
-from corral.core.pools import PoolSpec
 from corral.core.resources import GpuInfo
 from corral.core.states import JobState
 from corral.scheduler.filters import check_node_constraints
-from corral.server.background import clusters as bridge_module
 from corral.server.background.clusters import ClusterBridge
 from corral.server.services.agents import register_node
 from corral.server.services.identity import create_local_join_token, join_node
-from corral.server.services.logs import LogStore
 from corral.store.snapshot import compute_snapshot
 
 T0 = datetime.now(UTC)
@@ -54,76 +51,14 @@ IS_ROOT = os.geteuid() == 0
 
 
 # ---- an in-memory cluster (as in test_cluster_bridge.py), whose users may submit jobs of their own -----------------
-ATTACKER_UID = 4242  # a user of the Slurm cluster, not Corral
-
-
-class MemoryCluster:
-    kind = "slurm"
-
-    def __init__(self) -> None:
-        self.nodes = [ClusterNode("n1", 4, "H100"), ClusterNode("n2", 4, "H100")]
-        self.jobs: dict[str, ClusterJob] = {}
-        self.subs: dict[str, Submission] = {}
-        self.logs: dict[str, bytes] = {}
-        self.cancelled: list[str] = []
-        self.reads: list[tuple[str, int, int]] = []
-
-    def list_nodes(self) -> list[ClusterNode]:
-        return list(self.nodes)
-
-    def submit(self, sub: Submission) -> str:
-        for ext, held in self.subs.items():
-            if held.name == sub.name:
-                return ext
-        ext = str(100 + len(self.jobs))
-        self.jobs[ext] = ClusterJob(ext, sub.job_id, sub.attempt, QUEUED, detail="PENDING (Priority)",
-                                    submitted_s=datetime.now(UTC).timestamp(), uid=sub.uid)  # fmt: skip
-        self.subs[ext] = sub
-        return ext
-
-    def runs_as(self, uid: int | None) -> int | None:  # as Slurm in job-user mode: the job's own account
-        return uid
-
-    def forge(self, ext: str, job_id: int, attempt: int, state: str = QUEUED, **kw: Any) -> None:
-        """A cluster user's own `sbatch --job-name=corral-<job_id>-<attempt>` (straight to Slurm, not Corral's)."""
-        kw.setdefault("uid", ATTACKER_UID)  # squeue says whose it is: the cluster user's own
-        self.jobs[ext] = ClusterJob(ext, job_id, attempt, state, submitted_s=datetime.now(UTC).timestamp(), **kw)
-
-    def list_jobs(self) -> list[ClusterJob]:
-        return list(self.jobs.values())
-
-    def cancel(self, external_id: str) -> None:
-        self.cancelled.append(external_id)
-
-    def read_log(self, external_id: str, offset: int, limit: int) -> bytes:
-        self.reads.append((external_id, offset, limit))
-        return self.logs.get(external_id, b"")[offset : offset + limit]
-
-    def close(self) -> None:
-        pass
-
-    def move(self, ext: str, state: str, exit_code: int | None = None, detail: str = "") -> None:
-        self.jobs[ext] = replace(self.jobs[ext], state=state, exit_code=exit_code, detail=detail)
-
-
 @pytest.fixture
 def cluster(monkeypatch: pytest.MonkeyPatch) -> MemoryCluster:
-    c = MemoryCluster()
-    monkeypatch.setattr(bridge_module, "create_backend", lambda spec: c)
-    return c
-
-
-def _bridge(store: Any, tmp_path: Path, max_log: int = 0) -> ClusterBridge:
-    store.create_pool(PoolSpec(name="hpc", provider="slurm", kind="slurm", instance_types=(),
-                               settings={"slurm_conf": "/x", "log_dir": "/y"}), "admin", T0)  # fmt: skip
-    b = ClusterBridge(store, LogStore(tmp_path / "logs", max_log), None, inventory_every_s=0.0)
-    b.run_once(datetime.now(UTC))
-    return b
+    return use_memory_cluster(monkeypatch)
 
 
 @pytest.fixture
 def bridge(store: Any, cluster: MemoryCluster, tmp_path: Path) -> ClusterBridge:
-    return _bridge(store, tmp_path)
+    return make_bridge(store, tmp_path)
 
 
 def _placed(store: Any, gpus: int = 1, **kw: Any) -> int:
@@ -493,7 +428,7 @@ def test_a_log_dir_that_is_a_symlink_is_refused(tmp_path: Path) -> None:
 
 # ==== 5. exhausting the server through output =====================================================================
 def test_a_runs_log_from_the_cluster_is_capped(store: Any, cluster: MemoryCluster, tmp_path: Path) -> None:
-    bridge = _bridge(store, tmp_path, max_log=1 << 20)
+    bridge = make_bridge(store, tmp_path, max_log=1 << 20)
     job_id = _placed(store)
     bridge.run_once(datetime.now(UTC))
     (ext,) = cluster.jobs
@@ -505,7 +440,7 @@ def test_a_runs_log_from_the_cluster_is_capped(store: Any, cluster: MemoryCluste
 
 
 def test_a_capped_log_is_not_read_again_every_pass(store: Any, cluster: MemoryCluster, tmp_path: Path) -> None:
-    bridge = _bridge(store, tmp_path, max_log=1 << 20)
+    bridge = make_bridge(store, tmp_path, max_log=1 << 20)
     job_id = _placed(store)
     bridge.run_once(datetime.now(UTC))
     (ext,) = cluster.jobs
