@@ -38,6 +38,7 @@ from corral.clusters.slurm_common import (
     build_script,
     check_settings,
     compute_time_limit,
+    feature_for,
     gres_type_for,
     make_output_file,
     map_state,
@@ -172,8 +173,12 @@ class SlurmCliBackend:
             f"--comment=corral job {sub.job_id}",  # no tenant name: every user of the cluster reads comments
         ]
         if sub.gpus:
-            gtype = self._gres_type(sub.gpu_model)
+            nodes = self.list_nodes() if sub.gpu_model else []
+            gtype = gres_type_for(nodes, sub.gpu_model, self.gpu_model)
             args.append(f"--gres=gpu:{gtype}:{sub.gpus}" if gtype else f"--gres=gpu:{sub.gpus}")
+            feature = "" if gtype else feature_for(nodes, sub.gpu_model)
+            if feature:  # the model as a node feature where the GRES has no type
+                args.append(f"--constraint={feature}")
         if sub.cpus:
             args.append(f"--cpus-per-task={sub.cpus}")
         if sub.memory_mib:
@@ -195,9 +200,6 @@ class SlurmCliBackend:
             raise ClusterError(f"sbatch printed no job id: {out[:200]!r}")
         self._names[job_id] = name
         return job_id
-
-    def _gres_type(self, model: str) -> str:
-        return gres_type_for(self.list_nodes(), model, self.gpu_model) if model else ""
 
     def list_jobs(self) -> list[ClusterJob]:
         out = []

@@ -34,6 +34,7 @@ SUBMIT_AS = ("job-user", "service")
 _PARTITION = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 _ACCOUNT = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 _GRES = re.compile(r"^gpu(?::(?P<type>[A-Za-z0-9_.-]+))?:(?P<count>\d+)")
+_FEATURE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")  # a feature name we pass to --constraint (never an expression)
 _IDX = re.compile(r"IDX:([0-9,\-]+)")
 CALL_TIMEOUT_S = 30.0
 LISTED_FRESH_S = 10.0  # a name missing from a list this recent was never submitted (one leader submits)
@@ -248,6 +249,20 @@ def gres_type_for(nodes: list[ClusterNode], model: str, fallback: str) -> str:
         t = n.gpu_model.lower()
         if t and (t == want or want.startswith(t + "-") or t.startswith(want)) and n.gpu_model != fallback:
             return n.gpu_model
+    return ""
+
+
+def feature_for(nodes: list[ClusterNode], model: str) -> str:
+    """The node feature that names a GPU model (`a100` for A100-80GB), where the nodes say their model by feature
+    instead of a GRES type: the job asks for it with --constraint. "" when none does."""
+    if not model:
+        return ""
+    want = model.lower()
+    for n in nodes:
+        for f in filter(None, n.labels.get("slurm.features", "").split(",")):
+            t = f.lower()
+            if _FEATURE.fullmatch(f) and (t == want or want.startswith(t + "-") or (len(t) > 2 and t.startswith(want))):
+                return f
     return ""
 
 

@@ -52,6 +52,7 @@ from corral.clusters.slurm_common import (
     build_script,
     check_settings,
     compute_time_limit,
+    feature_for,
     gres_type_for,
     make_output_file,
     read_job,
@@ -357,8 +358,12 @@ class SlurmRestBackend:
             "current_working_directory": sub.workdir or "/tmp",
         }
         if sub.gpus:
-            gtype = self._gres_type(sub.gpu_model)
+            nodes = self.list_nodes() if sub.gpu_model else []
+            gtype = gres_type_for(nodes, sub.gpu_model, self.gpu_model)
             job["gres"] = f"gpu:{gtype}:{sub.gpus}" if gtype else f"gpu:{sub.gpus}"
+            feature = "" if gtype else feature_for(nodes, sub.gpu_model)
+            if feature:  # the model as a node feature where the GRES has no type
+                job["constraints"] = feature
         if sub.cpus:
             job["cpus_per_task"] = sub.cpus
         if sub.memory_mib:
@@ -380,9 +385,6 @@ class SlurmRestBackend:
         ext = str(job_id)
         self._names[ext] = name
         return ext
-
-    def _gres_type(self, model: str) -> str:
-        return gres_type_for(self.list_nodes(), model, self.gpu_model) if model else ""
 
     def list_jobs(self) -> list[ClusterJob]:
         out = []
