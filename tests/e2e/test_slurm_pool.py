@@ -122,7 +122,7 @@ def test_inventory_gpus_exit_codes_and_a_two_node_job(corral_factory: Any, slurm
     hpc = next(p for p in pool if p["name"] == "hpc")
     assert hpc["kind"] == "slurm" and hpc["gpus"] == 8 and hpc["node_count"] == 2, hpc
 
-    os.environ["CORRAL_TEST_SERVER_ONLY"] = "leak-me"  # never in a job's environment (sbatch --export=NONE)
+    os.environ["CORRAL_TEST_SERVER_ONLY"] = "leak-me"  # never in a job's environment (sbatch --export=NIL)
     script = 'echo "CVD=$CUDA_VISIBLE_DEVICES user=$(id -un) leak=${CORRAL_TEST_SERVER_ONLY:-none} a=$CORRAL_ATTEMPT"'
     two = c.submit("--gpus", "2", "--name", "two-gpus", "--env", "GREETING=hi there", "--",
                    "bash", "-c", script + '; echo "greeting=$GREETING"')  # fmt: skip

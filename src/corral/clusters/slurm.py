@@ -3,7 +3,7 @@
 
 Corral admits a job (quotas, fair share, budgets, priorities); `sbatch` hands it to Slurm, which places it on its
 nodes and gives it its GPUs (`--gres=gpu[:TYPE]:N`, `CUDA_VISIBLE_DEVICES` as Slurm sets it). The batch script is
-made here: the job's environment only (`--export=NONE`: nothing of the server's own environment reaches a job),
+made here: the job's environment only (`--export=NIL`: nothing of the server's own environment reaches a job),
 its workdir, and for a multi-node job one `srun` task per node with the rank in `CORRAL_NODE_RANK`. Its output goes
 to `<log_dir>/corral-<job>-<attempt>.out`, a directory the server and the Slurm nodes share; the server reads it
 from there as it grows. With `submit_as=job-user` (the default) each job runs as its owner's Unix account (the
@@ -167,7 +167,7 @@ class SlurmCliBackend:
             f"--job-name={name}",
             f"--output={log_path}",
             "--open-mode=append",
-            "--export=NONE",
+            "--export=NIL",  # only SLURM_* variables; unlike NONE, no --get-user-env (a login shell per job)
             f"--nodes={sub.nodes}",
             "--ntasks-per-node=1",
             f"--comment=corral job {sub.job_id}",  # no tenant name: every user of the cluster reads comments

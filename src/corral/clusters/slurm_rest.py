@@ -74,7 +74,7 @@ REST_SETTINGS = (
     "qos",
 )
 _USER = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}$")
-JOB_PATH = "/usr/local/bin:/usr/bin:/bin"  # the job's PATH until its script sets its own (as with --export=NONE)
+JOB_PATH = "/usr/local/bin:/usr/bin:/bin"  # the job's PATH until its script sets its own (as with --export=NIL)
 NO_SUCH_JOB = 0x3FFFFFF  # above the highest MaxJobId Slurm allows (0x03ff0000): a job id no cluster has
 # Slurm's error numbers
 _INVALID_JOB_ID = 2017  # ESLURM_INVALID_JOB_ID

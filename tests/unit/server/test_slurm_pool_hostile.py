@@ -291,7 +291,7 @@ def test_sbatch_argv_holds_no_user_text_as_an_option_of_its_own(tmp_path: Path) 
     (argv,) = [c for c in calls if c[0] == "sbatch"]
     assert [a for a in argv if a.startswith("--uid")] == ["--uid=5555"]
     assert [a for a in argv if a.startswith("--gid")] == ["--gid=5556"]
-    assert "--wrap=id" not in argv and "--export=NONE" in argv and "--gres=gpu:1" in argv
+    assert "--wrap=id" not in argv and "--export=NIL" in argv and "--gres=gpu:1" in argv
     assert f"--chdir={sub.workdir}" in argv and "--time=2" in argv
     assert all(a.startswith("--") or a.startswith("<stdin") or a == "sbatch" for a in argv)
 
