@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -49,6 +50,7 @@ def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
         missing_real_part(f"a running Slurm cluster ({e})", f"see {root}/log; make slurm-deps")
     yield cluster
     cluster.stop()
+    shutil.rmtree(root, ignore_errors=True)
 
 
 def _corral(corral_factory: Any, slurm: SlurmCluster) -> tuple[Corral, Path]:
