@@ -15,9 +15,8 @@ from __future__ import annotations
 
 import logging
 import math
-import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -35,7 +34,7 @@ from corral.clusters.base import (
 )
 from corral.clusters.registry import create_backend
 from corral.core.errors import ValidationError
-from corral.core.pools import CLUSTER_KINDS, KUBERNETES, POOL_LABEL, SOURCE_LABEL, PoolSpec
+from corral.core.pools import CLUSTER_KINDS, KUBERNETES, POOL_LABEL, SOURCE_LABEL, PoolSpec, compute_model_memory
 from corral.core.resources import GpuInfo
 from corral.core.states import JobState, state_for_exit
 from corral.core.unix_identity import UidRange
@@ -99,7 +98,6 @@ class ClusterBridge(Loop):
         self._misses: dict[tuple[int, int], int] = {}
         self._cancelled: set[str] = set()  # cluster ids asked to stop (asked again only after a while)
         self._identities: dict[int | None, tuple[float, int | None, bool]] = {}  # user id -> (read at, uid, mapped)
-        self._lock = threading.Lock()
         self.cluster_nodes: frozenset[str] = frozenset()  # inventory names of every cluster pool's node
 
     # ---- wiring ----
@@ -184,8 +182,6 @@ class ClusterBridge(Loop):
         held.nodes = seen
 
     def _upsert(self, spec: PoolSpec, name: str, cn: ClusterNode, now: datetime) -> Node:
-        from corral.core.pools import compute_model_memory
-
         model, memory = compute_model_memory(cn.gpu_model or "unknown", cn.gpu_memory_mib)
         gpus = [
             GpuInfo(index=i, uuid=f"{spec.kind}-{name}-{i}", model=model, memory_mib=memory) for i in range(cn.gpus)
@@ -265,7 +261,7 @@ class ClusterBridge(Loop):
                 )
             if job.cancel_requested or job.preempt_requested:  # never handed over: nothing runs
                 return self._ended(job, None, "", now)
-            return self._submit(spec, held, job, now)
+            return self._submit_all(spec, held, [job], now)
         self._misses.pop(key, None)
         if head not in job.delivered_to:
             self.store.mark_delivered([job.id], head)  # submitted by an earlier server (or pass) that died after
@@ -352,9 +348,6 @@ class ClusterBridge(Loop):
             self.logs.append(job.id, offset, data, attempt)
             if len(data) < LOG_CHUNK:
                 return
-
-    def _submit(self, spec: PoolSpec, held: _Held, job: Job, now: datetime) -> bool:
-        return self._submit_all(spec, held, [job], now)
 
     def _submit_all(self, spec: PoolSpec, held: _Held, jobs: Sequence[Job], now: datetime) -> bool:
         """Hand these jobs to the cluster, SUBMIT_THREADS calls at a time (a burst of an array); each one's
@@ -447,8 +440,4 @@ def _since(job: Job) -> float:
     return (job.started_at or job.created_at).timestamp()
 
 
-def cluster_pools(store: StateStore) -> Mapping[str, PoolSpec]:
-    return {p.name: p.spec for p in store.list_pools() if p.spec.kind in CLUSTER_KINDS}
-
-
-__all__ = ["ClusterBridge", "cluster_pools", "node_name"]
+__all__ = ["ClusterBridge", "node_name"]

@@ -16,6 +16,7 @@ from corral.api.bounds import MAX_ID
 from corral.api.schemas import AgentRegister, AgentSync, AgentSyncReply, NodeCertOut, NodeOut, RenewIn, RunRef
 from corral.api.telemetry import TelemetryBatchIn
 from corral.core.errors import ForbiddenError, NotFoundError
+from corral.core.pools import CLUSTER_KINDS, POOL_LABEL, SOURCE_LABEL
 from corral.server.deps import ContextDep, LogsDep, SchedulerDep, StoreDep, TelemetryDep
 from corral.server.errors import error_body
 from corral.server.node_auth import require_node
@@ -45,7 +46,10 @@ async def sync(node: str, body: AgentSync, me: Agent, ctx: ContextDep) -> AgentS
     there is nothing to hand over, so new work reaches the agent without polling delay."""
     require_node_match(me, node)
     store = ctx.store
-    if not await run_in_threadpool(store.touch_node, node, _now()):
+    record = await run_in_threadpool(store.get_node, node)
+    if record is not None and record.labels.get(SOURCE_LABEL) in CLUSTER_KINDS:  # no agent reports for, or takes
+        raise ForbiddenError(f"{node} is a node of the {record.labels.get(POOL_LABEL)} pool's cluster")  # its work
+    if record is None or not await run_in_threadpool(store.touch_node, node, _now()):
         raise NotFoundError("node", node)
     order = ctx.report_order
 
@@ -60,9 +64,6 @@ async def sync(node: str, body: AgentSync, me: Agent, ctx: ContextDep) -> AgentS
     if freed:
         ctx.scheduler.trigger.fire()
     running = set(body.running)
-    record = await run_in_threadpool(store.get_node, node)
-    if record is None:  # removed since touch_node saw it
-        raise NotFoundError("node", node)
     telemetry = ctx.telemetry
     settings = ctx.settings
     assign = partial(

@@ -162,9 +162,6 @@ def apply_reports(store: StateStore, node: str, body: AgentSync, fresh: bool = T
     now = datetime.now(UTC)
     freed = False
     acked: list[RunRef] = []
-    held = store.get_node(node)
-    if held is not None and held.labels.get(SOURCE_LABEL) in CLUSTER_KINDS:  # the cluster's bridge reports for it
-        return acked, freed
     mine = {j.id: j for j in store.list_node_jobs(node)}
     _record_image_digests(store, node, body, mine)  # first: a run that ended at once ran an image too
     for ex in body.exits:
@@ -247,8 +244,6 @@ def compute_assignments(
     uuids = {g.index: g.uuid for g in node.gpus}
     assignments: list[Assignment] = []
     cancels: list[RunRef] = []
-    if node.labels.get(SOURCE_LABEL) in CLUSTER_KINDS:  # a Slurm or Kubernetes node: no agent is handed its jobs
-        return assignments, cancels
     current: set[RunRef] = set()
     jobs = store.list_node_jobs(node.name)
     ports_by_job = {j.id: j.spec.port for j in jobs if j.spec.port and is_head(j, node.name)}
