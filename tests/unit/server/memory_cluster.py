@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from corral.clusters.base import CANCELLED, QUEUED, ClusterError, ClusterJob, ClusterNode, Submission
+from corral.core.models import JobSpec
 from corral.core.pools import PoolSpec
 from corral.server.background import clusters as bridge_module
 from corral.server.background.clusters import ClusterBridge
@@ -81,11 +82,24 @@ class MemoryCluster:
         self.jobs[ext] = replace(self.jobs[ext], state=state, exit_code=exit_code, detail=detail)
 
 
-def use_memory_cluster(monkeypatch: pytest.MonkeyPatch) -> MemoryCluster:
+@pytest.fixture
+def cluster(monkeypatch: pytest.MonkeyPatch) -> MemoryCluster:
     """Every cluster pool's backend is this one cluster."""
     c = MemoryCluster()
     monkeypatch.setattr(bridge_module, "create_backend", lambda spec: c)
     return c
+
+
+@pytest.fixture
+def bridge(store: Any, cluster: MemoryCluster, tmp_path: Path) -> ClusterBridge:
+    return make_bridge(store, tmp_path)
+
+
+def place_job(store: Any, gpus: int, **kw: Any) -> int:
+    """A job the scheduler placed on hpc.n1 (GPUs 0..gpus-1): the bridge's to hand to the cluster."""
+    job = store.create_job(JobSpec(command=("train",), gpus=gpus, **kw), datetime.now(UTC))
+    assert store.assign_job_parts(job.id, [("hpc.n1", list(range(gpus)))], datetime.now(UTC))
+    return int(job.id)
 
 
 def make_bridge(store: Any, tmp_path: Path, max_log: int = 0) -> ClusterBridge:

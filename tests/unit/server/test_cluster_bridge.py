@@ -9,11 +9,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
-from memory_cluster import MemoryCluster, make_bridge, use_memory_cluster
+from memory_cluster import MemoryCluster, bridge, cluster, place_job  # noqa: F401  (bridge, cluster: fixtures)
 
 from corral.api.schemas import AgentRegister
 from corral.clusters.base import (
@@ -34,22 +33,6 @@ from corral.server.services.budgets import compute_prices
 from corral.store.snapshot import compute_snapshot
 
 T0 = datetime.now(UTC)
-
-
-@pytest.fixture
-def cluster(monkeypatch: pytest.MonkeyPatch) -> MemoryCluster:
-    return use_memory_cluster(monkeypatch)
-
-
-@pytest.fixture
-def bridge(store: Any, cluster: MemoryCluster, tmp_path: Path) -> ClusterBridge:
-    return make_bridge(store, tmp_path)
-
-
-def _placed(store: Any, gpus: int = 2, **kw: Any) -> int:
-    job = store.create_job(JobSpec(command=("train",), gpus=gpus, **kw), datetime.now(UTC))
-    assert store.assign_job_parts(job.id, [("hpc.n1", list(range(gpus)))], datetime.now(UTC))
-    return int(job.id)
 
 
 def _only(cluster: MemoryCluster) -> str:
@@ -82,7 +65,7 @@ def test_the_clusters_nodes_become_the_pools_and_no_agent_takes_their_names(stor
 def test_a_placed_job_is_submitted_once_followed_and_ends_with_its_exit_code(
     store: Any, bridge: ClusterBridge, cluster: MemoryCluster
 ) -> None:
-    job_id = _placed(store, env={"A": "b"})
+    job_id = place_job(store, gpus=2, env={"A": "b"})
     bridge.run_once(datetime.now(UTC))
     ext = _only(cluster)
     sub = cluster.subs[ext]
@@ -113,7 +96,7 @@ def test_a_placed_job_is_submitted_once_followed_and_ends_with_its_exit_code(
 def test_a_cancel_reaches_the_cluster_and_the_job_ends_cancelled(
     store: Any, bridge: ClusterBridge, cluster: MemoryCluster
 ) -> None:
-    job_id = _placed(store)
+    job_id = place_job(store, gpus=2)
     bridge.run_once(datetime.now(UTC))
     ext = _only(cluster)
     cluster.move(ext, STARTED)
@@ -127,7 +110,7 @@ def test_a_cancel_reaches_the_cluster_and_the_job_ends_cancelled(
 def test_a_job_cancelled_by_the_clusters_admin_fails_saying_so(
     store: Any, bridge: ClusterBridge, cluster: MemoryCluster
 ) -> None:
-    job_id = _placed(store)
+    job_id = place_job(store, gpus=2)
     bridge.run_once(datetime.now(UTC))
     cluster.move(_only(cluster), CANCELLED, detail="CANCELLED")
     bridge.run_once(datetime.now(UTC))
@@ -138,7 +121,7 @@ def test_a_job_cancelled_by_the_clusters_admin_fails_saying_so(
 def test_stale_attempts_are_stopped_and_another_installations_jobs_left_alone(
     store: Any, bridge: ClusterBridge, cluster: MemoryCluster
 ) -> None:
-    job_id = _placed(store, gpus=1)
+    job_id = place_job(store, gpus=1)
     # an older installation's job of the same name (made long before this job was placed): not this job
     old = ClusterJob("7", job_id, 1, SUCCEEDED, 0, submitted_s=(T0 - timedelta(hours=1)).timestamp())
     cluster.jobs["7"] = old
@@ -157,7 +140,7 @@ def test_stale_attempts_are_stopped_and_another_installations_jobs_left_alone(
 def test_a_job_the_cluster_forgot_fails_and_an_unreachable_cluster_fails_nothing(
     store: Any, bridge: ClusterBridge, cluster: MemoryCluster
 ) -> None:
-    job_id = _placed(store)
+    job_id = place_job(store, gpus=2)
     bridge.run_once(datetime.now(UTC))
     ext = _only(cluster)
     cluster.down = True

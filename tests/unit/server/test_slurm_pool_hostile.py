@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from memory_cluster import MemoryCluster, make_bridge, use_memory_cluster
+from memory_cluster import MemoryCluster, bridge, cluster, make_bridge, place_job  # noqa: F401  (bridge, cluster: fixtures)
 from node_certs import cert_headers
 from pool_api import TenantApi, open_api
 
@@ -51,22 +51,6 @@ IS_ROOT = os.geteuid() == 0
 
 
 # ---- an in-memory cluster (as in test_cluster_bridge.py), whose users may submit jobs of their own -----------------
-@pytest.fixture
-def cluster(monkeypatch: pytest.MonkeyPatch) -> MemoryCluster:
-    return use_memory_cluster(monkeypatch)
-
-
-@pytest.fixture
-def bridge(store: Any, cluster: MemoryCluster, tmp_path: Path) -> ClusterBridge:
-    return make_bridge(store, tmp_path)
-
-
-def _placed(store: Any, gpus: int = 1, **kw: Any) -> int:
-    job = store.create_job(JobSpec(command=("train",), gpus=gpus, **kw), datetime.now(UTC))
-    assert store.assign_job_parts(job.id, [("hpc.n1", list(range(gpus)))], datetime.now(UTC))
-    return int(job.id)
-
-
 # ==== 1. a join-token holder takes a Slurm node's identity =========================================================
 class Api(TenantApi):
     pass
@@ -152,7 +136,7 @@ def test_a_cluster_users_job_named_like_corrals_does_not_stand_for_a_tenants_job
 def test_a_forged_live_job_does_not_keep_a_finished_job_running(
     store: Any, bridge: ClusterBridge, cluster: MemoryCluster
 ) -> None:
-    job_id = _placed(store)
+    job_id = place_job(store, gpus=1)
     bridge.run_once(datetime.now(UTC))
     (mine,) = cluster.jobs
     cluster.move(mine, STARTED, detail="RUNNING")
@@ -169,7 +153,7 @@ def test_old_corral_named_jobs_and_jobs_of_unknown_ids_are_left_alone(
 ) -> None:
     """The defence that holds: a same-named job made before this attempt was placed neither stands for it nor is
     cancelled; a name for a job id this server never made is not touched."""
-    job_id = _placed(store)
+    job_id = place_job(store, gpus=1)
     cluster.jobs["7"] = ClusterJob("7", job_id, 1, FAILED, 9, submitted_s=(T0 - timedelta(hours=1)).timestamp())
     cluster.forge("8", 10**9, 1, STARTED)
     bridge.run_once(datetime.now(UTC))
@@ -316,7 +300,7 @@ def test_an_unmapped_user_never_runs_under_a_guessed_uid_on_the_cluster(
     store: Any, bridge: ClusterBridge, cluster: MemoryCluster
 ) -> None:
     user = store.create_user("bob", "member", datetime.now(UTC))  # no `corral users unix` mapping
-    job_id = _placed(store, user_id=user.id)
+    job_id = place_job(store, gpus=1, user_id=user.id)
     bridge.run_once(datetime.now(UTC))
     (sub,) = [s for s in cluster.subs.values() if s.job_id == job_id]
     assert not sub.uid_mapped  # the bridge says the UID is Corral's own guess...
@@ -429,7 +413,7 @@ def test_a_log_dir_that_is_a_symlink_is_refused(tmp_path: Path) -> None:
 # ==== 5. exhausting the server through output =====================================================================
 def test_a_runs_log_from_the_cluster_is_capped(store: Any, cluster: MemoryCluster, tmp_path: Path) -> None:
     bridge = make_bridge(store, tmp_path, max_log=1 << 20)
-    job_id = _placed(store)
+    job_id = place_job(store, gpus=1)
     bridge.run_once(datetime.now(UTC))
     (ext,) = cluster.jobs
     cluster.move(ext, STARTED)
@@ -441,7 +425,7 @@ def test_a_runs_log_from_the_cluster_is_capped(store: Any, cluster: MemoryCluste
 
 def test_a_capped_log_is_not_read_again_every_pass(store: Any, cluster: MemoryCluster, tmp_path: Path) -> None:
     bridge = make_bridge(store, tmp_path, max_log=1 << 20)
-    job_id = _placed(store)
+    job_id = place_job(store, gpus=1)
     bridge.run_once(datetime.now(UTC))
     (ext,) = cluster.jobs
     cluster.move(ext, STARTED)
@@ -511,7 +495,7 @@ def test_members_see_no_pool_settings_events_or_other_tenants_slurm_jobs(api: Ap
 
 
 def test_the_bridge_cancels_only_jobs_it_submitted(store: Any, bridge: ClusterBridge, cluster: MemoryCluster) -> None:
-    job_id = _placed(store)
+    job_id = place_job(store, gpus=1)
     bridge.run_once(datetime.now(UTC))
     (mine,) = cluster.jobs
     cluster.move(mine, SUCCEEDED, 0, "COMPLETED")
