@@ -32,8 +32,8 @@ from corral.clusters.slurm_common import (
     _UNREACHABLE,
     CALL_TIMEOUT_S,
     CLOCK_SLACK_S,
-    LISTED_FRESH_S,
     SETTINGS,
+    SlurmJobBook,
     _int,
     build_script,
     check_settings,
@@ -43,22 +43,20 @@ from corral.clusters.slurm_common import (
     make_output_file,
     map_state,
     parse_gres,
-    read_job,
     read_nodes,
-    read_output,
     service_account,
 )
 
 
-class SlurmCliBackend:
+class SlurmCliBackend(SlurmJobBook):
     """A slurm pool through the CLI tools (see the module's docstring)."""
 
     kind = "slurm"
 
     def __init__(self, settings: Mapping[str, str]) -> None:
         s = check_settings(settings)
+        super().__init__(Path(s["log_dir"]))
         self.conf = s["slurm_conf"]
-        self.log_dir = Path(s["log_dir"])
         self.partitions = [p.strip() for p in s.get("partitions", "").split(",") if p.strip()]
         self.gpu_model = s.get("gpu_model", "")
         self.submit_as = s.get("submit_as", "job-user")
@@ -66,8 +64,6 @@ class SlurmCliBackend:
         self.account = s.get("account", "")
         self.qos = s.get("qos", "")
         self.bin_dir = s.get("bin_dir", "")
-        self._names: dict[str, str] = {}  # Slurm job id -> its name (corral-<job>-<attempt>)
-        self._listed: tuple[float, frozenset[str]] | None = None  # (when, names) of the last list_jobs
 
     # ---- calls ----
     def _tool(self, name: str) -> str:
@@ -114,12 +110,8 @@ class SlurmCliBackend:
     def list_nodes(self) -> list[ClusterNode]:
         return read_nodes(list(self._json(["sinfo", "--json"]).get("nodes", [])), self.partitions, self.gpu_model)
 
-    def log_path(self, name: str) -> Path:
-        return self.log_dir / f"{name}.out"
-
     def _find(self, name: str, since_s: float, uid: int | None) -> str | None:
-        listed = self._listed
-        if listed is not None and time.monotonic() - listed[0] < LISTED_FRESH_S and name not in listed[1]:
+        if self._known_absent(name):
             return None  # not in the list of a moment ago (the bridge lists before it submits): no need to ask
         for job in self._squeue(["--name", name]):
             submitted = _int(job.get("submit_time")) or 0
@@ -202,16 +194,8 @@ class SlurmCliBackend:
         return job_id
 
     def list_jobs(self) -> list[ClusterJob]:
-        out = []
         listed_at = time.monotonic()
-        jobs = self._squeue([])
-        self._listed = (listed_at, frozenset(str(j.get("name") or "") for j in jobs))
-        for j in jobs:
-            cj = read_job(j)
-            if cj is not None:
-                self._names[cj.external_id] = str(j["name"])
-                out.append(cj)
-        return out
+        return self._read_jobs(self._squeue([]), listed_at, lambda _j: True)
 
     def cancel(self, external_id: str) -> None:
         if not external_id.isdigit():
@@ -222,10 +206,6 @@ class SlurmCliBackend:
             if "Invalid job id" in str(e) or "already completing or completed" in str(e):
                 return
             raise
-
-    def read_log(self, external_id: str, offset: int, limit: int) -> bytes:
-        name = self._names.get(external_id)
-        return b"" if name is None else read_output(self.log_path(name), offset, limit)
 
     def close(self) -> None:
         pass

@@ -8,7 +8,8 @@ import os
 import pwd
 import re
 import shlex
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -311,6 +312,41 @@ def read_output(path: Path, offset: int, limit: int) -> bytes:
         return os.read(fd, limit)
     finally:
         os.close(fd)
+
+
+class SlurmJobBook:
+    """What both slurm backends keep of the jobs they see: each Slurm job id's name (its output file in log_dir), and
+    the names in their last list, so that a submit need not ask again about a name that was not there a moment ago
+    (one leader submits)."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self.log_dir = log_dir
+        self._names: dict[str, str] = {}  # Slurm job id -> its name (corral-<job>-<attempt>)
+        self._listed: tuple[float, frozenset[str]] | None = None  # (when, names) of the last list_jobs
+
+    def log_path(self, name: str) -> Path:
+        return self.log_dir / f"{name}.out"
+
+    def _known_absent(self, name: str) -> bool:
+        listed = self._listed
+        return listed is not None and time.monotonic() - listed[0] < LISTED_FRESH_S and name not in listed[1]
+
+    def _read_jobs(
+        self, records: list[dict[str, Any]], listed_at: float, keep: Callable[[dict[str, Any]], bool]
+    ) -> list[ClusterJob]:
+        """Corral's jobs among Slurm's `records` (those `keep` accepts), noting the names that were listed."""
+        self._listed = (listed_at, frozenset(str(j.get("name") or "") for j in records))
+        out = []
+        for j in records:
+            cj = read_job(j)
+            if cj is not None and keep(j):
+                self._names[cj.external_id] = str(j["name"])
+                out.append(cj)
+        return out
+
+    def read_log(self, external_id: str, offset: int, limit: int) -> bytes:
+        name = self._names.get(external_id)
+        return b"" if name is None else read_output(self.log_path(name), offset, limit)
 
 
 def _int(v: Any) -> int | None:

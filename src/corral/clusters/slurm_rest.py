@@ -47,7 +47,7 @@ from corral.clusters.slurm import SlurmCliBackend
 from corral.clusters.slurm_common import (
     CALL_TIMEOUT_S,
     CLOCK_SLACK_S,
-    LISTED_FRESH_S,
+    SlurmJobBook,
     _int,
     build_script,
     check_settings,
@@ -55,9 +55,7 @@ from corral.clusters.slurm_common import (
     feature_for,
     gres_type_for,
     make_output_file,
-    read_job,
     read_nodes,
-    read_output,
 )
 from corral.core.errors import ValidationError
 
@@ -141,7 +139,7 @@ def slurm_backend(settings: Mapping[str, str]) -> ClusterBackend:
     return SlurmCliBackend(settings)
 
 
-class SlurmRestBackend:
+class SlurmRestBackend(SlurmJobBook):
     """A slurm pool through slurmrestd (see the module's docstring)."""
 
     kind = "slurm"
@@ -153,14 +151,12 @@ class SlurmRestBackend:
         self.url = s["rest_url"].rstrip("/")
         self.token_file = s["token_file"]
         self.user_name = s["user_name"]
-        self.log_dir = Path(s["log_dir"])
+        super().__init__(Path(s["log_dir"]))
         self.partitions = [p.strip() for p in s.get("partitions", "").split(",") if p.strip()]
         self.gpu_model = s.get("gpu_model", "")
         self.submit_as = "service"
         self.account = s.get("account", "")
         self.qos = s.get("qos", "")
-        self._names: dict[str, str] = {}  # Slurm job id -> its name (corral-<job>-<attempt>)
-        self._listed: tuple[float, frozenset[str]] | None = None  # (when, names) of the last list_jobs
         self._uid: int | None = None  # user_name's uid on the cluster, as its jobs show it
         self._http = httpx.Client(
             base_url=self.url + API, timeout=CALL_TIMEOUT_S, headers={"Accept": "application/json"}
@@ -282,15 +278,11 @@ class SlurmRestBackend:
     def list_nodes(self) -> list[ClusterNode]:
         return read_nodes(self._get("/nodes", "nodes"), self.partitions, self.gpu_model)
 
-    def log_path(self, name: str) -> Path:
-        return self.log_dir / f"{name}.out"
-
     def _jobs(self) -> list[dict[str, Any]]:
         return self._get("/jobs", "jobs")
 
     def _find(self, name: str, since_s: float) -> str | None:
-        listed = self._listed
-        if listed is not None and time.monotonic() - listed[0] < LISTED_FRESH_S and name not in listed[1]:
+        if self._known_absent(name):
             return None  # not in the list of a moment ago (the bridge lists before it submits): no need to ask
         for job in self._jobs():
             submitted = _int(job.get("submit_time")) or 0
@@ -387,16 +379,8 @@ class SlurmRestBackend:
         return ext
 
     def list_jobs(self) -> list[ClusterJob]:
-        out = []
         listed_at = time.monotonic()
-        jobs = self._jobs()
-        self._listed = (listed_at, frozenset(str(j.get("name") or "") for j in jobs))
-        for j in jobs:
-            cj = read_job(j)
-            if cj is not None and self._mine(j):
-                self._names[cj.external_id] = str(j["name"])
-                out.append(cj)
-        return out
+        return self._read_jobs(self._jobs(), listed_at, self._mine)
 
     def cancel(self, external_id: str) -> None:
         if not external_id.isdigit():
@@ -410,10 +394,6 @@ class SlurmRestBackend:
         if nums & {_INVALID_JOB_ID, _ALREADY_DONE} or "Invalid job id" in words or "already completing" in words:
             return  # ended or gone
         raise self._failure(f"cancel {external_id}", data, status)
-
-    def read_log(self, external_id: str, offset: int, limit: int) -> bytes:
-        name = self._names.get(external_id)
-        return b"" if name is None else read_output(self.log_path(name), offset, limit)
 
     def close(self) -> None:
         self._http.close()
