@@ -119,7 +119,7 @@ def create_app(settings: Settings, store: StateStore | None = None) -> FastAPI:
         leading=lambda: leadership.leading,
         replica_id=leadership.id,
     )
-    schedules_runner = ScheduleRunner(store, scheduler.trigger, notifier)
+    schedules_runner = ScheduleRunner(store, scheduler.trigger, notifier, rules=settings.submit_rules)
     web_ports = WebPortRegistry(store=store)
     # long-running services: every replica serves their gateway; the leader runs the controller (issue 18)
     service_manager = ServiceManager(
@@ -131,6 +131,7 @@ def create_app(settings: Settings, store: StateStore | None = None) -> FastAPI:
         leading=lambda: leadership.leading,
         activation_timeout_s=settings.service_activation_timeout_s,
         on_api_port=not settings.effective_gateway_port,
+        rules=settings.submit_rules,
     )
     alerting.loop.gate = schedules_runner.loop.gate = lambda: leadership.leading
     ca = CertificateAuthority.load_or_create(settings.data_dir)

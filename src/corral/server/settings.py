@@ -14,6 +14,7 @@ from corral.api.paths import default_data_dir
 if TYPE_CHECKING:
     from corral.core.staging import StagingRules
     from corral.core.unix_identity import UidRange
+    from corral.server.services.jobs import SubmitRules
 
 DEFAULT_PORT = 8600
 
@@ -285,6 +286,13 @@ class Settings(BaseSettings):
 
         endpoints = tuple(e.strip().rstrip("/") for e in self.stage_s3_endpoints.split(",") if e.strip())
         return StagingRules(shared_paths=self.stage_paths, s3_endpoints=endpoints)
+
+    @property
+    def submit_rules(self) -> SubmitRules:
+        """What these settings allow in a job (submissions, schedules' firings, services' replicas alike)."""
+        from corral.server.services.jobs import SubmitRules
+
+        return SubmitRules(allowed_mounts=self.allowed_mount_prefixes, staging=self.staging_rules)
 
     @property
     def allowed_mount_prefixes(self) -> tuple[str, ...]:

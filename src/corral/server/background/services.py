@@ -27,6 +27,7 @@ from corral.core.models import Job
 from corral.core.services import STALL_CRASHES, Autoscaler, ReplicaView, plan_rollout, restart_delay_s
 from corral.core.states import JobState
 from corral.server.background.loop import Loop
+from corral.server.services.jobs import NO_SUBMIT_RULES, SubmitRules
 from corral.server.services.notify import NodeNotifier, Trigger
 from corral.server.services.services import LIVE, replica_spec, scale_policy
 from corral.store.base import StateStore
@@ -105,8 +106,10 @@ class ServiceController(Loop):
         interval_s: float = 1.0,
         *,
         clock: Callable[[], float] = time.time,
+        rules: SubmitRules = NO_SUBMIT_RULES,
     ) -> None:
         super().__init__("services", interval_s, log=log)
+        self.rules = rules  # what the server's settings allow in a replica (host mounts)
         self.store = store
         self.scheduler_trigger = scheduler_trigger
         self.notifier = notifier
@@ -355,7 +358,7 @@ class ServiceController(Loop):
         self, svc: Service, revision: Mapping[str, Any], n: int, wall: datetime, events: list[tuple[str, str]]
     ) -> int:
         try:
-            spec = replica_spec(self.store, svc, revision)
+            spec = replica_spec(self.store, svc, revision, self.rules)
         except CorralError as e:
             message = f"cannot start a replica of revision {revision['revision']}: {e}"
             if not svc.events or svc.events[-1].get("message") != message:

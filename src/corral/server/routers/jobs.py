@@ -86,8 +86,7 @@ def _submit(
         idempotency_key,
         keep,
         settings.max_active_jobs_per_tenant,
-        allowed_mounts=settings.allowed_mount_prefixes,
-        staging=settings.staging_rules,
+        rules=settings.submit_rules,
     )
     if created:
         trigger.fire()

@@ -31,7 +31,7 @@ def _one(store: StateStore, s: Schedule) -> ScheduleOut:
 def create(body: ScheduleIn, caller: User, store: StoreDep, schedules: SchedulesDep) -> ScheduleOut:
     """A repeating job. Its `job` is checked like POST /api/v1/jobs (errors name `job.FIELD`)."""
     caller.require(Action.SUBMIT)
-    s = create_schedule(store, body, caller, datetime.now(UTC))
+    s = create_schedule(store, body, caller, datetime.now(UTC), schedules.rules)
     schedules.wake()
     return _one(store, s)
 
@@ -57,7 +57,8 @@ def patch_schedule(
     """Change when or what it runs; `paused: true|false` pauses or resumes (no catch-up of the paused time)."""
     s = load_schedule(store, schedule_id, caller)
     caller.require(Action.SUBMIT)
-    updated = update_schedule(store, s, body, datetime.now(UTC), caller.user.id if caller.user else None)
+    author = caller.user.id if caller.user else None
+    updated = update_schedule(store, s, body, datetime.now(UTC), author, schedules.rules)
     schedules.wake()
     return _one(store, updated)
 
@@ -72,11 +73,13 @@ def delete_schedule(schedule_id: Id, caller: User, store: StoreDep) -> Response:
 
 
 @router.post("/{schedule_id}/run", status_code=201, response_model=JobOut)
-def run_schedule_now(schedule_id: Id, request: Request, caller: User, store: StoreDep, sched: SchedulerDep) -> JobOut:
+def run_schedule_now(
+    schedule_id: Id, request: Request, caller: User, store: StoreDep, sched: SchedulerDep, schedules: SchedulesDep
+) -> JobOut:
     """Start its job once now, outside the timetable (the timetable is unchanged)."""
     s = load_schedule(store, schedule_id, caller)
     caller.require(Action.SUBMIT)
-    job = run_now(store, s, datetime.now(UTC))
+    job = run_now(store, s, datetime.now(UTC), schedules.rules)
     sched.trigger.fire()
     return job_out(request, store, sched, job)
 

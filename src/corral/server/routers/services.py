@@ -69,7 +69,7 @@ def create(request: Request, body: ServiceIn, caller: User, store: StoreDep, ser
     """A service of the caller's tenant: its replicas are jobs of the tenant (quotas and fair share count them),
     served by the gateway at /services/NAME/ once their health path answers."""
     caller.require(Action.SUBMIT)
-    s = create_service(store, body, caller, datetime.now(UTC))
+    s = create_service(store, body, caller, datetime.now(UTC), services.rules)
     record_audit(store, caller, "service.create", s.name, f"tenant {s.tenant_id}")
     services.wake()
     return _out(request, store, services, s)
@@ -100,7 +100,7 @@ def update(
     is a new revision, rolled out replica by replica (max surge 1, max unavailable 0 by default)."""
     s = load_service(store, name, caller)
     caller.require(Action.SUBMIT)
-    updated = update_service(store, s, body, datetime.now(UTC), caller.user.id if caller.user else None)
+    updated = update_service(store, s, body, datetime.now(UTC), caller.user.id if caller.user else None, services.rules)
     record_audit(store, caller, "service.update", s.name, f"revision {updated.revision}")
     services.wake()
     return _out(request, store, services, updated)

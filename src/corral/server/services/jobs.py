@@ -26,6 +26,19 @@ from corral.store.protocols import SubmissionStore, TenancyStore
 from corral.store.records import Job, JobSpec, Node, Quota
 
 
+@dataclass(frozen=True, slots=True)
+class SubmitRules:
+    """What the server's settings allow in a job, wherever it comes from (a submission, a schedule's firing, a
+    service's replica): host path prefixes container jobs may mount (CORRAL_ALLOWED_MOUNTS; none: no host mounts)
+    and the data-staging rules (CORRAL_STAGE_PATHS, CORRAL_STAGE_S3_ENDPOINTS)."""
+
+    allowed_mounts: tuple[str, ...] = ()
+    staging: StagingRules | None = None
+
+
+NO_SUBMIT_RULES = SubmitRules()
+
+
 def check_fits_some_node(request: ResourceRequest, nodes: list[Node], gang: int = 1) -> None:
     """Reject a request that no registered node could ever hold (naming the field): it would wait forever.
 
@@ -193,8 +206,7 @@ def job_spec_for(
     user_id: int | None,
     schedule_id: int | None = None,
     ctx: SubmitContext | None = None,
-    allowed_mounts: Sequence[str] = (),
-    staging: StagingRules | None = None,
+    rules: SubmitRules = NO_SUBMIT_RULES,
 ) -> JobSpec:
     """Check a submission against the tenant's queues and quotas and the pool; the spec to store, or
     ValidationError naming the field. `ctx`: the tenant's queues, quotas and the nodes, loaded once per call."""
@@ -217,10 +229,10 @@ def job_spec_for(
     check_tenant_quota_covers(store, tenant_id, spec.request, ctx.quotas)
     check_secret_refs(store, tenant_id, body.secret_env, body.env)  # names only: values are read at hand-over
     if spec.container is not None:  # host paths only under the admin's prefixes (the agent checks links too)
-        check_mounts_allowed(spec.container.mounts, allowed_mounts)
+        check_mounts_allowed(spec.container.mounts, rules.allowed_mounts)
         if spec.container.registry_secret:
             check_registry_secret_ref(store, tenant_id, spec.container.registry_secret, spec.container.image)
-    check_staging(store, tenant_id, spec, staging)  # shared paths under the tenant's, S3 through its s3 secret
+    check_staging(store, tenant_id, spec, rules.staging)  # shared paths under the tenant's, S3 through its s3 secret
     return spec
 
 
@@ -231,23 +243,20 @@ def submit_jobs(
     idempotency_key: str | None = None,
     keep_keys: timedelta = timedelta(hours=24),
     max_active: int | None = None,
-    allowed_mounts: Sequence[str] = (),
-    staging: StagingRules | None = None,
+    rules: SubmitRules = NO_SUBMIT_RULES,
 ) -> tuple[list[Job], bool]:
     """Several submissions (each one job or an array of tasks), checked each and stored in one transaction: all
     of them or none. (every job made, in order; whether this call made them). With an Idempotency-Key, the same
     key from the same caller with the same bodies returns the jobs the first request made (also after a crash,
     for `keep_keys`); the same key with other bodies raises IdempotencyKeyReused.
     `max_active`: the most pending and running jobs the caller's tenant may have (TooManyRequestsError beyond).
-    `allowed_mounts`: host path prefixes container jobs may mount (CORRAL_ALLOWED_MOUNTS; none: no host mounts)."""
+    `rules`: what the server's settings allow (host mounts, staging)."""
     user_id = caller.user.id if caller.user else None
     specs: list[JobSpec] = []
     ctx = load_submit_context(store, caller.tenant_id) if caller.tenant_id is not None else None
     for i, body in enumerate(bodies):
         try:
-            spec = job_spec_for(
-                store, body, caller.tenant_id, user_id, ctx=ctx, allowed_mounts=allowed_mounts, staging=staging
-            )
+            spec = job_spec_for(store, body, caller.tenant_id, user_id, ctx=ctx, rules=rules)
         except ValidationError as e:
             raise ValidationError(e.field if len(bodies) == 1 else f"jobs.{i}.{e.field}", e.problem) from None
         if body.array is None:

@@ -17,7 +17,7 @@ from corral.core.errors import CorralError, NotFoundError, ValidationError
 from corral.core.schedules import ConcurrencyPolicy, ScheduleExpr, plan_firing
 from corral.server.auth import Principal
 from corral.server.background.schedules import ScheduleLoop
-from corral.server.services.jobs import job_spec_for
+from corral.server.services.jobs import NO_SUBMIT_RULES, SubmitRules, job_spec_for
 from corral.server.services.notify import NodeNotifier, Trigger
 from corral.store.protocols import SchedulesStore
 from corral.store.records import Job, Schedule
@@ -49,11 +49,14 @@ def _nested(e: ValidationError) -> ValidationError:
     return ValidationError(f"job.{e.field}", e.problem)
 
 
-def create_schedule(store: SchedulesStore, body: ScheduleIn, caller: Principal, now: datetime) -> Schedule:
+def create_schedule(
+    store: SchedulesStore, body: ScheduleIn, caller: Principal, now: datetime, rules: SubmitRules = NO_SUBMIT_RULES
+) -> Schedule:
+    """A schedule whose job is checked as a submission would be (`rules`: what the server's settings allow)."""
     expr = ScheduleExpr.parse(body.schedule, body.timezone)
     user_id = caller.user.id if caller.user else None
     try:
-        spec = job_spec_for(store, body.job, caller.tenant_id, user_id)
+        spec = job_spec_for(store, body.job, caller.tenant_id, user_id, rules=rules)
     except ValidationError as e:
         raise (e if e.field == "tenant" else _nested(e)) from None
     name = body.name.strip() or spec.name
@@ -73,7 +76,12 @@ def create_schedule(store: SchedulesStore, body: ScheduleIn, caller: Principal, 
 
 
 def update_schedule(
-    store: SchedulesStore, schedule: Schedule, body: SchedulePatch, now: datetime, author: int | None = None
+    store: SchedulesStore,
+    schedule: Schedule,
+    body: SchedulePatch,
+    now: datetime,
+    author: int | None = None,
+    rules: SubmitRules = NO_SUBMIT_RULES,
 ) -> Schedule:
     """A change of the job it runs makes `author` (the caller) its owner: its jobs run as whoever last said what they
     run, never as a member who did not (their Unix identity)."""
@@ -93,7 +101,7 @@ def update_schedule(
         changes["name"] = body.name.strip()
     if body.job is not None:
         try:
-            job_spec_for(store, body.job, schedule.tenant_id, schedule.user_id)
+            job_spec_for(store, body.job, schedule.tenant_id, schedule.user_id, rules=rules)
         except ValidationError as e:
             raise _nested(e) from None
         changes["job"] = _job_body(body.job)
@@ -133,10 +141,12 @@ def schedule_out(s: Schedule, names: dict[int, str], active: list[int], now: dat
     )
 
 
-def run_now(store: SchedulesStore, schedule: Schedule, now: datetime) -> Job:
+def run_now(store: SchedulesStore, schedule: Schedule, now: datetime, rules: SubmitRules = NO_SUBMIT_RULES) -> Job:
     """Start the schedule's job once, now, outside its timetable (like `kubectl create job --from=cronjob/...`)."""
     try:
-        spec = job_spec_for(store, JobSubmit(**schedule.job), schedule.tenant_id, schedule.user_id, schedule.id)
+        spec = job_spec_for(
+            store, JobSubmit(**schedule.job), schedule.tenant_id, schedule.user_id, schedule.id, rules=rules
+        )
     except ValidationError as e:
         raise _nested(e) from None
     applied, job = store.fire_schedule(schedule.id, None, spec, None, now)
@@ -151,9 +161,15 @@ class ScheduleRunner:
     was created or changed."""
 
     def __init__(
-        self, store: SchedulesStore, trigger: Trigger, notifier: NodeNotifier, interval_s: float = 1.0
+        self,
+        store: SchedulesStore,
+        trigger: Trigger,
+        notifier: NodeNotifier,
+        interval_s: float = 1.0,
+        rules: SubmitRules = NO_SUBMIT_RULES,
     ) -> None:
         self.store = store
+        self.rules = rules  # what the server's settings allow in a job (host mounts, staging): firings check with it
         self.trigger = trigger  # the job scheduler's: a started job is placed at once
         self.notifier = notifier
         self.interval_s = interval_s
@@ -193,7 +209,7 @@ class ScheduleRunner:
         spec, skip = None, firing.skip_reason
         if firing.start:
             try:
-                spec = job_spec_for(self.store, JobSubmit(**s.job), s.tenant_id, s.user_id, s.id)
+                spec = job_spec_for(self.store, JobSubmit(**s.job), s.tenant_id, s.user_id, s.id, rules=self.rules)
             except (CorralError, ValueError) as e:  # e.g. its queue was deleted, or its GPU model left the pool
                 skip = f"skipped: the job is no longer valid: {getattr(e, 'message', e)}"
         applied, job = self.store.fire_schedule(s.id, s.next_run_at, spec, firing.next_run_at, now, firing.missed, skip)

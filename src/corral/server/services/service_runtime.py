@@ -27,6 +27,7 @@ from corral.gateway.stats import BUCKETS_MS
 from corral.server.auth import Principal, authenticate_bearer
 from corral.server.background.loop import Loop
 from corral.server.background.services import ServiceController
+from corral.server.services.jobs import NO_SUBMIT_RULES, SubmitRules
 from corral.server.services.notify import NodeNotifier, Trigger
 from corral.server.services.webports import WebPortRegistry
 from corral.store.base import StateStore
@@ -149,8 +150,10 @@ class ServiceManager:
         leading: Callable[[], bool],
         activation_timeout_s: float = 120.0,
         on_api_port: bool = False,
+        rules: SubmitRules = NO_SUBMIT_RULES,
     ) -> None:
         self.store = store
+        self.rules = rules  # what the server's settings allow in a replica (host mounts): the API checks with them
         self.gateway = Gateway(
             StoreRoutes(store, web_ports),
             make_authorize(store),
@@ -159,7 +162,9 @@ class ServiceManager:
             sandbox=on_api_port,
         )
         self.readiness = self.gateway.prober
-        self.controller = ServiceController(store, scheduler_trigger, notifier, self.readiness, BUCKETS_MS[:-1])
+        self.controller = ServiceController(
+            store, scheduler_trigger, notifier, self.readiness, BUCKETS_MS[:-1], rules=rules
+        )
         self.controller.gate = leading
         self.flush = TrafficFlush(store, self.gateway, server_id)
         self._demand_lock = threading.Lock()

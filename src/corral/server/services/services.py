@@ -35,7 +35,7 @@ from corral.core.models import Job, JobSpec
 from corral.core.services import ScalePolicy
 from corral.core.states import JobState
 from corral.server.auth import Principal
-from corral.server.services.jobs import job_spec_for
+from corral.server.services.jobs import NO_SUBMIT_RULES, SubmitRules, job_spec_for
 from corral.store.base import StateStore
 from corral.store.records import Service
 
@@ -83,9 +83,11 @@ def replica_submit(name: str, revision: Mapping[str, Any]) -> JobSubmit:
     return JobSubmit(**t, name=name, web_ui=True, container_port=revision["port"] if image else None)
 
 
-def replica_spec(store: StateStore, service: Service, revision: Mapping[str, Any]) -> JobSpec:
+def replica_spec(
+    store: StateStore, service: Service, revision: Mapping[str, Any], rules: SubmitRules = NO_SUBMIT_RULES
+) -> JobSpec:
     """A replica job of `revision`, checked like a submission of the service's tenant (its queue, quotas, a node
-    that could hold it). Raises ValidationError naming the field."""
+    that could hold it, host mounts under what `rules` allow). Raises ValidationError naming the field."""
     try:
         body = replica_submit(service.name, revision)
     except PydanticValidationError as e:
@@ -94,7 +96,7 @@ def replica_spec(store: StateStore, service: Service, revision: Mapping[str, Any
     # a replica runs as the author of its revision: a member who changes what a service runs never runs it as
     # another member (the service's owner), whose Unix identity it would have
     author = revision.get("user_id", service.user_id)
-    spec = job_spec_for(store, body, service.tenant_id, author)
+    spec = job_spec_for(store, body, service.tenant_id, author, rules=rules)
     port = 0 if spec.container is not None else int(revision["port"])  # a command: P when free on its node
     own_command = spec.container is not None and not revision["template"].get("command")
     return dataclasses.replace(
@@ -112,7 +114,9 @@ def _revision(template: dict[str, Any], port: int, health_path: str) -> dict[str
     return {"template": template, "port": port, "health_path": health_path}
 
 
-def create_service(store: StateStore, body: ServiceIn, caller: Principal, now: datetime) -> Service:
+def create_service(
+    store: StateStore, body: ServiceIn, caller: Principal, now: datetime, rules: SubmitRules = NO_SUBMIT_RULES
+) -> Service:
     if caller.tenant_id is None:
         raise ValidationError("tenant", "the caller belongs to no tenant")
     settings = settings_of(body)
@@ -140,12 +144,17 @@ def create_service(store: StateStore, body: ServiceIn, caller: Principal, now: d
         created_at=now,
         updated_at=now,
     )
-    replica_spec(store, probe, probe.current)  # the template must make a valid job of this tenant
+    replica_spec(store, probe, probe.current, rules)  # the template must make a valid job of this tenant
     return store.create_service(caller.tenant_id, user_id, body.name, settings, revision, replicas, now)
 
 
 def update_service(
-    store: StateStore, service: Service, body: ServicePatch, now: datetime, author: int | None = None
+    store: StateStore,
+    service: Service,
+    body: ServicePatch,
+    now: datetime,
+    author: int | None = None,
+    rules: SubmitRules = NO_SUBMIT_RULES,
 ) -> Service:
     """Settings change at once; a change of what replicas run is a new revision, rolled out by the controller."""
     settings = settings_of(body, service.settings)
@@ -161,7 +170,7 @@ def update_service(
     number = max(r["revision"] for r in service.revisions) + 1
     rev = {**_revision(template, port, health), "revision": number, "created_at": now.isoformat(), "user_id": author}
     if new_revision:
-        replica_spec(store, service, rev)
+        replica_spec(store, service, rev, rules)
     changed = [f for f in SETTING_FIELDS if settings.get(f) != service.settings.get(f)]
 
     def change(s: Service) -> dict[str, Any]:
