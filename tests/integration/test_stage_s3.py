@@ -136,6 +136,47 @@ def test_s3_unchanged_object_is_never_downloaded_twice_and_new_content_is(
     assert (top / "keep.bin").read_bytes() == b"k" * 100
 
 
+def deny_reads_to(access_key_id: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Credentials that may list a bucket but not read its objects (S3's s3:ListBucket without s3:GetObject): the
+    engine's clients made with `access_key_id` get 403 AccessDenied for every HEAD and GET, as S3 answers them."""
+    real = staging_s3.make_s3_client
+
+    def denied(params: Any, **_: Any) -> Any:
+        http = type("Denied", (), {"status_code": 403, "headers": {}})()
+        return http, {
+            "Error": {"Code": "AccessDenied", "Message": "Access Denied"},
+            "ResponseMetadata": {"HTTPStatusCode": 403},
+        }
+
+    def made(order: StageOrder) -> Any:
+        client = real(order)
+        if order.s3 is not None and order.s3.access_key_id == access_key_id:
+            for op in ("HeadObject", "GetObject"):
+                client.meta.events.register(f"before-call.s3.{op}", denied)
+        return client
+
+    monkeypatch.setattr(staging_s3, "make_s3_client", made)
+
+
+def test_s3_cached_object_is_not_served_to_a_job_that_may_list_but_not_read_it(
+    moto_endpoint: str, s3: Any, bucket: str, engine: StageEngine, gets: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One job's credentials read the objects under a prefix into the node's cache; another job whose credentials
+    may only list them gets no copy from the cache (access denied, naming the object); a third that may read them
+    is served from the cache after a HEAD with its own credentials, downloading nothing."""
+    s3.put_object(Bucket=bucket, Key="secret/weights.bin", Body=b"only for readers")
+    assert stage_in(engine, order(moto_endpoint, 21, (f"s3://{bucket}/secret/", ""))).state == "done"
+    assert len(gets) == 1
+    deny_reads_to("AKIDLISTONLY", monkeypatch)
+    lister = order(moto_endpoint, 22, (f"s3://{bucket}/secret/", ""))
+    lister.s3.access_key_id = "AKIDLISTONLY"  # type: ignore[union-attr]
+    report = stage_in(engine, lister)
+    assert (report.state, report.message) == ("failed", f"access denied to s3://{bucket}/secret/weights.bin")
+    assert stage_in(engine, order(moto_endpoint, 23, (f"s3://{bucket}/secret/", ""))).state == "done"
+    assert len(gets) == 1  # served from the cache
+    assert (engine.materialize(23, None, staged_in=True) / "weights.bin").read_bytes() == b"only for readers"
+
+
 def test_s3_key_escaping_the_stage_dir_is_refused(
     moto_endpoint: str, s3: Any, bucket: str, engine: StageEngine
 ) -> None:

@@ -247,6 +247,8 @@ class StageEngine:
             if task.cancel.is_set():
                 raise StageCancelled
             sha = self._cache.lookup(f.identity, task)
+            if sha is not None and f.check is not None:
+                call_s3(f.check, f.where, task.cancel)  # may this job read it? (the cache holds another's copy)
             if sha is not None:
                 self._progress(task, f.size)
             else:

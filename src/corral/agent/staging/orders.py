@@ -45,6 +45,9 @@ class InputFile:
     identity: str
     read: Callable[[], Iterator[bytes]]
     where: str  # the source, as messages name it
+    # Before a copy in the node's cache serves this file: proof that the job's own credentials may read it (an S3
+    # object listed under a prefix: listing and reading are separate permissions). None: listing it proved that.
+    check: Callable[[], object] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -135,6 +135,7 @@ def list_s3_input(source: str, target: str, target_parts: tuple[str, ...], task:
     client = make_s3_client(task.order)
     endpoint = task.order.s3.endpoint if task.order.s3 is not None else None
     found: list[tuple[str, tuple[str, ...], int, str]] = []  # key, path parts, size, etag
+    headed = False  # a single key is read (HEAD needs s3:GetObject) as it is listed; a prefix's objects are not
     if key and not key.endswith("/"):
         head = call_s3(lambda: client.head_object(Bucket=bucket, Key=key), source, task.cancel)
         name = posixpath.basename(key)
@@ -142,6 +143,7 @@ def list_s3_input(source: str, target: str, target_parts: tuple[str, ...], task:
         if compute_parts(name) is None or not parts:
             raise StageFailed(f"the key of {source} would leave the stage dir")
         found.append((key, parts, int(head["ContentLength"]), str(head.get("ETag", ""))))
+        headed = True
     else:
         for obj in call_s3(lambda: list_prefix(client, bucket, key), source, task.cancel):
             rel = compute_parts(obj["Key"][len(key) :])
@@ -165,6 +167,10 @@ def list_s3_input(source: str, target: str, target_parts: tuple[str, ...], task:
 
         return read
 
+    def may_read(k: str, etag: str) -> Callable[[], object]:
+        match = {"IfMatch": etag} if etag else {}
+        return lambda: client.head_object(Bucket=bucket, Key=k, **match)
+
     return [
         InputFile(
             "/".join(parts),
@@ -172,6 +178,7 @@ def list_s3_input(source: str, target: str, target_parts: tuple[str, ...], task:
             json.dumps(["s3", endpoint or "", bucket, k, etag, size]),
             reader(k, etag),
             f"s3://{bucket}/{k}",
+            None if headed else may_read(k, etag),
         )
         for k, parts, size, etag in found
     ]
