@@ -92,3 +92,47 @@ def test_input_is_staged_from_s3_before_the_job_starts_and_its_output_is_uploade
     assert failed["state"] == "FAILED" and failed["exit_code"] == 3, failed
     keys = {o["Key"] for o in s3.list_objects_v2(Bucket="outputs", Prefix="run2/").get("Contents", [])}
     assert keys == {"run2/p.txt"}, keys
+
+
+def test_a_multi_node_jobs_input_is_staged_on_each_node_and_rank_0_ships_its_output(
+    corral_factory: Any, tmp_path: Path
+) -> None:
+    """Two real agents (node-a from `corral up`, node-b joined with a token), each with its own stage cache: a
+    2-node job's input from the tenant's shared directory is on both nodes before either part starts (both parts
+    read it), and its output ships from rank 0's stage dir only."""
+    shared = tmp_path / "shared"
+    (shared / "default" / "ds").mkdir(parents=True)
+    (shared / "default" / "ds" / "shard.txt").write_text("the same shard\n")
+    (shared / "default" / "results").mkdir()
+    for d in (tmp_path, shared, shared / "default", shared / "default" / "ds"):
+        os.chmod(d, 0o755)
+    os.chmod(shared / "default" / "results", 0o777)
+
+    c: Corral = corral_factory(gpus="sim:2xH100-80GB", node="node-a")
+    c.env.update(CORRAL_STAGE_PATHS=f"{shared}/{{tenant}}")
+    c.start()
+    c.start_agent("node-b", "sim:2xH100-80GB")
+    wait_for(lambda: len(c.cli_json("nodes")) == 2, 30, "node-b registered")
+    script = (
+        'cd "$CORRAL_STAGE_DIR" && echo "rank $CORRAL_NODE_RANK read: $(cat ds/shard.txt)" '
+        '&& mkdir -p out && echo "from rank $CORRAL_NODE_RANK" > out/who.txt'
+    )
+    job = c.submit(
+        "--nodes", "2", "--gpus", "2", "--stage-in", f"{shared}/default/ds/:ds",
+        "--stage-out", f"out/:{shared}/default/results/run1/", "--", "sh", "-c", script,
+    )  # fmt: skip
+    r = c.cli("wait", str(job), "--timeout", "90")
+    assert r.returncode == 0, (r.stderr, c.job(job)["reason"], c.cli("show", str(job)).stdout)
+    shown = c.job(job)
+    assert sorted(p["node"] for p in shown["parts"]) == ["node-a", "node-b"], shown
+    for rank in (0, 1):
+        out = c.cli("logs", str(job), "--rank", str(rank)).stdout
+        assert f"rank {rank} read: the same shard" in out, out
+    events = c.api_events(job)
+    staged = [e["message"] for e in events if e["kind"] == "staged"]
+    assert len(staged) == 2 and {m.split(":")[0] for m in staged} == {"input on node node-a", "input on node node-b"}
+    kinds = [e["kind"] for e in events]
+    assert max(i for i, k in enumerate(kinds) if k == "staged") < kinds.index("assigned"), kinds
+    shipped = wait_for(lambda: (j := c.job(job))["stage_out_state"] in ("done", "failed") and j, 60, "stage-out")
+    assert shipped["stage_out_state"] == "done", shipped["stage_out_message"]
+    assert (shared / "default" / "results" / "run1" / "who.txt").read_text() == "from rank 0\n"

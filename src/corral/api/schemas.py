@@ -397,7 +397,10 @@ class JobOut(BaseModel):
     stage_state: str | None = Field(
         None, description="its input: staging (on stage_node now) or staged (there: it runs there); None otherwise"
     )
-    stage_node: str | None = Field(None, description="the node its input is staged on (pending jobs)")
+    stage_node: str | None = Field(None, description="the node its input is staged on (pending jobs; a gang's first)")
+    stage_nodes: list[str] = Field(
+        default_factory=list, description="every node its input is staged on (pending jobs; a gang's, one per part)"
+    )
     stage_out_state: str | None = Field(
         None,
         description="its output: pending (ships once it ends), running, done, failed, or skipped (it never ran)",
@@ -482,6 +485,7 @@ class JobOut(BaseModel):
             stage_secret=s.stage_secret or None,
             stage_state=(job.stage_state or None) if job.state is JobState.PENDING else None,
             stage_node=job.stage_node if job.state is JobState.PENDING and job.stage_state else None,
+            stage_nodes=list(job.stage_nodes) if job.state is JobState.PENDING and job.stage_state else [],
             stage_out_state=compute_stage_out_state(job),
             stage_out_message=job.stage_out_message or None,
             secret_env=dict(s.secret_env),

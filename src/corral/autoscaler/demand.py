@@ -76,7 +76,7 @@ def compute_demand(
     wanted: set[str] = {p.node for admit in plan.admit for p in admit.placements}
     for position, _, job in waiting:
         request = compute_request(job)
-        pinned = [v for k, v in request.node_selector if k == NODE_LABEL]
+        pinned = [n for k, v in request.node_selector if k == NODE_LABEL for n in v.split("|")]
         if pinned:  # its input is staged on that node: it waits for it, no other node would do
             wanted.update(pinned)
             continue

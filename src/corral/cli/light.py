@@ -622,7 +622,8 @@ def print_job(j: dict[str, Any]) -> None:
         if j.get("mounts"):
             fields.append(("mounts", ", ".join(j["mounts"])))
     if j.get("stage_in"):
-        where = f" (on {j['stage_node']}: {j['stage_state']})" if j.get("stage_node") else ""
+        on = ", ".join(j.get("stage_nodes") or ([j["stage_node"]] if j.get("stage_node") else []))
+        where = f" (on {on}: {j['stage_state']})" if on else ""
         fields.append(("stage in", ", ".join(j["stage_in"]) + where))
     if j.get("stage_out"):
         fields.append(("stage out", ", ".join(j["stage_out"])))

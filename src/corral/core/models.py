@@ -131,7 +131,7 @@ class JobSpec:
     pool: str = ""
     # Data staging (core/staging.py): input copied to its node before it starts, output shipped after it ends; the
     # tenant secret (kind s3) that opens S3. `pinned_node`: not submitted: its input is staged there, so it runs
-    # there only (set when the store reads a job whose stage_state is staged).
+    # there only (set when the store reads a job whose stage_state is staged; a gang's nodes joined by "|": one of).
     stage_in: tuple[StageItem, ...] = ()
     stage_out: tuple[StageItem, ...] = ()
     stage_secret: str = ""
@@ -200,12 +200,15 @@ class Job:
     part_exits: dict[str, int] = field(default_factory=dict)  # node -> exit code of its part (gangs)
     image_digest: str = ""  # a container job: the image its current attempt runs (reported by the agent)
     phase: str = ""  # a RUNNING job before its command starts: e.g. "pulling 43%" (reported by the agent)
-    # Its input's staging (core/staging.py): "" none yet, staging (on stage_node now, stage_progress says how far),
-    # staged (on stage_node: it runs there). Its output's: "" none, pending (to ship once it ends), running, done,
-    # failed, with the outcome in stage_out_message.
+    # Its input's staging (core/staging.py): "" none yet, staging (on stage_nodes now, stage_progress says how far;
+    # stage_done: those that have it in), staged (on stage_nodes: it runs there; stage_node is the first of them).
+    # Its output's: "" none, pending (to ship once it ends), running, done, failed, with the outcome in
+    # stage_out_message.
     stage_state: str = ""
     stage_node: str | None = None
     stage_progress: str = ""
+    stage_nodes: tuple[str, ...] = ()
+    stage_done: tuple[str, ...] = ()
     stage_out_state: str = ""
     stage_out_message: str = ""
 

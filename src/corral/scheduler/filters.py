@@ -60,13 +60,21 @@ def available_positions(node: NodeState, request: ResourceRequest) -> list[int]:
     return [i for i in eligible_positions(node, request) if node.gpu_used_milli[i] <= room]
 
 
+def label_matches(value: str | None, wanted: str) -> bool:
+    """A node's label value against a selector's: equal, or one of a "|"-joined set (a label value never holds "|":
+    a staged gang is pinned to its nodes this way)."""
+    if value is None:
+        return False
+    return value == wanted or ("|" in wanted and value in wanted.split("|"))
+
+
 def check_node_constraints(node: NodeState, request: ResourceRequest) -> Status:
     """Labels, taints and runtimes: permanent properties of the node, checked before any capacity."""
     if not node.schedulable:
         return Status(Code.UNRESOLVABLE, REASON_UNSCHEDULABLE_NODE)
     if request.node_selector:
         labels = dict(node.info.labels)
-        if any(labels.get(k) != v for k, v in request.node_selector):
+        if any(not label_matches(labels.get(k), v) for k, v in request.node_selector):
             return Status(Code.UNRESOLVABLE, REASON_LABELS)
     if node.info.taints and any(t not in request.tolerations for t in node.info.taints):
         return Status(Code.UNRESOLVABLE, REASON_TAINT)

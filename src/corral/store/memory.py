@@ -226,6 +226,8 @@ class MemoryStore:
                     stage_state="",
                     stage_node=None,
                     stage_progress="",
+                    stage_nodes=(),
+                    stage_done=(),
                 )
             )
             where = "; ".join(f"node {n}, GPUs {','.join(map(str, g)) or 'none'}" for n, g in placed)

@@ -786,16 +786,30 @@ class StagingStore(Protocol):
     """Data staging (corral.core.staging): where a pending job's input is being staged, and its output's outcome."""
 
     def update_staging(
-        self, job_id: int, expect: tuple[str, str | None], state: str, node: str | None, progress: str
+        self,
+        job_id: int,
+        expect: tuple[str, str | None],
+        state: str,
+        node: str | None,
+        progress: str,
+        nodes: Sequence[str] = (),
     ) -> bool:
         """Compare-and-set a PENDING job's (stage_state, stage_node) from `expect` to (`state`, `node`) with its
-        progress sentence; False when the job is not PENDING or no longer as expected (another writer moved it)."""
+        progress sentence; False when the job is not PENDING or no longer as expected (another writer moved it).
+        `nodes`: every node its input is staged on (a gang's; `node` is the first), none done yet; `node` None
+        clears them."""
+
+    def finish_staging_on(self, job_id: int, node: str) -> bool:
+        """`node` has a staging job's input in; once every one of its stage nodes has, the job is staged (IN_STAGED).
+        False when the job is not being staged there (or that node already said so)."""
 
     def list_staging(self, node: str) -> list[Job]:
-        """PENDING jobs whose input is being staged on `node` (stage_state staging), oldest first. Read-only."""
+        """PENDING jobs whose input is being staged on `node` (stage_state staging, on it among their stage nodes
+        and not done there), oldest first. Read-only."""
 
     def list_stage_outs(self, node: str) -> list[Job]:
-        """Ended jobs last run on `node` whose output is still to ship (stage_out_state pending or running). Read-only."""
+        """Ended jobs last run on `node` (their first node) whose output is still to ship (stage_out_state pending or
+        running), and running gangs whose first part, on `node`, has ended (its output ships from there). Read-only."""
 
     def set_stage_out(self, job_id: int, state: str, message: str) -> bool:
         """Record an ended job's stage-out state and outcome; False for an unknown job or one already done/failed."""

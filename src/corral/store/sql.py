@@ -470,6 +470,8 @@ class SqlStore(
                     stage_state="",
                     stage_node=None,
                     stage_progress="",
+                    stage_nodes=None,
+                    stage_done="",
                 )
             )
             if affected_rows(res):
@@ -560,10 +562,19 @@ class SqlStore(
             return bool(affected_rows(res))
 
     def update_staging(
-        self, job_id: int, expect: tuple[str, str | None], state: str, node: str | None, progress: str
+        self,
+        job_id: int,
+        expect: tuple[str, str | None],
+        state: str,
+        node: str | None,
+        progress: str,
+        nodes: Sequence[str] = (),
     ) -> bool:
         before, before_node = expect
         node_is = JobRow.stage_node.is_(None) if before_node is None else JobRow.stage_node == before_node
+        values: dict[str, Any] = {"stage_state": state, "stage_node": node, "stage_progress": progress[:255]}
+        if node is None or nodes:  # where it is staged changes: from none (reset) or onto these nodes
+            values.update(stage_nodes="," + ",".join(nodes) + "," if nodes else None, stage_done="")
         with self._tx() as s:
             res = s.execute(
                 update(JobRow)
@@ -573,22 +584,35 @@ class SqlStore(
                     JobRow.stage_state == before,
                     node_is,
                 )
-                .values(stage_state=state, stage_node=node, stage_progress=progress[:255])
+                .values(**values)
             )
             return bool(affected_rows(res))
 
+    def finish_staging_on(self, job_id: int, node: str) -> bool:
+        with self._tx() as s:
+            r = s.scalars(select(JobRow).where(JobRow.id == job_id).with_for_update()).first()
+            if r is None or r.state != JobState.PENDING.value or r.stage_state != IN_STAGING:
+                return False
+            nodes = _stage_nodes(r)
+            done = [x for x in (r.stage_done or "").split(",") if x]
+            if node not in nodes or node in done:
+                return False
+            done.append(node)
+            r.stage_done = "," + ",".join(done) + ","
+            if set(done) >= set(nodes):
+                r.stage_state = IN_STAGED
+            return True
+
     def list_staging(self, node: str) -> list[Job]:
+        on = (JobRow.stage_node == node) | JobRow.stage_nodes.contains(f",{node},")
         with self._tx() as s:
             q = (
                 select(JobRow)
-                .where(
-                    JobRow.state == JobState.PENDING.value,
-                    JobRow.stage_state == IN_STAGING,
-                    JobRow.stage_node == node,
-                )
+                .where(JobRow.state == JobState.PENDING.value, JobRow.stage_state == IN_STAGING, on)
                 .order_by(JobRow.id)
             )
-            return [_job(r) for r in s.scalars(q).all()]
+            jobs = [_job(r) for r in s.scalars(q).all()]
+            return [j for j in jobs if node in j.stage_nodes and node not in j.stage_done]
 
     def list_stage_outs(self, node: str) -> list[Job]:
         ended = [st.value for st in JobState if st.terminal]
@@ -598,11 +622,14 @@ class SqlStore(
                 .where(
                     JobRow.stage_out_state.in_([OUT_PENDING, OUT_RUNNING]),
                     JobRow.node == node,
-                    JobRow.state.in_(ended),
+                    JobRow.state.in_([*ended, JobState.RUNNING.value]),
                 )
                 .order_by(JobRow.id)
             )
-            return [_job(r) for r in s.scalars(q).all()]
+            jobs = [_job(r) for r in s.scalars(q).all()]
+        # a gang's output ships from its first node (rank 0) once that part has ended: its node drops the stage
+        # dir of an ended part unless asked for its output then, while the others may still run
+        return [j for j in jobs if j.state.terminal or (len(j.placed_parts) > 1 and node in j.part_exits)]
 
     def set_stage_out(self, job_id: int, state: str, message: str) -> bool:
         with self._tx() as s:
@@ -996,7 +1023,9 @@ def _job(r: JobRow) -> Job:
         stage_in=tuple(parse_stage_in(t) for t in r.stage_in or ()),
         stage_out=tuple(parse_stage_out(t) for t in r.stage_out or ()),
         stage_secret=r.stage_secret or "",
-        pinned_node=(r.stage_node or "") if r.stage_state == IN_STAGED and r.state == JobState.PENDING.value else "",
+        pinned_node="|".join(_stage_nodes(r))
+        if r.stage_state == IN_STAGED and r.state == JobState.PENDING.value
+        else "",
     )
     return Job(
         id=r.id,
@@ -1026,9 +1055,17 @@ def _job(r: JobRow) -> Job:
         stage_state=r.stage_state or "",
         stage_node=r.stage_node,
         stage_progress=r.stage_progress or "",
+        stage_nodes=_stage_nodes(r),
+        stage_done=tuple(x for x in (r.stage_done or "").split(",") if x),
         stage_out_state=r.stage_out_state or "",
         stage_out_message=r.stage_out_message or "",
     )
+
+
+def _stage_nodes(r: JobRow) -> tuple[str, ...]:
+    """The nodes a job's input is staged on: its stage_nodes, or its stage_node alone (a row staged before 0027)."""
+    listed = tuple(x for x in (r.stage_nodes or "").split(",") if x)
+    return listed or ((r.stage_node,) if r.stage_node else ())
 
 
 if TYPE_CHECKING:  # mypy checks here that SqlStore satisfies every role (tests/contract checks it at run time)

@@ -223,6 +223,9 @@ class JobRow(Base):
     stage_state: Mapped[str] = mapped_column(String(16), default="", server_default="")
     stage_node: Mapped[str | None] = mapped_column(String(255), nullable=True)
     stage_progress: Mapped[str] = mapped_column(String(255), default="", server_default="")
+    # A gang's input is staged on each of its nodes: ",n1,n2," (NULL: stage_node alone) and those done. Migration 0027.
+    stage_nodes: Mapped[str | None] = mapped_column(Text, nullable=True)
+    stage_done: Mapped[str] = mapped_column(Text, default="", server_default="")
     stage_out_state: Mapped[str] = mapped_column(String(16), default="", server_default="")
     stage_out_message: Mapped[str] = mapped_column(Text, default="", server_default="")
 
@@ -230,6 +233,7 @@ class JobRow(Base):
         Index("ix_jobs_state", "state"),
         Index("ix_jobs_stage_out", "stage_out_state", "node"),  # 0026: a node's ended jobs with output to ship
         Index("ix_jobs_stage_node", "stage_node"),  # 0026: the jobs a node stages input for
+        Index("ix_jobs_stage_state", "stage_state"),  # 0027: the jobs being staged (a gang's on any of its nodes)
         Index("ix_jobs_service", "service_id"),
         Index("ix_jobs_array", "array_id"),
         Index("ix_jobs_node", "node"),

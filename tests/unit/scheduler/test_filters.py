@@ -131,6 +131,24 @@ CASES = [
         OK,
     ),
     Case(
+        "one of a set of values (a staged gang's nodes)",
+        make_node("n").gpus(1).labels(zone="b").build(),
+        ResourceRequest(node_selector=(("zone", "a|b"),)),
+        OK,
+    ),
+    Case(
+        "none of a set of values",
+        make_node("n").gpus(1).labels(zone="c").build(),
+        ResourceRequest(node_selector=(("zone", "a|b"),)),
+        (NEVER, REASON_LABELS),
+    ),
+    Case(
+        "a set of values is no prefix match",
+        make_node("n").gpus(1).labels(zone="a").build(),
+        ResourceRequest(node_selector=(("zone", "ab|b"),)),
+        (NEVER, REASON_LABELS),
+    ),
+    Case(
         "a taint not tolerated",
         make_node("n").gpus(1).taints("gpu-maint").build(),
         ResourceRequest(),

@@ -44,7 +44,6 @@ def _submit(api: Api, auth: dict[str, str], **body: Any) -> Any:
         ({"stage_out": ["/abs:s3://bucket/out/"]}, "stage_out", "relative"),
         ({"stage_in": ["s3://bucket/k:d"]}, "stage_secret", "secret of kind s3"),
         ({"stage_in": ["s3://bucket/k:d"], "stage_secret": "nope"}, "stage_secret", "no secret 'nope'"),
-        ({"stage_in": ["s3://bucket/k:d"], "stage_secret": "s3", "nodes": 2, "gpus": 1}, "stage_in", "single-node"),
         ({"stage_in": ["/etc/passwd:p"]}, "stage_in", "not under the shared storage"),
         ({"stage_out": ["out:/DATASETS/x"]}, "stage_out", "not under the writable shared storage"),
         ({"stage_in": ["s3://bucket/k:d"] * 17, "stage_secret": "s3"}, "stage_in", "at most 16"),
@@ -151,6 +150,66 @@ def test_input_is_staged_on_the_chosen_node_before_its_gpus_are_taken_then_it_ru
     shown = api.call("GET", f"/jobs/{job_id}", auth=alice).json()
     assert shown["stage_out_state"] == "done" and shown["stage_out_message"] == "uploaded 2 files", shown
     assert api.orders(node) == ([], [])  # shipped: not asked again
+
+
+def test_a_gangs_input_is_staged_on_each_of_its_nodes_and_it_runs_there_once_all_have_it(api: Api) -> None:
+    """A 2-node job: its input goes to both nodes the scheduler chose (each hears of it, its GPUs stay free); one
+    node done is not enough (the reason says how many have it); once both are, it runs on those two; its output is
+    asked of its first node only. A node of the gang that stops taking work restages the whole job."""
+    alice = api.user("alice", "vision")
+    assert api.s3_secret(alice).status_code == 201
+    body = {"gpus": 2, "nodes": 2, "stage_in": ["s3://inputs/shard/:data"], "stage_out": ["out/:s3://outputs/g/"]}
+    r = _submit(api, alice, stage_secret="s3", **body)
+    assert r.status_code == 201, r.text
+    job_id = r.json()["id"]
+    api.run_pass()
+    job = api.job(job_id)
+    assert job.state is JobState.PENDING and job.stage_state == "staging" and sorted(job.stage_nodes) == ["n1", "n2"]
+    shown = api.call("GET", f"/jobs/{job_id}", auth=alice).json()
+    assert shown["pending_code"] == "staging" and sorted(shown["stage_nodes"]) == ["n1", "n2"], shown
+    assert shown["pending_reason"] == f"staging input on nodes {', '.join(job.stage_nodes)}", shown
+    for node in ("n1", "n2"):
+        assert [o.job_id for o in api.orders(node)[0]] == [job_id]
+        assert api.call("GET", f"/nodes/{node}").json()["gpus_free"] == 2
+
+    first, second = job.stage_nodes
+    assert record_stage_reports(api.store, first, {str(job_id): StageReport(state="done", files=1)}, {}) is False
+    assert not record_stage_reports(api.store, first, {str(job_id): StageReport(state="done")}, {})  # said already
+    assert api.orders(first) == ([], []) and [o.job_id for o in api.orders(second)[0]] == [job_id]
+    api.run_pass()
+    job = api.job(job_id)
+    assert job.state is JobState.PENDING and job.stage_state == "staging" and job.stage_done == (first,), job
+    shown = api.call("GET", f"/jobs/{job_id}", auth=alice).json()
+    assert shown["pending_reason"] == "staging input: on 1 of 2 nodes", shown
+    assert record_stage_reports(api.store, second, {str(job_id): StageReport(state="done", files=1)}, {})
+    api.run_pass()
+    job = api.job(job_id)
+    assert job.state is JobState.RUNNING and sorted(n for n, _ in job.placed_parts) == ["n1", "n2"], job
+    events = [e.kind for e in api.store.list_events(job_id)]
+    assert events.count("staged") == 2 and events.index("staging") < events.index("assigned"), events
+
+    from corral.api.schemas import AgentSync, ExitReport
+
+    assert job.stage_state == "" and job.stage_nodes == ()  # used by this attempt
+    rank0, other = job.placed_parts[0][0], job.placed_parts[1][0]
+    assert api.orders(rank0) == ([], [])  # running: nothing to ship yet
+    # its first part ends: its output is asked of that node now (it would drop an ended part's stage dir), while the
+    # other part still runs; the other node is never asked
+    apply_reports(api.store, rank0, AgentSync(exits=[ExitReport(job_id=job_id, attempt=1, rank=0, exit_code=0)]))
+    assert api.job(job_id).state is JobState.RUNNING
+    assert [o.job_id for o in api.orders(rank0)[1]] == [job_id] and api.orders(other) == ([], [])
+    apply_reports(api.store, other, AgentSync(exits=[ExitReport(job_id=job_id, attempt=1, rank=1, exit_code=0)]))
+    assert api.job(job_id).state.terminal
+    assert [o.job_id for o in api.orders(rank0)[1]] == [job_id] and api.orders(other) == ([], [])
+
+    again = _submit(api, alice, stage_secret="s3", **body).json()["id"]
+    api.run_pass()
+    assert sorted(api.job(again).stage_nodes) == ["n1", "n2"]
+    assert api.call("POST", "/nodes/n2/cordon").status_code == 200
+    api.run_pass()  # one of its nodes takes no work: it is staged again (nowhere now: one node cannot hold it)
+    job = api.job(again)
+    assert job.stage_state != "staged" and "n2" not in job.stage_nodes, job
+    assert "unstaged" in [e.kind for e in api.store.list_events(again)]
 
 
 def test_staging_that_fails_fails_the_job_and_a_lost_node_restages_elsewhere(api: Api) -> None:

@@ -24,7 +24,7 @@ from corral.server.background.loop import Loop
 from corral.server.health.consequences import requeue_after_failure
 from corral.server.services.notify import NodeNotifier
 from corral.server.services.prediction import HISTORY_JOBS, RunTimePredictions
-from corral.server.services.staging import compute_staging_reasons
+from corral.server.services.staging import compute_staging_reasons, describe_stage_nodes
 from corral.store.applier import AppliedPlan, apply_plan
 from corral.store.protocols import OperationsStore, SchedulingStore, StagingStore
 from corral.store.records import Job, Tenant, User
@@ -168,7 +168,7 @@ class Scheduler(Loop):
                 return []
             if leading:
                 pending = self._unstage_lost(pending, now)
-            self.staging_nodes = Counter(j.stage_node for j in pending if j.stage_node)
+            self.staging_nodes = Counter(n for j in pending for n in j.stage_nodes)
             # Jobs in retry backoff, and jobs whose input is being staged, wait outside the cycle; the rest (with or
             # without GPUs) go through it.
             waiting = [j for j in pending if j.not_before is not None and j.not_before > now]
@@ -269,8 +269,9 @@ class Scheduler(Loop):
         usable = {n.name for n in self.store.list_nodes() if n.state == "READY" and not n.cordoned}
         reset: set[int] = set()
         for job in staged:
-            if job.stage_node not in usable:
-                why = f"node {job.stage_node} no longer takes work: its input is staged again"
+            gone = [n for n in job.stage_nodes if n not in usable]
+            if gone or not job.stage_nodes:
+                why = f"node {', '.join(gone) or job.stage_node} no longer takes work: its input is staged again"
                 if self.store.update_staging(job.id, (job.stage_state, job.stage_node), "", None, ""):
                     self.store.add_event(job.id, "unstaged", why, now)
                     reset.add(job.id)
@@ -295,23 +296,37 @@ class Scheduler(Loop):
         claimed: dict[str, int] = {}
         count: dict[str, int] = {}
         for j in pending:
-            if j.stage_state and j.stage_node:
-                claimed[j.stage_node] = claimed.get(j.stage_node, 0) + j.spec.gpus
-                count[j.stage_node] = count.get(j.stage_node, 0) + 1
+            if j.stage_state:
+                for n in j.stage_nodes:
+                    claimed[n] = claimed.get(n, 0) + j.spec.gpus
+                    count[n] = count.get(n, 0) + 1
         for admit in chosen:
-            node = admit.placements[0].node
+            nodes = list(dict.fromkeys(p.node for p in admit.placements))  # a gang's input goes to each of its nodes
             gpus = unstaged[admit.job_id].spec.gpus
-            if claimed.get(node, 0) + gpus > free.get(node, 0) or count.get(node, 0) >= MAX_STAGING_PER_NODE:
-                self._staging[int(admit.job_id)] = f"waiting to stage its input: node {node} stages for others"
+            busy = next(
+                (
+                    n
+                    for n in nodes
+                    if claimed.get(n, 0) + gpus > free.get(n, 0) or count.get(n, 0) >= MAX_STAGING_PER_NODE
+                ),
+                None,
+            )
+            if busy is not None:
+                self._staging[int(admit.job_id)] = f"waiting to stage its input: node {busy} stages for others"
                 continue
-            claimed[node] = claimed.get(node, 0) + gpus
-            count[node] = count.get(node, 0) + 1
+            for n in nodes:
+                claimed[n] = claimed.get(n, 0) + gpus
+                count[n] = count.get(n, 0) + 1
+            text = describe_stage_nodes(nodes)
             if now is not None and self.store.update_staging(
-                int(admit.job_id), ("", None), IN_STAGING, node, f"staging input on node {node}"
+                int(admit.job_id), ("", None), IN_STAGING, nodes[0], text, nodes
             ):
-                self.store.add_event(int(admit.job_id), "staging", f"its input is staged on node {node}", now)
-                self._staging[int(admit.job_id)] = f"staging input on node {node}"
-                self.notifier.notify(node)
+                self.store.add_event(
+                    int(admit.job_id), "staging", "its input is " + text.replace("staging input", "staged", 1), now
+                )
+                self._staging[int(admit.job_id)] = text
+                for n in nodes:
+                    self.notifier.notify(n)
         ids = {a.job_id for a in chosen}
         return replace(
             plan,

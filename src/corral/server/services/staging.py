@@ -3,7 +3,9 @@ pending job's input in, an ended job's output out), and what the node's reports 
 
 The scheduler chooses the node: a pending job with input to stage that a pass would place is not bound there;
 its input is staged on that node first (stage_state staging) while its GPUs stay free for others, then it is
-placed on that node only (staged). The agent does the copying (agent/staging/)."""
+placed on that node only (staged). A multi-node job's input is staged on each of its nodes, and it is placed on
+those once every one has it. Its output ships from its first node (rank 0). The agent does the copying
+(agent/staging/)."""
 
 from __future__ import annotations
 
@@ -16,7 +18,6 @@ from corral.api.staging import SharedRootWire, StageItemWire, StageOrder, StageR
 from corral.core.errors import ValidationError
 from corral.core.models import Job, JobSpec
 from corral.core.staging import (
-    IN_STAGED,
     IN_STAGING,
     OUT_DONE,
     OUT_FAILED,
@@ -45,15 +46,13 @@ class StagingChecksStore(SecretStore, TenancyStore, Protocol):
 
 
 def check_staging(store: StagingChecksStore, tenant_id: int, spec: JobSpec, rules: StagingRules | None) -> None:
-    """At submit: a job's stage items are for one node, their shared paths lie under what its tenant may use
+    """At submit: a job's stage items' shared paths lie under what its tenant may use
     (written ones under a writable root), and its s3 items have an s3 secret of its tenant whose endpoint the server
     allows. ValidationError naming the field otherwise."""
     items = (*spec.stage_in, *spec.stage_out)
     if not items and not spec.stage_secret:
         return
     rules = rules or NO_RULES
-    if items and spec.nodes > 1:
-        raise ValidationError("stage_in", "staging is for single-node jobs (not with nodes > 1)")
     uses_s3 = any(is_s3(i.source) for i in spec.stage_in) or any(is_s3(i.target) for i in spec.stage_out)
     if uses_s3 and not spec.stage_secret:
         raise ValidationError(
@@ -160,19 +159,26 @@ def record_stage_reports(
             job = mine.get(key)
             if job is None:
                 continue
-            expect = (IN_STAGING, node)
+            expect = (IN_STAGING, job.stage_node)
             if report.state == "done":
-                if store.update_staging(job.id, expect, IN_STAGED, node, ""):
-                    placeable = True
+                if store.finish_staging_on(job.id, node):
+                    left = [n for n in job.stage_nodes if n != node and n not in job.stage_done]
                     store.add_event(job.id, "staged", f"input on node {node}: {_summary(report)}", datetime.now(UTC))
+                    if left:  # a gang: the others are still at it
+                        text = f"staging input: on {len(job.stage_nodes) - len(left)} of {len(job.stage_nodes)} nodes"
+                        store.update_staging(job.id, expect, IN_STAGING, job.stage_node, text)
+                    else:
+                        placeable = True
             elif report.state == "failed":
                 why = f"staging input failed on node {node}: {report.message}"
                 store.finish_job(job.id, JobState.FAILED, None, why, datetime.now(UTC))
             else:
                 text = format_progress(report.done_bytes, report.total_bytes) if report.total_bytes else ""
                 text = text or "staging input: listing the sources"
+                if len(job.stage_nodes) > 1:
+                    text = f"{text} (node {node})"
                 if text != job.stage_progress:
-                    store.update_staging(job.id, expect, IN_STAGING, node, text)
+                    store.update_staging(job.id, expect, IN_STAGING, job.stage_node, text)
     if outs:
         mine_out = {str(j.id): j for j in store.list_stage_outs(node)}
         for key, report in outs.items():
@@ -197,7 +203,10 @@ def _summary(report: StageReport) -> str:
 def compute_staging_reasons(pending: Sequence[Job]) -> dict[int, str]:
     """Job id -> why a job whose input is being staged waits (it is outside the scheduler's pass meanwhile)."""
     return {
-        j.id: j.stage_progress or f"staging input on node {j.stage_node}"
-        for j in pending
-        if j.stage_state == IN_STAGING
+        j.id: j.stage_progress or describe_stage_nodes(j.stage_nodes) for j in pending if j.stage_state == IN_STAGING
     }
+
+
+def describe_stage_nodes(nodes: Sequence[str]) -> str:
+    """ "staging input on node n1", or on "nodes n1, n2" (a gang's)."""
+    return f"staging input on node{'s' if len(nodes) > 1 else ''} {', '.join(nodes)}"

@@ -57,7 +57,7 @@ export function stagingTable(j) {
   const ins = j.stage_in || [], outs = j.stage_out || [];
   if (!ins.length && !outs.length) return "";
   const items = (xs) => xs.map((x) => `<code>${esc(x)}</code>`).join("<br>") || `<span class="muted">none</span>`;
-  const input = j.stage_state ? `${esc(j.stage_state)} on ${esc(j.stage_node || "")}` : `<span class="muted">—</span>`;
+  const input = j.stage_state ? `${esc(j.stage_state)} on ${esc((j.stage_nodes && j.stage_nodes.length ? j.stage_nodes : [j.stage_node || ""]).join(", "))}` : `<span class="muted">—</span>`;
   const output = j.stage_out_state
     ? esc(j.stage_out_state) + (j.stage_out_message ? `: ${esc(j.stage_out_message)}` : "") : `<span class="muted">—</span>`;
   return table(["Stage in", "Stage out", "S3 secret", "Input", "Output"], [[items(ins), items(outs),
