@@ -65,7 +65,7 @@ def label_matches(value: str | None, wanted: str) -> bool:
     a staged gang is pinned to its nodes this way)."""
     if value is None:
         return False
-    return value == wanted or ("|" in wanted and value in wanted.split("|"))
+    return value == wanted or ("|" in wanted and bool(value) and value in wanted.split("|"))
 
 
 def check_node_constraints(node: NodeState, request: ResourceRequest) -> Status:

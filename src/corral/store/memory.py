@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from corral.core.arrays import assign_array_ids, compute_array_group
 from corral.core.errors import ConflictError, IdempotencyKeyReused
 from corral.core.resources import GpuInfo
+from corral.core.staging import OUT_PENDING
 from corral.core.states import JobState, can_transition
 from corral.core.tenancy import check_active_limit
 from corral.scheduler.recheck import NodeUse, compute_node_use, compute_recheck
@@ -228,6 +229,8 @@ class MemoryStore:
                     stage_progress="",
                     stage_nodes=(),
                     stage_done=(),
+                    stage_out_state=OUT_PENDING if job.stage_out_state else "",
+                    stage_out_message="",
                 )
             )
             where = "; ".join(f"node {n}, GPUs {','.join(map(str, g)) or 'none'}" for n, g in placed)

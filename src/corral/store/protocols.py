@@ -799,9 +799,10 @@ class StagingStore(Protocol):
         `nodes`: every node its input is staged on (a gang's; `node` is the first), none done yet; `node` None
         clears them."""
 
-    def finish_staging_on(self, job_id: int, node: str) -> bool:
+    def finish_staging_on(self, job_id: int, node: str) -> str:
         """`node` has a staging job's input in; once every one of its stage nodes has, the job is staged (IN_STAGED).
-        False when the job is not being staged there (or that node already said so)."""
+        The job's stage state after it (IN_STAGING: others still at it; IN_STAGED: every node has it), or "" when
+        the job is not being staged there (or that node already said so)."""
 
     def list_staging(self, node: str) -> list[Job]:
         """PENDING jobs whose input is being staged on `node` (stage_state staging, on it among their stage nodes

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Select, create_engine, event, func, or_, select, update
+from sqlalchemy import Select, case, create_engine, event, func, or_, select, update
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
@@ -472,6 +472,9 @@ class SqlStore(
                     stage_progress="",
                     stage_nodes=None,
                     stage_done="",
+                    # this attempt's output is still to ship (a gang's earlier attempt may have shipped its own)
+                    stage_out_state=case((JobRow.stage_out_state == "", ""), else_=OUT_PENDING),
+                    stage_out_message="",
                 )
             )
             if affected_rows(res):
@@ -588,20 +591,19 @@ class SqlStore(
             )
             return bool(affected_rows(res))
 
-    def finish_staging_on(self, job_id: int, node: str) -> bool:
-        with self._tx() as s:
+    def finish_staging_on(self, job_id: int, node: str) -> str:
+        with self._rmw() as s:
             r = s.scalars(select(JobRow).where(JobRow.id == job_id).with_for_update()).first()
             if r is None or r.state != JobState.PENDING.value or r.stage_state != IN_STAGING:
-                return False
-            nodes = _stage_nodes(r)
-            done = [x for x in (r.stage_done or "").split(",") if x]
+                return ""
+            nodes, done = _stage_nodes(r), list(_stage_done(r))
             if node not in nodes or node in done:
-                return False
+                return ""
             done.append(node)
             r.stage_done = "," + ",".join(done) + ","
             if set(done) >= set(nodes):
                 r.stage_state = IN_STAGED
-            return True
+            return r.stage_state
 
     def list_staging(self, node: str) -> list[Job]:
         on = (JobRow.stage_node == node) | JobRow.stage_nodes.contains(f",{node},")
@@ -1056,16 +1058,27 @@ def _job(r: JobRow) -> Job:
         stage_node=r.stage_node,
         stage_progress=r.stage_progress or "",
         stage_nodes=_stage_nodes(r),
-        stage_done=tuple(x for x in (r.stage_done or "").split(",") if x),
+        stage_done=_stage_done(r),
         stage_out_state=r.stage_out_state or "",
         stage_out_message=r.stage_out_message or "",
     )
 
 
 def _stage_nodes(r: JobRow) -> tuple[str, ...]:
-    """The nodes a job's input is staged on: its stage_nodes, or its stage_node alone (a row staged before 0027)."""
+    """The nodes a job's input is staged on: its stage_nodes, or its stage_node alone (a row staged before 0027, or
+    staged again by a replica of that release, which writes stage_node only: its list is then stale)."""
     listed = tuple(x for x in (r.stage_nodes or "").split(",") if x)
-    return listed or ((r.stage_node,) if r.stage_node else ())
+    if listed and listed[0] == r.stage_node:
+        return listed
+    return (r.stage_node,) if r.stage_node else ()
+
+
+def _stage_done(r: JobRow) -> tuple[str, ...]:
+    """The stage nodes that have the input in (none when the list of stage nodes is stale: see _stage_nodes)."""
+    listed = tuple(x for x in (r.stage_nodes or "").split(",") if x)
+    if not listed or listed[0] != r.stage_node:
+        return ()
+    return tuple(x for x in (r.stage_done or "").split(",") if x)
 
 
 if TYPE_CHECKING:  # mypy checks here that SqlStore satisfies every role (tests/contract checks it at run time)

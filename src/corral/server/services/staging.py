@@ -18,6 +18,7 @@ from corral.api.staging import SharedRootWire, StageItemWire, StageOrder, StageR
 from corral.core.errors import ValidationError
 from corral.core.models import Job, JobSpec
 from corral.core.staging import (
+    IN_STAGED,
     IN_STAGING,
     OUT_DONE,
     OUT_FAILED,
@@ -161,14 +162,16 @@ def record_stage_reports(
                 continue
             expect = (IN_STAGING, job.stage_node)
             if report.state == "done":
-                if store.finish_staging_on(job.id, node):
-                    left = [n for n in job.stage_nodes if n != node and n not in job.stage_done]
+                now_state = store.finish_staging_on(job.id, node)
+                if now_state:
                     store.add_event(job.id, "staged", f"input on node {node}: {_summary(report)}", datetime.now(UTC))
-                    if left:  # a gang: the others are still at it
-                        text = f"staging input: on {len(job.stage_nodes) - len(left)} of {len(job.stage_nodes)} nodes"
-                        store.update_staging(job.id, expect, IN_STAGING, job.stage_node, text)
-                    else:
-                        placeable = True
+                if now_state == IN_STAGED:
+                    placeable = True
+                elif now_state:  # a gang: the others are still at it
+                    fresh = store.get_job(job.id)
+                    have = len(fresh.stage_done) if fresh is not None else 1
+                    text = f"staging input: on {have} of {len(job.stage_nodes)} nodes"
+                    store.update_staging(job.id, expect, IN_STAGING, job.stage_node, text)
             elif report.state == "failed":
                 why = f"staging input failed on node {node}: {report.message}"
                 store.finish_job(job.id, JobState.FAILED, None, why, datetime.now(UTC))
