@@ -62,6 +62,9 @@ def main() -> None:
     try:
         env = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")}
         env.update(HOME=str(root), XDG_CONFIG_HOME=str(root / ".config"))
+        # An installed corral runs from its .pyc files (pip writes them; so does a first run): a shell that sets
+        # PYTHONDONTWRITEBYTECODE (this machine's does) would have every call compile corral's modules anew.
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
         with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30) as c:
             while not c.get("/api/v1/nodes").json():
                 time.sleep(0.1)

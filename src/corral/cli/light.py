@@ -16,10 +16,13 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, NoReturn
 
 from corral import __version__
 from corral.core.errors import CorralError, ValidationError
+
+TYPE_CHECKING = False  # not typing's: the CLI's light path does not import typing (a few ms per call)
+if TYPE_CHECKING:
+    from typing import Any, NoReturn
 
 LIGHT_COMMANDS = ("submit", "jobs", "show", "logs", "cancel", "wait")
 TERMINAL_STATES = ("SUCCEEDED", "FAILED", "CANCELLED")

@@ -5,11 +5,12 @@ The clients load on first use (`from corral.sdk import CorralClient`), so that `
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
 from corral.sdk.errors import CorralAPIError, CorralConnectionError, CorralSDKError
 
+TYPE_CHECKING = False  # not typing's: the CLI's light path does not import typing (a few ms per call)
 if TYPE_CHECKING:
+    from typing import Any
+
     from corral.sdk.client import AgentClient, CorralClient
 
 __all__ = ["AgentClient", "CorralAPIError", "CorralClient", "CorralConnectionError", "CorralSDKError"]

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+
+TYPE_CHECKING = False  # not typing's: the CLI's light path does not import typing (a few ms per call)
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class CorralSDKError(Exception):

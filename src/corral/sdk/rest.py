@@ -8,7 +8,6 @@ from __future__ import annotations
 import http.client
 import json
 import select
-from typing import TYPE_CHECKING, Any, Self
 from urllib.parse import urlencode, urlsplit
 
 from corral.sdk.endpoints import CONNECT_TIMEOUT_S, FAILOVER_STATUS, Endpoints, compute_may_resend
@@ -20,9 +19,11 @@ from corral.sdk.errors import (
     compute_unreachable_error,
 )
 
+TYPE_CHECKING = False  # not typing's: the CLI's light path does not import typing (a few ms per call)
 if TYPE_CHECKING:
     import ssl
     from collections.abc import Sequence
+    from typing import Any, Self
 
 
 class RestResponse:

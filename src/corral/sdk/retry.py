@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TypeVar
 
-T = TypeVar("T")
+TYPE_CHECKING = False  # not typing's: the CLI's light path does not import typing (a few ms per call)
+if TYPE_CHECKING:
+    from typing import TypeVar
+
+    T = TypeVar("T")
 
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 

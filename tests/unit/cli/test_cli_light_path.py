@@ -21,6 +21,7 @@ from corral.sdk.errors import CorralAPIError
 CORRAL = str(Path(sys.executable).with_name("corral"))
 # What a submission must not load: each costs tens of milliseconds, and none is needed to send a job.
 HEAVY = ("typer", "click", "httpx", "pydantic", "rich", "multiprocessing", "corral.api.schemas", "corral.scheduler")
+HEAVY += ("typing",)  # with re and its friends a few ms of every call: annotations only, under TYPE_CHECKING
 HEAVY += (
     "corral.sim",
     "corral.server",
