@@ -151,6 +151,7 @@ def create_app(settings: Settings, store: StateStore | None = None) -> FastAPI:
         leading=lambda: leadership.leading,
         no_burst=budgets.no_burst,
         wake_node=notifier.notify,
+        shared=not one_server,
     )
     scheduler.on_waiting = autoscaler.wake  # jobs left waiting: the autoscaler looks at once, not at its next tick
     job_logs = LogStore(settings.data_dir / "logs", settings.job_log_max_bytes)

@@ -41,21 +41,25 @@ from corral.core.states import JobState
 from corral.core.telemetry import TelemetryBatch
 from corral.server.background.loop import Loop
 from corral.server.background.scheduling import Scheduler
+from corral.server.services.alerting import STALE_AFTER_S
 from corral.store.protocols import (
     JobStore,
     NodeIdentityStore,
     NodeStore,
     OperationsStore,
     PoolStore,
+    TelemetryStore,
 )
+from corral.store.telemetry import HOST_GPU
 
 log = logging.getLogger("corral.autoscaler")
+GPU_UTILIZATION = "gpu_utilization_percent"  # the stored series idle detection reads (core/telemetry.py)
 INTERVAL_S = 2.0
 TYPE_SAFE = re.compile(r"[^a-z0-9-]+")
 
 
-class AutoscalerStore(PoolStore, NodeStore, JobStore, OperationsStore, NodeIdentityStore, Protocol):
-    """What the loop reads and writes."""
+class AutoscalerStore(PoolStore, NodeStore, JobStore, OperationsStore, NodeIdentityStore, TelemetryStore, Protocol):
+    """What the loop reads and writes (and, with replicas, the GPU samples other replicas stored)."""
 
 
 @dataclass(frozen=True)
@@ -101,6 +105,7 @@ class Autoscaler(Loop):
         wake_node: Callable[[str], None] = lambda _n: None,
         interval_s: float = INTERVAL_S,
         cluster: str = "corral",
+        shared: bool = False,
     ) -> None:
         super().__init__("autoscaler", interval_s, log=log)
         self.store = store
@@ -108,6 +113,9 @@ class Autoscaler(Loop):
         self.join = join
         self.local_root = local_root
         self.latest = latest
+        # replicas share the database: a node whose agent reports to another replica is judged idle by the samples
+        # that replica stored, not by "no job" alone
+        self.shared = shared
         self.forget_node = forget_node
         self.wake_node = wake_node  # an agent's long poll answers now (it has news: a notice, cancels)
         self.no_burst = no_burst  # tenants whose budget says no new cloud nodes (server/services/budgets.py)
@@ -163,7 +171,7 @@ class Autoscaler(Loop):
                     instances[inst.node_name] = inst
             except ProviderError as e:
                 log.warning("pool %s: cannot list its instances: %s", name, e)
-        util = self._gpu_util()
+        util = self._gpu_util([n.name for n in live], now_s)
         observed = {
             n.name: Observed(
                 registered=inventory[n.name].state if n.name in inventory else None,
@@ -295,12 +303,19 @@ class Autoscaler(Loop):
                 out[n.name] = tuple(sorted(taints))
         return out
 
-    def _gpu_util(self) -> dict[str, float]:
+    def _gpu_util(self, nodes: Sequence[str], now_s: float) -> dict[str, float]:
+        """Each node's busiest GPU in its newest telemetry: the batches this replica received, and (replicas) the
+        newest samples another replica stored for the nodes it has no recent batch of."""
         out: dict[str, float] = {}
         for node, batch in self.latest().items():
             values = [g.utilization_percent for g in batch.gpus if g.utilization_percent is not None]
             if values:
                 out[node] = max(values)
+        missing = [n for n in nodes if n not in out]
+        if self.shared and missing:
+            for p in self.store.latest_points(now_s - STALE_AFTER_S, missing):
+                if p.metric == GPU_UTILIZATION and p.gpu != HOST_GPU:
+                    out[p.node] = max(out.get(p.node, 0.0), p.value)
         return out
 
     # ---- acting ----
