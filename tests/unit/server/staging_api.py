@@ -46,6 +46,10 @@ class StagingApi:
         r = self.call("POST", "/login", auth={}, json={"username": name, "password": "pw-pw-pw"})
         return {"Authorization": f"Bearer {r.json()['token']}"}
 
+    def submit(self, auth: dict[str, str], **body: Any) -> Any:
+        """POST /jobs as `auth`: a `train` command with these fields."""
+        return self.call("POST", "/jobs", auth=auth, json={"command": ["train"], **body})
+
     def s3_secret(self, auth: dict[str, str], name: str = "s3", endpoint: str | None = ENDPOINT, **extra: Any) -> Any:
         body: dict[str, Any] = {"name": name, "value": self.key, "kind": "s3", "username": "AKIAEXAMPLE", **extra}
         if endpoint:

@@ -47,10 +47,6 @@ def api(database_url: str, tmp_path: Path) -> Iterator[Api]:
         yield a
 
 
-def _submit(api: Api, auth: dict[str, str], **body: Any) -> Any:
-    return api.call("POST", "/jobs", auth=auth, json={"command": ["train"], **body})
-
-
 def _add_n3(api: Api, labels: dict[str, str] | None = None) -> None:
     """A third node (2 H100s): a node outside a gang of two."""
     api.store.upsert_node("n3", "n3", "simulated", 8000, 65536, labels or {}, [_gpu(0), _gpu(1)], datetime.now(UTC))
@@ -69,7 +65,7 @@ def _done(api: Api, node: str, job_id: int, **kw: Any) -> bool:
 
 def _gang_staging(api: Api, auth: dict[str, str], **body: Any) -> tuple[int, tuple[str, ...]]:
     """A gang of `auth` whose input is being staged: its id and its stage nodes."""
-    r = _submit(api, auth, **GANG, **body)
+    r = api.submit(auth, **GANG, **body)
     assert r.status_code == 201, r.text
     job_id = int(r.json()["id"])
     _pass(api)
@@ -187,9 +183,9 @@ def test_staged_gang_runs_on_exactly_its_stage_nodes_never_a_node_that_claims_th
 def test_one_of_separator_cannot_come_from_a_tenant_or_a_node_name(api: Api) -> None:
     alice = api.user("alice", "vision")
     for pool in ("static|gpu", "|static", "static|"):
-        r = _submit(api, alice, gpus=1, pool=pool)
+        r = api.submit(alice, gpus=1, pool=pool)
         assert r.status_code == 422, (pool, r.text)
-    r = _submit(api, alice, gpus=1, pinned_node="n1|n2")  # never the submitter's to say
+    r = api.submit(alice, gpus=1, pinned_node="n1|n2")  # never the submitter's to say
     assert r.status_code == 422, r.text
     for name in ("n1|n2", "n1,n2", "n%"):
         with pytest.raises(PydanticError):
@@ -215,7 +211,7 @@ def test_gang_cannot_stage_from_or_into_another_tenants_dir(api: Api) -> None:
         {"stage_out": [f"out/:{s}/vision/../nlp/out/"]},
         {"stage_out": [f"out/:{api.shared.parent}/datasets/x/"]},
     ):
-        r = _submit(api, alice, **GANG, **body)
+        r = api.submit(alice, **GANG, **body)
         assert r.status_code in (400, 422), (body, r.text)
     assert api.store.list_jobs(states=[JobState.PENDING]) == []
 
@@ -474,7 +470,7 @@ def test_a_tenants_gangs_cannot_make_nodes_stage_more_than_the_cluster_could_run
     alice = api.user("alice", "vision")
     ids = []
     for i in range(6):
-        r = _submit(api, alice, **GANG, stage_in=[f"{api.shared}/vision/ds{i}/:ds"])
+        r = api.submit(alice, **GANG, stage_in=[f"{api.shared}/vision/ds{i}/:ds"])
         assert r.status_code == 201, r.text
         ids.append(int(r.json()["id"]))
     for _ in range(3):
@@ -518,7 +514,7 @@ def test_restart_mid_gang_staging_loses_nothing(database_url: str, tmp_path: Pat
 
 def test_job_restaged_by_a_replica_of_the_previous_release_is_staged_where_it_says(api: Api) -> None:
     alice = api.user("alice", "vision")
-    r = _submit(api, alice, gpus=1, stage_in=[f"{api.shared}/vision/ds/:ds"])
+    r = api.submit(alice, gpus=1, stage_in=[f"{api.shared}/vision/ds/:ds"])
     job_id = int(r.json()["id"])
     _pass(api)
     old = api.job(job_id).stage_node

@@ -29,10 +29,6 @@ def api(database_url: str, tmp_path: Path) -> Iterator[Api]:
         yield a
 
 
-def _submit(api: Api, auth: dict[str, str], **body: Any) -> Any:
-    return api.call("POST", "/jobs", auth=auth, json={"command": ["train"], **body})
-
-
 @pytest.mark.parametrize(
     ("body", "field", "problem"),
     [
@@ -55,7 +51,7 @@ def test_bad_staging_is_refused_naming_the_field(api: Api, body: dict[str, Any],
     for item in ("stage_out",):
         body = {k: ([v.replace("/DATASETS", str(api.shared.parent / "datasets")) for v in v] if k == item else v)
                 for k, v in body.items()}  # fmt: skip
-    r = _submit(api, alice, **body)
+    r = api.submit(alice, **body)
     assert r.status_code in (400, 422), r.text  # the schema's refusals are 422, the server's checks 400
     detail = r.text
     assert field in detail and problem in detail, detail
@@ -65,32 +61,32 @@ def test_bad_staging_is_refused_naming_the_field(api: Api, body: dict[str, Any],
 def test_a_tenant_stages_only_its_own_shared_dir_and_only_its_own_s3_login(api: Api) -> None:
     alice, bob = api.user("alice", "vision"), api.user("bob", "nlp")
     assert api.s3_secret(bob, "bobs3").status_code == 201
-    ok = _submit(api, alice, stage_in=[f"{api.shared}/vision/ds/:ds"], stage_out=[f"out/:{api.shared}/vision/out/"])
+    ok = api.submit(alice, stage_in=[f"{api.shared}/vision/ds/:ds"], stage_out=[f"out/:{api.shared}/vision/out/"])
     assert ok.status_code == 201, ok.text
-    other = _submit(api, alice, stage_in=[f"{api.shared}/nlp/ds/:ds"])  # another tenant's dir
+    other = api.submit(alice, stage_in=[f"{api.shared}/nlp/ds/:ds"])  # another tenant's dir
     assert other.status_code == 400 and "not under" in other.text, other.text
-    sneaky = _submit(api, alice, stage_in=[f"{api.shared}/vision/../nlp/ds/:ds"])
+    sneaky = api.submit(alice, stage_in=[f"{api.shared}/vision/../nlp/ds/:ds"])
     assert sneaky.status_code == 422 and "must not contain .." in sneaky.text, sneaky.text
-    theirs = _submit(api, alice, stage_in=["s3://bucket/k:d"], stage_secret="bobs3")  # bob's login is not hers
+    theirs = api.submit(alice, stage_in=["s3://bucket/k:d"], stage_secret="bobs3")  # bob's login is not hers
     assert theirs.status_code == 400 and "no secret 'bobs3'" in theirs.text, theirs.text
     generic = api.call("POST", "/secrets", auth=alice, json={"name": "plain", "value": "v"})
     assert generic.status_code == 201
-    wrong_kind = _submit(api, alice, stage_in=["s3://bucket/k:d"], stage_secret="plain")
+    wrong_kind = api.submit(alice, stage_in=["s3://bucket/k:d"], stage_secret="plain")
     assert wrong_kind.status_code == 400 and "not an s3 login" in wrong_kind.text, wrong_kind.text
     assert (
         api.s3_secret(alice, "elsewhere", endpoint="http://169.254.169.254").status_code == 201
     )  # the secret may name it: jobs may not
-    ssrf = _submit(api, alice, stage_in=["s3://bucket/k:d"], stage_secret="elsewhere")
+    ssrf = api.submit(alice, stage_in=["s3://bucket/k:d"], stage_secret="elsewhere")
     assert ssrf.status_code == 400 and "not allowed here" in ssrf.text, ssrf.text
     assert api.s3_secret(alice).status_code == 201
-    env = _submit(api, alice, secret_env={"KEY": "s3"})  # an s3 login never becomes a job's variable
+    env = api.submit(alice, secret_env={"KEY": "s3"})  # an s3 login never becomes a job's variable
     assert env.status_code == 400 and "--stage-secret" in env.text, env.text
 
 
 def test_input_is_staged_on_the_chosen_node_before_its_gpus_are_taken_then_it_runs_there(api: Api) -> None:
     alice = api.user("alice", "vision")
     assert api.s3_secret(alice).status_code == 201
-    r = _submit(api, alice, gpus=2, stage_in=["s3://inputs/data/:data"], stage_out=["out/:s3://outputs/run/"],
+    r = api.submit(alice, gpus=2, stage_in=["s3://inputs/data/:data"], stage_out=["out/:s3://outputs/run/"],
                 stage_secret="s3")  # fmt: skip
     assert r.status_code == 201, r.text
     job_id = r.json()["id"]
@@ -159,7 +155,7 @@ def test_a_gangs_input_is_staged_on_each_of_its_nodes_and_it_runs_there_once_all
     alice = api.user("alice", "vision")
     assert api.s3_secret(alice).status_code == 201
     body = {"gpus": 2, "nodes": 2, "stage_in": ["s3://inputs/shard/:data"], "stage_out": ["out/:s3://outputs/g/"]}
-    r = _submit(api, alice, stage_secret="s3", **body)
+    r = api.submit(alice, stage_secret="s3", **body)
     assert r.status_code == 201, r.text
     job_id = r.json()["id"]
     api.run_pass()
@@ -202,7 +198,7 @@ def test_a_gangs_input_is_staged_on_each_of_its_nodes_and_it_runs_there_once_all
     assert api.job(job_id).state.terminal
     assert [o.job_id for o in api.orders(rank0)[1]] == [job_id] and api.orders(other) == ([], [])
 
-    again = _submit(api, alice, stage_secret="s3", **body).json()["id"]
+    again = api.submit(alice, stage_secret="s3", **body).json()["id"]
     api.run_pass()
     assert sorted(api.job(again).stage_nodes) == ["n1", "n2"]
     assert api.call("POST", "/nodes/n2/cordon").status_code == 200
@@ -215,7 +211,7 @@ def test_a_gangs_input_is_staged_on_each_of_its_nodes_and_it_runs_there_once_all
 def test_staging_that_fails_fails_the_job_and_a_lost_node_restages_elsewhere(api: Api) -> None:
     alice = api.user("alice", "vision")
     assert api.s3_secret(alice).status_code == 201
-    first = _submit(api, alice, gpus=1, stage_in=["s3://inputs/x:x"], stage_secret="s3").json()["id"]
+    first = api.submit(alice, gpus=1, stage_in=["s3://inputs/x:x"], stage_secret="s3").json()["id"]
     api.run_pass()
     node = api.store.get_job(first).stage_node  # type: ignore[union-attr]
     assert node
@@ -225,7 +221,7 @@ def test_staging_that_fails_fails_the_job_and_a_lost_node_restages_elsewhere(api
     job = api.store.get_job(first)
     assert job is not None and job.state is JobState.FAILED and "no object s3://inputs/x" in job.reason, job
 
-    second = _submit(api, alice, gpus=1, stage_in=["s3://inputs/y:y"], stage_secret="s3").json()["id"]
+    second = api.submit(alice, gpus=1, stage_in=["s3://inputs/y:y"], stage_secret="s3").json()["id"]
     api.run_pass()
     node = api.store.get_job(second).stage_node  # type: ignore[union-attr]
     assert node
@@ -240,7 +236,7 @@ def test_staging_that_fails_fails_the_job_and_a_lost_node_restages_elsewhere(api
 def test_a_deleted_s3_secret_fails_the_staging_naming_it(api: Api) -> None:
     alice = api.user("alice", "vision")
     assert api.s3_secret(alice).status_code == 201
-    job_id = _submit(api, alice, stage_in=["s3://inputs/x:x"], stage_secret="s3").json()["id"]
+    job_id = api.submit(alice, stage_in=["s3://inputs/x:x"], stage_secret="s3").json()["id"]
     api.run_pass()
     node = api.store.get_job(job_id).stage_node  # type: ignore[union-attr]
     assert api.call("DELETE", "/secrets/s3", auth=alice).status_code == 204

@@ -28,13 +28,9 @@ def api(database_url: str, tmp_path: Path) -> Iterator[Api]:
         yield a
 
 
-def _submit(api: Api, auth: dict[str, str], **body: Any) -> Any:
-    return api.call("POST", "/jobs", auth=auth, json={"command": ["train"], **body})
-
-
 def _staging_on(api: Api, auth: dict[str, str], **body: Any) -> tuple[int, str]:
     """A job of `auth` whose input is being staged: its id and the node it stages on."""
-    r = _submit(api, auth, gpus=1, **body)
+    r = api.submit(auth, gpus=1, **body)
     assert r.status_code == 201, r.text
     job_id = int(r.json()["id"])
     api.run_pass()
@@ -68,7 +64,7 @@ def test_hostile_shared_path_tricks_never_reach_another_tenants_dir(api: Api) ->
         "/etc/shadow:d",
     ]
     for item in tries:
-        r = _submit(api, alice, stage_in=[item])
+        r = api.submit(alice, stage_in=[item])
         assert r.status_code in (400, 422), (item, r.text)
         assert "stage_in" in r.text, (item, r.text)
     assert api.store.list_jobs(states=[JobState.PENDING]) == []
@@ -93,10 +89,10 @@ def test_hostile_stage_out_never_writes_into_another_tenant_or_a_read_only_root(
         "/etc/shadow:s3://bucket/x",
     ]
     for item in tries:
-        r = _submit(api, alice, stage_out=[item])
+        r = api.submit(alice, stage_out=[item])
         assert r.status_code in (400, 422), (item, r.text)
         assert "stage_out" in r.text or "stage_secret" in r.text, (item, r.text)
-    ok = _submit(api, alice, stage_out=[f"out/:{s}/vision/out/"], stage_in=[f"{datasets}/imagenet/:in"])
+    ok = api.submit(alice, stage_out=[f"out/:{s}/vision/out/"], stage_in=[f"{datasets}/imagenet/:in"])
     assert ok.status_code == 201, ok.text  # her own dir (writable) and the read-only tree (for input)
 
 
@@ -166,7 +162,7 @@ def test_hostile_s3_endpoint_spellings_never_pass_the_allowlist(api: Api, host: 
     alice = api.user("alice", "vision")
     made = api.s3_secret(alice, "evil", endpoint=host)
     if made.status_code == 201:  # the secret may name it: a job may never use it
-        r = _submit(api, alice, stage_in=["s3://bucket/k:d"], stage_secret="evil")
+        r = api.submit(alice, stage_in=["s3://bucket/k:d"], stage_secret="evil")
         assert r.status_code == 400 and "not allowed here" in r.text, (host, r.text)
     else:
         assert made.status_code == 422, (host, made.text)
@@ -253,7 +249,7 @@ def test_hostile_secret_value_never_in_job_events_reasons_or_logs(api: Api, capl
 def test_hostile_other_tenants_s3_secret_cannot_be_named_even_by_a_same_named_one(api: Api) -> None:
     alice, bob = api.user("alice", "vision"), api.user("bob", "nlp")
     assert api.s3_secret(bob, "shared-name").status_code == 201
-    r = _submit(api, alice, stage_in=["s3://bucket/k:d"], stage_secret="shared-name")
+    r = api.submit(alice, stage_in=["s3://bucket/k:d"], stage_secret="shared-name")
     assert r.status_code == 400 and "no secret" in r.text, r.text
     assert api.s3_secret(alice, "shared-name").status_code == 201  # her own of that name
     job_id, node = _staging_on(api, alice, stage_in=["s3://bucket/k:d"], stage_secret="shared-name")
@@ -313,7 +309,7 @@ def test_hostile_node_report_on_a_pending_job_not_staged_anywhere_is_ignored(api
     """A node cannot mark a job staged on itself that the scheduler never chose to stage (to pin it there)."""
     alice = api.user("alice", "vision")
     api.ctx.scheduler.leading = lambda: False  # the loop a submit wakes stages nothing meanwhile
-    r = _submit(api, alice, gpus=1, stage_in=[f"{api.shared}/vision/ds/:ds"])  # staged nowhere
+    r = api.submit(alice, gpus=1, stage_in=[f"{api.shared}/vision/ds/:ds"])  # staged nowhere
     assert r.status_code == 201, r.text
     job_id = int(r.json()["id"])
     for node in ("n1", "n2"):
@@ -395,13 +391,13 @@ def test_hostile_item_count_and_length_are_bounded(api: Api) -> None:
     alice = api.user("alice", "vision")
     s = str(api.shared)
     many = [f"{s}/vision/d{i}:d{i}" for i in range(10_000)]
-    r = _submit(api, alice, stage_in=many)
+    r = api.submit(alice, stage_in=many)
     assert r.status_code == 422, r.text[:200]
-    r = _submit(api, alice, stage_out=[f"o{i}:{s}/vision/o{i}" for i in range(17)])
+    r = api.submit(alice, stage_out=[f"o{i}:{s}/vision/o{i}" for i in range(17)])
     assert r.status_code == 422, r.text[:200]
-    r = _submit(api, alice, stage_in=[f"{s}/vision/{'a' * 5000}:d"])
+    r = api.submit(alice, stage_in=[f"{s}/vision/{'a' * 5000}:d"])
     assert r.status_code == 422, r.text[:200]
-    r = _submit(api, alice, stage_in=[f"{s}/vision/x:{'d/' * 600}"])
+    r = api.submit(alice, stage_in=[f"{s}/vision/x:{'d/' * 600}"])
     assert r.status_code == 422, r.text[:200]
 
 
@@ -428,7 +424,7 @@ def test_hostile_a_tenant_cannot_stage_more_jobs_at_once_than_the_cluster_could_
     alice = api.user("alice", "vision")
     ids = []
     for i in range(10):
-        r = _submit(api, alice, gpus=2, stage_in=[f"{api.shared}/vision/ds{i}/:ds"])
+        r = api.submit(alice, gpus=2, stage_in=[f"{api.shared}/vision/ds{i}/:ds"])
         assert r.status_code == 201, r.text
         ids.append(int(r.json()["id"]))
     for _ in range(3):
