@@ -219,6 +219,7 @@ def build_agent(settings: AgentSettings) -> tuple[Agent, AgentClient, RuntimeRou
         journal=Journal(settings.agent_dir),
         stager=stager,
     )
+    process.set_exit_listener(agent.wake)  # a job's end is reported at once, not at the watch loop's next look
     return agent, client, executor
 
 

@@ -113,6 +113,10 @@ class Agent:
         self._deferred: dict[RunRef, Assignment] = {}
         self._local_exits: dict[RunRef, ExitReport] = {}  # deferred runs cancelled before they started
         self._stop = threading.Event()
+        self._wake = threading.Event()  # set: the watch loop looks at once (a job ended), not after its interval
+        # Held by the watch loop while its report is on its way: the next long poll waits for it, so that it does
+        # not carry the same exits again (and the server does not work out the same assignments twice).
+        self._reporting = threading.Lock()
         self._batches: queue.Queue[TelemetryBatch] = queue.Queue(TELEMETRY_QUEUE)
         self.collector: Collector | None = None
         # who listens on its jobs' web-UI ports (job proxy): a process job's own processes, a container's engine
@@ -178,10 +182,18 @@ class Agent:
 
     def stop(self) -> None:
         self._stop.set()
+        self._wake.set()
+
+    def wake(self) -> None:
+        """Have the watch loop look now instead of after watch_interval_s: a job ended (the executor's exit
+        listener). Any thread; returns at once. Wake-ups while the loop is busy fold into one more look."""
+        self._wake.set()
 
     def _poll_loop(self) -> None:
         """Long-poll the server for assignments and cancels; this is also the heartbeat."""
         while not self._stop.is_set():
+            with self._reporting:
+                pass
             try:
                 self.sync_once(self.poll_wait_s)
             except CorralAPIError as e:
@@ -195,16 +207,23 @@ class Agent:
                 self._stop.wait(1.0)
 
     def _watch_loop(self) -> None:
-        """Ship logs as they grow; report exits at once instead of waiting for the next long-poll."""
-        while not self._stop.wait(self.watch_interval_s):
+        """Ship logs as they grow; report exits at once instead of waiting for the next long-poll. Looks every
+        watch_interval_s, and at once when woken (wake(): a job ended); exits that come while a report is on its
+        way go together in the next one."""
+        while True:
+            self._wake.wait(self.watch_interval_s)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
             try:
                 for run in self._running_runs():
-                    self.shipper.ship(run.job_id, run.attempt, self.log_path(run), run.rank)
+                    self._ship_log(run)
                 exited = bool(self.executor.collect_exits())
                 started = bool(self._deferred) and self.launch_deferred()
                 staging = self._staging_news()
                 if self.web_ports.refresh() or exited or started or self._phase_news() or staging:  # reported at once
-                    self.sync_once(0.0)
+                    with self._reporting:
+                        self.sync_once(0.0)
             except CorralSDKError as e:
                 log.warning("report failed: %s", e)
 
@@ -284,8 +303,7 @@ class Agent:
             local_exits = list(self._local_exits.values())
             staging_in, staging_out = self.stager.reports() if self.stager is not None else ({}, {})
         for ex in exits:  # the whole log reaches the server before the exit does
-            run = RunRef.from_key(ex.job_id)
-            self.shipper.ship(run.job_id, run.attempt, self.log_path(run), run.rank)
+            self._ship_log(RunRef.from_key(ex.job_id))
         reply = self.client.sync(
             self.node,
             AgentSync(
@@ -497,6 +515,17 @@ class Agent:
 
     def log_path(self, run: RunRef) -> Path:
         return self.log_dir / f"{run.key}.log"
+
+    def _ship_log(self, run: RunRef) -> None:
+        """Ship what the server lacks of a run's log; nothing while the log is empty (the server then has it all:
+        this spares a request per run, the shipper's first look at what the server holds, to jobs that say
+        nothing)."""
+        try:
+            if self.log_path(run).stat().st_size == 0:
+                return
+        except FileNotFoundError:
+            return
+        self.shipper.ship(run.job_id, run.attempt, self.log_path(run), run.rank)
 
     def _running_runs(self) -> list[RunRef]:
         """What runs here, and what waits here for its GPUs (given to this node: the server holds them for it)."""

@@ -14,12 +14,15 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 
 from corral.core.errors import ValidationError
 from corral.executors import shim as shim_module
 from corral.executors.base import EXIT_CANNOT_EXECUTE, EXIT_LOST, ExitRecord, LaunchSpec, PublishedPort
+from corral.executors.exitwatch import ShimExitWatch
 from corral.executors.jobdir import (
     JobDir,
     ShimIdentity,
@@ -60,9 +63,10 @@ class ProcessExecutor:
     """Executor for plain processes. Thread-safe; no method blocks on a job.
 
     `python` runs the shim (default: this interpreter; it is started with -I so the job's environment
-    cannot break it). `work_root` holds the jobs' own dirs (default: beside state_dir, which only suits
-    single-user mode). `switch_users` defaults to whether this process is root. Raises ValidationError when
-    jobs' users could not reach `work_root`.
+    cannot break it, and -S: the shim needs the standard library only and starts sooner without site).
+    `work_root` holds the jobs' own dirs (default: beside state_dir, which only suits single-user mode).
+    `switch_users` defaults to whether this process is root. Raises ValidationError when jobs' users could not
+    reach `work_root`.
     """
 
     def __init__(
@@ -79,6 +83,8 @@ class ProcessExecutor:
         self._switch_users = os.geteuid() == 0 if switch_users is None else switch_users
         self._lock = threading.RLock()
         self._jobs: dict[str, _Job] = {}
+        self._exit_listener: Callable[[], None] | None = None
+        self._exit_watch = ShimExitWatch(self._tell_exit)
         state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         os.chmod(state_dir, 0o700)
         prepare_work_root(self._work_root, shared=self._switch_users)
@@ -103,23 +109,30 @@ class ProcessExecutor:
     # ----- Executor -----
     def launch(self, spec: LaunchSpec) -> None:
         check_job_id(spec.job_id)
+        if not self._launch(spec):
+            self._tell_exit()  # it ended before it started: news for collect_exits() as much as a shim's end
+
+    def _launch(self, spec: LaunchSpec) -> bool:
+        """launch(); False when the job ended at once (refused, or its shim could not start)."""
         with self._lock:
             if spec.job_id in self._jobs:
-                return
+                return True
             job = _Job(dir=JobDir(self._state_dir / spec.job_id))
             self._jobs[spec.job_id] = job
             refusal = self._refusal(spec)
             if refusal:
                 self._finish(job, ExitRecord(spec.job_id, EXIT_CANNOT_EXECUTE, refusal))
-                return
+                return False
             try:
                 self._prepare(job.dir, spec)  # before the shim starts: it reads the command from there
                 job.popen = self._start_shim(job.dir, spec.log_path)
             except OSError as e:
                 self._finish(job, ExitRecord(spec.job_id, 1, f"cannot start: {e}"))
-                return
+                return False
             job.shim = identify(job.popen.pid) or ShimIdentity(job.popen.pid, time.time())
             job.dir.write_shim(job.shim)
+            self._exit_watch.watch(job.popen.pid)  # our child: its pid cannot be reused before we reap it
+            return True
 
     def running(self) -> list[str]:
         with self._lock:
@@ -168,8 +181,16 @@ class ProcessExecutor:
             self._arm_kill_timer(job, max(grace_s, 0.0))
 
     # ----- extras -----
+    def set_exit_listener(self, listener: Callable[[], None] | None) -> None:
+        """Have `listener()` called (from a thread of this executor's, without its lock) soon after a job's shim
+        ends, so the exit can be collected at once instead of at the caller's next poll. It only says that
+        collect_exits() has news; where the kernel has no pidfds it is never called (ShimExitWatch)."""
+        self._exit_listener = listener
+
     def close(self) -> None:
-        """Stop pending kill timers; jobs keep running (a new executor on state_dir re-arms them)."""
+        """Stop pending kill timers and the exit watch; jobs keep running (a new executor on state_dir re-arms
+        them)."""
+        self._exit_watch.close()
         with self._lock:
             for job in self._jobs.values():
                 if job.timer is not None:
@@ -204,11 +225,16 @@ class ProcessExecutor:
             run_as=(identity.uid, identity.gid) if identity is not None else None,
         )
 
+    def _tell_exit(self) -> None:
+        listener = self._exit_listener
+        if listener is not None:
+            listener()
+
     def _start_shim(self, job_dir: JobDir, log_path: Path) -> subprocess.Popen[bytes]:
         fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
         with open(fd, "ab") as log:  # the shim's own errors (a traceback) land in the job log
             return subprocess.Popen(
-                [self._python, "-I", _SHIM_PATH, str(job_dir.path)],
+                [self._python, "-I", "-S", _SHIM_PATH, str(job_dir.path)],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=log,
@@ -237,6 +263,7 @@ class ProcessExecutor:
             job.shim = job.dir.load_shim() or find_shim(path)
             if job.shim is not None:
                 job.dir.write_shim(job.shim)
+                self._exit_watch.watch(job.shim.pid, still_ours=partial(is_alive, job.shim))
             if job.cancel_deadline is not None and not job.killed:
                 self._arm_kill_timer(job, job.cancel_deadline - time.time())
 

@@ -61,6 +61,7 @@ def node() -> Iterator[tuple[Agent, ScriptedServer, Path]]:
     finally:
         for key in executor.running():
             executor.cancel(key, 0.0)
+        wait_for(lambda: not executor.running(), 10, "the runs stopped")  # before their files go (a timer writes them)
         executor.close()
         shutil.rmtree(base, ignore_errors=True)
 
