@@ -21,7 +21,13 @@ from corral.server.deps import ContextDep, LogsDep, SchedulerDep, StoreDep, Tele
 from corral.server.errors import error_body
 from corral.server.node_auth import require_node
 from corral.server.params import Id, Offset
-from corral.server.services.agents import apply_reports, compute_assignments, compute_notice_s, register_node
+from corral.server.services.agents import (
+    apply_reports,
+    compute_assignments,
+    compute_notice_s,
+    record_heartbeat,
+    register_node,
+)
 from corral.server.services.identity import NodeIdentity, renew_node_cert, require_node_match
 from corral.server.services.inventory import node_out
 from corral.server.services.logs import LogOffsetError
@@ -49,7 +55,7 @@ async def sync(node: str, body: AgentSync, me: Agent, ctx: ContextDep) -> AgentS
     record = await run_in_threadpool(store.get_node, node)
     if record is not None and record.labels.get(SOURCE_LABEL) in CLUSTER_KINDS:  # no agent reports for, or takes
         raise ForbiddenError(f"{node} is a node of the {record.labels.get(POOL_LABEL)} pool's cluster")  # its work
-    if record is None or not await run_in_threadpool(store.touch_node, node, _now()):
+    if record is None or not await run_in_threadpool(record_heartbeat, store, record, _now()):
         raise NotFoundError("node", node)
     order = ctx.report_order
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
 from corral import __version__
@@ -35,6 +35,19 @@ class PoolsAndNodes(NodeStore, PoolStore, Protocol):
 
 DEFAULT_UID_RANGE = parse_uid_range(DEFAULT_JOB_UIDS)
 DEFAULT_JOB_PORT_RANGE = parse_port_range(DEFAULT_JOB_PORTS)
+
+
+# A node's heartbeat is written at most this often: a busy agent syncs several times a second (each exit is
+# reported at once), and a node is lost only after node_lost_after_s (60 s) without one.
+HEARTBEAT_WRITE_EVERY = timedelta(seconds=2)
+
+
+def record_heartbeat(store: NodeStore, record: Node, now: datetime) -> bool:
+    """The node was heard from at `now` (its sync): written unless a heartbeat of under HEARTBEAT_WRITE_EVERY ago
+    is on record and the node is READY (a LOST node is READY again at once). False when the node is gone."""
+    if record.state == "READY" and timedelta(0) <= now - record.last_heartbeat_at < HEARTBEAT_WRITE_EVERY:
+        return True
+    return store.touch_node(record.name, now)
 
 
 def register_node(store: StateStore, body: AgentRegister) -> Node:
