@@ -211,5 +211,5 @@ def compute_staging_reasons(pending: Sequence[Job]) -> dict[int, str]:
 
 
 def describe_stage_nodes(nodes: Sequence[str]) -> str:
-    """ "staging input on node n1", or on "nodes n1, n2" (a gang's)."""
+    """Why a job waits while its input is staged: "staging input on node n1" (a gang's: "on nodes n1, n2")."""
     return f"staging input on node{'s' if len(nodes) > 1 else ''} {', '.join(nodes)}"
