@@ -13,31 +13,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fastapi.testclient import TestClient
-from node_certs import NodeAgents, NodeCertApp
+from pool_api import TenantApi, open_api
 
-from corral.server.app import create_app
-from corral.server.bootstrap import ensure_credentials
 from corral.server.context import context_of
-from corral.server.settings import Settings
-from corral.store.sql import SqlStore, open_store
 
 IMAGE = "registry.example/train:1"
 
 
-class Api:
-    def __init__(self, client: TestClient, store: SqlStore, admin_token: str, shared: Path) -> None:
-        self.client, self.store, self.shared = client, store, shared
-        self.admin = {"Authorization": f"Bearer {admin_token}"}
-
-    def call(self, method: str, path: str, auth: dict[str, str], **kw: Any) -> Any:
-        return self.client.request(method, f"/api/v1{path}", headers=auth, **kw)
-
-    def member(self, name: str, tenant: str) -> dict[str, str]:
-        body = {"name": name, "role": "member", "tenant": tenant, "password": "correct horse"}
-        assert self.call("POST", "/users", self.admin, json=body).status_code == 201
-        r = self.call("POST", "/login", {}, json={"username": name, "password": "correct horse"})
-        return {"Authorization": f"Bearer {r.json()['token']}"}
+class Api(TenantApi):
+    shared: Path  # each tenant's shared dir is shared/TENANT (CORRAL_STAGE_PATHS)
 
 
 @pytest.fixture
@@ -45,32 +29,15 @@ def api(database_url: str, tmp_path: Path) -> Iterator[Api]:
     shared = tmp_path / "shared"
     (shared / "vision").mkdir(parents=True)
     (shared / "nlp").mkdir(parents=True)
-    settings = Settings(
-        data_dir=tmp_path / "data",
-        database_url=database_url,
-        gateway_port=0,
-        allowed_mounts="/srv/datasets",
-        stage_paths=f"{shared}/{{tenant}}",
-    )
-    store = open_store(database_url)
-    creds = ensure_credentials(store, tmp_path / "data")
-    with TestClient(NodeCertApp(create_app(settings, store))) as client:
-        api = Api(client, store, creds.admin_token, shared)
-        gpus = [{"index": i, "uuid": f"GPU-{i}", "model": "H100-80GB", "memory_mib": 81920} for i in range(8)]
-        r = client.post(
-            "/api/v1/agents/register",
-            json={"name": "n1", "backend": "simulated", "gpus": gpus},
-            headers=NodeAgents(client)("n1"),
-        )
-        assert r.status_code == 200, r.text
-        for name in ("vision", "nlp"):
-            assert api.call("POST", "/tenants", api.admin, json={"name": name}).status_code == 201
+    settings = {"allowed_mounts": "/srv/datasets", "stage_paths": f"{shared}/{{tenant}}"}
+    with open_api(Api, database_url, tmp_path, **settings) as api:
+        api.shared = shared
         yield api
 
 
 @pytest.fixture
 def alice(api: Api) -> dict[str, str]:
-    return api.member("alice", "vision")
+    return api.user("alice", "member", "vision")
 
 
 def mounted(source: str) -> dict[str, Any]:
