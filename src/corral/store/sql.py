@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -456,7 +456,7 @@ class SqlStore(
                     node=node,
                     gpu_indices=list(gpus0),
                     parts=[[n, list(g)] for n, g in parts],
-                    node_list="," + ",".join(n for n, _ in parts) + ",",
+                    node_list=_name_list(n for n, _ in parts),
                     delivered_nodes="",
                     part_exits={},
                     image_digest="",
@@ -548,7 +548,7 @@ class SqlStore(
             delivered = row.node is not None and f",{row.node}," in (row.delivered_nodes or ",")
             row.node, row.gpu_indices = parts[0][0], list(parts[0][1])
             row.parts = [[n, list(g)] for n, g in parts]
-            row.node_list = "," + ",".join(n for n, _ in parts) + ","
+            row.node_list = _name_list(n for n, _ in parts)
             if delivered:
                 row.delivered_nodes = f",{parts[0][0]},"
             where = "; ".join(f"node {n}, GPUs {','.join(map(str, g)) or 'none'}" for n, g in parts)
@@ -577,7 +577,7 @@ class SqlStore(
         node_is = JobRow.stage_node.is_(None) if before_node is None else JobRow.stage_node == before_node
         values: dict[str, Any] = {"stage_state": state, "stage_node": node, "stage_progress": progress[:255]}
         if node is None or nodes:  # where it is staged changes: from none (reset) or onto these nodes
-            values.update(stage_nodes="," + ",".join(nodes) + "," if nodes else None, stage_done="")
+            values.update(stage_nodes=_name_list(nodes) if nodes else None, stage_done="")
         with self._tx() as s:
             res = s.execute(
                 update(JobRow)
@@ -596,12 +596,11 @@ class SqlStore(
             r = s.scalars(select(JobRow).where(JobRow.id == job_id).with_for_update()).first()
             if r is None or r.state != JobState.PENDING.value or r.stage_state != IN_STAGING:
                 return ""
-            nodes, done = _stage_nodes(r), list(_stage_done(r))
+            nodes, done = _staging_of(r)
             if node not in nodes or node in done:
                 return ""
-            done.append(node)
-            r.stage_done = "," + ",".join(done) + ","
-            if set(done) >= set(nodes):
+            r.stage_done = _name_list((*done, node))
+            if set(nodes) <= {*done, node}:
                 r.stage_state = IN_STAGED
             return r.stage_state
 
@@ -993,6 +992,7 @@ def _where_job(
 
 
 def _job(r: JobRow) -> Job:
+    stage_nodes, stage_done = _staging_of(r)
     spec = JobSpec(
         command=tuple(r.command),
         name=r.name,
@@ -1025,9 +1025,7 @@ def _job(r: JobRow) -> Job:
         stage_in=tuple(parse_stage_in(t) for t in r.stage_in or ()),
         stage_out=tuple(parse_stage_out(t) for t in r.stage_out or ()),
         stage_secret=r.stage_secret or "",
-        pinned_node="|".join(_stage_nodes(r))
-        if r.stage_state == IN_STAGED and r.state == JobState.PENDING.value
-        else "",
+        pinned_node="|".join(stage_nodes) if r.stage_state == IN_STAGED and r.state == JobState.PENDING.value else "",
     )
     return Job(
         id=r.id,
@@ -1050,35 +1048,38 @@ def _job(r: JobRow) -> Job:
         preemptions=r.preemptions or 0,
         attained_gpu_s=r.attained_gpu_s or 0.0,
         parts=compute_placed_parts(r.node, r.gpu_indices or (), r.parts or []),
-        delivered_to=frozenset(x for x in (r.delivered_nodes or "").split(",") if x),
+        delivered_to=frozenset(_names_in(r.delivered_nodes)),
         part_exits={str(k): int(v) for k, v in (r.part_exits or {}).items()},
         image_digest=r.image_digest or "",
         phase=r.phase or "",
         stage_state=r.stage_state or "",
         stage_node=r.stage_node,
         stage_progress=r.stage_progress or "",
-        stage_nodes=_stage_nodes(r),
-        stage_done=_stage_done(r),
+        stage_nodes=stage_nodes,
+        stage_done=stage_done,
         stage_out_state=r.stage_out_state or "",
         stage_out_message=r.stage_out_message or "",
     )
 
 
-def _stage_nodes(r: JobRow) -> tuple[str, ...]:
-    """The nodes a job's input is staged on: its stage_nodes, or its stage_node alone (a row staged before 0027, or
-    staged again by a replica of that release, which writes stage_node only: its list is then stale)."""
-    listed = tuple(x for x in (r.stage_nodes or "").split(",") if x)
+def _name_list(names: Iterable[str]) -> str:
+    """Node names as one column that finds each of them with LIKE: ",n1,n2," (node_list, stage_nodes, stage_done)."""
+    return "," + ",".join(names) + ","
+
+
+def _names_in(column: str | None) -> tuple[str, ...]:
+    """The names a _name_list column holds."""
+    return tuple(x for x in (column or "").split(",") if x)
+
+
+def _staging_of(r: JobRow) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The nodes a job's input is staged on and those that have it in: its stage_nodes and stage_done, or its
+    stage_node alone and none done (a row staged before 0027, or staged again by a replica of that release, which
+    writes stage_node only: its lists are then stale)."""
+    listed = _names_in(r.stage_nodes)
     if listed and listed[0] == r.stage_node:
-        return listed
-    return (r.stage_node,) if r.stage_node else ()
-
-
-def _stage_done(r: JobRow) -> tuple[str, ...]:
-    """The stage nodes that have the input in (none when the list of stage nodes is stale: see _stage_nodes)."""
-    listed = tuple(x for x in (r.stage_nodes or "").split(",") if x)
-    if not listed or listed[0] != r.stage_node:
-        return ()
-    return tuple(x for x in (r.stage_done or "").split(",") if x)
+        return listed, _names_in(r.stage_done)
+    return ((r.stage_node,) if r.stage_node else ()), ()
 
 
 if TYPE_CHECKING:  # mypy checks here that SqlStore satisfies every role (tests/contract checks it at run time)

@@ -371,7 +371,7 @@ def test_two_nodes_reporting_done_at_once_both_count(
     alice = api.user("alice", "vision")
     job_id, nodes = _gang_staging(api, alice, stage_in=[f"{api.shared}/vision/ds/:ds"])
     barrier = threading.Barrier(2)
-    real = sql._stage_nodes
+    real = sql._staging_of
 
     def slow(r: Any) -> Any:
         try:
@@ -380,7 +380,7 @@ def test_two_nodes_reporting_done_at_once_both_count(
             pass
         return real(r)
 
-    monkeypatch.setattr(sql, "_stage_nodes", slow)
+    monkeypatch.setattr(sql, "_staging_of", slow)
     results: dict[str, str] = {}
     threads = [
         threading.Thread(target=lambda n=n: results.update({n: api.store.finish_staging_on(job_id, n)})) for n in nodes
@@ -389,7 +389,7 @@ def test_two_nodes_reporting_done_at_once_both_count(
         t.start()
     for t in threads:
         t.join(30)
-    monkeypatch.setattr(sql, "_stage_nodes", real)
+    monkeypatch.setattr(sql, "_staging_of", real)
     job = api.job(job_id)
     assert sorted(results.values()) == ["staged", "staging"], results  # each counted; the last made it staged
     assert sorted(job.stage_done) == sorted(nodes) and job.stage_state == "staged", job
