@@ -50,7 +50,6 @@ from corral.store.protocols import (
     PoolStore,
     TelemetryStore,
 )
-from corral.store.telemetry import HOST_GPU
 
 log = logging.getLogger("corral.autoscaler")
 GPU_UTILIZATION = "gpu_utilization_percent"  # the stored series idle detection reads (core/telemetry.py)
@@ -314,7 +313,7 @@ class Autoscaler(Loop):
         missing = [n for n in nodes if n not in out]
         if self.shared and missing:
             for p in self.store.latest_points(now_s - STALE_AFTER_S, missing):
-                if p.metric == GPU_UTILIZATION and p.gpu != HOST_GPU:
+                if p.metric == GPU_UTILIZATION:  # a GPU series (host series are host_*)
                     out[p.node] = max(out.get(p.node, 0.0), p.value)
         return out
 
