@@ -165,3 +165,19 @@ def test_a_work_root_the_jobs_cannot_reach_is_refused_at_start(tmp_path: Path) -
     with pytest.raises(ValidationError, match="cannot be reached") as e:
         ProcessExecutor(tmp_path / "state", work_root=tmp_path / "work")  # tmp_path's parent is 0700
     assert e.value.field == "jobs_dir"
+
+
+def test_a_job_holds_no_descriptor_of_its_shim_and_cannot_stop_it(executor: ProcessExecutor, tmp_path: Path) -> None:
+    """The shim forks and execs the job itself (no subprocess): the job starts with stdin, stdout and stderr only
+    (not the shim's log, its report pipe or a pidfd), and as its own user it can neither signal its root shim nor
+    keep its exit from being recorded."""
+    script = (
+        'ls /proc/$$/fd | sort -n | tr "\\n" " "; echo; '
+        'if kill -KILL "$PPID" 2>/dev/null; then echo "killed the shim"; else echo "shim kept"; fi; exit 7'
+    )
+    spec = make_spec(tmp_path, "j-fds", script)
+    executor.launch(spec)
+    code, log = _output(executor, spec.log_path, "j-fds")
+    fds = log.splitlines()[0].split()
+    assert fds == ["0", "1", "2"], log  # the job's shell's own descriptors
+    assert "shim kept" in log and code == 7, log
