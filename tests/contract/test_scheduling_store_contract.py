@@ -81,6 +81,36 @@ def test_assign_is_compare_and_set_and_places_every_part(store: SchedulingStore)
     assert [e.kind for e in store.list_events(gang)] == ["submitted", "assigned"]
 
 
+def test_a_batch_of_assigns_checks_each_against_those_before_it(store: SchedulingStore) -> None:
+    node(store, "n1", n=2, cpu_milli=3000)
+    node(store, "n2", n=1)
+    a, b, c, d, e = job(store), job(store), job(store, gpus=2, nodes=2), job(store), job(store, gpus=0, cpu_milli=2000)
+    done = job(store)
+    store.request_cancel(done, T0)
+    got = store.assign_jobs_parts(
+        [
+            (a, [("n1", [0])]),
+            (b, [("n1", [0])]),  # a took GPU 0 earlier in this batch
+            (c, [("n1", [1]), ("n2", [0])]),
+            (d, [("n2", [0])]),  # c's second part holds it
+            (done, [("n1", [1])]),  # not PENDING
+            (10_000, [("n1", [1])]),  # unknown
+            (e, [("n1", [])]),  # host CPU: 3000 on the node, a and c ask for none, e for 2000
+        ],
+        T0,
+    )
+    assert got == [True, False, True, False, False, False, True]
+    assert {state(store, i) for i in (a, c, e)} == {JobState.RUNNING}
+    assert state(store, b) is state(store, d) is JobState.PENDING and state(store, done) is JobState.CANCELLED
+    held = store.get_job(c)
+    assert held is not None and held.parts == (("n1", (1,)), ("n2", (0,))) and held.attempt == 1
+    assert [e.kind for e in store.list_events(b)] == ["submitted"]  # a refused one writes nothing
+    assert store.assign_jobs_parts([], T0) == []
+    assert store.assign_jobs_parts([(b, [("n1", [0])])], T0) == [False]  # still held by a, in the store
+    f = job(store, gpus=0, cpu_milli=2000)
+    assert store.assign_jobs_parts([(f, [("n1", [])])], T0) == [False]  # e's CPU counts too
+
+
 def test_requeue_frees_the_gpus_and_keeps_attained_service(store: SchedulingStore) -> None:
     node(store, "n1", n=1)
     first, second = job(store), job(store)

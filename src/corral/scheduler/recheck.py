@@ -26,8 +26,14 @@ def compute_node_use(
 ) -> dict[str, NodeUse]:
     """Node name -> NodeUse from the (parts, gpu_milli, cpu_milli, memory_mib per part) of RUNNING jobs;
     `only`: count those nodes only."""
+    return add_node_use({}, held, only)
+
+
+def add_node_use(
+    use: dict[str, NodeUse], held: Iterable[tuple[Parts, int, int, int]], only: Iterable[str] | None = None
+) -> dict[str, NodeUse]:
+    """`use` (changed in place, and returned) with what `held` holds added, as compute_node_use counts it."""
     keep = set(only) if only is not None else None
-    use: dict[str, NodeUse] = {}
     for parts, gpu_milli, cpu_milli, memory_mib in held:
         for node, gpus in parts:
             if keep is not None and node not in keep:

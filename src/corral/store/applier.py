@@ -1,7 +1,7 @@
 """apply_plan: commit a scheduling Plan to a JobStore (the server loop and the simulators both call it).
 
-Each admission is one guarded assign_job_parts: the store re-checks, in its transaction, that every GPU the plan
-gives is still free (another writer may have taken it since the snapshot); a job whose check fails is `rejected`,
+The admissions are one guarded assign_jobs_parts (one transaction): the store re-checks, admission by admission, that
+every GPU the plan gives is still free (another writer may have taken it since the snapshot); a job whose check fails is `rejected`,
 stays PENDING and is placed again next cycle from a fresh snapshot. Preemptions become request_preempt flags.
 Nothing here makes a network call: notifying agents is the caller's step, after the commits.
 """
@@ -38,14 +38,12 @@ def compute_preempt_reason(p: Preemption) -> str:
 
 
 def apply_plan(store: JobStore, plan: Plan, now: datetime) -> AppliedPlan:
-    """Commit `plan`: admissions in plan order (each all-or-nothing across its gang), then preemptions."""
+    """Commit `plan`: admissions in plan order, in one transaction (each all-or-nothing across its gang), then
+    preemptions."""
     out = AppliedPlan()
-    for admit in plan.admit:
-        parts = [(p.node, tuple(p.gpu_indices)) for p in admit.placements]
-        if store.assign_job_parts(int(admit.job_id), parts, now):
-            out.started.append(admit.job_id)
-        else:
-            out.rejected.append(admit.job_id)
+    batch = [(int(a.job_id), [(p.node, tuple(p.gpu_indices)) for p in a.placements]) for a in plan.admit]
+    for admit, placed in zip(plan.admit, store.assign_jobs_parts(batch, now), strict=True):
+        (out.started if placed else out.rejected).append(admit.job_id)
     for p in plan.preempt:
         job = store.get_job(int(p.job_id))
         if job is not None and store.request_preempt(job.id, compute_preempt_reason(p), now, int(p.for_job_id)):

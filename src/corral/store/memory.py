@@ -199,6 +199,12 @@ class MemoryStore:
     def assign_job_parts(self, job_id: int, parts: Sequence[tuple[str, Sequence[int]]], now: datetime) -> bool:
         return self._assign(job_id, parts, now)
 
+    def assign_jobs_parts(
+        self, assignments: Sequence[tuple[int, Sequence[tuple[str, Sequence[int]]]]], now: datetime
+    ) -> list[bool]:
+        with self._lock:  # re-entrant: each _assign re-checks against what the ones before it placed
+            return [self._assign(job_id, parts, now) for job_id, parts in assignments]
+
     def _assign(self, job_id: int, parts: Sequence[tuple[str, Sequence[int]]], now: datetime) -> bool:
         with self._lock:
             job = self._jobs.get(job_id)

@@ -145,6 +145,13 @@ class JobStore(Protocol):
         False (nothing written) when the job is no longer PENDING or anything does not fit: the caller retries on a
         fresh snapshot. A gang is never partly placed."""
 
+    def assign_jobs_parts(
+        self, assignments: Sequence[tuple[int, Sequence[tuple[str, Sequence[int]]]]], now: datetime
+    ) -> list[bool]:
+        """assign_job_parts for each (job id, parts) in order, all in one transaction (one commit for a cycle's
+        admissions): each is re-checked against the RUNNING jobs and the ones admitted before it in the list; the
+        result is, per assignment, whether it was placed (False: nothing written for it, as assign_job_parts)."""
+
     def mark_delivered(self, job_ids: Sequence[int], node: str | None = None) -> None:
         """Note that `node`'s agent holds its part of these RUNNING jobs (others are skipped). Idempotent."""
 

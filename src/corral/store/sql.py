@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -22,7 +22,7 @@ from corral.core.resources import GpuInfo
 from corral.core.staging import IN_STAGED, IN_STAGING, OUT_PENDING, OUT_RUNNING, parse_stage_in, parse_stage_out
 from corral.core.states import JobState, can_transition, compute_sources
 from corral.core.tenancy import check_active_limit
-from corral.scheduler.recheck import NodeUse, compute_node_use, compute_recheck
+from corral.scheduler.recheck import NodeUse, add_node_use, compute_node_use, compute_recheck
 from corral.store.base import StateStore
 from corral.store.directory import DirectoryMethods
 from corral.store.idempotency import IdempotencyMethods
@@ -435,52 +435,90 @@ class SqlStore(
         re-checking every touched node against the store in the same transaction (protocols.JobStore)."""
         return self._assign(job_id, parts, now)
 
+    def assign_jobs_parts(
+        self, assignments: Sequence[tuple[int, Sequence[tuple[str, Sequence[int]]]]], now: datetime
+    ) -> list[bool]:
+        """assign_job_parts for each, in one transaction: the touched nodes are locked, read and their use summed
+        once; each admission is re-checked against that use, which then counts it."""
+        if not assignments:
+            return []
+        names = sorted({n for _, parts in assignments for n, _ in parts})
+        with self._rmw() as s:
+            self._lock_nodes(s, names)  # from here until commit no other assign can change these nodes' use
+            nodes, use = self._nodes_named(s, names), self._use_on(s, names)
+            ids = [job_id for job_id, _ in assignments]
+            rows = {r.id: r for r in s.scalars(select(JobRow).where(JobRow.id.in_(ids))).all()}
+            out = []
+            for job_id, parts in assignments:
+                row = rows.get(job_id)
+                spec = self._assign_row(s, row, parts, nodes, use, now) if row is not None else None
+                if spec is not None:
+                    add_node_use(use, [(parts, spec.gpu_milli, spec.cpu_milli, spec.memory_mib)])
+                out.append(spec is not None)
+            return out
+
     def _assign(self, job_id: int, parts: Sequence[tuple[str, Sequence[int]]], now: datetime) -> bool:
         names = sorted({n for n, _ in parts})
         with self._rmw() as s:
             self._lock_nodes(s, names)  # from here until commit no other assign can change these nodes' use
             row = s.get(JobRow, job_id)
-            if row is None or row.state not in _sources(JobState.RUNNING):
+            if row is None:
                 return False
-            if (
-                compute_recheck(parts, _job(row).spec.request, self._nodes_named(s, names), self._use_on(s, names))
-                is not None
-            ):
-                return False
-            node, gpus0 = parts[0]
-            res = s.execute(
-                update(JobRow)
-                .where(JobRow.id == job_id, JobRow.state.in_(_sources(JobState.RUNNING)))
-                .values(
-                    state=JobState.RUNNING.value,
-                    node=node,
-                    gpu_indices=list(gpus0),
-                    parts=[[n, list(g)] for n, g in parts],
-                    node_list=_name_list(n for n, _ in parts),
-                    delivered_nodes="",
-                    part_exits={},
-                    image_digest="",
-                    phase="",
-                    started_at=now,
-                    delivered=False,
-                    reason="",
-                    attempt=JobRow.attempt + 1,
-                    not_before=None,
-                    # its staged input is used by this attempt; a later one (after a requeue) stages it again
-                    stage_state="",
-                    stage_node=None,
-                    stage_progress="",
-                    stage_nodes=None,
-                    stage_done="",
-                    # this attempt's output is still to ship (a gang's earlier attempt may have shipped its own)
-                    stage_out_state=case((JobRow.stage_out_state == "", ""), else_=OUT_PENDING),
-                    stage_out_message="",
-                )
+            return self._assign_row(s, row, parts, self._nodes_named(s, names), self._use_on(s, names), now) is not None
+
+    def _assign_row(
+        self,
+        s: Session,
+        row: JobRow,
+        parts: Sequence[tuple[str, Sequence[int]]],
+        nodes: Mapping[str, Node],
+        use: Mapping[str, NodeUse],
+        now: datetime,
+    ) -> JobSpec | None:
+        """Within an assign's transaction, its nodes locked: PENDING -> RUNNING if `parts` still fit beside `use`.
+        Returns the job's spec when it was placed, else None (nothing written)."""
+        job_id = row.id
+        if row.state not in _sources(JobState.RUNNING):
+            return None
+        spec = _job(row).spec
+        if compute_recheck(parts, spec.request, nodes, use) is not None:
+            return None
+        node, gpus0 = parts[0]
+        res = s.execute(
+            update(JobRow)
+            .where(JobRow.id == job_id, JobRow.state.in_(_sources(JobState.RUNNING)))
+            .values(
+                state=JobState.RUNNING.value,
+                node=node,
+                gpu_indices=list(gpus0),
+                parts=[[n, list(g)] for n, g in parts],
+                node_list=_name_list(n for n, _ in parts),
+                delivered_nodes="",
+                part_exits={},
+                image_digest="",
+                phase="",
+                started_at=now,
+                delivered=False,
+                reason="",
+                attempt=JobRow.attempt + 1,
+                not_before=None,
+                # its staged input is used by this attempt; a later one (after a requeue) stages it again
+                stage_state="",
+                stage_node=None,
+                stage_progress="",
+                stage_nodes=None,
+                stage_done="",
+                # this attempt's output is still to ship (a gang's earlier attempt may have shipped its own)
+                stage_out_state=case((JobRow.stage_out_state == "", ""), else_=OUT_PENDING),
+                stage_out_message="",
             )
-            if affected_rows(res):
-                where = "; ".join(f"node {n}, GPUs {','.join(map(str, g)) or 'none'}" for n, g in parts)
-                s.add(JobEventRow(job_id=job_id, at=now, kind="assigned", message=where))
-            return bool(affected_rows(res))
+            .execution_options(synchronize_session=False)
+        )
+        if not affected_rows(res):
+            return None
+        where = "; ".join(f"node {n}, GPUs {','.join(map(str, g)) or 'none'}" for n, g in parts)
+        s.add(JobEventRow(job_id=job_id, at=now, kind="assigned", message=where))
+        return spec
 
     def _lock_nodes(self, s: Session, names: Sequence[str]) -> None:
         """Serialise assigns that touch these nodes: PostgreSQL locks their rows in name order (no deadlock);
@@ -492,8 +530,15 @@ class SqlStore(
             s.execute(select(NodeRow.name).where(NodeRow.name.in_(names)).order_by(NodeRow.name).with_for_update())
 
     def _nodes_named(self, s: Session, names: Sequence[str]) -> dict[str, Node]:
-        rows = s.scalars(select(NodeRow).where(NodeRow.name.in_(names))).all()
-        return {r.name: self._node(s, r) for r in rows}
+        """These nodes (two queries, as list_nodes: column tuples, not ORM rows)."""
+        rows = s.execute(select(*_NODE_COLUMNS).where(NodeRow.name.in_(names))).all()
+        gpus = s.execute(
+            select(*_GPU_COLUMNS).where(GpuRow.node_name.in_(names)).order_by(GpuRow.node_name, GpuRow.index)
+        ).all()
+        by_node: dict[str, list[tuple[GpuInfo, GpuStatus]]] = {}
+        for g in gpus:
+            by_node.setdefault(g[0], []).append(_gpu_of_columns(g))
+        return {r[0]: _node_of_columns(r, by_node.get(r[0], ())) for r in rows}
 
     def _use_on(self, s: Session, names: Sequence[str]) -> dict[str, NodeUse]:
         """What RUNNING jobs hold on these nodes (a gang counts on each of its nodes)."""
