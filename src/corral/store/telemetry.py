@@ -167,7 +167,10 @@ class TelemetryMethods:
             return out
 
     def compute_and_store_rollups(self, since: float, closed_before: float, bucket_s: float = 60.0) -> int:
-        """Roll raw points with since <= ts < closed_before into buckets (merged into existing ones)."""
+        """Roll raw points with since <= ts < closed_before into buckets (merged into existing ones). The buckets
+        already stored in that span are read in one query and the new ones written in one statement: a fleet's
+        minute is thousands of (metric, node, GPU) rollups, and one lookup each was a tenth of the server's time
+        (issue 13)."""
         with self._tx() as s:
             rows = s.execute(
                 select(
@@ -179,32 +182,40 @@ class TelemetryMethods:
                 ).where(MetricPointRow.ts >= since, MetricPointRow.ts < closed_before)
             ).all()
             keyed = [((m, n, g), RawPoint(ts, v)) for m, n, g, ts, v in rows]
-            made = 0
-            for (m, n, g), rollups in compute_keyed_rollups(keyed, closed_before, bucket_s).items():
-                for r in rollups:
-                    old = s.get(MetricRollupRow, (m, n, g, r.start))
-                    if old is not None:
-                        r = merge_rollup(
-                            Rollup(old.bucket, old.count, old.min, old.max, old.sum, old.last, old.last_ts), r
-                        )
-                        s.delete(old)
-                        s.flush()
-                    s.add(
-                        MetricRollupRow(
-                            metric=m,
-                            node=n,
-                            gpu=g,
-                            bucket=r.start,
-                            count=r.count,
-                            min=r.min,
-                            max=r.max,
-                            sum=r.sum,
-                            last=r.last,
-                            last_ts=r.last_ts,
-                        )
+            made = [
+                (key, r)
+                for key, rollups in compute_keyed_rollups(keyed, closed_before, bucket_s).items()
+                for r in rollups
+            ]
+            if not made:
+                return 0
+            first, last = min(r.start for _, r in made), max(r.start for _, r in made)
+            old = {
+                (m, n, g, bucket): Rollup(bucket, *rest)
+                for m, n, g, bucket, *rest in s.execute(
+                    select(*_ROLLUP_COLUMNS).where(MetricRollupRow.bucket >= first, MetricRollupRow.bucket <= last)
+                ).all()
+            }
+            fresh: list[dict[str, Any]] = []
+            for (m, n, g), r in made:
+                before = old.get((m, n, g, r.start))
+                if before is None:
+                    fresh.append(_rollup_values(m, n, g, r))
+                    continue
+                merged = merge_rollup(before, r)
+                s.execute(
+                    update(MetricRollupRow)
+                    .where(
+                        MetricRollupRow.metric == m,
+                        MetricRollupRow.node == n,
+                        MetricRollupRow.gpu == g,
+                        MetricRollupRow.bucket == r.start,
                     )
-                    made += 1
-            return made
+                    .values(_rollup_values(m, n, g, merged))
+                )
+            if fresh:
+                s.execute(insert(MetricRollupRow), fresh)
+            return len(made)
 
     def latest_rollup_bucket(self) -> float | None:
         with self._tx() as s:
@@ -289,3 +300,32 @@ class TelemetryMethods:
 
 def _rule(r: AlertRuleRow) -> AlertRuleRecord:
     return AlertRuleRecord(r.id, r.name, dict(r.spec), r.tenant_id, utc(r.created_at) or r.created_at)
+
+
+_ROLLUP_COLUMNS = (
+    MetricRollupRow.metric,
+    MetricRollupRow.node,
+    MetricRollupRow.gpu,
+    MetricRollupRow.bucket,
+    MetricRollupRow.count,
+    MetricRollupRow.min,
+    MetricRollupRow.max,
+    MetricRollupRow.sum,
+    MetricRollupRow.last,
+    MetricRollupRow.last_ts,
+)
+
+
+def _rollup_values(metric: str, node: str, gpu: int, r: Rollup) -> dict[str, Any]:
+    return {
+        "metric": metric,
+        "node": node,
+        "gpu": gpu,
+        "bucket": r.start,
+        "count": r.count,
+        "min": r.min,
+        "max": r.max,
+        "sum": r.sum,
+        "last": r.last,
+        "last_ts": r.last_ts,
+    }
