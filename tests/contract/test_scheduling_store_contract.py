@@ -69,6 +69,19 @@ def test_a_new_job_is_pending_with_its_submitted_event(store: SchedulingStore) -
     assert store.count_jobs(states=[JobState.PENDING]) == 2 and store.get_job(10_000) is None
 
 
+def test_jobs_by_ids_and_the_newest_ids_in_a_state(store: SchedulingStore) -> None:
+    node(store)
+    a, b, c, d = job(store), job(store), job(store), job(store)
+    assert [j.id for j in store.get_jobs([d, a, 10_000, a])] == [a, d]  # unknown ids left out, by id, once
+    assert store.get_jobs([]) == []
+    for i in (a, c):
+        assert store.assign_job_parts(i, [("n1", [0 if i == a else 1])], T0)
+        assert store.finish_job(i, JobState.SUCCEEDED, 0, "", LATER)
+    assert store.list_job_ids([JobState.SUCCEEDED], 10) == [c, a]
+    assert store.list_job_ids([JobState.SUCCEEDED], 1) == [c]
+    assert store.list_job_ids([JobState.PENDING, JobState.SUCCEEDED], 3) == [d, c, b]
+
+
 def test_assign_is_compare_and_set_and_places_every_part(store: SchedulingStore) -> None:
     node(store, "n1")
     node(store, "n2")

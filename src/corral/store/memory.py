@@ -119,6 +119,14 @@ class MemoryStore:
         with self._lock:
             return self._jobs.get(job_id)
 
+    def get_jobs(self, job_ids: Iterable[int]) -> list[Job]:
+        with self._lock:
+            return [self._jobs[i] for i in sorted(set(job_ids)) if i in self._jobs]
+
+    def list_job_ids(self, states: Sequence[JobState], limit: int) -> list[int]:
+        with self._lock:
+            return sorted((i for st in set(states) for i in self._by_state[st]), reverse=True)[:limit]
+
     def list_jobs(
         self,
         states: Sequence[JobState] | None = None,

@@ -92,6 +92,12 @@ class JobStore(Protocol):
     def get_job(self, job_id: int) -> Job | None:
         """The job, or None if unknown. Read-only."""
 
+    def get_jobs(self, job_ids: Iterable[int]) -> list[Job]:
+        """The jobs of these ids that exist, by id, in one read. Read-only."""
+
+    def list_job_ids(self, states: Sequence[JobState], limit: int) -> list[int]:
+        """The ids of the newest `limit` jobs in `states`, newest (highest id) first: no job is loaded. Read-only."""
+
     def list_jobs(
         self,
         states: Sequence[JobState] | None = None,

@@ -316,6 +316,18 @@ class SqlStore(
             row = s.get(JobRow, job_id)
             return _job(row) if row else None
 
+    def get_jobs(self, job_ids: Iterable[int]) -> list[Job]:
+        ids = sorted(set(job_ids))
+        if not ids:
+            return []
+        with self._tx() as s:
+            return [_job(r) for r in s.scalars(select(JobRow).where(JobRow.id.in_(ids)).order_by(JobRow.id)).all()]
+
+    def list_job_ids(self, states: Sequence[JobState], limit: int) -> list[int]:
+        with self._tx() as s:
+            q = select(JobRow.id).where(JobRow.state.in_([st.value for st in states]))
+            return list(s.scalars(q.order_by(JobRow.id.desc()).limit(limit)).all())
+
     def list_jobs(
         self,
         states: Sequence[JobState] | None = None,

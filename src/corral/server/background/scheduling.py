@@ -201,6 +201,7 @@ class Scheduler(Loop):
             if leading and not self.leading():  # lost the lease while computing (a pause): apply nothing
                 leading = False
             applied = apply_plan(self.store, plan, now) if leading else AppliedPlan()
+            self._was_running.update(int(j) for j in applied.started)  # seen leaving it, however soon it ends
             self._after_apply(plan, applied, pending, ready, waiting, now)
             return [int(j) for j in applied.started]
 
@@ -342,19 +343,27 @@ class Scheduler(Loop):
 
     def _learn_run_times(self, running: list[Job], tenants: list[Tenant]) -> None:
         """Teach the predictor the store's recent successful jobs once, then each job that left the running set
-        since the last pass and succeeded (one read per such job)."""
+        since the last pass and succeeded (one read for all of them; the jobs this replica started count as running
+        from the moment they start: run_once)."""
         names = {t.id: t.name for t in tenants}
         now_running = {j.id for j in running}
         clock = time.monotonic()
-        if not self._history_learnt or clock - self._swept_at >= SWEEP_EVERY_S:
-            # At start the store's history; then, every few seconds, the newest successes: jobs short enough to
-            # start and end between two passes never show in the running set below.
-            limit = HISTORY_JOBS if not self._history_learnt else SWEEP_JOBS
+        if not self._history_learnt:  # at start: the store's history
             self._history_learnt, self._swept_at = True, clock
-            history = self.store.list_jobs(states=[JobState.SUCCEEDED], newest_first=True, limit=limit)
+            history = self.store.list_jobs(states=[JobState.SUCCEEDED], newest_first=True, limit=HISTORY_JOBS)
             self._refresh_users(history)
             self.predictions.learn(history, names, self._user_names)
-        left = [job for i in self._was_running - now_running if (job := self.store.get_job(i)) is not None]
+        elif clock - self._swept_at >= SWEEP_EVERY_S:
+            # Then, every few seconds, the newest successes not learnt yet: jobs another replica (or a tool) started
+            # that ended between two passes never show in the running set below. Their ids are read first (an
+            # index), the jobs only when new.
+            self._swept_at = clock
+            ids = self.store.list_job_ids([JobState.SUCCEEDED], SWEEP_JOBS)
+            news = self.store.get_jobs(self.predictions.unknown(ids))
+            if news:
+                self._refresh_users(news)
+                self.predictions.learn(news, names, self._user_names)
+        left = self.store.get_jobs(self._was_running - now_running)
         self._was_running = now_running
         if left:
             self._refresh_users(left)

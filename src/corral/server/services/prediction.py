@@ -58,6 +58,11 @@ class RunTimePredictions:
         with self._lock:
             return self._predictor.recorded
 
+    def unknown(self, job_ids: Iterable[int]) -> list[int]:
+        """Those of these job ids not learnt yet."""
+        with self._lock:
+            return [i for i in job_ids if i not in self._learnt]
+
     def learn(self, jobs: Iterable[Job], tenants: Mapping[int, str], users: Mapping[int, str]) -> int:
         """Record each successful job once, oldest finish first; returns how many were new."""
         done = sorted((j for j in jobs if compute_run_s(j) is not None), key=lambda j: (j.finished_at, j.id))
