@@ -9,7 +9,7 @@ finished jobs a long simulation keeps.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -31,6 +31,7 @@ class MemoryStore:
         self._lock = threading.RLock()
         self._jobs: dict[int, Job] = {}
         self._by_state: dict[JobState, dict[int, Job]] = {s: {} for s in JobState}
+        self._versions: dict[int, int] = {}  # job id -> how often it was changed (list_jobs_changed)
         self._on_node: dict[str, set[int]] = {}  # node -> RUNNING jobs with a part there
         self._events: dict[int, list[JobEvent]] = {}
         self._keys: dict[tuple[str, str], tuple[str, tuple[int, ...], datetime]] = {}
@@ -60,6 +61,7 @@ class MemoryStore:
                 for n, _ in old.placed_parts:
                     self._on_node[n].discard(job.id)
         self._jobs[job.id] = job
+        self._versions[job.id] = self._versions.get(job.id, -1) + 1  # as the SQL store's row_version: 0 when made
         self._by_state[job.state][job.id] = job
         if job.state is JobState.RUNNING:
             for n, _ in job.placed_parts:
@@ -122,6 +124,13 @@ class MemoryStore:
     def get_jobs(self, job_ids: Iterable[int]) -> list[Job]:
         with self._lock:
             return [self._jobs[i] for i in sorted(set(job_ids)) if i in self._jobs]
+
+    def list_jobs_changed(
+        self, states: Sequence[JobState], known: Mapping[int, int]
+    ) -> tuple[list[int], list[tuple[Job, int]]]:
+        with self._lock:
+            ids = sorted(i for st in set(states) for i in self._by_state[st])
+            return ids, [(self._jobs[i], v) for i in ids if (v := self._versions[i]) != known.get(i)]
 
     def list_job_ids(self, states: Sequence[JobState], limit: int) -> list[int]:
         with self._lock:

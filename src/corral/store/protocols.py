@@ -95,6 +95,13 @@ class JobStore(Protocol):
     def get_jobs(self, job_ids: Iterable[int]) -> list[Job]:
         """The jobs of these ids that exist, by id, in one read. Read-only."""
 
+    def list_jobs_changed(
+        self, states: Sequence[JobState], known: Mapping[int, int]
+    ) -> tuple[list[int], list[tuple[Job, int]]]:
+        """(the ids of the jobs in `states`, by id; those of them whose row version is not `known[id]`, loaded, each
+        with the version it was read at). A job's version changes with every change to it, so a reader that keeps
+        what it read (store.snapshot.JobCache) loads only what changed. Read-only."""
+
     def list_job_ids(self, states: Sequence[JobState], limit: int) -> list[int]:
         """The ids of the newest `limit` jobs in `states`, newest (highest id) first: no job is loaded. Read-only."""
 

@@ -14,7 +14,7 @@ from corral.core.states import JobState
 from corral.scheduler.plan import Snapshot
 from corral.scheduler.queueing import TOTAL, QueueConfig, QueuedJob, QueueState, QuotaBook, RunningJob, TenantQuota
 from corral.scheduler.recheck import NodeUse, compute_node_use
-from corral.store.protocols import SchedulingStore
+from corral.store.protocols import JobStore, SchedulingStore
 from corral.store.records import Job, Node, Queue, Quota, Tenant, compute_placed_parts
 
 DEFAULT_TENANT_NAME = "default"
@@ -43,6 +43,29 @@ def load_snapshot(
         pending, running, nodes, tenants, store.list_quotas(), store.list_queues(), usage_gpu_s, now, grace_s, nominated
     )
     return Snapshot(nodes=compute_snapshot(nodes, running, node_taints), queue=queue)
+
+
+class JobCache:
+    """The jobs in some states, as a reader that asks again and again (the scheduler, each pass) sees them: kept
+    between reads, and loaded again only when their row changed (JobStore.list_jobs_changed). `read` returns what a
+    list_jobs(states=...) would, by id; a job that changed state between the store's two reads is left out until the
+    next read."""
+
+    def __init__(self, store: JobStore, states: Sequence[JobState]) -> None:
+        self._store = store
+        self._states = tuple(states)
+        self._jobs: dict[int, tuple[int, Job]] = {}  # id -> (row version, job)
+
+    def read(self) -> list[Job]:
+        ids, changed = self._store.list_jobs_changed(self._states, {i: v for i, (v, _) in self._jobs.items()})
+        jobs = self._jobs
+        for job, version in changed:
+            if job.state in self._states:
+                jobs[job.id] = (version, job)
+            else:
+                jobs.pop(job.id, None)
+        self._jobs = {i: jobs[i] for i in ids if i in jobs}
+        return [job for _, job in self._jobs.values()]
 
 
 # ---- nodes: what is in use on each ----------------------------------------------

@@ -323,6 +323,23 @@ class SqlStore(
         with self._tx() as s:
             return [_job(r) for r in s.scalars(select(JobRow).where(JobRow.id.in_(ids)).order_by(JobRow.id)).all()]
 
+    def list_jobs_changed(
+        self, states: Sequence[JobState], known: Mapping[int, int]
+    ) -> tuple[list[int], list[tuple[Job, int]]]:
+        """Ids and versions first (the (state, id) index), then the rows whose version differs, in chunks."""
+        with self._tx() as s:
+            pairs = s.execute(
+                select(JobRow.id, JobRow.row_version)
+                .where(JobRow.state.in_([st.value for st in states]))
+                .order_by(JobRow.id)
+            ).all()
+            stale = [i for i, v in pairs if known.get(i) != v]
+            loaded: list[tuple[Job, int]] = []
+            for at in range(0, len(stale), _IN_CHUNK):
+                rows = s.scalars(select(JobRow).where(JobRow.id.in_(stale[at : at + _IN_CHUNK]))).all()
+                loaded += [(_job(r), r.row_version) for r in rows]
+            return [i for i, _ in pairs], loaded
+
     def list_job_ids(self, states: Sequence[JobState], limit: int) -> list[int]:
         with self._tx() as s:
             q = select(JobRow.id).where(JobRow.state.in_([st.value for st in states]))
@@ -796,6 +813,9 @@ class SqlStore(
         with self._tx() as s:
             rows = s.scalars(select(JobEventRow).where(JobEventRow.job_id == job_id).order_by(JobEventRow.id)).all()
             return [JobEvent(job_id=r.job_id, at=_utc(r.at) or r.at, kind=r.kind, message=r.message) for r in rows]
+
+
+_IN_CHUNK = 500  # ids per IN (...) list
 
 
 def _sources(dst: JobState) -> list[str]:

@@ -228,6 +228,9 @@ class JobRow(Base):
     stage_done: Mapped[str] = mapped_column(Text, default="", server_default="")
     stage_out_state: Mapped[str] = mapped_column(String(16), default="", server_default="")
     stage_out_message: Mapped[str] = mapped_column(Text, default="", server_default="")
+    # How often the row was updated: the database bumps it on every UPDATE (a trigger; migration 0028), so a reader
+    # loads again only the jobs whose row changed (SqlStore.list_jobs_changed). Never set by a statement.
+    row_version: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
     __table_args__ = (
         Index("ix_jobs_state", "state"),

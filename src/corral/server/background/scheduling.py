@@ -28,7 +28,7 @@ from corral.server.services.staging import compute_staging_reasons, describe_sta
 from corral.store.applier import AppliedPlan, apply_plan
 from corral.store.protocols import OperationsStore, SchedulingStore, StagingStore
 from corral.store.records import Job, Tenant, User
-from corral.store.snapshot import compute_running_job, load_snapshot
+from corral.store.snapshot import JobCache, compute_running_job, load_snapshot
 
 log = logging.getLogger("corral.scheduler")
 SWEEP_EVERY_S = 5.0  # how often the newest successful jobs are read for the run-time predictions
@@ -94,6 +94,9 @@ class Scheduler(Loop):
         self._history_learnt = False
         self._swept_at = 0.0
         self._was_running: set[int] = set()
+        # Each pass reads the pending and running jobs; only those whose row changed since are loaded again.
+        self._pending = JobCache(store, [JobState.PENDING])
+        self._running = JobCache(store, [JobState.RUNNING])
         self._user_names: dict[int, str] = {}
         self._lock = threading.Lock()
         # The cloud pools' part (server/background/autoscaler.py): the last cycle's input and plan, which the
@@ -155,8 +158,8 @@ class Scheduler(Loop):
             leading = self.leading()
             if leading:
                 self.reconcile_lost_nodes(now)
-            pending = self.store.list_jobs(states=[JobState.PENDING])
-            running = self.store.list_jobs(states=[JobState.RUNNING])
+            pending = self._pending.read()
+            running = self._running.read()
             tenants = self.store.list_tenants()
             self._wake_nodes_with_news(running)
             self._update_usage(running, tenants, now, save=leading)
