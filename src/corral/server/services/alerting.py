@@ -45,6 +45,7 @@ from corral.server.services.alert_credentials import load_smtp_password, load_we
 from corral.server.services.audit import record_audit
 from corral.server.settings import Settings
 from corral.store.protocols import AlertingStore
+from corral.store.snapshot import JobCache
 from corral.store.telemetry import HOST_GPU, AlertHistoryRecord, Point
 
 log = logging.getLogger("corral.alerts")
@@ -204,6 +205,7 @@ class AlertService:
             raw_s=settings.metrics_raw_retention_s, rollup_s=settings.metrics_rollup_retention_s
         )
         self._rolled_until: float | None = None
+        self._running = JobCache(store, [JobState.RUNNING])  # each round reads only the jobs that changed
         # tenant -> % of its budget used this period (server/services/budgets.py; set by the app)
         self.budget_used: Callable[[], Mapping[str, float]] = dict
         self.loop = AlertLoop(self, settings.alert_interval_s)  # rounds on their own thread (server/background)
@@ -270,7 +272,7 @@ class AlertService:
     # ---- one round ----------------------------------------------------------------------
     def compute_series(self, now: float) -> list[SeriesPoint]:
         nodes = self.store.list_nodes()
-        running = self.store.list_jobs(states=[JobState.RUNNING])
+        running = self._running.read()
         tenants = {t.id: t.name for t in self.store.list_tenants()}
         placements = [
             JobPlacement(str(j.id), tenants.get(j.spec.tenant_id or 0, ""), node, gpus)
