@@ -69,6 +69,15 @@ def test_a_new_job_is_pending_with_its_submitted_event(store: SchedulingStore) -
     assert store.count_jobs(states=[JobState.PENDING]) == 2 and store.get_job(10_000) is None
 
 
+def test_a_batch_larger_than_one_read_places_every_job(store: SchedulingStore) -> None:
+    node(store, "n1", n=1)
+    ids = [j.id for j in store.create_jobs([JobSpec(command=("x",), gpus=0)] * 1_100, T0)]
+    assert store.assign_jobs_parts([(i, [("n1", [])]) for i in ids], T0) == [True] * 1_100
+    assert store.count_jobs(states=[JobState.RUNNING]) == 1_100
+    ids2, changed = store.list_jobs_changed([JobState.RUNNING], {})
+    assert ids2 == ids and sorted(j.id for j, _ in changed) == ids
+
+
 def test_jobs_by_ids_and_the_newest_ids_in_a_state(store: SchedulingStore) -> None:
     node(store)
     a, b, c, d = job(store), job(store), job(store), job(store)

@@ -476,7 +476,11 @@ class SqlStore(
             self._lock_nodes(s, names)  # from here until commit no other assign can change these nodes' use
             nodes, use = self._nodes_named(s, names), self._use_on(s, names)
             ids = [job_id for job_id, _ in assignments]
-            rows = {r.id: r for r in s.scalars(select(JobRow).where(JobRow.id.in_(ids))).all()}
+            rows = {
+                r.id: r
+                for at in range(0, len(ids), _IN_CHUNK)
+                for r in s.scalars(select(JobRow).where(JobRow.id.in_(ids[at : at + _IN_CHUNK]))).all()
+            }
             out = []
             for job_id, parts in assignments:
                 row = rows.get(job_id)
