@@ -3,11 +3,13 @@ what the scheduling loop and the simulators rely on, the guarded assign included
 
 from __future__ import annotations
 
+import random
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,7 +19,8 @@ from corral.core.states import JobState
 from corral.store.memory import MemoryStore
 from corral.store.protocols import SchedulingStore
 from corral.store.records import JobSpec, Quota
-from corral.store.sql import open_store
+from corral.store.snapshot import JobCache
+from corral.store.sql import SqlStore, open_store
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 LATER = T0 + timedelta(minutes=5)
@@ -417,3 +420,57 @@ def test_tenants_quotas_queues_and_usage(store: SchedulingStore) -> None:
     assert store.load_usage() == ({}, None)
     store.save_usage({team.id: 12.5, 10_000: 1.0}, T0)  # an unknown tenant is dropped
     assert store.load_usage() == ({team.id: 12.5}, T0)
+
+
+# ---- reading through a JobCache (row versions) ------------------------------------------
+MOVES: dict[str, Callable[[SchedulingStore, int, random.Random], Any]] = {
+    "submit": lambda s, _, r: s.create_job(JobSpec(command=("x",), gpus=1, priority=r.randint(0, 9)), T0),
+    "assign": lambda s, i, r: s.assign_job_parts(i, [(r.choice(["n1", "n2"]), [r.randint(0, 1)])], T0),
+    "finish": lambda s, i, _: s.finish_job(i, JobState.SUCCEEDED, 0, "", T0),
+    "requeue": lambda s, i, r: s.requeue_job(i, "node lost", T0 + timedelta(seconds=r.randint(1, 99))),
+    "preempt": lambda s, i, _: s.request_preempt(i, "for another", T0, 1),
+    "cancel": lambda s, i, _: s.request_cancel(i, T0),
+    "deliver": lambda s, i, _: s.mark_delivered([i], "n1"),
+    "phase": lambda s, i, _: s.set_job_phase(i, 1, "pulling 5%"),
+    # (the memory store keeps no staging: the simulators stage nothing)
+    "stage": lambda s, i, _: (
+        isinstance(s, SqlStore) and s.update_staging(i, ("", None), "staging", "n1", "staging input", ["n1"])
+    ),
+    "nothing": lambda s, i, _: s.get_job(i),
+}
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_reading_through_the_cache_always_gives_what_list_jobs_gives(store: SchedulingStore, seed: int) -> None:
+    rnd = random.Random(seed)
+    node(store, "n1")
+    node(store, "n2")
+    caches = {st: JobCache(store, [st]) for st in (JobState.PENDING, JobState.RUNNING)}
+    both = JobCache(store, [JobState.PENDING, JobState.RUNNING])
+    ids = [store.create_job(JobSpec(command=("x",), gpus=1), T0).id for _ in range(6)]
+    for _ in range(60):
+        move = rnd.choice(sorted(MOVES))
+        got = MOVES[move](store, rnd.choice(ids), rnd)
+        if move == "submit":
+            ids.append(got.id)
+        for st, cache in caches.items():
+            assert cache.read() == store.list_jobs(states=[st]), move
+        assert both.read() == store.list_jobs(states=[JobState.PENDING, JobState.RUNNING]), move
+
+
+def test_a_job_no_change_touched_is_not_loaded_again(store: SchedulingStore) -> None:
+    a, b = (store.create_job(JobSpec(command=("x",)), T0).id for _ in range(2))
+    cache = JobCache(store, [JobState.PENDING])
+    cache.read()
+    known = {a: _version(store, a), b: _version(store, b)}
+    assert store.list_jobs_changed([JobState.PENDING], known) == ([a, b], [])
+    store.request_cancel(b, T0)
+    c = store.create_job(JobSpec(command=("y",)), T0).id
+    ids, changed = store.list_jobs_changed([JobState.PENDING], known)
+    assert ids == [a, c] and [j.id for j, _ in changed] == [c]
+    assert [j.id for j in cache.read()] == [a, c]
+
+
+def _version(store: SchedulingStore, job_id: int) -> int:
+    _, loaded = store.list_jobs_changed([JobState.PENDING], {})
+    return next(v for j, v in loaded if j.id == job_id)
