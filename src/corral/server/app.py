@@ -59,7 +59,6 @@ from corral.server.services.agents import ReportOrder
 from corral.server.services.alerting import AlertService
 from corral.server.services.budgets import BudgetTracker
 from corral.server.services.identity import NodeIdentities, create_pool_join_token
-from corral.server.services.jobs import RecentNodes
 from corral.server.services.login import LoginGuard
 from corral.server.services.logs import LogStore
 from corral.server.services.notify import NodeNotifier
@@ -201,7 +200,6 @@ def create_app(settings: Settings, store: StateStore | None = None) -> FastAPI:
         autoscaler=autoscaler,
         budgets=budgets,
         clusters=clusters,
-        recent_nodes=RecentNodes(store),
     )
 
     gateway_on_api_port = not settings.effective_gateway_port

@@ -18,7 +18,6 @@ from corral.server.keyring import Keyring
 from corral.server.passwords import PasswordPool
 from corral.server.services.alerting import AlertService
 from corral.server.services.identity import NodeIdentities
-from corral.server.services.jobs import RecentNodes
 from corral.server.services.login import LoginGuard
 from corral.server.services.logs import LogStore
 from corral.server.services.notify import NodeNotifier
@@ -107,10 +106,6 @@ async def get_logins(conn: HTTPConnection) -> LoginGuard:
     return context_of(conn.app).logins
 
 
-async def get_recent_nodes(conn: HTTPConnection) -> RecentNodes:
-    return context_of(conn.app).recent_nodes
-
-
 ContextDep = Annotated[ServerContext, Depends(get_context)]
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 StoreDep = Annotated[StateStore, Depends(get_store)]
@@ -130,4 +125,3 @@ DirectoryDep = Annotated[LdapDirectory | None, Depends(get_directory)]
 OidcDep = Annotated[OidcClient | None, Depends(get_oidc)]
 PasswordsDep = Annotated[PasswordPool, Depends(get_passwords)]
 LoginsDep = Annotated[LoginGuard, Depends(get_logins)]
-RecentNodesDep = Annotated[RecentNodes, Depends(get_recent_nodes)]

@@ -14,10 +14,10 @@ from corral.core.errors import NotFoundError
 from corral.core.states import JobState
 from corral.core.tenancy import Action
 from corral.server.auth import Principal, require_user
-from corral.server.deps import LogsDep, NotifierDep, RecentNodesDep, SchedulerDep, SettingsDep, StoreDep
+from corral.server.deps import LogsDep, NotifierDep, SchedulerDep, SettingsDep, StoreDep
 from corral.server.params import Id, IdempotencyKey, Offset
 from corral.server.services.job_ui import job_out
-from corral.server.services.jobs import RecentNodes, load_job, submit_jobs
+from corral.server.services.jobs import load_job, submit_jobs
 from corral.server.services.tenancy import known_tenant_names
 
 if TYPE_CHECKING:
@@ -39,13 +39,12 @@ def create_job(
     store: StoreDep,
     sched: SchedulerDep,
     settings: SettingsDep,
-    nodes: RecentNodesDep,
     idempotency_key: IdempotencyKey = None,
 ) -> JobOut:
     """Submit a job (with `array`, a job array: answers its first task, whose id is the array's id). With
     `Idempotency-Key`, a retry (same key, same body, same caller) returns the job the first
     request made, marked `Idempotent-Replayed: true`; the same key with another body is refused (422)."""
-    jobs = _submit([body], response, caller, store, sched.trigger, settings, nodes, idempotency_key)
+    jobs = _submit([body], response, caller, store, sched.trigger, settings, idempotency_key)
     return job_out(request, store, sched, jobs[0])
 
 
@@ -58,13 +57,12 @@ def create_jobs(
     store: StoreDep,
     sched: SchedulerDep,
     settings: SettingsDep,
-    nodes: RecentNodesDep,
     idempotency_key: IdempotencyKey = None,
 ) -> list[JobOut]:
     """Submit several jobs (each may be an array) in one call: every one is checked, then all are stored in one
     transaction, or none (the error names `jobs.N.field`). Answers every job made, arrays' tasks included, in
     order. `Idempotency-Key` works as for a single submission."""
-    jobs = _submit(body.jobs, response, caller, store, sched.trigger, settings, nodes, idempotency_key)
+    jobs = _submit(body.jobs, response, caller, store, sched.trigger, settings, idempotency_key)
     names = known_tenant_names(store, {j.spec.tenant_id for j in jobs})
     return [job_out(request, store, sched, j, names) for j in jobs]
 
@@ -76,7 +74,6 @@ def _submit(
     store: StateStore,
     trigger: Trigger,
     settings: Settings,
-    nodes: RecentNodes,
     idempotency_key: str | None,
 ) -> list[Job]:
     """Both submit routes: check the role, store (or replay) the jobs, wake the scheduler or mark the replay."""
@@ -90,7 +87,6 @@ def _submit(
         keep,
         settings.max_active_jobs_per_tenant,
         rules=settings.submit_rules,
-        nodes=nodes,
     )
     if created:
         trigger.fire()

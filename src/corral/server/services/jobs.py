@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import threading
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -24,7 +22,7 @@ from corral.server.auth import Principal
 from corral.server.services.secrets import check_registry_secret_ref, check_secret_refs
 from corral.server.services.staging import check_staging
 from corral.store.base import StateStore
-from corral.store.protocols import NodeStore, SubmissionStore, TenancyStore
+from corral.store.protocols import SubmissionStore, TenancyStore
 from corral.store.records import Job, JobSpec, Node, Quota
 
 
@@ -147,43 +145,13 @@ class SubmitContext:
     pools: tuple[PoolSpec, ...] = ()  # cloud pools: a job that fits one of their instance types may wait for it
 
 
-def load_submit_context(store: SubmissionStore, tenant_id: int, nodes: list[Node] | None = None) -> SubmitContext:
-    """`nodes`: the node list to check fits against, when the caller has it (default: read now)."""
+def load_submit_context(store: SubmissionStore, tenant_id: int) -> SubmitContext:
     return SubmitContext(
         frozenset(q.name for q in store.list_queues(tenant_id)),
-        store.list_nodes() if nodes is None else nodes,
+        store.list_nodes(),
         store.list_quotas(tenant_id),
         tuple(p.spec for p in store.list_pools()),
     )
-
-
-class RecentNodes:
-    """The node list that submissions check a job's fit against, read again at most every `max_age_s`. Reading every
-    node and GPU for each submission was a fifth of the server's time under a burst (600 GPUs; issue 13). A job is
-    never refused on such a copy: a submission it refuses is checked again against a fresh read (a node that joined
-    a moment ago counts), and a job it accepts could as well have been accepted just before that node changed."""
-
-    def __init__(self, store: NodeStore, max_age_s: float = 1.0, clock: Callable[[], float] = time.monotonic) -> None:
-        self._store = store
-        self._max_age_s = max_age_s
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._nodes: list[Node] = []
-        self._read_at: float | None = None
-
-    def get(self) -> tuple[list[Node], bool]:
-        """(the nodes, whether they were read just now)."""
-        with self._lock:
-            at = self._read_at
-            if at is not None and self._clock() - at < self._max_age_s:
-                return self._nodes, False
-        return self.fresh(), True
-
-    def fresh(self) -> list[Node]:
-        nodes = self._store.list_nodes()
-        with self._lock:
-            self._nodes, self._read_at = nodes, self._clock()
-        return nodes
 
 
 def check_fits_some_node_or_pool(
@@ -276,49 +244,19 @@ def submit_jobs(
     keep_keys: timedelta = timedelta(hours=24),
     max_active: int | None = None,
     rules: SubmitRules = NO_SUBMIT_RULES,
-    nodes: RecentNodes | None = None,
 ) -> tuple[list[Job], bool]:
     """Several submissions (each one job or an array of tasks), checked each and stored in one transaction: all
     of them or none. (every job made, in order; whether this call made them). With an Idempotency-Key, the same
     key from the same caller with the same bodies returns the jobs the first request made (also after a crash,
     for `keep_keys`); the same key with other bodies raises IdempotencyKeyReused.
     `max_active`: the most pending and running jobs the caller's tenant may have (TooManyRequestsError beyond).
-    `rules`: what the server's settings allow (host mounts, staging). `nodes`: the server's RecentNodes (default: the
-    nodes are read for this call)."""
+    `rules`: what the server's settings allow (host mounts, staging)."""
     user_id = caller.user.id if caller.user else None
-    ctx, fresh = None, True
-    if caller.tenant_id is not None:
-        listed, fresh = nodes.get() if nodes is not None else (None, True)
-        ctx = load_submit_context(store, caller.tenant_id, listed)
-    try:
-        specs = _checked_specs(store, bodies, caller.tenant_id, user_id, ctx, rules)
-    except ValidationError:
-        if ctx is None or nodes is None or fresh:
-            raise
-        # refused on a node list up to a second old: decide on the nodes as they are now
-        specs = _checked_specs(store, bodies, caller.tenant_id, user_id, replace(ctx, nodes=nodes.fresh()), rules)
-    now = datetime.now(UTC)
-    if idempotency_key is None:
-        return store.create_jobs(specs, now, max_active), True
-    owner = f"user:{caller.user.id}" if caller.user else f"token:{caller.token.id}"
-    fingerprint = request_fingerprint(bodies[0]) if len(bodies) == 1 else request_fingerprint_of(bodies)
-    return store.create_jobs_once(specs, now, owner, idempotency_key, fingerprint, keep_keys, max_active)
-
-
-def _checked_specs(
-    store: StateStore,
-    bodies: Sequence[JobSubmit],
-    tenant_id: int | None,
-    user_id: int | None,
-    ctx: SubmitContext | None,
-    rules: SubmitRules,
-) -> list[JobSpec]:
-    """Each body checked (job_spec_for) and made into its spec, an array into one per task; an error names
-    `jobs.N.field` in a batch."""
     specs: list[JobSpec] = []
+    ctx = load_submit_context(store, caller.tenant_id) if caller.tenant_id is not None else None
     for i, body in enumerate(bodies):
         try:
-            spec = job_spec_for(store, body, tenant_id, user_id, ctx=ctx, rules=rules)
+            spec = job_spec_for(store, body, caller.tenant_id, user_id, ctx=ctx, rules=rules)
         except ValidationError as e:
             raise ValidationError(e.field if len(bodies) == 1 else f"jobs.{i}.{e.field}", e.problem) from None
         if body.array is None:
@@ -326,7 +264,12 @@ def _checked_specs(
         else:  # every task is the checked spec with its own index; `array_id` keys this body's array in the call
             arr = parse_array(body.array)
             specs += [replace(spec, array_id=i, array_index=x, array_limit=arr.limit) for x in arr.indices]
-    return specs
+    now = datetime.now(UTC)
+    if idempotency_key is None:
+        return store.create_jobs(specs, now, max_active), True
+    owner = f"user:{caller.user.id}" if caller.user else f"token:{caller.token.id}"
+    fingerprint = request_fingerprint(bodies[0]) if len(bodies) == 1 else request_fingerprint_of(bodies)
+    return store.create_jobs_once(specs, now, owner, idempotency_key, fingerprint, keep_keys, max_active)
 
 
 def request_fingerprint(body: JobSubmit) -> str:
