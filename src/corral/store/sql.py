@@ -491,13 +491,7 @@ class SqlStore(
             return out
 
     def _assign(self, job_id: int, parts: Sequence[tuple[str, Sequence[int]]], now: datetime) -> bool:
-        names = sorted({n for n, _ in parts})
-        with self._rmw() as s:
-            self._lock_nodes(s, names)  # from here until commit no other assign can change these nodes' use
-            row = s.get(JobRow, job_id)
-            if row is None:
-                return False
-            return self._assign_row(s, row, parts, self._nodes_named(s, names), self._use_on(s, names), now) is not None
+        return self.assign_jobs_parts([(job_id, parts)], now)[0]
 
     def _assign_row(
         self,
