@@ -36,6 +36,7 @@ from corral.store.replicas import ReplicaMethods
 from corral.store.schedules import ScheduleMethods
 from corral.store.secrets import SecretMethods
 from corral.store.services import ServiceMethods
+from corral.store.sqlite_gate import WriteGate
 from corral.store.tables import GpuRow, JobEventRow, JobRow, NodeRow, TenantRow, TokenRow, UserRow
 from corral.store.telemetry import TelemetryMethods
 from corral.store.tenancy import TenancyMethods, affected_rows, to_token, to_user
@@ -104,8 +105,11 @@ class SqlStore(
         else:
             kwargs.update(pool_pre_ping=True, pool_size=10, max_overflow=20)
         self.engine: Engine = create_engine(self.url, **kwargs)
+        self.write_gate: WriteGate | None = None  # SQLite: this process's writers queue here, not in its busy handler
         if self.is_sqlite:
             event.listen(self.engine, "connect", _sqlite_pragmas)
+            self.write_gate = WriteGate()
+            self.write_gate.attach(self.engine)
         elif self.url.startswith("postgresql+psycopg"):
             event.listen(self.engine, "connect", _postgres_json)
         # Bumped whenever a statement writes the tokens or users table through this store, and again when that
