@@ -245,6 +245,11 @@ class NodeStore(Protocol):
     def list_nodes(self) -> list[Node]:
         """Every node (any state) with its GPUs, ordered by name. Read-only."""
 
+    def list_node_shapes(self) -> list[Node]:
+        """list_nodes, where only what a job could ever ask of a node is sure to be current: which nodes exist,
+        their CPUs, memory and labels, their GPUs' models and memory (states, heartbeats and health may be older).
+        For checks like "could any node ever hold this"; cheap to call often. Read-only."""
+
     def touch_node(self, name: str, now: datetime) -> bool:
         """Record a heartbeat (a LOST node is READY again); False for an unknown node. Idempotent."""
 

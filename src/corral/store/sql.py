@@ -37,7 +37,17 @@ from corral.store.schedules import ScheduleMethods
 from corral.store.secrets import SecretMethods
 from corral.store.services import ServiceMethods
 from corral.store.sqlite_gate import WriteGate
-from corral.store.tables import GpuRow, JobEventRow, JobRow, NodeRow, TenantRow, TokenRow, UserRow
+from corral.store.tables import (
+    NODE_SHAPES,
+    ChangeCounterRow,
+    GpuRow,
+    JobEventRow,
+    JobRow,
+    NodeRow,
+    TenantRow,
+    TokenRow,
+    UserRow,
+)
 from corral.store.telemetry import TelemetryMethods
 from corral.store.tenancy import TenancyMethods, affected_rows, to_token, to_user
 from corral.store.tenancy import utc as _utc
@@ -122,6 +132,7 @@ class SqlStore(
         # SQLite has no SELECT ... FOR UPDATE: read-modify-write methods take this lock instead, so two
         # threads (two agents' syncs) cannot both read the old row and lose one update.
         self._rmw_lock = threading.Lock()
+        self._node_shapes: tuple[int, list[Node]] | None = None  # list_node_shapes: (counter, nodes)
 
     def _note_auth_write(self, conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
         if statement.lstrip()[:40].upper().startswith(_AUTH_WRITES):
@@ -285,6 +296,19 @@ class SqlStore(
         for g in gpus:
             by_node.setdefault(g[0], []).append(_gpu_of_columns(g))
         return [_node_of_columns(r, by_node.get(r[0], ())) for r in rows]
+
+    def list_node_shapes(self) -> list[Node]:
+        """list_nodes as this store last read it, read again only when the `node_shapes` counter moved (migration
+        0029): one small query instead of every node and GPU row."""
+        with self._tx() as s:  # the counter first: a change between the two reads makes the next call read again
+            version = s.scalar(select(ChangeCounterRow.version).where(ChangeCounterRow.name == NODE_SHAPES))
+        kept = self._node_shapes
+        if version is not None and kept is not None and kept[0] == version:
+            return list(kept[1])
+        nodes = self.list_nodes()
+        if version is not None:
+            self._node_shapes = (version, nodes)
+        return list(nodes)
 
     def touch_node(self, name: str, now: datetime) -> bool:
         with self._tx() as s:

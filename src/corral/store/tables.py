@@ -601,3 +601,16 @@ class BudgetRow(Base):
     updated_at: Mapped[datetime] = mapped_column(UTC_DT)
 
     __table_args__ = (UniqueConstraint("tenant_id", name="uq_budgets_tenant"),)
+
+
+class ChangeCounterRow(Base):
+    """Counters the database bumps itself (triggers) when a set of rows changes, so that a reader can keep what it
+    read until its counter moves. `node_shapes`: nodes or GPUs registered, removed, or changed in what a job could
+    ever ask of them (host CPUs and memory, labels, GPU models and memory). Migration 0029."""
+
+    __tablename__ = "change_counters"
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    version: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
+NODE_SHAPES = "node_shapes"

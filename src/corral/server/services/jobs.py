@@ -148,7 +148,7 @@ class SubmitContext:
 def load_submit_context(store: SubmissionStore, tenant_id: int) -> SubmitContext:
     return SubmitContext(
         frozenset(q.name for q in store.list_queues(tenant_id)),
-        store.list_nodes(),
+        store.list_node_shapes(),  # fits are judged on nodes' shapes only (read again when one changes)
         store.list_quotas(tenant_id),
         tuple(p.spec for p in store.list_pools()),
     )
