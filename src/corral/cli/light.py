@@ -1,5 +1,5 @@
 """The everyday commands on a light path: `corral submit`, `jobs`, `show`, `logs`, `cancel`, `wait` and
-`--version` parse with argparse and talk to the server with corral.sdk.rest (the standard library's http.client),
+`--version` parse with argparse and talk to the server with corral.sdk.rest (HTTP/1.1 on a socket, corral.sdk.wire),
 so that a loop of submissions from the shell costs tens of milliseconds per call, not the few hundred that
 loading typer, httpx, pydantic and rich takes. The server validates every field; a refused one is named by the
 flag the user typed. Every other command goes through the typer app (corral.cli.app).

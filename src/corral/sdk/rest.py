@@ -1,11 +1,11 @@
-"""A small JSON client on the standard library's http.client, for the CLI's everyday commands (submit, jobs,
+"""A small JSON client on corral.sdk.wire (HTTP/1.1 on a socket: the standard library's http.client takes ~17 ms
+to import), for the CLI's everyday commands (submit, jobs,
 show, logs, cancel, wait): it starts in a few milliseconds where httpx and the API's pydantic schemas take a
 few hundred. It answers plain JSON values and raises the SDK's own errors, worded as CorralClient words them.
 Everything else (and every Python user) goes through `corral.sdk.client.CorralClient`."""
 
 from __future__ import annotations
 
-import http.client
 import json
 import select
 from urllib.parse import urlencode, urlsplit
@@ -18,6 +18,7 @@ from corral.sdk.errors import (
     compute_timeout_error,
     compute_unreachable_error,
 )
+from corral.sdk.wire import ProtocolError, RemoteDisconnected, WireConnection
 
 TYPE_CHECKING = False  # not typing's: the CLI's light path does not import typing (a few ms per call)
 if TYPE_CHECKING:
@@ -53,7 +54,7 @@ class RestClient:
         if token:
             self._headers["Authorization"] = f"Bearer {token}"
         self._prefixes: dict[str, str] = {}
-        self._conns: dict[str, http.client.HTTPConnection] = {}
+        self._conns: dict[str, WireConnection] = {}
         for u in self._endpoints.urls:
             parts = urlsplit(u)
             if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -66,11 +67,9 @@ class RestClient:
                 import ssl
 
                 ctx = verify if isinstance(verify, ssl.SSLContext) else ssl.create_default_context()
-                self._conns[u] = http.client.HTTPSConnection(
-                    parts.hostname, parts.port or 443, timeout=timeout_s, context=ctx
-                )
+                self._conns[u] = WireConnection(parts.hostname, parts.port or 443, timeout_s, ctx)
             else:
-                self._conns[u] = http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=timeout_s)
+                self._conns[u] = WireConnection(parts.hostname, parts.port or 80, timeout_s)
 
     @property
     def url(self) -> str:
@@ -126,7 +125,7 @@ class RestClient:
             if conn.sock is None:  # a new connection: nothing is sent until it is up
                 try:
                     self._connect(conn)
-                except (OSError, http.client.HTTPException) as e:
+                except (OSError, ProtocolError) as e:
                     conn.close()
                     failures.append(
                         compute_timeout_error(url, e)
@@ -155,7 +154,7 @@ class RestClient:
             raise compute_api_error(unavailable.status, unavailable.reason, unavailable.content)
         raise compute_failover_error(failures)
 
-    def _connect(self, conn: http.client.HTTPConnection) -> None:
+    def _connect(self, conn: WireConnection) -> None:
         """Open `conn` waiting at most CONNECT_TIMEOUT_S (TLS handshake included), then read with the full timeout."""
         conn.timeout = min(self._timeout_s, CONNECT_TIMEOUT_S)
         try:
@@ -178,12 +177,12 @@ class RestClient:
             except TimeoutError as e:
                 conn.close()
                 raise compute_timeout_error(url, e) from e
-            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError) as e:
+            except (RemoteDisconnected, BrokenPipeError, ConnectionResetError) as e:
                 # A kept-alive connection the server closed meanwhile: open a new one once.
                 conn.close()
                 if attempt == 2:
                     raise compute_unreachable_error(url, e) from e
-            except (OSError, http.client.HTTPException) as e:
+            except (OSError, ProtocolError) as e:
                 conn.close()
                 raise compute_unreachable_error(url, e) from e
         return RestResponse(r.status, {k.lower(): v for k, v in r.getheaders()}, content, r.reason)
