@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
 MAX_LINE = 65536  # a status or header line longer than this is not an answer of ours
 MAX_HEADERS = 100
+READ_CHUNK = 1 << 20  # a body is read in pieces: a length the server claims is not allocated before it arrives
 
 
 class ProtocolError(Exception):
@@ -117,7 +118,7 @@ class WireConnection:
             length = fields["content-length"]
             if not length.isdigit():
                 raise ProtocolError(f"bad Content-Length {length!r}")
-            body = read(int(length))
+            body = _read_exactly(read, int(length))
             if len(body) < int(length):
                 self.close()
                 raise RemoteDisconnected("the server closed the connection in the middle of its answer")
@@ -157,7 +158,22 @@ class WireConnection:
             if size == 0:
                 self._read_headers(readline)  # trailers, then the blank line
                 return b"".join(parts)
-            chunk = read(size + 2)
+            chunk = _read_exactly(read, size + 2)
             if len(chunk) < size + 2:
                 raise RemoteDisconnected("the server closed the connection in the middle of its answer")
             parts.append(chunk[:size])
+
+
+def _read_exactly(read: Callable[[int], bytes], n: int) -> bytes:
+    """`n` bytes, or fewer if the connection ends first."""
+    if n <= READ_CHUNK:
+        return read(n)
+    parts: list[bytes] = []
+    left = n
+    while left > 0:
+        part = read(min(left, READ_CHUNK))
+        if not part:
+            break
+        parts.append(part)
+        left -= len(part)
+    return b"".join(parts)

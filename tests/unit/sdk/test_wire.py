@@ -153,6 +153,20 @@ def test_what_is_not_an_http_answer_is_a_protocol_error(canned, answer: bytes) -
     conn.close()
 
 
+def test_a_large_body_arrives_whole_and_a_claimed_length_is_not_trusted(canned) -> None:
+    big = bytes(range(256)) * 12_000  # ~3 MiB: read in pieces
+    srv = canned(
+        [
+            b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(big) + big,
+            b"HTTP/1.1 200 OK\r\nContent-Length: 99999999999\r\nConnection: close\r\n\r\nshort",
+        ]
+    )
+    conn = WireConnection("127.0.0.1", srv.port, 5.0)
+    assert _exchange(conn)[2] == big
+    with pytest.raises(RemoteDisconnected):  # ~93 GiB claimed: not allocated, the answer ends short
+        _exchange(conn)
+
+
 def test_an_answer_cut_short_is_a_disconnect(canned) -> None:
     srv = canned([b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\nConnection: close\r\n\r\nabc"])
     conn = WireConnection("127.0.0.1", srv.port, 5.0)
