@@ -25,7 +25,7 @@ from sqlalchemy.engine import Engine
 log = logging.getLogger("corral.store")
 _WRITES = ("INSERT", "UPDATE", "DELETE", "REPLAC")  # REPLACE; what else writes goes through SQLite's busy handler
 _HELD = "corral_write_gate"
-WAIT_S = 30.0  # as the connections' own busy timeout: past it a writer goes on without the gate (SQLite decides)
+WAIT_S = 10.0  # as the connections' busy_timeout: past it a writer goes on without the gate (SQLite decides)
 
 
 class WriteGate:
