@@ -989,7 +989,33 @@ def _node(r: NodeRow, gpus: Sequence[GpuRow]) -> Node:
 
 def insert_job(s: Session, spec: JobSpec, now: datetime) -> JobRow:
     """Add an accepted job as PENDING (with its `submitted` event) inside the caller's transaction."""
-    row = JobRow(
+    return add_job_rows(s, [spec], now)[0]
+
+
+def add_job_rows(s: Session, specs: Sequence[JobSpec], now: datetime) -> list[JobRow]:
+    """Add accepted jobs as PENDING, each with its `submitted` event, in one flush of the jobs (one multi-row INSERT
+    where the database returns their ids) and one of the events."""
+    rows = [_new_job_row(spec, now) for spec in specs]
+    s.add_all(rows)
+    s.flush()
+    s.add_all(
+        [
+            JobEventRow(
+                job_id=row.id,
+                at=now,
+                kind="submitted",
+                message=f"by schedule {spec.schedule_id}"
+                if spec.schedule_id
+                else (f"by service {spec.service_id} (revision {spec.service_revision})" if spec.service_id else ""),
+            )
+            for row, spec in zip(rows, specs, strict=True)
+        ]
+    )
+    return rows
+
+
+def _new_job_row(spec: JobSpec, now: datetime) -> JobRow:
+    return JobRow(
         name=spec.name,
         user_id=spec.user_id,
         command=list(spec.command),
@@ -1031,19 +1057,6 @@ def insert_job(s: Session, spec: JobSpec, now: datetime) -> JobRow:
         stage_secret=spec.stage_secret or None,
         stage_out_state=OUT_PENDING if spec.stage_out else "",
     )
-    s.add(row)
-    s.flush()
-    s.add(
-        JobEventRow(
-            job_id=row.id,
-            at=now,
-            kind="submitted",
-            message=f"by schedule {spec.schedule_id}"
-            if spec.schedule_id
-            else (f"by service {spec.service_id} (revision {spec.service_revision})" if spec.service_id else ""),
-        )
-    )
-    return row
 
 
 def insert_jobs(s: Session, specs: Sequence[JobSpec], now: datetime, max_active: int | None = None) -> list[JobRow]:
@@ -1052,21 +1065,30 @@ def insert_jobs(s: Session, specs: Sequence[JobSpec], now: datetime, max_active:
     running jobs are counted first, under a lock on its row, so that concurrent submissions cannot pass the limit
     together (core.tenancy.check_active_limit)."""
     if max_active is not None and specs and specs[0].tenant_id is not None:
-        tenant_id = specs[0].tenant_id
-        s.execute(select(TenantRow.id).where(TenantRow.id == tenant_id).with_for_update())
-        active = s.scalar(
-            select(func.count())
-            .select_from(JobRow)
-            .where(JobRow.tenant_id == tenant_id, JobRow.state.in_([JobState.PENDING.value, JobState.RUNNING.value]))
-        )
-        check_active_limit(active or 0, len(specs), max_active)
-    rows = [insert_job(s, spec, now) for spec in specs]
+        check_active_limit(count_active_jobs(s, specs[0].tenant_id), len(specs), max_active)
+    rows = add_job_rows(s, specs, now)
+    group_arrays(s, specs, rows)
+    return rows
+
+
+def count_active_jobs(s: Session, tenant_id: int) -> int:
+    """The tenant's pending and running jobs, under a lock on its row (PostgreSQL; SQLite: the caller's _rmw)."""
+    s.execute(select(TenantRow.id).where(TenantRow.id == tenant_id).with_for_update())
+    active = s.scalar(
+        select(func.count())
+        .select_from(JobRow)
+        .where(JobRow.tenant_id == tenant_id, JobRow.state.in_([JobState.PENDING.value, JobState.RUNNING.value]))
+    )
+    return int(active or 0)
+
+
+def group_arrays(s: Session, specs: Sequence[JobSpec], rows: Sequence[JobRow]) -> None:
+    """The keys written for one call's arrays (`array_id`) become the arrays' ids: each array's first task's id."""
     groups = [compute_array_group(spec.array_id, spec.array_index) for spec in specs]
-    if any(g is not None for g in groups):  # the keys written above become the arrays' ids
+    if any(g is not None for g in groups):
         for r, array_id in zip(rows, assign_array_ids(groups, [r.id for r in rows]), strict=True):
             r.array_id = array_id
         s.flush()
-    return rows
 
 
 def _where_job(
