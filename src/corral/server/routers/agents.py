@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from functools import partial
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.concurrency import run_in_threadpool
@@ -34,6 +34,11 @@ from corral.server.services.logs import LogOffsetError
 from corral.server.services.staging import compute_stage_orders, record_stage_reports
 from corral.server.services.webports import compute_web_port_checks
 
+if TYPE_CHECKING:
+    from corral.api.schemas import Assignment, WebPortCheck
+    from corral.api.staging import StageOrder
+    from corral.core.models import Node
+
 router = APIRouter(prefix="/api/v1/agents", tags=["agents"])
 Agent = Annotated[NodeIdentity, Depends(require_node)]
 
@@ -52,18 +57,20 @@ async def sync(node: str, body: AgentSync, me: Agent, ctx: ContextDep) -> AgentS
     there is nothing to hand over, so new work reaches the agent without polling delay."""
     require_node_match(me, node)
     store = ctx.store
-    record = await run_in_threadpool(store.get_node, node)
-    if record is not None and record.labels.get(SOURCE_LABEL) in CLUSTER_KINDS:  # no agent reports for, or takes
-        raise ForbiddenError(f"{node} is a node of the {record.labels.get(POOL_LABEL)} pool's cluster")  # its work
-    if record is None or not await run_in_threadpool(record_heartbeat, store, record, _now()):
-        raise NotFoundError("node", node)
     order = ctx.report_order
 
-    def report() -> tuple[list[RunRef], bool]:
+    # Few hops to the thread pool (each is a hand-over between the event loop and a worker thread): one before the
+    # wait, one for the offers, one after.
+    def heartbeat_and_report() -> tuple[Node, list[RunRef], bool]:
+        record = store.get_node(node)
+        if record is not None and record.labels.get(SOURCE_LABEL) in CLUSTER_KINDS:  # no agent reports for, or
+            raise ForbiddenError(f"{node} is a node of the {record.labels.get(POOL_LABEL)} pool's cluster")  # takes
+        if record is None or not record_heartbeat(store, record, _now()):  # its work
+            raise NotFoundError("node", node)
         with order.lock(node):  # one report of a node at a time, in the agent's order of snapshots
-            return apply_reports(store, node, body, order.is_fresh(node, body.boot, body.seq))
+            return record, *apply_reports(store, node, body, order.is_fresh(node, body.boot, body.seq))
 
-    acked, freed = await run_in_threadpool(report)
+    record, acked, freed = await run_in_threadpool(heartbeat_and_report)
     ctx.web_ports.record(node, body.web_ports)
     if body.staging_in or body.staging_out:
         freed |= await run_in_threadpool(record_stage_reports, store, node, body.staging_in, body.staging_out)
@@ -84,8 +91,11 @@ async def sync(node: str, body: AgentSync, me: Agent, ctx: ContextDep) -> AgentS
         log_max_bytes=settings.job_log_max_bytes,
     )  # now and after the wait
     stage = partial(compute_stage_orders, store, node, ctx.keyring, settings.staging_rules, settings.job_uid_range)
-    assignments, cancels = await run_in_threadpool(assign)
-    stage_in, stage_out = await run_in_threadpool(stage)
+
+    def offers() -> tuple[tuple[list[Assignment], list[RunRef]], tuple[list[StageOrder], list[StageOrder]]]:
+        return assign(), stage()
+
+    (assignments, cancels), (stage_in, stage_out) = await run_in_threadpool(offers)
     faults = telemetry.take_faults(node)
     # The agent already has every stage order (it reports on each): nothing new to hand over for those.
     staging_news = {str(o.job_id) for o in stage_in} != set(body.staging_in) or {
@@ -94,11 +104,13 @@ async def sync(node: str, body: AgentSync, me: Agent, ctx: ContextDep) -> AgentS
     if not assignments and not cancels and not faults and not staging_news and body.wait_s > 0:
         # never past CORRAL_LONG_POLL_S: the sync is the node's heartbeat, checked against CORRAL_NODE_LOST_AFTER_S
         await ctx.notifier.wait(node, min(body.wait_s, settings.long_poll_s))
-        assignments, cancels = await run_in_threadpool(assign)
-        stage_in, stage_out = await run_in_threadpool(stage)
+        (assignments, cancels), (stage_in, stage_out) = await run_in_threadpool(offers)
         faults = telemetry.take_faults(node)
-    checks = compute_web_port_checks(await run_in_threadpool(store.list_node_jobs, node), node)
-    notice_s = await run_in_threadpool(compute_notice_s, store, record)
+
+    def checks_and_notice() -> tuple[list[WebPortCheck], float | None]:
+        return compute_web_port_checks(store.list_node_jobs(node), node), compute_notice_s(store, record)
+
+    checks, notice_s = await run_in_threadpool(checks_and_notice)
     return AgentSyncReply(
         assignments=assignments,
         cancels=cancels,
