@@ -63,9 +63,10 @@ async def sync(node: str, body: AgentSync, me: Agent, ctx: ContextDep) -> AgentS
     # wait, one for the offers, one after.
     def heartbeat_and_report() -> tuple[Node, list[RunRef], bool]:
         record = store.get_node(node)
-        if record is not None and record.labels.get(SOURCE_LABEL) in CLUSTER_KINDS:  # no agent reports for, or
-            raise ForbiddenError(f"{node} is a node of the {record.labels.get(POOL_LABEL)} pool's cluster")  # takes
-        if record is None or not record_heartbeat(store, record, _now()):  # its work
+        # a cluster pool's node: no agent reports for it or takes its work
+        if record is not None and record.labels.get(SOURCE_LABEL) in CLUSTER_KINDS:
+            raise ForbiddenError(f"{node} is a node of the {record.labels.get(POOL_LABEL)} pool's cluster")
+        if record is None or not record_heartbeat(store, record, _now()):
             raise NotFoundError("node", node)
         with order.lock(node):  # one report of a node at a time, in the agent's order of snapshots
             return record, *apply_reports(store, node, body, order.is_fresh(node, body.boot, body.seq))
