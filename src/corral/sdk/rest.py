@@ -1,8 +1,8 @@
 """A small JSON client on corral.sdk.wire (HTTP/1.1 on a socket: the standard library's http.client takes ~17 ms
-to import), for the CLI's everyday commands (submit, jobs,
-show, logs, cancel, wait): it starts in a few milliseconds where httpx and the API's pydantic schemas take a
-few hundred. It answers plain JSON values and raises the SDK's own errors, worded as CorralClient words them.
-Everything else (and every Python user) goes through `corral.sdk.client.CorralClient`."""
+to import), for the CLI's everyday commands (submit, jobs, show, logs, cancel, wait): it starts in a few
+milliseconds where httpx and the API's pydantic schemas take a few hundred. It answers plain JSON values and
+raises the SDK's own errors, worded as CorralClient words them. Everything else (and every Python user) goes
+through `corral.sdk.client.CorralClient`."""
 
 from __future__ import annotations
 

@@ -1065,30 +1065,21 @@ def insert_jobs(s: Session, specs: Sequence[JobSpec], now: datetime, max_active:
     running jobs are counted first, under a lock on its row, so that concurrent submissions cannot pass the limit
     together (core.tenancy.check_active_limit)."""
     if max_active is not None and specs and specs[0].tenant_id is not None:
-        check_active_limit(count_active_jobs(s, specs[0].tenant_id), len(specs), max_active)
+        tenant_id = specs[0].tenant_id
+        s.execute(select(TenantRow.id).where(TenantRow.id == tenant_id).with_for_update())
+        active = s.scalar(
+            select(func.count())
+            .select_from(JobRow)
+            .where(JobRow.tenant_id == tenant_id, JobRow.state.in_([JobState.PENDING.value, JobState.RUNNING.value]))
+        )
+        check_active_limit(active or 0, len(specs), max_active)
     rows = add_job_rows(s, specs, now)
-    group_arrays(s, specs, rows)
-    return rows
-
-
-def count_active_jobs(s: Session, tenant_id: int) -> int:
-    """The tenant's pending and running jobs, under a lock on its row (PostgreSQL; SQLite: the caller's _rmw)."""
-    s.execute(select(TenantRow.id).where(TenantRow.id == tenant_id).with_for_update())
-    active = s.scalar(
-        select(func.count())
-        .select_from(JobRow)
-        .where(JobRow.tenant_id == tenant_id, JobRow.state.in_([JobState.PENDING.value, JobState.RUNNING.value]))
-    )
-    return int(active or 0)
-
-
-def group_arrays(s: Session, specs: Sequence[JobSpec], rows: Sequence[JobRow]) -> None:
-    """The keys written for one call's arrays (`array_id`) become the arrays' ids: each array's first task's id."""
     groups = [compute_array_group(spec.array_id, spec.array_index) for spec in specs]
-    if any(g is not None for g in groups):
+    if any(g is not None for g in groups):  # the keys written above become the arrays' ids
         for r, array_id in zip(rows, assign_array_ids(groups, [r.id for r in rows]), strict=True):
             r.array_id = array_id
         s.flush()
+    return rows
 
 
 def _where_job(
