@@ -13,6 +13,7 @@ from urllib.parse import urlencode, urlsplit
 from corral.sdk.endpoints import CONNECT_TIMEOUT_S, FAILOVER_STATUS, Endpoints, compute_may_resend
 from corral.sdk.errors import (
     CorralConnectionError,
+    CorralSDKError,
     compute_api_error,
     compute_failover_error,
     compute_timeout_error,
@@ -185,4 +186,6 @@ class RestClient:
             except (OSError, ProtocolError) as e:
                 conn.close()
                 raise compute_unreachable_error(url, e) from e
+            except ValueError as e:  # the request itself cannot be written (a line break in the token, say)
+                raise CorralSDKError(f"cannot send the request: {e}") from None
         return RestResponse(r.status, {k.lower(): v for k, v in r.getheaders()}, content, r.reason)

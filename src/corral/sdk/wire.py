@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
 MAX_LINE = 65536  # a status or header line longer than this is not an answer of ours
 MAX_HEADERS = 100
+_BREAKS = ("\r", "\n", "\0")  # would end a line early: what follows would be a header or request of its own
 READ_CHUNK = 1 << 20  # a body is read in pieces: a length the server claims is not allocated before it arrives
 
 
@@ -81,14 +82,21 @@ class WireConnection:
     def request(
         self, method: str, target: str, body: bytes | None = None, headers: dict[str, str] | None = None
     ) -> None:
-        if self.sock is None:
-            self.connect()
-        assert self.sock is not None
-        lines = [f"{method} {target} HTTP/1.1", f"Host: {self._host_header}", "Accept-Encoding: identity"]
-        lines += [f"{k}: {v}" for k, v in (headers or {}).items()]
+        fields = [("Host", self._host_header), ("Accept-Encoding", "identity"), *(headers or {}).items()]
+        # Refused as http.client refuses them (no header or request of the caller's own making); the message names
+        # where, never the value (it may be a token).
+        if any(c in part for part in (method, target) for c in _BREAKS):
+            raise ValueError("invalid character (a line break or NUL) in the HTTP request's method or path")
+        for name, value in fields:
+            if any(c in name or c in value for c in _BREAKS):
+                raise ValueError(f"invalid character (a line break or NUL) in the HTTP header {name.strip()[:40]!r}")
+        lines = [f"{method} {target} HTTP/1.1", *(f"{k}: {v}" for k, v in fields)]
         if body is not None or method in ("POST", "PUT", "PATCH"):
             lines.append(f"Content-Length: {len(body or b'')}")
         head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+        if self.sock is None:
+            self.connect()
+        assert self.sock is not None
         self._method = method
         self.sock.sendall(head + body if body else head)
 

@@ -204,3 +204,35 @@ def test_over_tls_the_server_certificate_is_checked(canned, tmp_path: Path) -> N
     strangers = WireConnection("127.0.0.1", srv.port, 5.0, ssl.create_default_context())  # the system's CAs only
     with pytest.raises(ssl.SSLCertVerificationError):
         _exchange(strangers)
+
+
+@pytest.mark.parametrize(
+    ("target", "headers"),
+    [
+        ("/x", {"Authorization": "Bearer t\r\nX-Admin: 1"}),
+        ("/x", {"X-A\nB": "1"}),
+        ("/x HTTP/1.1\r\nHost: evil\r\n\r\nGET /y", {}),
+        ("/x", {"A": "b\0c"}),
+    ],
+)
+def test_a_line_break_in_a_header_or_target_is_refused_before_anything_is_sent(canned, target, headers) -> None:
+    """A token or path with CR/LF in it would add headers, or a second request, of the caller's making."""
+    srv = canned([b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"])
+    conn = WireConnection("127.0.0.1", srv.port, 5.0)
+    with pytest.raises(ValueError, match="invalid character") as refused:
+        conn.request("GET", target, headers=headers)
+    conn.close()
+    assert srv.requests == []
+    assert "Bearer" not in str(refused.value), "the error shows the header's value (a token)"
+
+
+def test_the_cli_says_so_in_one_line_without_the_token(canned) -> None:
+    from corral.sdk.errors import CorralSDKError
+    from corral.sdk.rest import RestClient
+
+    srv = canned([b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n[]"])
+    c = RestClient(f"http://127.0.0.1:{srv.port}", "crl_secret\r\nX-Admin: 1")
+    with c, pytest.raises(CorralSDKError, match="HTTP header 'Authorization'") as refused:
+        c.request("GET", "/api/v1/jobs")
+    assert "crl_secret" not in str(refused.value)
+    assert srv.requests == []
