@@ -211,17 +211,20 @@ class StageEngine:
         message = compute_redacted(message, task.order)
         direction = "output" if task.outward else "input"
         log.info("staging %s of job %s %s: %s", direction, task.order.job_id, state, message)
+        if task.outward:
+            # The result is stored before the stage dir goes (an agent that dies in between does not upload again)
+            # and told after it went (whoever reads "done" finds the node's copy gone).
+            with self._lock:
+                if task.cancel.is_set():
+                    return
+                report = task.report().model_copy(update={"state": state, "message": message}).model_dump()
+                write_json(self.results / f"{task.order.job_id}.json", {"key": task.key, "report": report})
+            remove_tree(self.stage_root / str(task.order.job_id))
+            (self.manifests / f"{task.order.job_id}.json").unlink(missing_ok=True)
         with self._lock:
             if task.cancel.is_set():
                 return
             task.state, task.message = state, message
-            if task.outward:
-                write_json(
-                    self.results / f"{task.order.job_id}.json", {"key": task.key, "report": task.report().model_dump()}
-                )
-        if task.outward:
-            remove_tree(self.stage_root / str(task.order.job_id))
-            (self.manifests / f"{task.order.job_id}.json").unlink(missing_ok=True)
 
     def _progress(self, task: StageTask, n: int) -> None:
         with self._lock:
