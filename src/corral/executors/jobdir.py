@@ -20,7 +20,7 @@ import psutil
 
 from corral.core.errors import ValidationError
 from corral.executors.base import ExitRecord, LaunchSpec
-from corral.executors.shim import EXIT_FILE, SECRET_ENV_FILE, SPEC_FILE, write_json_atomic
+from corral.executors.shim import EXIT_FILE, SECRET_ENV_FILE, SERVE_FLAG, SPEC_FILE, write_json_atomic
 
 SHIM_FILE = "shim.json"
 CANCEL_FILE = "cancel"
@@ -140,10 +140,22 @@ def is_alive(shim: ShimIdentity) -> bool:
 
 def find_shim(job_dir: Path) -> ShimIdentity | None:
     """Look for the shim of `job_dir` among all processes: only when the agent died between starting
-    the shim and recording its pid (a rare recovery path, so a process scan is affordable)."""
+    the shim and recording its pid (a rare recovery path, so a process scan is affordable).
+    A shim started directly names its job dir last in its command line; one forked by the fork server has the
+    server's command line (`shim.py --serve`) and works in its job dir."""
     marker = str(job_dir)
+    forked_in = os.path.abspath(marker)
     for proc in psutil.process_iter(["cmdline", "create_time"]):
         cmdline = proc.info.get("cmdline") or []
-        if len(cmdline) >= 2 and cmdline[-1] == marker and cmdline[-2].endswith("shim.py"):
+        if len(cmdline) < 2 or not cmdline[-2].endswith("shim.py"):
+            continue
+        if cmdline[-1] == marker or (cmdline[-1] == SERVE_FLAG and _cwd(proc) == forked_in):
             return ShimIdentity(pid=proc.pid, create_time=float(proc.info["create_time"]))
     return None
+
+
+def _cwd(proc: psutil.Process) -> str | None:
+    try:
+        return str(proc.cwd())
+    except psutil.Error:
+        return None

@@ -8,6 +8,7 @@ runs as the agent's user ("single-user", declared at start). See corral.executor
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -40,10 +41,15 @@ from corral.executors.jobhome import (
     prepare_work_root,
     remove_tree,
 )
+from corral.executors.shimserver import ForkServerError, ShimForkServer
 
 _SHIM_PATH = str(Path(shim_module.__file__).resolve())
 _EXIT_SIGTERM = 128 + signal.SIGTERM
 _EXIT_SIGKILL = 128 + signal.SIGKILL
+_SHIM_ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"}  # none of the agent's secrets
+_FORK_SERVER_BACKOFF_S = 60.0
+
+log = logging.getLogger("corral.executors")
 
 
 @dataclass
@@ -64,6 +70,8 @@ class ProcessExecutor:
 
     `python` runs the shim (default: this interpreter; it is started with -I so the job's environment
     cannot break it, and -S: the shim needs the standard library only and starts sooner without site).
+    `fork_server`: shims are forked by one warm shim process (ShimForkServer) instead of each starting its own
+    interpreter; when that server fails, shims start directly for a minute, then it is tried again.
     `work_root` holds the jobs' own dirs (default: beside state_dir, which only suits single-user mode).
     `switch_users` defaults to whether this process is root. Raises ValidationError when jobs' users could not
     reach `work_root`.
@@ -76,6 +84,7 @@ class ProcessExecutor:
         work_root: Path | None = None,
         python: str = sys.executable,
         switch_users: bool | None = None,
+        fork_server: bool = True,
     ) -> None:
         self._state_dir = state_dir
         self._work_root = work_root or state_dir.parent / "work"
@@ -85,6 +94,9 @@ class ProcessExecutor:
         self._jobs: dict[str, _Job] = {}
         self._exit_listener: Callable[[], None] | None = None
         self._exit_watch = ShimExitWatch(self._tell_exit)
+        self._fork_server = ShimForkServer(python, _SHIM_PATH, _SHIM_ENV) if fork_server else None
+        self._fork_server_retry_at = 0.0
+        self._reap_due = False  # a shim the fork server forked has ended since it last reaped
         state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         os.chmod(state_dir, 0o700)
         prepare_work_root(self._work_root, shared=self._switch_users)
@@ -125,13 +137,14 @@ class ProcessExecutor:
                 return False
             try:
                 self._prepare(job.dir, spec)  # before the shim starts: it reads the command from there
-                job.popen = self._start_shim(job.dir, spec.log_path)
+                pid = self._start_shim(job, spec.log_path)
             except OSError as e:
                 self._finish(job, ExitRecord(spec.job_id, 1, f"cannot start: {e}"))
                 return False
-            job.shim = identify(job.popen.pid) or ShimIdentity(job.popen.pid, time.time())
+            # Our child or the fork server's, not reaped before we say so: its pid cannot have been reused yet.
+            job.shim = identify(pid) or ShimIdentity(pid, time.time())
             job.dir.write_shim(job.shim)
-            self._exit_watch.watch(job.popen.pid)  # our child: its pid cannot be reused before we reap it
+            self._exit_watch.watch(pid)
             return True
 
     def running(self) -> list[str]:
@@ -188,9 +201,11 @@ class ProcessExecutor:
         self._exit_listener = listener
 
     def close(self) -> None:
-        """Stop pending kill timers and the exit watch; jobs keep running (a new executor on state_dir re-arms
-        them)."""
+        """Stop pending kill timers, the exit watch and the fork server; jobs keep running (a new executor on
+        state_dir re-arms them)."""
         self._exit_watch.close()
+        if self._fork_server is not None:
+            self._fork_server.close()
         with self._lock:
             for job in self._jobs.values():
                 if job.timer is not None:
@@ -230,17 +245,26 @@ class ProcessExecutor:
         if listener is not None:
             listener()
 
-    def _start_shim(self, job_dir: JobDir, log_path: Path) -> subprocess.Popen[bytes]:
+    def _start_shim(self, job: _Job, log_path: Path) -> int:
+        """Start the job's shim: forked by the fork server, or as a process of its own when there is none."""
+        server = self._fork_server
+        if server is not None and time.monotonic() >= self._fork_server_retry_at:
+            try:
+                return server.spawn(job.dir.path, log_path)
+            except ForkServerError as e:
+                log.warning("shim fork server failed (%s); shims start directly for %.0f s", e, _FORK_SERVER_BACKOFF_S)
+                self._fork_server_retry_at = time.monotonic() + _FORK_SERVER_BACKOFF_S
         fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
-        with open(fd, "ab") as log:  # the shim's own errors (a traceback) land in the job log
-            return subprocess.Popen(
-                [self._python, "-I", "-S", _SHIM_PATH, str(job_dir.path)],
+        with open(fd, "ab") as log_file:  # the shim's own errors (a traceback) land in the job log
+            job.popen = subprocess.Popen(
+                [self._python, "-I", "-S", _SHIM_PATH, str(job.dir.path)],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
-                stderr=log,
-                env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"},  # none of the agent's secrets
+                stderr=log_file,
+                env=_SHIM_ENV,
                 start_new_session=True,  # the shim leads a new process group; the agent's death spares it
             )
+        return job.popen.pid
 
     def _recover(self) -> None:
         """Rebuild the job table from state_dir, as left by an earlier executor (maybe killed -9)."""
@@ -271,6 +295,9 @@ class ProcessExecutor:
         for job in self._jobs.values():
             if job.exit is None:
                 self._refresh_job(job)
+        if self._reap_due and self._fork_server is not None:
+            self._reap_due = False
+            self._fork_server.reap()  # every shim it started is identified by now (under this lock)
 
     def _refresh_job(self, job: _Job) -> None:
         """Passive sync: notice an exit file, or a shim that died without writing one."""
@@ -278,6 +305,7 @@ class ProcessExecutor:
         record = job.dir.load_exit()
         if record is None and alive:
             return
+        self._reap_due = self._reap_due or job.popen is None
         if record is None:
             record = self._lost_record(job)
             # Whatever the dead shim left in its group is untracked from now on: stop it (GPUs!).

@@ -96,10 +96,14 @@ def node() -> Iterator[Node]:
 
 
 def test_an_exit_is_reported_at_once_though_the_poll_interval_never_comes(node: Node) -> None:
+    go = node.executor.work_root.parent / "go"  # the job ends once the agent is in its long poll, not before
+    script = f"while [ ! -e {go} ]; do sleep 0.01; done; exit 3"
     node.server.replies.append(
-        AgentSyncReply(assignments=[_assignment(1, "exit 3")], cancels=[], acked_exits=[], cancel_grace_s=5.0)
+        AgentSyncReply(assignments=[_assignment(1, script)], cancels=[], acked_exits=[], cancel_grace_s=5.0)
     )
     node.thread.start()
+    wait_for(lambda: any(r.wait_s > 0 and r.running for r in list(node.server.reports)), 30, "a long poll, job running")
+    go.touch()
 
     def reported() -> list[AgentSync]:
         return [r for r in list(node.server.reports) if any(e.job_id == 1 for e in r.exits)]

@@ -1,0 +1,135 @@
+"""The shim fork server: shims forked from one warm interpreter are what started shims are, and outlive it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+from executor_helpers import make_spec, wait_exit, wait_for
+
+from corral.executors import ProcessExecutor, process
+from corral.executors.jobdir import JobDir
+from corral.executors.process import _SHIM_ENV, _SHIM_PATH
+from corral.executors.shimserver import ForkServerError, ShimForkServer
+
+
+def _shim_of(state_dir: Path, job_id: str) -> psutil.Process:
+    shim = JobDir(state_dir / job_id).load_shim()
+    assert shim is not None
+    return psutil.Process(shim.pid)
+
+
+def test_a_forked_shim_is_what_a_started_one_is(executor: ProcessExecutor, state_dir: Path, tmp_path: Path) -> None:
+    spec = make_spec(tmp_path, "j-forked", "echo started; sleep 30")
+    executor.launch(spec)
+    wait_for(lambda: spec.log_path.exists() and "started" in spec.log_path.read_text())
+    shim = _shim_of(state_dir, "j-forked")
+    server = psutil.Process(shim.ppid())
+    assert server.cmdline()[-1] == "--serve" and server.ppid() == os.getpid()  # forked, not a fresh interpreter
+    assert os.getsid(shim.pid) == shim.pid and os.getpgid(shim.pid) == shim.pid  # leads its own session
+    assert shim.cwd() == str(state_dir / "j-forked")
+    fds = {fd: os.readlink(f"/proc/{shim.pid}/fd/{fd}") for fd in map(int, os.listdir(f"/proc/{shim.pid}/fd"))}
+    assert fds[0] == fds[1] == os.devnull and fds[2] == str(spec.log_path)
+    server_pipes = {os.readlink(f"/proc/{server.pid}/fd/{fd}") for fd in (0, 1)}
+    assert server_pipes.isdisjoint(fds.values())  # the server's request and answer pipes are not kept
+    env = shim.environ()
+    assert set(env) <= {"PATH", "LANG"}  # none of the agent's environment
+    executor.cancel("j-forked", grace_s=0.0)
+    assert wait_exit(executor, "j-forked").reason.startswith("cancelled")
+
+
+def test_jobs_outlive_the_fork_server_and_a_new_one_starts(
+    executor: ProcessExecutor, state_dir: Path, tmp_path: Path
+) -> None:
+    executor.launch(make_spec(tmp_path, "j-before", "trap 'exit 5' USR1; echo $$; while :; do sleep 0.05; done"))
+    job_pid = int(wait_for(lambda: (tmp_path / "logs" / "j-before.log").read_text().strip()))
+    server = psutil.Process(_shim_of(state_dir, "j-before").ppid())
+    server.kill()
+    server.wait(5)
+    executor.launch(make_spec(tmp_path, "j-after", "trap 'exit 3' USR1; echo $$; while :; do sleep 0.05; done"))
+    after_pid = int(wait_for(lambda: (tmp_path / "logs" / "j-after.log").read_text().strip()))
+    new_server = psutil.Process(_shim_of(state_dir, "j-after").ppid())
+    assert new_server.pid != server.pid and new_server.cmdline()[-1] == "--serve"  # a new server forked it
+    os.kill(after_pid, signal.SIGUSR1)
+    assert wait_exit(executor, "j-after").exit_code == 3
+    os.kill(job_pid, signal.SIGUSR1)
+    assert wait_exit(executor, "j-before").exit_code == 5
+
+
+def test_closing_the_executor_ends_the_server_not_the_jobs(state_dir: Path, tmp_path: Path) -> None:
+    first = ProcessExecutor(state_dir)
+    spec = make_spec(tmp_path, "j-lives", "trap 'exit 6' USR1; echo $$; while :; do sleep 0.05; done")
+    first.launch(spec)
+    job_pid = int(wait_for(lambda: spec.log_path.exists() and spec.log_path.read_text().strip()))
+    server = psutil.Process(_shim_of(state_dir, "j-lives").ppid())
+    first.close()
+    server.wait(5)
+    second = ProcessExecutor(state_dir)
+    try:
+        assert second.running() == ["j-lives"]
+        os.kill(job_pid, signal.SIGUSR1)
+        assert wait_exit(second, "j-lives").exit_code == 6
+    finally:
+        second.close()
+
+
+def test_ended_shims_are_reaped_once_seen(executor: ProcessExecutor, state_dir: Path, tmp_path: Path) -> None:
+    executor.launch(make_spec(tmp_path, "j-first", "sleep 30"))
+    server = psutil.Process(_shim_of(state_dir, "j-first").ppid())
+    for i in range(5):
+        executor.launch(make_spec(tmp_path, f"j-{i}", "true"))
+    executor.cancel("j-first", grace_s=0.0)
+    wait_for(lambda: len(executor.collect_exits()) == 6)  # polls: the server may reap the shims seen to end
+    wait_for(lambda: not server.children(), 5.0, "no zombie shims left under the fork server")
+
+
+def test_a_cancel_at_once_after_launch_is_never_lost(executor: ProcessExecutor, tmp_path: Path) -> None:
+    """A SIGTERM to the group between the shim's start and the job's exec used to be swallowed by the shim's
+    handler (or by the job's process before exec): the job then ran its full length. Now it ends the job."""
+    for i in range(10):
+        executor.launch(make_spec(tmp_path, f"j-{i}", "sleep 30 & wait"))
+        executor.cancel(f"j-{i}", grace_s=60.0)  # no SIGKILL to save the day
+    for i in range(10):
+        record = wait_exit(executor, f"j-{i}", timeout_s=10.0)
+        assert (record.exit_code, record.reason) == (143, "cancelled")
+
+
+def test_a_failing_fork_server_falls_back_to_started_shims(
+    state_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(python: str, shim_path: str, env: dict[str, str]) -> ShimForkServer:
+        return ShimForkServer("/bin/true", shim_path, env)  # it "starts", then ends without a word
+
+    monkeypatch.setattr(process, "ShimForkServer", broken)
+    executor = ProcessExecutor(state_dir)
+    try:
+        executor.launch(make_spec(tmp_path, "j-direct", "echo ran"))
+        assert wait_exit(executor, "j-direct").exit_code == 0
+        assert (tmp_path / "logs" / "j-direct.log").read_text() == "ran\n"
+        shim_cmdline = None
+        executor.launch(make_spec(tmp_path, "j-direct-2", "echo $PPID; sleep 30"))
+        shim_pid = int(wait_for(lambda: (tmp_path / "logs" / "j-direct-2.log").read_text().strip()))
+        shim_cmdline = psutil.Process(shim_pid).cmdline()
+        assert shim_cmdline[-1] == str(state_dir / "j-direct-2")  # started as its own interpreter
+        assert psutil.Process(shim_pid).ppid() == os.getpid()
+        executor.cancel("j-direct-2", grace_s=0.0)
+        wait_exit(executor, "j-direct-2")
+    finally:
+        executor.close()
+
+
+def test_the_server_refuses_what_it_cannot_open_as_a_job_error(tmp_path: Path) -> None:
+    server = ShimForkServer(sys.executable, _SHIM_PATH, _SHIM_ENV)
+    try:
+        with pytest.raises(OSError) as caught:
+            server.spawn(tmp_path / "job", tmp_path / "no-such-dir" / "log")
+        assert not isinstance(caught.value, ForkServerError)  # the job's fault, not the server's
+        assert "No such file" in str(caught.value)
+        assert server.pid is not None  # and the server serves on
+    finally:
+        server.close()
+    assert server.pid is None
