@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
@@ -152,3 +153,45 @@ def test_the_alert_loop_runs_retention_once_a_minute() -> None:
         loop.run_pass()
     assert alerts.rounds == [1000.0, 1005.0, 1059.0, 1060.0, 1065.0, 1121.0]
     assert alerts.retention == [1000.0, 1060.0, 1121.0]
+
+
+class Paced(Loop):
+    """A loop whose passes take `pass_s` and which is triggered again during each: the start time of each pass."""
+
+    def __init__(self, pass_s: float, rest_ratio: float) -> None:
+        super().__init__("paced-loop", LONG_S, rest_ratio=rest_ratio, max_rest_s=LONG_S)
+        self.pass_s = pass_s
+        self.spans: list[tuple[float, float]] = []
+        self.changed = threading.Condition()
+
+    def run_pass(self) -> float | None:
+        started = time.monotonic()
+        self.trigger.fire()  # as submissions do while a busy pass runs: always another pass asked for
+        time.sleep(self.pass_s)
+        with self.changed:
+            self.spans.append((started, time.monotonic()))
+            self.changed.notify_all()
+        return None
+
+    def wait_for(self, passes: int) -> bool:
+        with self.changed:
+            return self.changed.wait_for(lambda: len(self.spans) >= passes, 10.0)
+
+
+def test_a_loop_with_a_rest_ratio_rests_as_long_as_its_last_pass_took_however_often_triggered(
+    loops: list[Loop],
+) -> None:
+    loop = Paced(pass_s=0.2, rest_ratio=1.0)
+    loops.append(loop)
+    loop.start()
+    assert loop.wait_for(3)
+    for (_, end), (start, _) in zip(loop.spans, loop.spans[1:], strict=False):
+        assert start - end >= 0.2  # a lower bound: the rest is what the loop guarantees the others get
+
+
+def test_stop_cuts_a_rest_short(loops: list[Loop]) -> None:
+    loop = Paced(pass_s=0.01, rest_ratio=1e6)  # a rest as long as the interval (LONG_S): stop must not wait it out
+    loop.start()
+    assert loop.wait_for(1)
+    loop.stop(timeout_s=5.0)
+    assert not loop.running  # the thread ended within stop()'s 5 s: it did not wait out its 60 s rest

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 from corral.server.services.notify import Trigger
@@ -17,6 +18,12 @@ class Loop:
     or until `trigger.fire()` (from any thread; level-triggered: fires during a pass are not lost). A pass that
     raises is logged with its traceback and the loop carries on; `failed_passes` counts them. With `delay_first`
     the first pass comes after one wait instead of at once.
+
+    `rest_ratio` > 0: after a pass that took t seconds (wall), the next one starts no sooner than
+    min(t * rest_ratio, max_rest_s) later, however often it is triggered. A loop whose passes are cheap (an idle
+    server: milliseconds) is not slowed; one whose passes grew long (a busy server, where the wall time is also
+    the time others waited for the interpreter) takes at most 1 / (1 + rest_ratio) of the time, and each pass
+    then handles more of what came in.
     """
 
     def __init__(
@@ -27,11 +34,15 @@ class Loop:
         trigger: Trigger | None = None,
         delay_first: bool = False,
         log: logging.Logger | None = None,
+        rest_ratio: float = 0.0,
+        max_rest_s: float = 1.0,
     ) -> None:
         self.name = name
         self.interval_s = interval_s
         self.trigger = trigger or Trigger()
         self.delay_first = delay_first
+        self.rest_ratio = rest_ratio
+        self.max_rest_s = max_rest_s
         self.log = log or logging.getLogger(f"corral.{name}")
         self.passes = 0
         self.failed_passes = 0
@@ -87,6 +98,7 @@ class Loop:
             if self.gate is not None and not self.gate():
                 self.trigger.wait(wait_s)
                 continue
+            started = time.monotonic()
             try:
                 next_s = self.run_pass()
                 if next_s is not None:
@@ -95,6 +107,9 @@ class Loop:
                 self.failed_passes += 1
                 self.log.exception("%s pass failed", self.name)
             self.passes += 1
+            rest_s = min((time.monotonic() - started) * self.rest_ratio, self.max_rest_s, wait_s)
+            if rest_s > 0 and self._stop.wait(rest_s):
+                break
             if self._stop.is_set():
                 break
-            self.trigger.wait(wait_s)
+            self.trigger.wait(wait_s - rest_s)

@@ -67,7 +67,9 @@ class Scheduler(Loop):
         cancel_grace_s: float = 10.0,
         leading: Callable[[], bool] | None = None,
     ) -> None:
-        super().__init__("scheduler", interval_s, log=log)
+        # rest_ratio: under load the passes grow long; resting as long as the last pass took keeps the scheduler to
+        # half the server's interpreter and lets each pass take more jobs at once (idle, a pass takes milliseconds)
+        super().__init__("scheduler", interval_s, log=log, rest_ratio=1.0, max_rest_s=1.0)
         # Whether this server replica leads (server/background/leadership.py): only the leader applies plans,
         # marks nodes lost and saves fair share's history; the others compute the same plan to answer why jobs
         # wait, and wake the agents whose long polls they hold when the leader gave those nodes work.
