@@ -201,18 +201,27 @@ class Cluster:
             return False
 
     def cpu_seconds(self) -> dict[str, float]:
-        """CPU time used so far: the server, the agents with their reaped children (shims and jobs)."""
+        """CPU time used so far: the server, the agents, and the jobs with their shims: the agents' reaped children,
+        and the shim fork servers (an agent's live child) with the shims they forked and reaped."""
         out: dict[str, float] = {}
         for name, procs in (("server", [self.server]), ("agents", self.agents)):
             own = children = 0.0
             for p in procs:
                 try:
-                    t = psutil.Process(p.pid).cpu_times() if p is not None else None
+                    proc = psutil.Process(p.pid) if p is not None else None
+                    t = proc.cpu_times() if proc is not None else None
+                    live = proc.children() if proc is not None and name == "agents" else []
                 except psutil.Error:
-                    t = None
+                    t, live = None, []
                 if t is not None:
                     own += t.user + t.system
                     children += t.children_user + t.children_system
+                for child in live:  # the fork server: its own time and its reaped shims'
+                    try:
+                        c = child.cpu_times()
+                    except psutil.Error:
+                        continue
+                    children += c.user + c.system + c.children_user + c.children_system
             out[name] = round(own, 1)
             if name == "agents":
                 out["jobs_and_shims"] = round(children, 1)
