@@ -41,6 +41,7 @@ from corral.executors.jobhome import (
     prepare_work_root,
     remove_tree,
 )
+from corral.executors.shim import CLAIM_FILE
 from corral.executors.shimserver import ForkServerError, ShimForkServer
 
 _SHIM_PATH = str(Path(shim_module.__file__).resolve())
@@ -48,6 +49,8 @@ _EXIT_SIGTERM = 128 + signal.SIGTERM
 _EXIT_SIGKILL = 128 + signal.SIGKILL
 _SHIM_ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"}  # none of the agent's secrets
 _FORK_SERVER_BACKOFF_S = 60.0
+_ENDED = 0  # no pid: the job's shim ran it to its end before it was found (see _claim_or_adopt)
+_ADOPT_WAIT_S = 5.0  # how long a shim the fork server forked (and claimed its job) may take to enter its job dir
 
 log = logging.getLogger("corral.executors")
 
@@ -96,7 +99,6 @@ class ProcessExecutor:
         self._exit_watch = ShimExitWatch(self._tell_exit)
         self._fork_server = ShimForkServer(python, _SHIM_PATH, _SHIM_ENV) if fork_server else None
         self._fork_server_retry_at = 0.0
-        self._reap_due = False  # a shim the fork server forked has ended since it last reaped
         state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         os.chmod(state_dir, 0o700)
         prepare_work_root(self._work_root, shared=self._switch_users)
@@ -141,10 +143,15 @@ class ProcessExecutor:
             except OSError as e:
                 self._finish(job, ExitRecord(spec.job_id, 1, f"cannot start: {e}"))
                 return False
+            if pid == _ENDED:  # a shim the failed fork server had forked ran it to its end already
+                self._finish(job, job.dir.load_exit() or ExitRecord(spec.job_id, EXIT_LOST, "lost: shim died"))
+                return False
             # Our child or the fork server's, not reaped before we say so: its pid cannot have been reused yet.
             job.shim = identify(pid) or ShimIdentity(pid, time.time())
             job.dir.write_shim(job.shim)
             self._exit_watch.watch(pid)
+            if job.popen is None and self._fork_server is not None:
+                self._fork_server.identified()  # from now on its server may reap it
             return True
 
     def running(self) -> list[str]:
@@ -246,7 +253,8 @@ class ProcessExecutor:
             listener()
 
     def _start_shim(self, job: _Job, log_path: Path) -> int:
-        """Start the job's shim: forked by the fork server, or as a process of its own when there is none."""
+        """Start the job's shim: forked by the fork server, or as a process of its own when there is none. Its pid,
+        or _ENDED."""
         server = self._fork_server
         if server is not None and time.monotonic() >= self._fork_server_retry_at:
             try:
@@ -254,6 +262,9 @@ class ProcessExecutor:
             except ForkServerError as e:
                 log.warning("shim fork server failed (%s); shims start directly for %.0f s", e, _FORK_SERVER_BACKOFF_S)
                 self._fork_server_retry_at = time.monotonic() + _FORK_SERVER_BACKOFF_S
+                forked = self._claim_or_adopt(job)  # it may have forked the shim before it failed
+                if forked is not None:
+                    return forked
         fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
         with open(fd, "ab") as log_file:  # the shim's own errors (a traceback) land in the job log
             job.popen = subprocess.Popen(
@@ -265,6 +276,25 @@ class ProcessExecutor:
                 start_new_session=True,  # the shim leads a new process group; the agent's death spares it
             )
         return job.popen.pid
+
+    def _claim_or_adopt(self, job: _Job) -> int | None:
+        """After the fork server failed on this job: claim the job for a shim started here (None), or, when the
+        server's shim claimed it first, that shim's pid (_ENDED: it ran the job to its end already). Raises OSError
+        when that shim is gone without an exit record (the job then ends as not started, never run twice)."""
+        try:
+            os.close(os.open(job.dir.path / CLAIM_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
+            return None
+        except FileExistsError:
+            pass
+        deadline = time.monotonic() + _ADOPT_WAIT_S
+        while time.monotonic() < deadline:
+            shim = find_shim(job.dir.path)  # the forked shim enters its job dir right after it claims the job
+            if shim is not None:
+                return shim.pid
+            if job.dir.load_exit() is not None:
+                return _ENDED
+            time.sleep(0.02)
+        raise OSError("the shim the fork server started for it is gone")
 
     def _recover(self) -> None:
         """Rebuild the job table from state_dir, as left by an earlier executor (maybe killed -9)."""
@@ -295,9 +325,6 @@ class ProcessExecutor:
         for job in self._jobs.values():
             if job.exit is None:
                 self._refresh_job(job)
-        if self._reap_due and self._fork_server is not None:
-            self._reap_due = False
-            self._fork_server.reap()  # every shim it started is identified by now (under this lock)
 
     def _refresh_job(self, job: _Job) -> None:
         """Passive sync: notice an exit file, or a shim that died without writing one."""
@@ -305,7 +332,6 @@ class ProcessExecutor:
         record = job.dir.load_exit()
         if record is None and alive:
             return
-        self._reap_due = self._reap_due or job.popen is None
         if record is None:
             record = self._lost_record(job)
             # Whatever the dead shim left in its group is untracked from now on: stop it (GPUs!).

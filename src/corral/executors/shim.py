@@ -42,6 +42,7 @@ else:
 EXIT_FILE = "exit"
 SPEC_FILE = "spec.json"
 SECRET_ENV_FILE = "secret-env.json"  # the job's secrets (0600, root's); deleted once read
+CLAIM_FILE = "claim"  # made (O_EXCL) by the one shim a fork server forked for the job, or by the agent instead
 COPY_CHUNK = 1 << 16
 DRAIN_AFTER_EXIT_S = 2.0  # what the job's leftover children still write after it ended, copied this long at most
 _NO_PIDFD_POLL_MS = 50  # where pidfds are missing (kernel < 5.3): how often the job's end is looked for
@@ -377,31 +378,42 @@ def _end_stragglers() -> None:
 
 
 SERVE_FLAG = "--serve"
+_REAP_EVERY_S = 0.5
 
 
 def serve(requests: int = 0, replies: int = 1) -> int:
     """The fork server (`shim.py --serve`): one warm interpreter that forks a shim per request instead of the agent
     starting a fresh interpreter per job (9 ms of the shim's 18 ms of CPU on a burst of jobs). Each request is one
     line, JSON `{"job_dir": ..., "log_path": ...}`; the answer is one line, `{"pid": N}` or `{"error": "..."}`. An
-    empty line only reaps. The shim it forks is what `shim.py <job_dir>` would be: its own session, stdin and
-    stdout /dev/null, stderr the job's log, none of this server's descriptors, and its working dir is the job dir
-    (so an agent that died before recording the pid finds it again: jobdir.find_shim). It exits when the agent
-    closes its end (or dies): the shims it started live on.
+    empty line says the last pid answered is identified. The shim it forks is what `shim.py <job_dir>` would be: its
+    own session, stdin and stdout /dev/null, stderr the job's log, none of this server's descriptors, and its working
+    dir is the job dir (so an agent that died before recording the pid finds it again: jobdir.find_shim). It exits
+    when the agent closes its end (or dies): the shims it started live on.
 
-    Ended shims are reaped only when a line comes, never in between: the agent reads a pid's identity while it is
-    still this server's unreaped child, so the pid cannot have been reused (the agent's poll sends the empty line)."""
+    Ended shims are reaped as they end (looked for every _REAP_EVERY_S), except while a pid answered is not yet
+    identified: the agent reads its identity while it is still this server's unreaped child, so that the pid cannot
+    have been reused, and then says so (the empty line, or its next request)."""
     _signal.signal(_signal.SIGINT, _signal.SIG_IGN)  # the agent's Ctrl-C is the agent's: it closes the pipe
+    poller = select.poll()
+    poller.register(requests, select.POLLIN)
     pending = b""
+    unidentified = False
     while True:
+        if not poller.poll(_REAP_EVERY_S * 1000):
+            if not unidentified:
+                _reap_children()
+            continue
         chunk = os.read(requests, 1 << 16)
         if not chunk:
             return 0
         pending += chunk
         while b"\n" in pending:
             line, _, pending = pending.partition(b"\n")
+            unidentified = False  # the agent sends a line only once it identified the last pid
             _reap_children()
             if line.strip():
                 answer = _fork_shim(line.decode("utf-8", "replace"), requests, replies)
+                unidentified = answer.startswith('{"pid"')
                 _write_all(replies, answer.encode() + b"\n")
 
 
@@ -435,8 +447,17 @@ def _fork_shim(request: str, requests: int, replies: int) -> str:
 
 def _become_shim(job_dir: str, log: int, ready: int, server_fds: tuple[int, ...]) -> None:
     """In the forked child: become what a freshly started `shim.py job_dir` is, run it, and exit. Never returns.
-    Closing `ready` tells the server that the shim leads its own session (and ignores SIGTERM, as main() has it)."""
+    Closing `ready` tells the server that the shim leads its own session (and ignores SIGTERM, as main() has it).
+
+    First it claims the job (CLAIM_FILE, created exclusively): an agent that lost its answer (the server died or
+    hung after the fork) claims it too before it starts a shim another way, so the job runs once, under whichever
+    claimed it first; a shim that finds the claim taken ends at once."""
     code = 1
+    try:
+        claim = os.open(os.path.join(job_dir, CLAIM_FILE), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        os.close(claim)
+    except OSError:
+        os._exit(0)  # the agent took the job (or its dir is gone): not ours to run
     try:
         _signal.signal(_signal.SIGTERM, _ignore)
         os.setsid()

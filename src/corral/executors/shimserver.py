@@ -7,7 +7,7 @@ session, the job's log as stderr, nothing of the agent's), and outlives both the
 
 One request at a time (a lock): a line of JSON out, a line back with the shim's pid. The pid is the server's
 unreaped child until the next line this end sends, so the caller identifies and watches it safely before calling
-`spawn` or `reap` again. Anything wrong with the server itself (it died, it does not answer within ANSWER_S, it
+`identified` (or `spawn` again). Anything wrong with the server itself (it died, it does not answer within ANSWER_S, it
 answers nonsense) raises ForkServerError and stops it; the next call starts a new one. A refusal for the job (its
 log cannot be opened, fork failed) raises a plain OSError, as starting the shim directly would.
 """
@@ -56,13 +56,16 @@ class ShimForkServer:
         self.close()
         raise ForkServerError(f"fork server answered {answer!r}")
 
-    def reap(self) -> None:
-        """Let the server reap the shims that ended: call it only once every pid `spawn` returned is identified."""
+    def identified(self) -> None:
+        """Tell the server the pid `spawn` returned is identified (it may reap that shim once it ends); call it
+        after each spawn that returned a pid (a later spawn says it too)."""
         with self._lock:
-            if self._proc is None:
-                return
+            proc = self._proc
+            if proc is None or proc.stdin is None or proc.poll() is not None:
+                return  # a server that ended reaps nothing more: its shims are init's
             try:
-                self._send(b"\n")
+                proc.stdin.write(b"\n")
+                proc.stdin.flush()
             except OSError:
                 self._stop()
 

@@ -83,7 +83,7 @@ def test_ended_shims_are_reaped_once_seen(executor: ProcessExecutor, state_dir: 
     for i in range(5):
         executor.launch(make_spec(tmp_path, f"j-{i}", "true"))
     executor.cancel("j-first", grace_s=0.0)
-    wait_for(lambda: len(executor.collect_exits()) == 6)  # polls: the server may reap the shims seen to end
+    wait_for(lambda: len(executor.collect_exits()) == 6)  # the server reaps each once the agent identified it
     wait_for(lambda: not server.children(), 5.0, "no zombie shims left under the fork server")
 
 
@@ -133,3 +133,80 @@ def test_the_server_refuses_what_it_cannot_open_as_a_job_error(tmp_path: Path) -
     finally:
         server.close()
     assert server.pid is None
+
+
+# ---- a fork server that fails after it forked: the job still runs exactly once ----------------------------------
+_DYING_SERVER = """
+import json, os, sys, time
+sys.path.insert(0, {shim_dir!r})
+import shim
+data = b""
+while not data.endswith(b"\\n"):
+    data += os.read(0, 65536)
+request = json.loads(data)
+log = os.open(request["log_path"], os.O_WRONLY | os.O_APPEND)
+ready_r, ready_w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    os.close(0)  # the server's pipes: the agent sees the server end at once
+    os.close(1)
+    time.sleep({child_delay_s})  # a child the scheduler ran late: after the agent gave up on this server
+    shim._become_shim(os.path.abspath(request["job_dir"]), log, ready_w, ())
+os.close(ready_w)
+with open({pid_file!r}, "w") as f:
+    f.write(str(pid))
+if {child_delay_s} == 0:
+    os.read(ready_r, 1)  # the shim leads its session: now die
+os._exit(0)  # dies without answering
+"""
+
+
+def _dying_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, child_delay_s: float) -> Path:
+    """Have the executor's fork server fork the shim (or a late one) and die before it answers; the forked pid's
+    file."""
+    pid_file = tmp_path / "forked.pid"
+    (tmp_path / "fake").mkdir()
+    script = tmp_path / "fake" / "shim.py"  # what find_shim looks for: `.../shim.py --serve`, in the job's dir
+    script.write_text(
+        _DYING_SERVER.format(shim_dir=os.path.dirname(_SHIM_PATH), child_delay_s=child_delay_s, pid_file=str(pid_file))
+    )
+
+    def dying(python: str, shim_path: str, env: dict[str, str]) -> ShimForkServer:
+        server = ShimForkServer(python, shim_path, env)
+        server._argv = [python, "-I", "-S", str(script), "--serve"]  # the agent's end is tested, with this server
+        return server
+
+    monkeypatch.setattr(process, "ShimForkServer", dying)
+    return pid_file
+
+
+def test_a_shim_forked_before_the_server_died_is_adopted_not_doubled(
+    state_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pid_file = _dying_server(tmp_path, monkeypatch, child_delay_s=0)
+    executor = ProcessExecutor(state_dir)
+    try:
+        spec = make_spec(tmp_path, "j-once", "echo ran; sleep 0.3; exit 4")  # found running, or after its end
+        executor.launch(spec)
+        assert wait_exit(executor, "j-once").exit_code == 4
+        assert spec.log_path.read_text() == "ran\n"  # once: the forked shim's run, adopted
+        assert JobDir(state_dir / "j-once").load_shim() is not None
+        assert int(pid_file.read_text()) == JobDir(state_dir / "j-once").load_shim().pid  # type: ignore[union-attr]
+    finally:
+        executor.close()
+
+
+def test_a_late_shim_of_a_dead_server_finds_the_job_taken(
+    state_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pid_file = _dying_server(tmp_path, monkeypatch, child_delay_s=1.0)
+    executor = ProcessExecutor(state_dir)
+    try:
+        spec = make_spec(tmp_path, "j-taken", "echo ran; exit 5")
+        executor.launch(spec)  # the server died without a word: the agent claims the job and starts its own shim
+        assert wait_exit(executor, "j-taken").exit_code == 5
+        late = int(wait_for(lambda: pid_file.exists() and pid_file.read_text()))
+        wait_for(lambda: not psutil.pid_exists(late) or psutil.Process(late).status() == psutil.STATUS_ZOMBIE)
+        assert spec.log_path.read_text() == "ran\n"  # the late shim found the claim taken and ran nothing
+    finally:
+        executor.close()
