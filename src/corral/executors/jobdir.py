@@ -142,16 +142,30 @@ def find_shim(job_dir: Path) -> ShimIdentity | None:
     """Look for the shim of `job_dir` among all processes: only when the agent died between starting
     the shim and recording its pid (a rare recovery path, so a process scan is affordable).
     A shim started directly names its job dir last in its command line; one forked by the fork server has the
-    server's command line (`shim.py --serve`) and works in its job dir."""
+    server's command line (`shim.py --serve`) and works in its job dir (compared resolved: the data dir may be
+    reached through a symlink). Either runs as this agent's user and leads its own session: a job's process (another
+    user, in its shim's session) that dresses up as a shim is never taken for one."""
     marker = str(job_dir)
-    forked_in = os.path.abspath(marker)
-    for proc in psutil.process_iter(["cmdline", "create_time"]):
+    forked_in = os.path.realpath(marker)
+    me = os.geteuid()
+    for proc in psutil.process_iter(["cmdline", "create_time", "uids"]):
         cmdline = proc.info.get("cmdline") or []
         if len(cmdline) < 2 or not cmdline[-2].endswith("shim.py"):
             continue
-        if cmdline[-1] == marker or (cmdline[-1] == SERVE_FLAG and _cwd(proc) == forked_in):
-            return ShimIdentity(pid=proc.pid, create_time=float(proc.info["create_time"]))
+        if cmdline[-1] != marker and not (cmdline[-1] == SERVE_FLAG and _cwd(proc) == forked_in):
+            continue
+        uids = proc.info.get("uids")
+        if uids is None or uids.real != me or not _leads_session(proc.pid):
+            continue
+        return ShimIdentity(pid=proc.pid, create_time=float(proc.info["create_time"]))
     return None
+
+
+def _leads_session(pid: int) -> bool:
+    try:
+        return os.getsid(pid) == pid
+    except OSError:
+        return False
 
 
 def _cwd(proc: psutil.Process) -> str | None:

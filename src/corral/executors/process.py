@@ -62,6 +62,7 @@ class _Job:
     dir: JobDir
     shim: ShimIdentity | None = None
     popen: subprocess.Popen[bytes] | None = None  # only for shims this instance started
+    forked: bool = False  # forked by this instance's fork server: released to it once its end is handled
     exit: ExitRecord | None = None
     cancel_deadline: float | None = None  # wall clock, so it survives a restart
     killed: bool = False
@@ -150,8 +151,6 @@ class ProcessExecutor:
             job.shim = identify(pid) or ShimIdentity(pid, time.time())
             job.dir.write_shim(job.shim)
             self._exit_watch.watch(pid)
-            if job.popen is None and self._fork_server is not None:
-                self._fork_server.identified()  # from now on its server may reap it
             return True
 
     def running(self) -> list[str]:
@@ -258,7 +257,9 @@ class ProcessExecutor:
         server = self._fork_server
         if server is not None and time.monotonic() >= self._fork_server_retry_at:
             try:
-                return server.spawn(job.dir.path, log_path)
+                pid = server.spawn(job.dir.path, log_path)
+                job.forked = True
+                return pid
             except ForkServerError as e:
                 log.warning("shim fork server failed (%s); shims start directly for %.0f s", e, _FORK_SERVER_BACKOFF_S)
                 self._fork_server_retry_at = time.monotonic() + _FORK_SERVER_BACKOFF_S
@@ -368,6 +369,9 @@ class ProcessExecutor:
         if job.timer is not None:
             job.timer.cancel()
             job.timer = None
+        if job.forked and job.shim is not None and self._fork_server is not None:
+            job.forked = False
+            self._fork_server.release(job.shim.pid)  # after any kill of what the job left: its pid is free now
 
     def _signal_group(self, job: _Job, sig: signal.Signals) -> None:
         if job.shim is None:

@@ -378,30 +378,31 @@ def _end_stragglers() -> None:
 
 
 SERVE_FLAG = "--serve"
+_REAP_WORD = "reap "
 _REAP_EVERY_S = 0.5
 
 
 def serve(requests: int = 0, replies: int = 1) -> int:
     """The fork server (`shim.py --serve`): one warm interpreter that forks a shim per request instead of the agent
     starting a fresh interpreter per job (9 ms of the shim's 18 ms of CPU on a burst of jobs). Each request is one
-    line, JSON `{"job_dir": ..., "log_path": ...}`; the answer is one line, `{"pid": N}` or `{"error": "..."}`. An
-    empty line says the last pid answered is identified. The shim it forks is what `shim.py <job_dir>` would be: its
-    own session, stdin and stdout /dev/null, stderr the job's log, none of this server's descriptors, and its working
-    dir is the job dir (so an agent that died before recording the pid finds it again: jobdir.find_shim). It exits
-    when the agent closes its end (or dies): the shims it started live on.
+    line, JSON `{"job_dir": ..., "log_path": ...}`; the answer is one line, `{"pid": N}` or `{"error": "..."}`. The
+    shim it forks is what `shim.py <job_dir>` would be: its own session, stdin and stdout /dev/null, stderr the job's
+    log, none of this server's descriptors, and its working dir is the job dir (so an agent that died before it
+    recorded the pid finds it again: jobdir.find_shim). It exits when the agent closes its end (or dies): the shims
+    it started live on.
 
-    Ended shims are reaped as they end (looked for every _REAP_EVERY_S), except while a pid answered is not yet
-    identified: the agent reads its identity while it is still this server's unreaped child, so that the pid cannot
-    have been reused, and then says so (the empty line, or its next request)."""
+    A shim that ended is reaped only once the agent released it (a line `reap <pid>`, sent when the agent has done
+    with that job's end): until then its pid, and the process group of that number, cannot be another process's,
+    so what the agent sends there (its identity read, a kill of what the job left) reaches no stranger. Released
+    shims are looked for every _REAP_EVERY_S."""
     _signal.signal(_signal.SIGINT, _signal.SIG_IGN)  # the agent's Ctrl-C is the agent's: it closes the pipe
     poller = select.poll()
     poller.register(requests, select.POLLIN)
     pending = b""
-    unidentified = False
+    released: set[int] = set()
     while True:
-        if not poller.poll(_REAP_EVERY_S * 1000):
-            if not unidentified:
-                _reap_children()
+        if not poller.poll(_REAP_EVERY_S * 1000 if released else None):
+            released = _reap(released)
             continue
         chunk = os.read(requests, 1 << 16)
         if not chunk:
@@ -409,12 +410,14 @@ def serve(requests: int = 0, replies: int = 1) -> int:
         pending += chunk
         while b"\n" in pending:
             line, _, pending = pending.partition(b"\n")
-            unidentified = False  # the agent sends a line only once it identified the last pid
-            _reap_children()
-            if line.strip():
-                answer = _fork_shim(line.decode("utf-8", "replace"), requests, replies)
-                unidentified = answer.startswith('{"pid"')
-                _write_all(replies, answer.encode() + b"\n")
+            text = line.decode("utf-8", "replace").strip()
+            if text.startswith(_REAP_WORD):
+                number = text[len(_REAP_WORD) :].strip()
+                if number.isdigit():
+                    released.add(int(number))
+            elif text:
+                _write_all(replies, _fork_shim(text, requests, replies).encode() + b"\n")
+        released = _reap(released)
 
 
 def _fork_shim(request: str, requests: int, replies: int) -> str:
@@ -486,14 +489,17 @@ def _become_shim(job_dir: str, log: int, ready: int, server_fds: tuple[int, ...]
         os._exit(code)
 
 
-def _reap_children() -> None:
-    while True:
+def _reap(released: set[int]) -> set[int]:
+    """Reap the released shims that ended; those still running (or not this server's children)."""
+    left = set()
+    for pid in released:
         try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
+            waited, _ = os.waitpid(pid, os.WNOHANG)
         except ChildProcessError:
-            return
-        if pid == 0:
-            return
+            continue  # not ours (a pid from before a restart of this server): nothing to reap
+        if not waited:
+            left.add(pid)
+    return left
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -6,8 +6,8 @@ no environment of the agent's) that forks a shim per request; the forked shim is
 session, the job's log as stderr, nothing of the agent's), and outlives both the server and the agent.
 
 One request at a time (a lock): a line of JSON out, a line back with the shim's pid. The pid is the server's
-unreaped child until the next line this end sends, so the caller identifies and watches it safely before calling
-`identified` (or `spawn` again). Anything wrong with the server itself (it died, it does not answer within ANSWER_S, it
+unreaped child until this end releases it (`release`, once the job's end is handled), so the caller identifies,
+watches and signals it safely. Anything wrong with the server itself (it died, it does not answer within ANSWER_S, it
 answers nonsense) raises ForkServerError and stops it; the next call starts a new one. A refusal for the job (its
 log cannot be opened, fork failed) raises a plain OSError, as starting the shim directly would.
 """
@@ -23,7 +23,7 @@ from pathlib import Path
 
 from corral.executors.shim import SERVE_FLAG
 
-ANSWER_S = 10.0
+ANSWER_S = 2.0  # a fork takes milliseconds; the executor's lock is held meanwhile
 
 
 class ForkServerError(OSError):
@@ -36,6 +36,7 @@ class ShimForkServer:
         self._env = env
         self._lock = threading.Lock()
         self._proc: subprocess.Popen[bytes] | None = None
+        self._closed = False
 
     @property
     def pid(self) -> int | None:
@@ -47,6 +48,8 @@ class ShimForkServer:
         """Fork a shim for `job_dir` whose stderr is `log_path` (opened append-only, never created): its pid."""
         request = json.dumps({"job_dir": str(job_dir), "log_path": str(log_path)}) + "\n"
         with self._lock:
+            if self._closed:
+                raise ForkServerError("closed")
             answer = self._ask(request.encode())
         pid, error = answer.get("pid"), answer.get("error")
         if isinstance(pid, int) and pid > 0:
@@ -56,22 +59,23 @@ class ShimForkServer:
         self.close()
         raise ForkServerError(f"fork server answered {answer!r}")
 
-    def identified(self) -> None:
-        """Tell the server the pid `spawn` returned is identified (it may reap that shim once it ends); call it
-        after each spawn that returned a pid (a later spawn says it too)."""
+    def release(self, pid: int) -> None:
+        """The agent has done with the end of the shim `pid` that `spawn` returned: its server may reap it now (until
+        then the pid stays taken, so nothing sent to it or its group can reach another process)."""
         with self._lock:
             proc = self._proc
             if proc is None or proc.stdin is None or proc.poll() is not None:
                 return  # a server that ended reaps nothing more: its shims are init's
             try:
-                proc.stdin.write(b"\n")
+                proc.stdin.write(f"reap {pid}\n".encode())
                 proc.stdin.flush()
             except OSError:
                 self._stop()
 
     def close(self) -> None:
-        """Stop the server (closing its input ends it); the shims it started live on."""
+        """Stop the server (closing its input ends it) for good; the shims it started live on."""
         with self._lock:
+            self._closed = True
             self._stop()
 
     # ----- internals (under the lock) -----

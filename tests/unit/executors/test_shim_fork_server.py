@@ -5,15 +5,17 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 
 import psutil
 import pytest
-from executor_helpers import make_spec, wait_exit, wait_for
+from executor_helpers import OTHER_IDENTITY, make_spec, wait_exit, wait_for
 
 from corral.executors import ProcessExecutor, process
-from corral.executors.jobdir import JobDir
+from corral.executors.jobdir import SHIM_FILE, JobDir
 from corral.executors.process import _SHIM_ENV, _SHIM_PATH
+from corral.executors.shim import _REAP_EVERY_S
 from corral.executors.shimserver import ForkServerError, ShimForkServer
 
 
@@ -85,6 +87,20 @@ def test_ended_shims_are_reaped_once_seen(executor: ProcessExecutor, state_dir: 
     executor.cancel("j-first", grace_s=0.0)
     wait_for(lambda: len(executor.collect_exits()) == 6)  # the server reaps each once the agent identified it
     wait_for(lambda: not server.children(), 5.0, "no zombie shims left under the fork server")
+
+
+def test_a_shims_pid_stays_taken_until_the_agent_handled_its_end(
+    executor: ProcessExecutor, state_dir: Path, tmp_path: Path
+) -> None:
+    """Until the agent has read the exit (and killed what the job left in its group), the ended shim stays an
+    unreaped child of its server: its pid, and the group of that number, cannot be a stranger's to be killed."""
+    executor.launch(make_spec(tmp_path, "j-end", "true"))
+    shim = _shim_of(state_dir, "j-end")
+    wait_for(lambda: (state_dir / "j-end" / "exit").exists())
+    time.sleep(3 * _REAP_EVERY_S)  # the server looked for shims to reap several times meanwhile
+    assert shim.status() == psutil.STATUS_ZOMBIE  # ended, and still holding its pid
+    assert wait_exit(executor, "j-end").exit_code == 0  # handled: now the server may reap it
+    wait_for(lambda: not psutil.pid_exists(shim.pid), 5.0, "the shim reaped once released")
 
 
 def test_a_cancel_at_once_after_launch_is_never_lost(executor: ProcessExecutor, tmp_path: Path) -> None:
@@ -210,3 +226,43 @@ def test_a_late_shim_of_a_dead_server_finds_the_job_taken(
         assert spec.log_path.read_text() == "ran\n"  # the late shim found the claim taken and ran nothing
     finally:
         executor.close()
+
+
+# ---- finding a shim again after an agent crash: never a job dressed up as one ------------------------------------
+def test_a_shim_is_found_again_through_a_symlinked_data_dir(base_dir: Path, tmp_path: Path) -> None:
+    real = base_dir / "real-state"
+    link = base_dir / "state-link"
+    real.mkdir(mode=0o700)
+    link.symlink_to(real)
+    first = ProcessExecutor(link)
+    try:
+        first.launch(make_spec(tmp_path, "j-linked", "sleep 30"))
+        (link / "j-linked" / SHIM_FILE).unlink()  # the agent died before it recorded the shim
+        second = ProcessExecutor(link)
+        assert second.running() == ["j-linked"]
+        second.cancel("j-linked", grace_s=0.0)
+        assert wait_exit(second, "j-linked").reason.startswith("cancelled")
+        second.close()
+    finally:
+        first.close()
+
+
+def test_a_job_dressed_up_as_another_jobs_shim_is_not_taken_for_it(state_dir: Path, tmp_path: Path) -> None:
+    first = ProcessExecutor(state_dir)
+    victim_dir = state_dir / "j-victim"
+    # a tenant's job whose command line ends as a started shim's would for the victim's job dir
+    decoy = f"exec python3 -c 'import time; time.sleep(30)' /opt/corral/shim.py {victim_dir}"
+    first.launch(make_spec(tmp_path, "j-decoy", f"echo up; {decoy}"))
+    wait_for(lambda: "up" in (tmp_path / "logs" / "j-decoy.log").read_text())
+    first.launch(make_spec(tmp_path, "j-victim", "sleep 30", identity=OTHER_IDENTITY))
+    real_shim = JobDir(victim_dir).load_shim()
+    (victim_dir / SHIM_FILE).unlink()  # the agent died before it recorded the victim's shim
+    second = ProcessExecutor(state_dir)
+    try:
+        assert JobDir(victim_dir).load_shim() == real_shim  # found again: the real one, not the decoy
+        for job_id in ("j-victim", "j-decoy"):
+            second.cancel(job_id, grace_s=0.0)
+            assert wait_exit(second, job_id).reason.startswith("cancelled")
+    finally:
+        second.close()
+        first.close()
