@@ -66,7 +66,10 @@ def test_make_up_starts_and_answers_healthz(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")}
     env.update(
         CORRAL_PORT=str(port),
-        CORRAL_GATEWAY_PORT=str(free_port()),  # claimed: not left to the API port + 3
+        # every port claimed, none left to the API port + 1, 2, 3: a parallel test may hold those
+        CORRAL_JOB_UI_PORT=str(free_port()),
+        CORRAL_AGENT_PORT=str(free_port()),
+        CORRAL_GATEWAY_PORT=str(free_port()),
         CORRAL_DATA_DIR=str(tmp_path / "data"),
         HOME=str(tmp_path),
         XDG_CONFIG_HOME=str(tmp_path / ".config"),
@@ -91,12 +94,17 @@ def test_make_up_starts_and_answers_healthz(tmp_path: Path) -> None:
         config = tmp_path / ".config" / "corral" / "config.json"
         # /healthz answers as soon as the API listens; `corral up` writes the CLI config right after
         # start() returns (once the job-UI listener is up too), so wait for both.
-        wait_for(lambda: healthy() and config.exists(), 120, "make up healthy and the CLI configured")
+        wait_for(lambda: (healthy() and config.exists()) or proc.poll() is not None, 120, "make up up, or ended")
+        assert proc.poll() is None, f"make up ended ({proc.returncode}); its output is below"
         assert (tmp_path / "data" / "admin-token").stat().st_mode & 0o777 == 0o600
         assert config.stat().st_mode & 0o777 == 0o600
     finally:
-        os.killpg(proc.pid, signal.SIGINT)
+        try:
+            os.killpg(proc.pid, signal.SIGINT)
+        except ProcessLookupError:
+            pass  # it ended by itself
         out, _ = proc.communicate(timeout=30)
+        print(out.decode())  # shown with a failure: what make up said
     assert f"http://127.0.0.1:{port}" in out.decode()
 
 
