@@ -194,13 +194,15 @@ class Corral:
                     pass
                 p.wait(10)
         # Jobs run under a shim in a session of their own (they outlive an agent restart by design): kill those
-        # of this installation, found by its data directory on their command line, and their children. The root
-        # is this test's own (tmp_path, under a parallel run its worker's own base dir): `root/` never matches
-        # another installation's `root2/` nor another worker's processes.
+        # of this installation, found by its data directory on their command line (a shim started directly) or as
+        # their working dir (one forked by the agent's shim fork server works in its job dir), and their children.
+        # The root is this test's own (tmp_path, under a parallel run its worker's own base dir): `root/` never
+        # matches another installation's `root2/` nor another worker's processes.
         mine = (str(self.root), str(self.jobs_dir))  # the jobs dir: mkdtemp's, unique too
-        for proc in psutil.process_iter(["cmdline"]):
+        for proc in psutil.process_iter(["cmdline", "cwd"]):
             try:
-                if any(f"{d}/" in arg or arg.endswith(d) for arg in proc.info["cmdline"] or () for d in mine):
+                args = [*(proc.info["cmdline"] or ()), proc.info["cwd"] or ""]
+                if any(f"{d}/" in arg or arg.endswith(d) for arg in args for d in mine):
                     for child in proc.children(recursive=True):
                         child.kill()
                     proc.kill()
