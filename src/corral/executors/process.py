@@ -41,7 +41,7 @@ from corral.executors.jobhome import (
     prepare_work_root,
     remove_tree,
 )
-from corral.executors.shim import CLAIM_FILE
+from corral.executors.shim import claim_job
 from corral.executors.shimserver import ForkServerError, ShimForkServer
 
 _SHIM_PATH = str(Path(shim_module.__file__).resolve())
@@ -282,11 +282,8 @@ class ProcessExecutor:
         """After the fork server failed on this job: claim the job for a shim started here (None), or, when the
         server's shim claimed it first, that shim's pid (_ENDED: it ran the job to its end already). Raises OSError
         when that shim is gone without an exit record (the job then ends as not started, never run twice)."""
-        try:
-            os.close(os.open(job.dir.path / CLAIM_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
+        if claim_job(job.dir.path):
             return None
-        except FileExistsError:
-            pass
         deadline = time.monotonic() + _ADOPT_WAIT_S
         while time.monotonic() < deadline:
             shim = find_shim(job.dir.path)  # the forked shim enters its job dir right after it claims the job

@@ -165,10 +165,8 @@ class LogCopy:
             self.dropped += len(data)
 
     def _write(self, data: bytes) -> bool:
-        view = memoryview(data)
         try:
-            while view:
-                view = view[os.write(self.log, view) :]
+            _write_all(self.log, data)
         except OSError:
             return False
         return True
@@ -457,10 +455,11 @@ def _become_shim(job_dir: str, log: int, ready: int, server_fds: tuple[int, ...]
     claimed it first; a shim that finds the claim taken ends at once."""
     code = 1
     try:
-        claim = os.open(os.path.join(job_dir, CLAIM_FILE), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        os.close(claim)
+        ours = claim_job(job_dir)
     except OSError:
-        os._exit(0)  # the agent took the job (or its dir is gone): not ours to run
+        ours = False  # its dir is gone
+    if not ours:
+        os._exit(0)  # the agent took the job: not ours to run
     try:
         _signal.signal(_signal.SIGTERM, _ignore)
         os.setsid()
@@ -487,6 +486,17 @@ def _become_shim(job_dir: str, log: int, ready: int, server_fds: tuple[int, ...]
             pass
     finally:
         os._exit(code)
+
+
+def claim_job(job_dir: str | os.PathLike[str]) -> bool:
+    """Claim the job for the shim about to run it (CLAIM_FILE, created exclusively): False when it is taken."""
+    try:
+        os.close(
+            os.open(os.path.join(job_dir, CLAIM_FILE), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        )
+    except FileExistsError:
+        return False
+    return True
 
 
 def _reap(released: set[int]) -> set[int]:
