@@ -37,11 +37,13 @@ The report adds CPU seconds per component (server, agents, the jobs with their s
 machine: a busy machine shared with other work shows as machine_busy far above the sum of the parts).
 
     .venv/bin/python bench/kueue_baseline.py [--scale 1.0] [--nodes 10] [--gpus-per-node 60]
-        [--threads 16] [--telemetry-s 5] [--database-url URL] [--timeout-s 1800] [--keep]
+        [--threads 16] [--telemetry-s 5] [--database-url URL] [--replicas 1] [--timeout-s 1800] [--keep]
         [--py-spy PATH] [--json]
 
 --scale F keeps the 30 queues, quotas and intervals and submits F x the workloads of each set (at least one).
---database-url must name an empty database you can throw away (e.g. postgresql://...).
+--database-url must name an empty database you can throw away (e.g. postgresql://...). --replicas N starts N
+`corral server` replicas on it (PostgreSQL only): the first leads (it schedules), agent k and submitting thread k
+talk to replica k mod N. On PostgreSQL the report adds the database's CPU seconds (a local server's).
 Scratch goes to /tmp/kueue_baseline/ (removed at the end unless --keep). --py-spy PATH samples the server's
 GIL holder at 10 Hz into <scratch>/server.folded (py-spy's raw format) while the jobs run (for diagnosis).
 """
@@ -127,12 +129,17 @@ def compute_plan(scale: float) -> list[Planned]:
 class Cluster:
     """A real `corral server` and `corral agent` processes with simulated GPUs, in a scratch dir."""
 
-    def __init__(self, root: Path, nodes: int, gpus_per_node: int, database_url: str, telemetry_s: float) -> None:
+    def __init__(
+        self, root: Path, nodes: int, gpus_per_node: int, database_url: str, telemetry_s: float, replicas: int = 1
+    ) -> None:
         self.root = root
         self.nodes = [f"kb-n{i:02d}" for i in range(nodes)]
         self.gpus = f"sim:{gpus_per_node}xH100-80GB"
-        self.port, self.agent_port = free_port(), free_port()
+        # (API port, agent port) per server replica; the first one starts first, migrates and leads
+        self.ports = [(free_port(), free_port()) for _ in range(replicas)]
+        self.port, self.agent_port = self.ports[0]
         self.url = f"http://127.0.0.1:{self.port}"
+        self.urls = [f"http://127.0.0.1:{p}" for p, _ in self.ports]
         self.jobs_dir = root / "jobs"  # jobs run as their users' uids: reachable by them, 0711 above
         self.jobs_dir.mkdir(parents=True)
         self.jobs_dir.chmod(0o711)
@@ -148,9 +155,11 @@ class Cluster:
             CORRAL_JOBS_DIR=str(self.jobs_dir),
             CORRAL_METRICS_INTERVAL_S=str(telemetry_s),
         )
+        self.database_url = database_url
         if database_url:
             self.env["CORRAL_DATABASE_URL"] = database_url
         self.server: subprocess.Popen[bytes] | None = None
+        self.servers: list[subprocess.Popen[bytes]] = []
         self.agents: list[subprocess.Popen[bytes]] = []
         self.admin = ""
 
@@ -159,13 +168,18 @@ class Cluster:
             return subprocess.Popen(args, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
 
     def start(self) -> None:
-        self.server = self._spawn([CORRAL, "server"], self.env, "server")
-        deadline = time.monotonic() + 60
-        token_file = self.root / "data" / "admin-token"
-        while not token_file.exists() or not self._healthy():
-            if time.monotonic() > deadline or self.server.poll() is not None:
-                sys.exit(f"server did not start: see {self.root / 'server.log'}")
-            time.sleep(0.1)
+        for i, (port, agent_port) in enumerate(self.ports):
+            env = dict(self.env, CORRAL_PORT=str(port), CORRAL_AGENT_PORT=str(agent_port))
+            log = "server" if i == 0 else f"server-{i}"
+            proc = self._spawn([CORRAL, "server"], env, log)
+            self.servers.append(proc)
+            self.server = self.server or proc
+            deadline = time.monotonic() + 60
+            token_file = self.root / "data" / "admin-token"
+            while not token_file.exists() or not self._healthy(self.urls[i]):
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    sys.exit(f"server did not start: see {self.root / (log + '.log')}")
+                time.sleep(0.1)
         self.admin = token_file.read_text().strip()
         join = httpx.post(
             f"{self.url}/api/v1/join-tokens",
@@ -177,9 +191,12 @@ class Cluster:
         fd = os.open(join_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as f:
             f.write(join.json()["token"] + "\n")
-        for node in self.nodes:
+        for k, node in enumerate(self.nodes):
             env = dict(self.env, CORRAL_DATA_DIR=str(self.root / f"agent-{node}"))
-            args = [CORRAL, "agent", "--join", f"https://127.0.0.1:{self.agent_port}", "--token-file", str(join_file)]
+            # agent k talks to replica k mod N first (the others are its failover)
+            order = self.ports[k % len(self.ports) :] + self.ports[: k % len(self.ports)]
+            join_urls = ",".join(f"https://127.0.0.1:{a}" for _, a in order)
+            args = [CORRAL, "agent", "--join", join_urls, "--token-file", str(join_file)]
             self.agents.append(self._spawn([*args, "--gpus", self.gpus, "--node-name", node], env, f"agent-{node}"))
         deadline = time.monotonic() + 120
         while True:
@@ -194,9 +211,10 @@ class Cluster:
     def headers(token: str) -> dict[str, str]:
         return {"Authorization": f"Bearer {token}"}
 
-    def _healthy(self) -> bool:
+    @staticmethod
+    def _healthy(url: str) -> bool:
         try:
-            return httpx.get(f"{self.url}/healthz", timeout=2).status_code == 200
+            return httpx.get(f"{url}/healthz", timeout=2).status_code == 200
         except httpx.HTTPError:
             return False
 
@@ -204,7 +222,7 @@ class Cluster:
         """CPU time used so far: the server, the agents, and the jobs with their shims: the agents' reaped children,
         and the shim fork servers (an agent's live child) with the shims they forked and reaped."""
         out: dict[str, float] = {}
-        for name, procs in (("server", [self.server]), ("agents", self.agents)):
+        for name, procs in (("server", self.servers), ("agents", self.agents)):
             own = children = 0.0
             for p in procs:
                 try:
@@ -225,16 +243,18 @@ class Cluster:
             out[name] = round(own, 1)
             if name == "agents":
                 out["jobs_and_shims"] = round(children, 1)
+        if self.database_url:
+            out["database"] = round(_postgres_cpu_s(), 1)
         return out
 
     def close(self) -> None:
-        for p in [*self.agents, self.server]:
+        for p in [*self.agents, *self.servers]:
             if p is not None and p.poll() is None:
                 try:
                     os.killpg(p.pid, signal.SIGINT)
                 except ProcessLookupError:
                     pass
-        for p in [*self.agents, self.server]:
+        for p in [*self.agents, *self.servers]:
             if p is None:
                 continue
             try:
@@ -252,6 +272,26 @@ class Cluster:
                     proc.kill()
             except psutil.Error:
                 pass
+
+
+def _postgres_cpu_s() -> float:
+    """CPU time of the local PostgreSQL: the postmaster's own and its reaped backends', and its live children's
+    (0 when it is not on this machine or not readable)."""
+    total = 0.0
+    for proc in psutil.process_iter(["name", "ppid"]):
+        try:
+            if proc.info["name"] not in ("postgres", "postmaster"):
+                continue
+            parent = proc.parent()
+            if parent is not None and parent.name() in ("postgres", "postmaster"):
+                t = proc.cpu_times()
+                total += t.user + t.system  # a backend or worker, alive now
+            else:
+                t = proc.cpu_times()
+                total += t.user + t.system + t.children_user + t.children_system
+        except psutil.Error:
+            pass
+    return total
 
 
 def create_tenants(c: Cluster) -> dict[str, str]:
@@ -275,8 +315,8 @@ def create_tenants(c: Cluster) -> dict[str, str]:
 class Submitter:
     """Threads that submit the planned jobs at their due times (late ones at once)."""
 
-    def __init__(self, url: str, tokens: dict[str, str], plan: list[Planned], threads: int) -> None:
-        self.url = url
+    def __init__(self, urls: list[str], tokens: dict[str, str], plan: list[Planned], threads: int) -> None:
+        self.urls = urls  # thread k submits to urls[k mod len]
         self.tokens = tokens
         self.plan = plan
         self.threads = threads
@@ -289,14 +329,17 @@ class Submitter:
 
     def run(self, t0: float) -> None:
         self.t0 = t0
-        workers = [threading.Thread(target=self._work, daemon=True) for _ in range(self.threads)]
+        workers = [
+            threading.Thread(target=self._work, args=(self.urls[k % len(self.urls)],), daemon=True)
+            for k in range(self.threads)
+        ]
         for w in workers:
             w.start()
         for w in workers:
             w.join()
 
-    def _work(self) -> None:
-        with httpx.Client(base_url=self.url, timeout=120) as h:
+    def _work(self, url: str) -> None:
+        with httpx.Client(base_url=url, timeout=120) as h:
             while True:
                 with self.lock:
                     if self.next >= len(self.plan):
@@ -412,6 +455,9 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=16, help="submitting threads")
     ap.add_argument("--telemetry-s", type=float, default=5.0, help="agents' telemetry interval (0: none)")
     ap.add_argument("--database-url", default="")
+    ap.add_argument(
+        "--replicas", type=int, default=1, help="server replicas on the one database (more than 1: PostgreSQL)"
+    )
     ap.add_argument("--timeout-s", type=float, default=1800.0)
     ap.add_argument("--keep", action="store_true", help="keep the scratch dir (logs, database)")
     ap.add_argument("--py-spy", default="", help="a py-spy binary: sample the server while jobs run (diagnosis)")
@@ -425,7 +471,9 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="run-", dir=SCRATCH))
     root.chmod(0o711)
     plan = compute_plan(args.scale)
-    cluster = Cluster(root, args.nodes, args.gpus_per_node, args.database_url, args.telemetry_s)
+    if args.replicas < 1 or (args.replicas > 1 and not args.database_url.startswith("postgresql")):
+        sys.exit("--replicas: at least 1, and more than 1 needs --database-url postgresql://...")
+    cluster = Cluster(root, args.nodes, args.gpus_per_node, args.database_url, args.telemetry_s, args.replicas)
     progress: list[dict[str, Any]] = []
     try:
         setup0 = time.monotonic()
@@ -440,7 +488,7 @@ def main() -> None:
                 print(message, file=sys.stderr, flush=True)
 
         say(f"setup {setup_s:.1f} s ({args.nodes} agents); submitting {len(plan)} jobs")
-        submitter = Submitter(cluster.url, tokens, plan, args.threads)
+        submitter = Submitter(cluster.urls, tokens, plan, args.threads)
         spy = None
         if args.py_spy and cluster.server is not None:
             spy_args = [
@@ -500,6 +548,7 @@ def main() -> None:
         "jobs_seen": len(jobs),
         "cluster": f"{args.nodes} nodes x {args.gpus_per_node} simulated GPUs",
         "database": args.database_url.split("@")[-1] if args.database_url else "sqlite",
+        "replicas": args.replicas,
         "setup_s": round(setup_s, 1),
         "wall_s": round(wall_s, 1),
         "kueue_wall_s": KUEUE_WALL_S,
@@ -528,7 +577,10 @@ def main() -> None:
         print(json.dumps(result, indent=2))
         return
     s = result["submission"]
-    print(f"Kueue baseline x{args.scale:g}: {len(plan)} jobs, 30 tenants in 5 cohorts, {result['cluster']}")
+    print(
+        f"Kueue baseline x{args.scale:g}: {len(plan)} jobs, 30 tenants in 5 cohorts, {result['cluster']}, "
+        f"{args.replicas} server replica(s) on {result['database']}"
+    )
     print(
         f"wall {result['wall_s']} s (Kueue {KUEUE_WALL_S:.0f} s at full scale, limit {KUEUE_MAX_WALL_S:.0f} s); "
         f"server span {result['server_span_s']} s; GPU usage {result['gpu_usage_pct']}%"
