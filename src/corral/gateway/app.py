@@ -3,9 +3,12 @@
 Per request, only what is in memory: the routes (refreshed from the RouteSource every refresh_s, in a thread),
 the prober's health, the balancer's counts. The caller's credential is checked by the injected `authorize` (never
 for a public service). The request body is read whole (bounded), so that an idempotent request that fails before
-any answer (connect error, reset, protocol error) can be sent once more, to another ready replica; the answer is
-streamed back as the replica sends it (server-sent events arrive event by event), never retried once its headers
-arrived.
+any answer (connect error, reset, protocol error) can be sent once more, to another ready replica. An answer of
+known length up to `max_held_answer_bytes` (1 MiB), not an event stream, is read whole before its headers go to the
+caller: a replica that breaks off in its middle (killed by a GPU fault, stopped) has sent the caller nothing yet, so
+an idempotent request goes once more to another ready replica as above, and any other is answered 502. Larger
+answers and streams (server-sent events arrive event by event, chunked bodies) go back as the replica sends them and
+are never retried once their headers went out: one the replica breaks off ends short.
 
 The background work (route refresh, health probes) runs from `Gateway.start()` to `Gateway.stop()`: the app's
 lifespan calls them, or, where the app is mounted with lifespan off, its owner does.
@@ -55,6 +58,9 @@ if "sniffio" not in sys.modules and importlib.util.find_spec("sniffio") is None:
 METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
 IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE"})
 MAX_BODY_BYTES = 64 * 1024 * 1024
+# Answers of a known length up to this are held until whole (see the module's comment): at most this much memory per
+# request in flight, and the caller's first byte comes when the replica's last one did.
+MAX_HELD_ANSWER_BYTES = 1024 * 1024
 DEMAND_EVERY_S = 1.0  # the most often on_demand is called for one service
 UNKNOWN_REFRESH_S = 0.25  # the most often an unknown service name makes the gateway read its routes again
 # Failures before any answer: the replica did not take the request (or dropped it unanswered); an idempotent one may
@@ -83,6 +89,7 @@ class Gateway:
         probe_interval_s: float = 1.0,
         fail_threshold: int = 2,
         max_body_bytes: int = MAX_BODY_BYTES,
+        max_held_answer_bytes: int = MAX_HELD_ANSWER_BYTES,  # 0: every answer streams
         read_timeout_s: float = 300.0,
         connect_timeout_s: float = 2.0,
         sandbox: bool = False,
@@ -93,6 +100,7 @@ class Gateway:
         self._refresh_s = refresh_s
         self._activation_timeout_s = activation_timeout_s
         self._max_body_bytes = max_body_bytes
+        self._max_held_answer_bytes = max_held_answer_bytes
         self._sandbox = sandbox  # served on the portal's origin: replicas' pages get a CSP sandbox (headers.py)
         # Requests go through httpcore's pool itself: httpx's client layer (URL parsing, header models, auth and
         # redirect hooks) cost a third of the gateway's added latency and does nothing a proxy needs. Keep-alive is
@@ -261,6 +269,7 @@ class Gateway:
                 break
             self.balancer.acquire(endpoint)
             self.stats.add_outstanding(route.service_id, 1)
+            response: httpcore.Response | None = None
             try:
                 request = httpcore.Request(
                     method.encode(),
@@ -271,10 +280,16 @@ class Gateway:
                 )
                 try:
                     response = await self._pool.handle_async_request(request)
+                    whole = await self._read_held_answer(response)
                 except _NOT_ANSWERED as e:
-                    why = describe_failure(e)
-                    if isinstance(e, httpcore.ConnectError):
-                        self.prober.mark_unreachable(endpoint, f"{method} {scope['path']}: {why}")
+                    # no answer, or (its headers came) one it broke off before the caller was sent any of it
+                    if response is not None:
+                        why = f"replica job {endpoint.job_id} broke off its answer ({describe_failure(e)})"
+                        log.info("%s %s: %s", method, scope["path"], why)
+                    else:
+                        why = f"no replica answered ({describe_failure(e)})"
+                        if isinstance(e, httpcore.ConnectError):
+                            self.prober.mark_unreachable(endpoint, f"{method} {scope['path']}: {describe_failure(e)}")
                     failed = endpoint
                     if method not in IDEMPOTENT:
                         break
@@ -285,15 +300,36 @@ class Gateway:
                     return error_response(504, "timeout", f"service {route.name!r}: {msg}")
                 except _UPSTREAM_ERRORS as e:
                     return error_response(502, "bad_gateway", f"service {route.name!r}: {describe_failure(e)}")
-                try:
+                if whole is not None:
+                    await self._send_held_answer(route.service_id, endpoint, response, whole, send, started)
+                else:
                     await self._stream_answer(route.service_id, endpoint, response, receive, send, started)
-                finally:
-                    await response.aclose()
                 return None
             finally:
+                if response is not None:
+                    await response.aclose()
                 self.balancer.release(endpoint)
                 self.stats.add_outstanding(route.service_id, -1)
-        return error_response(502, "bad_gateway", f"service {route.name!r}: no replica answered ({why})")
+        return error_response(502, "bad_gateway", f"service {route.name!r}: {why}")
+
+    async def _read_held_answer(self, response: httpcore.Response) -> bytes | None:
+        """The answer's whole body when it is to be held (a content-length up to max_held_answer_bytes, not an
+        event stream); None when it is to be streamed. Raises as httpcore does when the replica breaks off."""
+        length, event_stream = _answer_shape(response.headers)
+        if length is None or length > self._max_held_answer_bytes or event_stream:
+            return None
+        chunks: AsyncIterable[bytes] = response.stream  # type: ignore[assignment]
+        return b"".join([chunk async for chunk in chunks])
+
+    async def _send_held_answer(
+        self, sid: int, endpoint: Endpoint, response: httpcore.Response, body: bytes, send: Send, started: float
+    ) -> None:
+        headers = compute_response_headers(response.headers, endpoint.job_id, self._sandbox)
+        await send({"type": "http.response.start", "status": response.status, "headers": headers})
+        await send({"type": "http.response.body", "body": body, "more_body": False})
+        if response.status >= 500:
+            self.stats.record_error(sid)
+        self.stats.record_latency(sid, (time.perf_counter() - started) * 1000)
 
     async def _stream_answer(
         self,
@@ -305,27 +341,25 @@ class Gateway:
         started: float,
     ) -> None:
         status = response.status
-        sized = streamed = False
-        for key, value in response.headers:
-            lower = key.lower()
-            sized = sized or lower == b"content-length"
-            streamed = streamed or (lower == b"content-type" and value.startswith(b"text/event-stream"))
+        length, streamed = _answer_shape(response.headers)
         headers = compute_response_headers(response.headers, endpoint.job_id, self._sandbox)
         await send({"type": "http.response.start", "status": status, "headers": headers})
         if status >= 500:
             self.stats.record_error(sid)
         chunks: AsyncIterable[bytes] = response.stream  # type: ignore[assignment]
-        if sized and not streamed:
-            # A body of known length: each chunk goes out as it comes, the last one with the end of the body.
-            pending = b""
+        if length is not None and not streamed:
+            # A body of known length, too large to hold: each chunk goes out as it comes, the last one with the end of
+            # the body (a HEAD's, or one cut off, ends with an empty one).
+            left, ended = length, False
             try:
                 async for chunk in chunks:
-                    if pending:
-                        await send({"type": "http.response.body", "body": pending, "more_body": True})
-                    pending = chunk
+                    left -= len(chunk)
+                    ended = left <= 0
+                    await send({"type": "http.response.body", "body": chunk, "more_body": not ended})
             except _UPSTREAM_ERRORS as e:
                 self._broken(sid, endpoint, e)
-            await send({"type": "http.response.body", "body": pending, "more_body": False})
+            if not ended:
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
             self.stats.record_latency(sid, (time.perf_counter() - started) * 1000)
             return
         # A stream (server-sent events, chunked): each chunk goes out at once; latency is to the first byte. The
@@ -416,6 +450,19 @@ class Gateway:
 
 def _not_found(name: str) -> Answer:
     return error_response(404, "not_found", NotFoundError("service", name).message)
+
+
+def _answer_shape(headers: list[tuple[bytes, bytes]]) -> tuple[int | None, bool]:
+    """(the answer's content-length, None without a valid one; whether it is an event stream)."""
+    length: int | None = None
+    event_stream = False
+    for key, value in headers:
+        lower = key.lower()
+        if lower == b"content-length":
+            length = int(value) if value.strip().isdigit() else None
+        elif lower == b"content-type":
+            event_stream = value.startswith(b"text/event-stream")
+    return length, event_stream
 
 
 def _host_header(endpoint: Endpoint) -> bytes:

@@ -61,21 +61,27 @@ class ServerThread:
         return f"http://127.0.0.1:{self.port}"
 
 
+SIZED_BYTES = 64 * 1024  # /sized's body
+
+
 @dataclass
 class Replica:
     """A toy replica: /healthz answers `health_status`; /echo tells what it got; /slow waits `slow_s`; /sse sends
     one event, then a second once `release` is set; /hold answers once
-    `release` is set; /chunked sends a chunked body; /ws echoes frames."""
+    `release` is set; /chunked sends a chunked body; /sized sends the first half of a SIZED_BYTES body (with its
+    content-length), the rest once `release` is set; /ws echoes frames. With `break_off`, every path but /healthz
+    gets its headers and half its body, then the connection closes (a replica killed in the middle of an answer)."""
 
     job_id: int
     attempt: int = 1
     health_status: int = 200
     slow_s: float = 0.0
+    break_off: bool = False
     hits: list[str] = field(default_factory=list)
     release: threading.Event = field(default_factory=threading.Event)
     server: ServerThread | None = None
 
-    def app(self) -> Starlette:
+    def app(self) -> Any:
         async def healthz(_: Request) -> Response:
             return PlainTextResponse("ok" if self.health_status < 300 else "bad", status_code=self.health_status)
 
@@ -115,6 +121,15 @@ class Replica:
 
             return StreamingResponse(parts(), media_type="text/plain")
 
+        async def sized(_: Request) -> Response:
+            async def halves() -> Any:
+                yield b"a" * (SIZED_BYTES // 2)
+                await asyncio.to_thread(self.release.wait, 10)
+                self.hits.append("/sized: the rest")
+                yield b"b" * (SIZED_BYTES - SIZED_BYTES // 2)
+
+            return StreamingResponse(halves(), headers={"content-length": str(SIZED_BYTES)})
+
         async def ws(websocket: WebSocket) -> None:
             await websocket.accept(subprotocol=(websocket.scope.get("subprotocols") or [None])[0])
             try:
@@ -132,16 +147,30 @@ class Replica:
             except WebSocketDisconnect:
                 return
 
-        return Starlette(
+        app = Starlette(
             routes=[
                 Route("/healthz", healthz),
                 Route("/sse", sse),
                 Route("/chunked", chunked),
                 Route("/hold", hold),
+                Route("/sized", sized),
                 WebSocketRoute("/ws", ws),
                 Route("/{path:path}", echo, methods=["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]),
             ]
         )
+
+        async def breaking(scope: Any, receive: Any, send: Any) -> None:
+            if not self.break_off or scope["type"] != "http" or scope["path"] == "/healthz":
+                await app(scope, receive, send)
+                return
+            self.hits.append(scope["path"])
+            body = b'{"job": %d, "pad": "%s"}' % (self.job_id, b"x" * 1000)
+            headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
+            await send({"type": "http.response.body", "body": body[: len(body) // 2], "more_body": True})
+            # returning with the answer unfinished: uvicorn closes the connection
+
+        return breaking
 
     def start(self) -> Replica:
         self.server = ServerThread(self.app()).start()

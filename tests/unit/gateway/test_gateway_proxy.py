@@ -180,6 +180,40 @@ def test_no_other_replica_to_retry_on_is_502_naming_the_service(replicas, gatewa
     assert "lonely" in r.json()["error"]["message"] and "refused" in r.json()["error"]["message"]
 
 
+def test_a_get_cut_off_in_the_middle_of_its_answer_is_answered_whole_by_another_replica(
+    replicas, gateway_server
+) -> None:
+    good, cut = replicas(81), replicas(82, break_off=True)
+    source = StaticRoutes()
+    source.put(make_route("svc", good.endpoint, cut.endpoint))
+    gs = gateway_server(source, probe_interval_s=30.0)
+    gs.wait_ready(good, cut)
+    with httpx.Client() as client:
+        answers = [client.get(f"{gs.url}/services/svc/x") for _ in range(6)]
+    assert [(r.status_code, r.json()["job"]) for r in answers] == [(200, 81)] * 6
+    assert cut.hits and good.hits.count("/x") == 6  # each one cut off went again, to the other replica
+    assert gs.gateway.snapshot()[1].errors == 0
+
+
+def test_a_post_cut_off_in_the_middle_of_its_answer_is_a_502_naming_the_replica(replicas, gateway_server) -> None:
+    good, cut = replicas(83), replicas(84, break_off=True)
+    source = StaticRoutes()
+    source.put(make_route("svc", good.endpoint, cut.endpoint))
+    gs = gateway_server(source, probe_interval_s=30.0)
+    gs.wait_ready(good, cut)
+    statuses = []
+    for _ in range(6):  # round robin sends one of the first two to the replica that breaks off
+        r = httpx.post(f"{gs.url}/services/svc/x", content=b"{}")
+        statuses.append(r.status_code)
+        if r.status_code == 502:
+            break
+    assert r.status_code == 502, statuses
+    message = r.json()["error"]["message"]
+    assert "'svc'" in message and "replica job 84 broke off its answer" in message, message
+    assert len(cut.hits) == 1 and good.hits.count("/x") == statuses.count(200)  # not sent again
+    assert gs.gateway.snapshot()[1].errors == 1
+
+
 def test_a_slow_replica_gets_fewer_requests(replicas, gateway_server) -> None:
     slow, fast = replicas(41, slow_s=0.15), replicas(42)
     source = StaticRoutes()

@@ -7,7 +7,7 @@ import pytest
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 
-from conftest import TOKEN, StaticRoutes, make_route
+from conftest import SIZED_BYTES, TOKEN, StaticRoutes, make_route
 
 
 def test_server_sent_events_arrive_one_by_one(replicas, gateway_server) -> None:
@@ -35,6 +35,22 @@ def test_chunked_body_passes_through(replicas, gateway_server) -> None:
     r = httpx.get(f"{gs.url}/services/svc/chunked")
     assert r.status_code == 200 and r.text == "part0;part1;part2;part3;part4;"
     assert r.headers.get("transfer-encoding") == "chunked" and "content-length" not in r.headers
+
+
+def test_an_answer_longer_than_the_gateway_holds_streams(replicas, gateway_server) -> None:
+    rep = replicas(73)
+    source = StaticRoutes()
+    source.put(make_route("svc", rep.endpoint))
+    gs = gateway_server(source, max_held_answer_bytes=SIZED_BYTES - 1)
+    gs.wait_ready(rep)
+    with httpx.Client(timeout=10) as client, client.stream("GET", f"{gs.url}/services/svc/sized") as r:
+        assert r.status_code == 200 and r.headers["content-length"] == str(SIZED_BYTES)
+        chunks = r.iter_raw()
+        first = next(chunks)  # the replica holds the rest of its body until `release`
+        assert first and "/sized: the rest" not in rep.hits
+        rep.release.set()
+        body = first + b"".join(chunks)
+    assert body == b"a" * (SIZED_BYTES // 2) + b"b" * (SIZED_BYTES - SIZED_BYTES // 2)
 
 
 def test_websocket_echo_and_close_code(replicas, gateway_server) -> None:
