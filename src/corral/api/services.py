@@ -47,6 +47,7 @@ SETTING_FIELDS = (
     "idle_timeout_s",
     "progress_deadline_s",
     "unhealthy_after_s",
+    "drain_timeout_s",
 )
 
 Arg = Annotated[str, Field(max_length=bounds.MAX_ARG_BYTES)]
@@ -124,6 +125,13 @@ class _Settings(BaseModel):
     unhealthy_after_s: float | None = Field(
         None, ge=1, le=86400, description="a ready replica whose health path fails this long is restarted"
     )
+    drain_timeout_s: float | None = Field(
+        None,
+        ge=0,
+        le=86400,
+        description="a replica a rollout or a scale-down stops takes no new request, and is stopped once its "
+        "requests in flight ended, or after this long",
+    )
 
     @field_validator(*(f for f in SETTING_FIELDS if f != "target_rps"), mode="before")
     @classmethod
@@ -147,6 +155,7 @@ SETTING_DEFAULTS: dict[str, Any] = {
     "idle_timeout_s": 300.0,
     "progress_deadline_s": 300.0,
     "unhealthy_after_s": 10.0,
+    "drain_timeout_s": 60.0,
 }
 
 

@@ -268,7 +268,7 @@ class Gateway:
             if endpoint is None:
                 break
             self.balancer.acquire(endpoint)
-            self.stats.add_outstanding(route.service_id, 1)
+            self.stats.add_outstanding(route.service_id, 1, endpoint.job_id)
             response: httpcore.Response | None = None
             try:
                 request = httpcore.Request(
@@ -309,7 +309,7 @@ class Gateway:
                 if response is not None:
                     await response.aclose()
                 self.balancer.release(endpoint)
-                self.stats.add_outstanding(route.service_id, -1)
+                self.stats.add_outstanding(route.service_id, -1, endpoint.job_id)
         return error_response(502, "bad_gateway", f"service {route.name!r}: {why}")
 
     async def _read_held_answer(self, response: httpcore.Response) -> bytes | None:

@@ -9,8 +9,8 @@ import bisect
 import math
 import threading
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 # Upper bounds (ms, inclusive) of the latency buckets; the last one catches everything.
 BUCKETS_MS: tuple[float, ...] = (0.5, 1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, math.inf)
@@ -27,6 +27,8 @@ class TrafficStats:
     waiting: int  # buffered now for a replica to be ready (scale from zero)
     latency_ms: Histogram  # to the end of the body; for event streams, to the first byte
     last_request_at: float | None  # wall clock
+    # `outstanding` by replica job (those with any): a draining replica is stopped once none is left at any gateway
+    outstanding_by_job: Mapping[int, int] = field(default_factory=dict)
 
     @property
     def in_flight(self) -> int:
@@ -35,10 +37,11 @@ class TrafficStats:
 
 
 class _Counters:
-    __slots__ = ("requests", "errors", "shed", "outstanding", "waiting", "latency", "last_request_at")
+    __slots__ = ("requests", "errors", "shed", "outstanding", "by_job", "waiting", "latency", "last_request_at")
 
     def __init__(self) -> None:
         self.requests = self.errors = self.shed = self.outstanding = self.waiting = 0
+        self.by_job: dict[int, int] = {}  # outstanding by replica job; absent = 0
         self.latency = [0] * len(BUCKETS_MS)
         self.last_request_at: float | None = None
 
@@ -68,9 +71,17 @@ class TrafficCounters:
         c = self._by_service.get(service_id)
         return 0 if c is None else c.outstanding + c.waiting
 
-    def add_outstanding(self, service_id: int, delta: int) -> None:
+    def add_outstanding(self, service_id: int, delta: int, job_id: int | None = None) -> None:
+        """`delta` requests forwarded (or answered: negative), to replica job `job_id` when given."""
         with self._lock:
-            self._of(service_id).outstanding += delta
+            c = self._of(service_id)
+            c.outstanding += delta
+            if job_id is not None:
+                left = c.by_job.get(job_id, 0) + delta
+                if left > 0:
+                    c.by_job[job_id] = left
+                else:
+                    c.by_job.pop(job_id, None)
 
     def add_waiting(self, service_id: int, delta: int) -> None:
         with self._lock:
@@ -104,7 +115,15 @@ class TrafficCounters:
         with self._lock:
             return {
                 sid: TrafficStats(
-                    sid, c.requests, c.errors, c.shed, c.outstanding, c.waiting, tuple(c.latency), c.last_request_at
+                    sid,
+                    c.requests,
+                    c.errors,
+                    c.shed,
+                    c.outstanding,
+                    c.waiting,
+                    tuple(c.latency),
+                    c.last_request_at,
+                    dict(c.by_job),
                 )
                 for sid, c in self._by_service.items()
             }

@@ -19,6 +19,7 @@ def test_requests_beyond_the_queue_limit_are_shed(replicas, gateway_server) -> N
     with ThreadPoolExecutor(2) as pool:
         held = [pool.submit(httpx.get, f"{gs.url}/services/busy/hold", timeout=10) for _ in range(2)]
         wait_until(lambda: gs.gateway.snapshot()[5].outstanding == 2, what="two requests in flight")
+        assert gs.gateway.snapshot()[5].outstanding_by_job == {81: 2}
         r = httpx.get(f"{gs.url}/services/busy/x")
         assert r.status_code == 503 and r.headers["retry-after"] == "1"
         assert r.json()["error"]["code"] == "overloaded"
@@ -26,7 +27,7 @@ def test_requests_beyond_the_queue_limit_are_shed(replicas, gateway_server) -> N
         assert [f.result().status_code for f in held] == [200, 200]
     wait_until(lambda: gs.gateway.snapshot()[5].outstanding == 0, what="the answered requests released")
     s = gs.gateway.snapshot()[5]
-    assert (s.requests, s.shed, s.errors) == (3, 1, 1)
+    assert (s.requests, s.shed, s.errors, s.outstanding_by_job) == (3, 1, 1, {})
     assert httpx.get(f"{gs.url}/services/busy/x", timeout=10).status_code == 200
 
 

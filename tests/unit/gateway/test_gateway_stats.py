@@ -41,6 +41,17 @@ def test_counters_snapshot() -> None:
     assert s.last_request_at == 1234.5
 
 
+def test_outstanding_requests_are_also_counted_by_replica_job() -> None:
+    c = TrafficCounters()
+    c.add_outstanding(1, 2, job_id=7)
+    c.add_outstanding(1, 1, job_id=8)
+    c.add_outstanding(1, 1)  # no job given: the service's count only
+    assert c.snapshot()[1].outstanding_by_job == {7: 2, 8: 1}
+    c.add_outstanding(1, -2, job_id=7)
+    s = c.snapshot()[1]
+    assert s.outstanding == 2 and s.outstanding_by_job == {8: 1}  # a job with none left is not listed
+
+
 def test_a_bound_belongs_to_its_own_bucket() -> None:
     c = TrafficCounters()
     c.record_latency(1, 2.0)

@@ -18,9 +18,11 @@ import pytest
 from corral.api.services import SETTING_DEFAULTS, ServicePatch
 from corral.core.models import Job
 from corral.core.states import JobState
+from corral.gateway.stats import TrafficCounters, TrafficStats
 from corral.server.background.services import DRAIN_S, ServiceController
 from corral.server.services.notify import NodeNotifier, Trigger
-from corral.server.services.services import delete_service, rollback_service, update_service
+from corral.server.services.service_runtime import TrafficFlush
+from corral.server.services.services import delete_service, rollback_service, scale_service, update_service
 from corral.store.records import Service
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC).timestamp()
@@ -227,6 +229,60 @@ def test_a_rolling_update_goes_one_by_one_through_draining(h: Harness) -> None:
     assert len(h.events(s, "draining")) == 3 and h.events(s, "crashed") == []
     started = [int(e["message"].split()[2]) for e in h.events(s, "started")]
     assert {h.store.get_job(i).spec.service_revision for i in started[-3:]} == {2}
+
+
+class CountingGateway:
+    """What TrafficFlush reads of a gateway: its counters."""
+
+    def __init__(self) -> None:
+        self.stats = TrafficCounters()
+
+    def snapshot(self) -> dict[int, TrafficStats]:
+        return self.stats.snapshot()
+
+
+@pytest.mark.parametrize(
+    ("drain_timeout_s", "requests_end_after_s", "stopped_after_s", "why"),
+    [
+        pytest.param(60.0, 0.0, DRAIN_S, "drained and stopped by its service", id="none in flight: after DRAIN_S"),
+        pytest.param(60.0, 6.0, 6.0, "drained and stopped by its service", id="once its requests in flight end"),
+        pytest.param(
+            9.0,
+            None,
+            9.0,
+            "stopped by its service: 2 request(s) still in flight after the drain timeout (9 s)",
+            id="at the drain timeout, requests still in flight",
+        ),
+    ],
+)
+def test_a_draining_replica_is_stopped_once_its_requests_in_flight_end_or_at_the_drain_timeout(
+    h: Harness, drain_timeout_s: float, requests_end_after_s: float | None, stopped_after_s: float, why: str
+) -> None:
+    s = h.up(h.service(replicas=2, drain_timeout_s=drain_timeout_s))
+    gateway = CountingGateway()
+    flush = TrafficFlush(h.store, gateway, "server-a")  # type: ignore[arg-type]
+    s = scale_service(h.store, s, 1, h.clock.wall)
+    h.ctl.run_pass()
+    draining = h.get(s).state["draining"]
+    assert len(draining) == 1
+    victim, since = int(next(iter(draining))), float(next(iter(draining.values())))
+    gateway.stats.add_outstanding(s.id, 2, victim)  # sent before the gateway's refresh took it out of the balance
+    stopped_at = None
+    while h.clock.now - since <= 20:
+        if requests_end_after_s is not None and h.clock.now - since >= requests_end_after_s:
+            gateway.stats.add_outstanding(s.id, -gateway.snapshot()[s.id].outstanding_by_job.get(victim, 0), victim)
+        flush.run_pass()
+        h.ctl.run_pass()
+        job = h.store.get_job(victim)
+        if job.cancel_requested:
+            stopped_at = h.clock.now - since
+            break
+        h.clock.now += 0.5
+    assert stopped_at is not None and stopped_after_s <= stopped_at < stopped_after_s + 0.5, stopped_at
+    assert h.store.get_job(victim).state is JobState.RUNNING  # asked to stop; the agent ends it
+    assert why in [e.message for e in h.store.list_events(victim)]
+    timeouts = h.events(s, "drain-timeout")
+    assert len(timeouts) == (1 if requests_end_after_s is None else 0)
 
 
 def test_a_revision_that_never_becomes_ready_stalls_and_the_old_one_serves_on(h: Harness) -> None:

@@ -5,7 +5,8 @@ Per service and pass: replicas that ended without being asked are counted as cra
 autoscaler sets the replica count from the gateways' request counts (core/services.py); the rollout step
 (core/services.plan_rollout) says how many replicas of the serving revision to start and which to stop. A ready
 replica is drained before it is stopped: marked in the row, so every gateway takes it out of its balance within
-its next refresh, and cancelled DRAIN_S later. A new revision whose replicas never become ready (past
+its next refresh, and cancelled once no gateway reports a request in flight to it (at least DRAIN_S after the mark,
+at most the service's `drain_timeout_s`). A new revision whose replicas never become ready (past
 `progress_deadline_s`, or STALL_CRASHES crashes) stalls the rollout: the last complete revision serves on.
 
 Every decision is an event of the service, with its reason. Readiness is this server's gateway's own health checks
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
+from corral.api.services import SETTING_DEFAULTS
 from corral.core.errors import CorralError
 from corral.core.models import Job
 from corral.core.services import STALL_CRASHES, Autoscaler, ReplicaView, plan_rollout, restart_delay_s
@@ -34,7 +36,9 @@ from corral.store.base import StateStore
 from corral.store.records import Service
 
 log = logging.getLogger("corral.services")
-DRAIN_S = 2.0  # a drained replica gets no new request after the gateways' next refresh (0.5 s); its own finish
+# A drained replica gets no new request after the gateways' next refresh (0.5 s), and a request sent before that is in
+# their next counts (every FLUSH_S, 1 s): its requests in flight are known by then.
+DRAIN_S = 2.0
 RATE_WINDOW_S = 5.0  # the request rate is measured over this
 SAMPLE_EVERY_S = 5.0  # a point of the graphs
 SAMPLES_KEPT = timedelta(days=7)
@@ -60,6 +64,7 @@ class ServiceTraffic:
     history: list[tuple[float, float, float, list[float]]] = field(default_factory=list)  # (t, total, errors, hist)
     waiting: int = 0
     in_flight: int = 0
+    in_flight_by_job: dict[int, int] = field(default_factory=dict)  # replica job -> requests in flight to it
     last_request_at: float | None = None  # wall clock, epoch seconds
 
     def rate(self, now: float, window_s: float = RATE_WINDOW_S) -> tuple[float, float, list[float]]:
@@ -297,9 +302,7 @@ class ServiceController(Loop):
                 events.append(
                     ("stopped", f"replica job {job_id} (revision {j.spec.service_revision}, not ready) stopped")
                 )
-        for key, since in list(draining.items()):
-            if now - since >= DRAIN_S and int(key) in by_id:
-                self._stop_replica(by_id[int(key)], wall, "drained and stopped by its service")
+        self._stop_drained(svc, draining, by_id, now, wall, events)
         wait: float | None = None
         restart_after = float(state.get("restart_after", 0.0))
         if step.start:
@@ -329,6 +332,32 @@ class ServiceController(Loop):
         if draining:
             return DRAIN_S / 2
         return wait
+
+    def _stop_drained(
+        self,
+        svc: Service,
+        draining: Mapping[str, float],
+        by_id: Mapping[int, Job],
+        now: float,
+        wall: datetime,
+        events: list[tuple[str, str]],
+    ) -> None:
+        """Stop each draining replica whose requests in flight have ended (at the gateways that report them), or
+        whose drain timeout has passed; never before DRAIN_S, when a gateway may not yet know it drains."""
+        t = self.traffic.get(svc.id)
+        timeout_s = float(svc.settings.get("drain_timeout_s", SETTING_DEFAULTS["drain_timeout_s"]))
+        for key, since in draining.items():
+            j = by_id.get(int(key))
+            waited = now - since
+            if j is None or j.cancel_requested or waited < DRAIN_S:
+                continue
+            left = t.in_flight_by_job.get(j.id, 0) if t is not None else 0
+            if not left:
+                self._stop_replica(j, wall, "drained and stopped by its service")
+            elif waited >= timeout_s:
+                why = f"{left} request(s) still in flight after the drain timeout ({timeout_s:g} s)"
+                self._stop_replica(j, wall, f"stopped by its service: {why}")
+                events.append(("drain-timeout", f"replica job {j.id} stopped with {why}"))
 
     def _stall_reason(
         self, svc: Service, live: Sequence[Job], state: Mapping[str, Any], settings: Mapping[str, Any], now: float
@@ -408,6 +437,7 @@ class ServiceController(Loop):
         for service_id, servers in rows.items():
             t = self.traffic.setdefault(service_id, ServiceTraffic())
             waiting = in_flight = 0
+            by_job: Counter[int] = Counter()
             for server, data in servers.items():
                 updated = data.get("_updated_at")
                 fresh = updated is not None and now - updated.timestamp() <= TRAFFIC_FRESH_S
@@ -431,10 +461,11 @@ class ServiceController(Loop):
                 if fresh:
                     waiting += int(data.get("waiting", 0))
                     in_flight += int(data.get("outstanding", 0))
+                    by_job.update({int(k): int(n) for k, n in data.get("outstanding_by_job", {}).items()})
                 at = data.get("last_request_at")
                 if at is not None and (t.last_request_at is None or float(at) > t.last_request_at):
                     t.last_request_at = float(at)
-            t.waiting, t.in_flight = waiting, in_flight
+            t.waiting, t.in_flight, t.in_flight_by_job = waiting, in_flight, dict(by_job)
             t.history.append((now, t.total, t.errors, list(t.hist)))
             horizon = now - 4 * RATE_WINDOW_S
             t.history = [h for h in t.history if h[0] >= horizon]

@@ -124,6 +124,7 @@ class TrafficFlush(Loop):
                 "errors": st.errors,
                 "shed": st.shed,
                 "outstanding": st.outstanding,
+                "outstanding_by_job": {str(job_id): n for job_id, n in st.outstanding_by_job.items()},
                 "waiting": st.waiting,
                 "latency_hist": list(st.latency_ms),
                 "last_request_at": st.last_request_at,
