@@ -173,6 +173,43 @@ def test_a_terminal_job_never_moves(store: SchedulingStore, move: str, end: JobS
     assert store.request_cancel(j, LATER) == store.get_job(j)
 
 
+def test_finish_jobs_ends_each_as_finish_job_would_in_one_call(store: SchedulingStore) -> None:
+    node(store, "n1", n=4)
+    ok, bad, pending, done, gone = job(store), job(store), job(store), job(store), job(store)
+    for k, i in enumerate((ok, bad, done)):
+        assert store.assign_job_parts(i, [("n1", [k])], T0)
+    assert store.finish_job(done, JobState.SUCCEEDED, 0, "", T0)
+    store.request_cancel(gone, T0)
+    got = store.finish_jobs(
+        [
+            (ok, JobState.SUCCEEDED, 0, ""),
+            (bad, JobState.FAILED, 3, ""),
+            (pending, JobState.FAILED, None, "cannot start: no image"),  # PENDING -> FAILED is allowed
+            (done, JobState.FAILED, 1, "late"),  # already over: never moves
+            (gone, JobState.SUCCEEDED, 0, ""),  # cancelled
+            (ok, JobState.FAILED, 9, "twice"),  # named twice: the first entry moved it
+            (10_000, JobState.SUCCEEDED, 0, ""),  # unknown
+        ],
+        LATER,
+    )
+    assert got == [True, True, True, False, False, False, False]
+    ended = {j.id: (j.state, j.exit_code, j.reason, j.finished_at) for j in store.get_jobs([ok, bad, pending, done])}
+    assert ended == {
+        ok: (JobState.SUCCEEDED, 0, "", LATER),
+        bad: (JobState.FAILED, 3, "", LATER),
+        pending: (JobState.FAILED, None, "cannot start: no image", LATER),
+        done: (JobState.SUCCEEDED, 0, "", T0),
+    }
+    assert [(e.kind, e.message) for e in store.list_events(bad)][-1] == ("failed", "exit code 3")
+    assert [(e.kind, e.message) for e in store.list_events(pending)][-1] == ("failed", "cannot start: no image")
+    assert [e.kind for e in store.list_events(ok)].count("succeeded") == 1
+    assert [e.kind for e in store.list_events(done)].count("failed") == 0
+    assert store.finish_jobs([], LATER) == []
+    with pytest.raises(ValueError):
+        store.finish_jobs([(ok, JobState.RUNNING, None, "")], LATER)
+    assert store.assign_job_parts(job(store), [("n1", [0])], LATER)  # ok's GPU is free again
+
+
 def test_cancel_and_preempt(store: SchedulingStore) -> None:
     node(store)
     pending, running = job(store), job(store)

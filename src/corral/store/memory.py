@@ -368,6 +368,10 @@ class MemoryStore:
             self._event(job_id, state.value.lower(), f"exit code {exit_code}" if exit_code is not None else reason, now)
             return True
 
+    def finish_jobs(self, finishes: Sequence[tuple[int, JobState, int | None, str]], now: datetime) -> list[bool]:
+        with self._lock:
+            return [self.finish_job(job_id, state, code, reason, now) for job_id, state, code, reason in finishes]
+
     def requeue_job(
         self,
         job_id: int,

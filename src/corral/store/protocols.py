@@ -200,6 +200,10 @@ class JobStore(Protocol):
         the job is not in a state that may move there (a terminal job never moves). Compare-and-set. Raises
         ValueError when `state` is not terminal."""
 
+    def finish_jobs(self, finishes: Sequence[tuple[int, JobState, int | None, str]], now: datetime) -> list[bool]:
+        """finish_job for each (job id, state, exit code, reason), in one transaction; whether each moved (a job
+        named twice moves at most once)."""
+
     def requeue_job(
         self,
         job_id: int,

@@ -8,9 +8,9 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
-from sqlalchemy import Select, case, create_engine, event, func, or_, select, update
+from sqlalchemy import Select, Table, bindparam, case, create_engine, event, func, insert, or_, select, update
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
@@ -496,7 +496,9 @@ class SqlStore(
         self, assignments: Sequence[tuple[int, Sequence[tuple[str, Sequence[int]]]]], now: datetime
     ) -> list[bool]:
         """assign_job_parts for each, in one transaction: the touched nodes are locked, read and their use summed
-        once; each admission is re-checked against that use, which then counts it."""
+        once; each admission is re-checked against that use, which then counts it. The admissions that pass are
+        written by one statement run for all of them (each row still guarded by its state), and their events by
+        another."""
         if not assignments:
             return []
         names = sorted({n for _, parts in assignments for n, _ in parts})
@@ -509,45 +511,46 @@ class SqlStore(
                 for at in range(0, len(ids), _IN_CHUNK)
                 for r in s.scalars(select(JobRow).where(JobRow.id.in_(ids[at : at + _IN_CHUNK]))).all()
             }
-            out = []
+            placed: dict[int, Sequence[tuple[str, Sequence[int]]]] = {}
             for job_id, parts in assignments:
                 row = rows.get(job_id)
-                spec = self._assign_row(s, row, parts, nodes, use, now) if row is not None else None
-                if spec is not None:
-                    add_node_use(use, [(parts, spec.gpu_milli, spec.cpu_milli, spec.memory_mib)])
-                out.append(spec is not None)
-            return out
+                if row is None or job_id in placed or row.state not in _sources(JobState.RUNNING):
+                    continue
+                spec = _job(row).spec
+                if compute_recheck(parts, spec.request, nodes, use) is not None:
+                    continue
+                add_node_use(use, [(parts, spec.gpu_milli, spec.cpu_milli, spec.memory_mib)])
+                placed[job_id] = parts
+            done = self._write_assigns(s, placed, {i: rows[i].attempt for i in placed}, now)
+            return [job_id in done and placed[job_id] is parts for job_id, parts in assignments]
 
     def _assign(self, job_id: int, parts: Sequence[tuple[str, Sequence[int]]], now: datetime) -> bool:
         return self.assign_jobs_parts([(job_id, parts)], now)[0]
 
-    def _assign_row(
+    def _write_assigns(
         self,
         s: Session,
-        row: JobRow,
-        parts: Sequence[tuple[str, Sequence[int]]],
-        nodes: Mapping[str, Node],
-        use: Mapping[str, NodeUse],
+        placed: Mapping[int, Sequence[tuple[str, Sequence[int]]]],
+        attempts: Mapping[int, int],
         now: datetime,
-    ) -> JobSpec | None:
-        """Within an assign's transaction, its nodes locked: PENDING -> RUNNING if `parts` still fit beside `use`.
-        Returns the job's spec when it was placed, else None (nothing written)."""
-        job_id = row.id
-        if row.state not in _sources(JobState.RUNNING):
-            return None
-        spec = _job(row).spec
-        if compute_recheck(parts, spec.request, nodes, use) is not None:
-            return None
-        node, gpus0 = parts[0]
-        res = s.execute(
-            update(JobRow)
-            .where(JobRow.id == job_id, JobRow.state.in_(_sources(JobState.RUNNING)))
+    ) -> set[int]:
+        """Within an assign's transaction, its nodes locked: PENDING -> RUNNING for each job in `placed` (already
+        re-checked), by one UPDATE run for every job, each row guarded by its state. Returns the jobs it moved
+        (all of them, unless a job's state changed since it was read: then they are told by a read of the rows
+        this attempt marked: its start time and its next attempt number). An event per moved job."""
+        if not placed:
+            return set()
+        table = cast(Table, JobRow.__table__)
+        jobs = table.c
+        stmt = (
+            update(table)
+            .where(jobs.id == bindparam("b_id"), or_(*(jobs.state == st for st in _sources(JobState.RUNNING))))
             .values(
                 state=JobState.RUNNING.value,
-                node=node,
-                gpu_indices=list(gpus0),
-                parts=[[n, list(g)] for n, g in parts],
-                node_list=_name_list(n for n, _ in parts),
+                node=bindparam("b_node"),
+                gpu_indices=bindparam("b_gpus", type_=jobs.gpu_indices.type),
+                parts=bindparam("b_parts", type_=jobs.parts.type),
+                node_list=bindparam("b_node_list"),
                 delivered_nodes="",
                 part_exits={},
                 image_digest="",
@@ -555,7 +558,7 @@ class SqlStore(
                 started_at=now,
                 delivered=False,
                 reason="",
-                attempt=JobRow.attempt + 1,
+                attempt=jobs.attempt + 1,
                 not_before=None,
                 # its staged input is used by this attempt; a later one (after a requeue) stages it again
                 stage_state="",
@@ -564,16 +567,42 @@ class SqlStore(
                 stage_nodes=None,
                 stage_done="",
                 # this attempt's output is still to ship (a gang's earlier attempt may have shipped its own)
-                stage_out_state=case((JobRow.stage_out_state == "", ""), else_=OUT_PENDING),
+                stage_out_state=case((jobs.stage_out_state == "", ""), else_=OUT_PENDING),
                 stage_out_message="",
             )
-            .execution_options(synchronize_session=False)
         )
-        if not affected_rows(res):
-            return None
-        where = "; ".join(f"node {n}, GPUs {','.join(map(str, g)) or 'none'}" for n, g in parts)
-        s.add(JobEventRow(job_id=job_id, at=now, kind="assigned", message=where))
-        return spec
+        params = [
+            {
+                "b_id": job_id,
+                "b_node": parts[0][0],
+                "b_gpus": list(parts[0][1]),
+                "b_parts": [[n, list(g)] for n, g in parts],
+                "b_node_list": _name_list(n for n, _ in parts),
+            }
+            for job_id, parts in placed.items()
+        ]
+        res = s.connection().execute(stmt, params)
+        done = set(placed)
+        if affected_rows(res) != len(placed):  # one changed meanwhile (another replica): which did this move?
+            marked = s.execute(
+                select(JobRow.id, JobRow.attempt).where(
+                    JobRow.id.in_(list(placed)), JobRow.state == JobState.RUNNING.value, JobRow.started_at == now
+                )
+            ).all()
+            done = {i for i, attempt in marked if attempt == attempts[i] + 1}
+        events = [
+            {
+                "job_id": job_id,
+                "at": now,
+                "kind": "assigned",
+                "message": "; ".join(f"node {n}, GPUs {','.join(map(str, g)) or 'none'}" for n, g in parts),
+            }
+            for job_id, parts in placed.items()
+            if job_id in done
+        ]
+        if events:
+            s.connection().execute(insert(cast(Table, JobEventRow.__table__)), events)
+        return done
 
     def _lock_nodes(self, s: Session, names: Sequence[str]) -> None:
         """Serialise assigns that touch these nodes: PostgreSQL locks their rows in name order (no deadlock);
@@ -774,18 +803,61 @@ class SqlStore(
             return _job(row)
 
     def finish_job(self, job_id: int, state: JobState, exit_code: int | None, reason: str, now: datetime) -> bool:
-        if not state.terminal:
-            raise ValueError(f"finish_job needs a terminal state, not {state}")
+        return self.finish_jobs([(job_id, state, exit_code, reason)], now)[0]
+
+    def finish_jobs(self, finishes: Sequence[tuple[int, JobState, int | None, str]], now: datetime) -> list[bool]:
+        """One UPDATE run per target state for all its jobs, each row guarded by its state, and one INSERT of
+        their events: an agent's report of several exits is one transaction."""
+        for _, state, _, _ in finishes:
+            if not state.terminal:
+                raise ValueError(f"finish_job needs a terminal state, not {state}")
+        first: dict[int, tuple[JobState, int | None, str]] = {}
+        for job_id, state, code, reason in finishes:
+            first.setdefault(job_id, (state, code, reason))
+        if not first:
+            return []
+        table = cast(Table, JobRow.__table__)
+        jobs = table.c
+        done: set[int] = set()
         with self._tx() as s:
-            res = s.execute(
-                update(JobRow)
-                .where(JobRow.id == job_id, JobRow.state.in_(_sources(state)))
-                .values(state=state.value, exit_code=exit_code, reason=reason, finished_at=now)
-            )
-            if affected_rows(res):
-                msg = f"exit code {exit_code}" if exit_code is not None else reason
-                s.add(JobEventRow(job_id=job_id, at=now, kind=state.value.lower(), message=msg))
-            return bool(affected_rows(res))
+            for target in sorted({st for st, _, _ in first.values()}, key=lambda st: st.value):
+                group = {i: f for i, f in first.items() if f[0] is target}
+                stmt = (
+                    update(table)
+                    .where(jobs.id == bindparam("b_id"), or_(*(jobs.state == st for st in _sources(target))))
+                    .values(
+                        state=target.value, exit_code=bindparam("b_code"), reason=bindparam("b_reason"), finished_at=now
+                    )
+                )
+                params = [{"b_id": i, "b_code": code, "b_reason": reason} for i, (_, code, reason) in group.items()]
+                res = s.connection().execute(stmt, params)
+                if affected_rows(res) == len(group):
+                    done |= set(group)
+                else:  # some had moved already: the ones this call moved carry its state and its time
+                    moved = s.execute(
+                        select(JobRow.id).where(
+                            JobRow.id.in_(list(group)), JobRow.state == target.value, JobRow.finished_at == now
+                        )
+                    )
+                    done |= set(moved.scalars().all())
+            events = [
+                {
+                    "job_id": i,
+                    "at": now,
+                    "kind": state.value.lower(),
+                    "message": f"exit code {code}" if code is not None else reason,
+                }
+                for i, (state, code, reason) in first.items()
+                if i in done
+            ]
+            if events:
+                s.connection().execute(insert(cast(Table, JobEventRow.__table__)), events)
+        seen: set[int] = set()
+        out = []
+        for job_id, _, _, _ in finishes:  # a job named twice: only its first entry can have moved it
+            out.append(job_id in done and job_id not in seen)
+            seen.add(job_id)
+        return out
 
     def requeue_job(
         self,

@@ -117,9 +117,13 @@ def _current(job: Job | None, node: str, run: RunRef) -> bool:
     )
 
 
-def _apply_exit(store: StateStore, job: Job, node: str, exit_code: int, reason: str, now: datetime) -> bool:
+def _apply_exit(
+    store: StateStore, job: Job, node: str, exit_code: int, reason: str, now: datetime
+) -> tuple[int, JobState, int | None, str] | bool:
     """One part ended. A single-node job ends with it; a gang ends when a part fails (the other parts are then
-    stopped) or when every part has exited 0. Returns whether GPUs were freed."""
+    stopped) or when every part has exited 0. Returns the finish it leads to (job id, state, exit code, reason),
+    for the caller to write with the report's others, or, when it wrote something else itself (a preempted job
+    requeued, a gang's part recorded), whether GPUs were freed."""
     if job.preempt_requested and not job.cancel_requested:  # stopped to make room: back to the queue
         return store.requeue_job(job.id, job.reason or "preempted", now, preempted=True)
     if job.spec.nodes > 1 and exit_code == 0 and not job.cancel_requested:
@@ -129,7 +133,7 @@ def _apply_exit(store: StateStore, job: Job, node: str, exit_code: int, reason: 
     state = state_for_exit(exit_code, job.cancel_requested)
     if job.spec.nodes > 1 and exit_code != 0 and not job.cancel_requested:
         reason = reason or f"part on {node} (rank {job.rank_on(node)}) exited with {exit_code}"
-    return store.finish_job(job.id, state, exit_code, reason, now)
+    return (job.id, state, exit_code, reason)
 
 
 class ReportOrder:
@@ -177,11 +181,17 @@ def apply_reports(store: StateStore, node: str, body: AgentSync, fresh: bool = T
     acked: list[RunRef] = []
     mine = {j.id: j for j in store.list_node_jobs(node)}
     _record_image_digests(store, node, body, mine)  # first: a run that ended at once ran an image too
+    finishes: list[tuple[int, JobState, int | None, str]] = []
     for ex in body.exits:
         job = mine.get(ex.job_id) or store.get_job(ex.job_id)
         if job is not None and _current(job, node, ex.run):
-            freed |= _apply_exit(store, job, node, ex.exit_code, ex.reason, now)
+            outcome = _apply_exit(store, job, node, ex.exit_code, ex.reason, now)
+            if isinstance(outcome, tuple):
+                finishes.append(outcome)
+            else:
+                freed |= outcome
         acked.append(ex.run)  # stale, unknown or already final: nothing to keep, the agent may forget it
+    freed |= any(store.finish_jobs(finishes, now))  # the report's ends in one transaction
     if not fresh:
         return acked, freed
     seen = {r for r in body.running} | {ex.run for ex in body.exits}
