@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import os
 
-from corral.api.paths import cli_config_path
+from corral.api.paths import cli_config_file
 
 TYPE_CHECKING = False  # not typing's: the CLI's light path does not import typing (a few ms per call)
 if TYPE_CHECKING:
@@ -24,13 +24,8 @@ class ConfigError(Exception):
 
 
 def resolve_target(url: str | None = None, token: str | None = None) -> tuple[str, str]:
-    path = cli_config_path()
-    saved: dict[str, str] = {}
-    if path.exists():
-        try:
-            saved = json.loads(path.read_text())
-        except ValueError as e:
-            raise ConfigError(f"{path} is not valid JSON: {e}") from e
+    path = cli_config_file()
+    saved = load_config()
     if url:
         source = "--url"
     elif os.environ.get("CORRAL_URL"):
@@ -61,11 +56,14 @@ def check_urls(url: str, source: str) -> None:
 
 
 def load_config() -> dict[str, str]:
-    path = cli_config_path()
-    if not path.exists():
+    path = cli_config_file()
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except (FileNotFoundError, NotADirectoryError):
         return {}
     try:
-        saved: dict[str, str] = json.loads(path.read_text())
+        saved: dict[str, str] = json.loads(text)
     except ValueError as e:
         raise ConfigError(f"{path} is not valid JSON: {e}") from e
     return saved
