@@ -461,6 +461,7 @@ def main() -> None:
     ap.add_argument("--timeout-s", type=float, default=1800.0)
     ap.add_argument("--keep", action="store_true", help="keep the scratch dir (logs, database)")
     ap.add_argument("--py-spy", default="", help="a py-spy binary: sample the server while jobs run (diagnosis)")
+    ap.add_argument("--py-spy-rate", type=int, default=10, help="py-spy's samples per second")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     pool = args.nodes * args.gpus_per_node
@@ -503,7 +504,9 @@ def main() -> None:
             ]
             spy_out = open(root / "py-spy.log", "wb")  # noqa: SIM115 (closed with the process below)
             spy = subprocess.Popen(
-                [*spy_args, "-r", "10", "-o", str(root / "server.folded")], stdout=spy_out, stderr=spy_out
+                [*spy_args, "-r", str(args.py_spy_rate), "-o", str(root / "server.folded")],
+                stdout=spy_out,
+                stderr=spy_out,
             )
         machine0 = psutil.cpu_times()
         t0, t0_wall = time.monotonic(), time.time()
