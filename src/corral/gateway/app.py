@@ -10,6 +10,12 @@ an idempotent request goes once more to another ready replica as above, and any 
 answers and streams (server-sent events arrive event by event, chunked bodies) go back as the replica sends them and
 are never retried once their headers went out: one the replica breaks off ends short.
 
+The gateway runs in the server's process, and a tenant's replica may answer many requests at once with ~1 MiB each:
+the answers held at one time are bounded by `max_held_bytes` (64 MiB) in all, whatever the services. An answer whose
+length would pass it is streamed instead (as a larger one is). A held answer keeps its share until the last of it
+went to the caller (in slices, so that a caller who does not read holds the share, not a socket buffer), and gives it
+back on every way out: sent, broken off, timed out, the caller gone (which ends the replica's request), cancelled.
+
 The background work (route refresh, health probes) runs from `Gateway.start()` to `Gateway.stop()`: the app's
 lifespan calls them, or, where the app is mounted with lifespan off, its owner does.
 """
@@ -61,6 +67,9 @@ MAX_BODY_BYTES = 64 * 1024 * 1024
 # Answers of a known length up to this are held until whole (see the module's comment): at most this much memory per
 # request in flight, and the caller's first byte comes when the replica's last one did.
 MAX_HELD_ANSWER_BYTES = 1024 * 1024
+# ... and all the answers held at once, in the process, up to this: past it, an answer streams.
+MAX_HELD_BYTES = 64 * 1024 * 1024
+HELD_SLICE_BYTES = 64 * 1024  # a held answer goes to the caller in slices of this (the server waits for a slow one)
 DEMAND_EVERY_S = 1.0  # the most often on_demand is called for one service
 UNKNOWN_REFRESH_S = 0.25  # the most often an unknown service name makes the gateway read its routes again
 # Failures before any answer: the replica did not take the request (or dropped it unanswered); an idempotent one may
@@ -90,6 +99,7 @@ class Gateway:
         fail_threshold: int = 2,
         max_body_bytes: int = MAX_BODY_BYTES,
         max_held_answer_bytes: int = MAX_HELD_ANSWER_BYTES,  # 0: every answer streams
+        max_held_bytes: int = MAX_HELD_BYTES,  # all the answers held at once (the process runs one gateway)
         read_timeout_s: float = 300.0,
         connect_timeout_s: float = 2.0,
         sandbox: bool = False,
@@ -101,6 +111,8 @@ class Gateway:
         self._activation_timeout_s = activation_timeout_s
         self._max_body_bytes = max_body_bytes
         self._max_held_answer_bytes = max_held_answer_bytes
+        self._max_held_bytes = max_held_bytes
+        self._held_bytes = 0  # reserved by the answers held now (all on the event loop's thread)
         self._sandbox = sandbox  # served on the portal's origin: replicas' pages get a CSP sandbox (headers.py)
         # Requests go through httpcore's pool itself: httpx's client layer (URL parsing, header models, auth and
         # redirect hooks) cost a third of the gateway's added latency and does nothing a proxy needs. Keep-alive is
@@ -178,6 +190,11 @@ class Gateway:
     def _notify_change(self) -> None:
         self._changed.set()
         self._changed = asyncio.Event()
+
+    @property
+    def held_bytes(self) -> int:
+        """Bytes reserved now by answers held whole (at most max_held_bytes)."""
+        return self._held_bytes
 
     def ready_endpoints(self, route: ServiceRoute) -> list[Endpoint]:
         ready = self.prober.ready
@@ -270,6 +287,7 @@ class Gateway:
             self.balancer.acquire(endpoint)
             self.stats.add_outstanding(route.service_id, 1, endpoint.job_id)
             response: httpcore.Response | None = None
+            held = 0  # of the held-answer budget, given back below whatever happens
             try:
                 request = httpcore.Request(
                     method.encode(),
@@ -280,7 +298,10 @@ class Gateway:
                 )
                 try:
                     response = await self._pool.handle_async_request(request)
-                    whole = await self._read_held_answer(response)
+                    held = self._reserve_held(response)
+                    whole = await self._read_held_answer(response, receive) if held >= 0 else None
+                    if held >= 0 and whole is None:
+                        return (499, [], b"")  # the caller went away meanwhile
                 except _NOT_ANSWERED as e:
                     # no answer, or (its headers came) one it broke off before the caller was sent any of it
                     if response is not None:
@@ -306,27 +327,54 @@ class Gateway:
                     await self._stream_answer(route.service_id, endpoint, response, receive, send, started)
                 return None
             finally:
+                if held > 0:
+                    self._held_bytes -= held
                 if response is not None:
                     await response.aclose()
                 self.balancer.release(endpoint)
                 self.stats.add_outstanding(route.service_id, -1, endpoint.job_id)
         return error_response(502, "bad_gateway", f"service {route.name!r}: {why}")
 
-    async def _read_held_answer(self, response: httpcore.Response) -> bytes | None:
-        """The answer's whole body when it is to be held (a content-length up to max_held_answer_bytes, not an
-        event stream); None when it is to be streamed. Raises as httpcore does when the replica breaks off."""
+    def _reserve_held(self, response: httpcore.Response) -> int:
+        """The bytes reserved for holding this answer whole (a content-length up to max_held_answer_bytes, not an
+        event stream, within what is left of max_held_bytes); -1 when it is to be streamed. The caller gives the
+        reservation back."""
         length, event_stream = _answer_shape(response.headers)
         if length is None or length > self._max_held_answer_bytes or event_stream:
-            return None
+            return -1
+        if self._held_bytes + length > self._max_held_bytes:
+            return -1  # the process holds all it may: stream this one
+        self._held_bytes += length
+        return length
+
+    async def _read_held_answer(self, response: httpcore.Response, receive: Receive) -> bytes | None:
+        """The answer's whole body; None when the caller went away meanwhile (the replica's request ends then).
+        Raises as httpcore does when the replica breaks off."""
         chunks: AsyncIterable[bytes] = response.stream  # type: ignore[assignment]
-        return b"".join([chunk async for chunk in chunks])
+        this = asyncio.current_task()
+        assert this is not None
+        gone = asyncio.create_task(_cancel_on_disconnect(receive, this))
+        try:
+            return b"".join([chunk async for chunk in chunks])
+        except asyncio.CancelledError:
+            if not gone.done() or gone.cancelled():
+                raise  # cancelled from elsewhere (shutdown)
+            this.uncancel()  # the caller went away
+            return None
+        finally:
+            gone.cancel()
 
     async def _send_held_answer(
         self, sid: int, endpoint: Endpoint, response: httpcore.Response, body: bytes, send: Send, started: float
     ) -> None:
         headers = compute_response_headers(response.headers, endpoint.job_id, self._sandbox)
         await send({"type": "http.response.start", "status": response.status, "headers": headers})
-        await send({"type": "http.response.body", "body": body, "more_body": False})
+        # In slices: the server waits for a slow caller before each, so what it has not taken stays here, counted in
+        # the budget, rather than in the connection's write buffer, counted nowhere.
+        last = max(len(body) - 1, 0) // HELD_SLICE_BYTES * HELD_SLICE_BYTES  # where the last slice begins
+        for at in range(0, last, HELD_SLICE_BYTES):
+            await send({"type": "http.response.body", "body": body[at : at + HELD_SLICE_BYTES], "more_body": True})
+        await send({"type": "http.response.body", "body": body[last:], "more_body": False})
         if response.status >= 500:
             self.stats.record_error(sid)
         self.stats.record_latency(sid, (time.perf_counter() - started) * 1000)
