@@ -210,6 +210,35 @@ def test_finish_jobs_ends_each_as_finish_job_would_in_one_call(store: Scheduling
     assert store.assign_job_parts(job(store), [("n1", [0])], LATER)  # ok's GPU is free again
 
 
+def test_finish_jobs_of_runs_ends_a_job_only_while_it_runs_that_attempt(store: SchedulingStore) -> None:
+    """An agent's report ends the runs it checked when it read them: a job requeued since (PENDING again, same
+    attempt number) or placed again (its next attempt, on another node) is not ended by its old run's exit."""
+    node(store, "n1", n=4)
+    node(store, "n2", n=4)
+    ok, requeued, again, plain = job(store), job(store), job(store), job(store)
+    for k, i in enumerate((ok, requeued, again)):
+        assert store.assign_job_parts(i, [("n1", [k])], T0)
+    assert store.requeue_job(requeued, "GPU fault", T0)
+    assert store.requeue_job(again, "GPU fault", T0) and store.assign_job_parts(again, [("n2", [0])], T0)
+    got = store.finish_jobs(
+        [
+            (ok, JobState.SUCCEEDED, 0, ""),
+            (requeued, JobState.FAILED, 1, ""),
+            (again, JobState.SUCCEEDED, 0, ""),
+            (plain, JobState.FAILED, None, "cannot start"),  # no run given: as finish_job
+        ],
+        LATER,
+        {ok: 1, requeued: 1, again: 1},
+    )
+    assert got == [True, False, False, True]
+    jobs = {j.id: j for j in store.get_jobs([ok, requeued, again, plain])}
+    assert jobs[ok].state is JobState.SUCCEEDED and jobs[plain].state is JobState.FAILED
+    assert jobs[requeued].state is JobState.PENDING
+    assert (jobs[again].state, jobs[again].attempt, jobs[again].node) == (JobState.RUNNING, 2, "n2")
+    assert [e.kind for e in store.list_events(again)].count("succeeded") == 0
+    assert store.finish_jobs([(again, JobState.FAILED, 3, "")], LATER, {again: 2}) == [True]
+
+
 def test_cancel_and_preempt(store: SchedulingStore) -> None:
     node(store)
     pending, running = job(store), job(store)

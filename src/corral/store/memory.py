@@ -368,9 +368,25 @@ class MemoryStore:
             self._event(job_id, state.value.lower(), f"exit code {exit_code}" if exit_code is not None else reason, now)
             return True
 
-    def finish_jobs(self, finishes: Sequence[tuple[int, JobState, int | None, str]], now: datetime) -> list[bool]:
+    def finish_jobs(
+        self,
+        finishes: Sequence[tuple[int, JobState, int | None, str]],
+        now: datetime,
+        runs: Mapping[int, int] | None = None,
+    ) -> list[bool]:
+        runs = runs or {}
         with self._lock:
-            return [self.finish_job(job_id, state, code, reason, now) for job_id, state, code, reason in finishes]
+            return [
+                self._run_is(job_id, runs.get(job_id)) and self.finish_job(job_id, state, code, reason, now)
+                for job_id, state, code, reason in finishes
+            ]
+
+    def _run_is(self, job_id: int, attempt: int | None) -> bool:
+        """Whether the job is RUNNING at `attempt` (None: any job)."""
+        if attempt is None:
+            return True
+        job = self._jobs.get(job_id)
+        return job is not None and job.state is JobState.RUNNING and job.attempt == attempt
 
     def requeue_job(
         self,

@@ -200,9 +200,16 @@ class JobStore(Protocol):
         the job is not in a state that may move there (a terminal job never moves). Compare-and-set. Raises
         ValueError when `state` is not terminal."""
 
-    def finish_jobs(self, finishes: Sequence[tuple[int, JobState, int | None, str]], now: datetime) -> list[bool]:
+    def finish_jobs(
+        self,
+        finishes: Sequence[tuple[int, JobState, int | None, str]],
+        now: datetime,
+        runs: Mapping[int, int] | None = None,
+    ) -> list[bool]:
         """finish_job for each (job id, state, exit code, reason), in one transaction; whether each moved (a job
-        named twice moves at most once)."""
+        named twice moves at most once). A job in `runs` (job id -> attempt: the end of that run, as its agent
+        reported it) moves only while RUNNING at that attempt: not once it was requeued or placed again since the
+        caller read it."""
 
     def requeue_job(
         self,

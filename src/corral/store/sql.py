@@ -805,9 +805,15 @@ class SqlStore(
     def finish_job(self, job_id: int, state: JobState, exit_code: int | None, reason: str, now: datetime) -> bool:
         return self.finish_jobs([(job_id, state, exit_code, reason)], now)[0]
 
-    def finish_jobs(self, finishes: Sequence[tuple[int, JobState, int | None, str]], now: datetime) -> list[bool]:
-        """One UPDATE run per target state for all its jobs, each row guarded by its state, and one INSERT of
-        their events: an agent's report of several exits is one transaction."""
+    def finish_jobs(
+        self,
+        finishes: Sequence[tuple[int, JobState, int | None, str]],
+        now: datetime,
+        runs: Mapping[int, int] | None = None,
+    ) -> list[bool]:
+        """One UPDATE run per target state (and guard) for all its jobs, each row guarded by its state (a job in
+        `runs`: RUNNING at that attempt), and one INSERT of their events: an agent's report of several exits is one
+        transaction."""
         for _, state, _, _ in finishes:
             if not state.terminal:
                 raise ValueError(f"finish_job needs a terminal state, not {state}")
@@ -818,18 +824,30 @@ class SqlStore(
             return []
         table = cast(Table, JobRow.__table__)
         jobs = table.c
+        runs = runs or {}
         done: set[int] = set()
         with self._tx() as s:
-            for target in sorted({st for st, _, _ in first.values()}, key=lambda st: st.value):
-                group = {i: f for i, f in first.items() if f[0] is target}
+            targets = sorted({st for st, _, _ in first.values()}, key=lambda st: st.value)
+            for target, of_run in [(t, r) for t in targets for r in (False, True)]:
+                group = {i: f for i, f in first.items() if f[0] is target and (i in runs) is of_run}
+                if not group:
+                    continue
+                guard = (
+                    [jobs.state == JobState.RUNNING.value, jobs.attempt == bindparam("b_attempt")]
+                    if of_run
+                    else [or_(*(jobs.state == st for st in _sources(target)))]
+                )
                 stmt = (
                     update(table)
-                    .where(jobs.id == bindparam("b_id"), or_(*(jobs.state == st for st in _sources(target))))
+                    .where(jobs.id == bindparam("b_id"), *guard)
                     .values(
                         state=target.value, exit_code=bindparam("b_code"), reason=bindparam("b_reason"), finished_at=now
                     )
                 )
-                params = [{"b_id": i, "b_code": code, "b_reason": reason} for i, (_, code, reason) in group.items()]
+                params = [
+                    {"b_id": i, "b_code": code, "b_reason": reason, **({"b_attempt": runs[i]} if of_run else {})}
+                    for i, (_, code, reason) in group.items()
+                ]
                 res = s.connection().execute(stmt, params)
                 if affected_rows(res) == len(group):
                     done |= set(group)

@@ -182,16 +182,20 @@ def apply_reports(store: StateStore, node: str, body: AgentSync, fresh: bool = T
     mine = {j.id: j for j in store.list_node_jobs(node)}
     _record_image_digests(store, node, body, mine)  # first: a run that ended at once ran an image too
     finishes: list[tuple[int, JobState, int | None, str]] = []
+    runs: dict[int, int] = {}  # job -> the attempt each finish is the end of (checked current when read)
     for ex in body.exits:
         job = mine.get(ex.job_id) or store.get_job(ex.job_id)
         if job is not None and _current(job, node, ex.run):
             outcome = _apply_exit(store, job, node, ex.exit_code, ex.reason, now)
             if isinstance(outcome, tuple):
                 finishes.append(outcome)
+                runs[job.id] = job.attempt
             else:
                 freed |= outcome
         acked.append(ex.run)  # stale, unknown or already final: nothing to keep, the agent may forget it
-    freed |= any(store.finish_jobs(finishes, now))  # the report's ends in one transaction
+    # The report's ends in one transaction, each only while its job still runs the attempt checked above: one
+    # requeued or placed again since (elsewhere, say) is not ended by the exit of its old run.
+    freed |= any(store.finish_jobs(finishes, now, runs))
     if not fresh:
         return acked, freed
     seen = {r for r in body.running} | {ex.run for ex in body.exits}
@@ -207,11 +211,17 @@ def apply_reports(store: StateStore, node: str, body: AgentSync, fresh: bool = T
         ],
         node,
     )
-    for job in mine.values():
-        if node in job.delivered_to and node not in job.part_exits and _run_of(job, node) not in seen:
-            freed |= store.finish_job(
-                job.id, JobState.FAILED, None, f"lost: the agent on {node} no longer runs it", now
-            )
+    lost = [
+        job
+        for job in mine.values()
+        if node in job.delivered_to and node not in job.part_exits and _run_of(job, node) not in seen
+    ]
+    if lost:  # as read at the start of the report: ended only if still that run
+        why = f"lost: the agent on {node} no longer runs it"
+        ends = store.finish_jobs(
+            [(j.id, JobState.FAILED, None, why) for j in lost], now, {j.id: j.attempt for j in lost}
+        )
+        freed |= any(ends)
     return acked, freed
 
 
