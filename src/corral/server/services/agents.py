@@ -184,7 +184,9 @@ def apply_reports(store: StateStore, node: str, body: AgentSync, fresh: bool = T
     finishes: list[tuple[int, JobState, int | None, str]] = []
     runs: dict[int, int] = {}  # job -> the attempt each finish is the end of (checked current when read)
     for ex in body.exits:
-        job = mine.get(ex.job_id) or store.get_job(ex.job_id)
+        # Only a job RUNNING here can be current (`mine`): no read per exit, so a node that reports a long list of
+        # other jobs' ids (a compromised one) makes no work of the database.
+        job = mine.get(ex.job_id)
         if job is not None and _current(job, node, ex.run):
             outcome = _apply_exit(store, job, node, ex.exit_code, ex.reason, now)
             if isinstance(outcome, tuple):
