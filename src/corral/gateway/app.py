@@ -299,7 +299,7 @@ class Gateway:
                 try:
                     response = await self._pool.handle_async_request(request)
                     held = self._reserve_held(response)
-                    whole = await self._read_held_answer(response, receive) if held >= 0 else None
+                    whole = await self._read_held_answer(response, held, receive) if held >= 0 else None
                     if held >= 0 and whole is None:
                         return (499, [], b"")  # the caller went away meanwhile
                 except _NOT_ANSWERED as e:
@@ -347,15 +347,21 @@ class Gateway:
         self._held_bytes += length
         return length
 
-    async def _read_held_answer(self, response: httpcore.Response, receive: Receive) -> bytes | None:
-        """The answer's whole body; None when the caller went away meanwhile (the replica's request ends then).
-        Raises as httpcore does when the replica breaks off."""
+    async def _read_held_answer(self, response: httpcore.Response, held: int, receive: Receive) -> bytes | None:
+        """The answer's whole body, of at most `held` bytes; None when the caller went away meanwhile (the replica's
+        request ends then). Raises as httpcore does when the replica breaks off."""
         chunks: AsyncIterable[bytes] = response.stream  # type: ignore[assignment]
         this = asyncio.current_task()
         assert this is not None
         gone = asyncio.create_task(_cancel_on_disconnect(receive, this))
         try:
-            return b"".join([chunk async for chunk in chunks])
+            body, left = [], held
+            async for chunk in chunks:
+                left -= len(chunk)
+                if left < 0:  # never more than was reserved, whatever framed it
+                    raise httpcore.RemoteProtocolError("the answer is longer than its Content-Length")
+                body.append(chunk)
+            return b"".join(body)
         except asyncio.CancelledError:
             if not gone.done() or gone.cancelled():
                 raise  # cancelled from elsewhere (shutdown)
@@ -501,16 +507,20 @@ def _not_found(name: str) -> Answer:
 
 
 def _answer_shape(headers: list[tuple[bytes, bytes]]) -> tuple[int | None, bool]:
-    """(the answer's content-length, None without a valid one; whether it is an event stream)."""
+    """(the answer's content-length, None without a valid one; whether it is an event stream). An answer with a
+    Transfer-Encoding has no length, whatever Content-Length it also gives: its body is framed by its chunks, as
+    httpcore reads it (a replica that said `Content-Length: 1` and sent gigabytes in chunks was held whole)."""
     length: int | None = None
-    event_stream = False
+    event_stream = chunked = False
     for key, value in headers:
         lower = key.lower()
         if lower == b"content-length":
             length = int(value) if value.strip().isdigit() else None
         elif lower == b"content-type":
             event_stream = value.startswith(b"text/event-stream")
-    return length, event_stream
+        elif lower == b"transfer-encoding":
+            chunked = True
+    return (None if chunked else length), event_stream
 
 
 def _host_header(endpoint: Endpoint) -> bytes:

@@ -113,9 +113,12 @@ def compute_response_headers(
     raw: Iterable[tuple[bytes, bytes]], job_id: int, sandbox: bool = False
 ) -> list[tuple[bytes, bytes]]:
     """The replica's response headers as the caller gets them: hop-by-hop ones and cookies dropped (the body is
-    passed as the raw bytes the replica sent, so Content-Length and Content-Encoding stay), X-Corral-Replica added,
-    and with `sandbox` a CSP sandbox."""
-    out = [(k, v) for k, v in raw if k.lower() not in NOT_RETURNED]
+    passed as the raw bytes the replica sent, so Content-Length and Content-Encoding stay, except a Content-Length
+    beside a Transfer-Encoding, which framed the body instead: RFC 9112 6.3), X-Corral-Replica added, and with
+    `sandbox` a CSP sandbox."""
+    raw = list(raw)
+    chunked = any(k.lower() == b"transfer-encoding" for k, _ in raw)
+    out = [(k, v) for k, v in raw if k.lower() not in NOT_RETURNED and not (chunked and k.lower() == b"content-length")]
     out.append((b"x-corral-replica", str(job_id).encode()))
     if sandbox:
         out.append(SANDBOX)

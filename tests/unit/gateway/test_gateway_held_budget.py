@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 
 from conftest import SIZED_BYTES, StaticRoutes, bearer_authorize, make_route, wait_until
-from corral.gateway import Gateway
+from corral.gateway import Endpoint, Gateway
 from corral.gateway.app import HELD_SLICE_BYTES
 
 
@@ -131,3 +133,73 @@ def test_a_held_answer_keeps_its_share_until_a_slow_caller_took_it_in_slices(rep
             await gw.stop()
 
     asyncio.run(main())
+
+
+class LyingReplica:
+    """A raw HTTP/1.1 server: /healthz answers ok; any other path answers `Content-Length: 1` and a chunked body
+    (which is how it is framed) of CHUNKS chunks of 64 KiB, the first at once, the others once `release` is set."""
+
+    CHUNKS = 64  # 4 MiB: four times what the gateway holds of one answer
+
+    def __init__(self) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.release = threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        with conn:
+            data = b""
+            while True:
+                while b"\r\n\r\n" not in data:
+                    got = conn.recv(65536)
+                    if not got:
+                        return
+                    data += got
+                head, data = data.split(b"\r\n\r\n", 1)
+                if head.split(b" ")[1] == b"/healthz":
+                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                    continue
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n")
+                for i in range(self.CHUNKS):
+                    if i == 1:
+                        self.release.wait(10)
+                    conn.sendall(b"10000\r\n" + bytes([65 + i % 26]) * 0x10000 + b"\r\n")
+                conn.sendall(b"0\r\n\r\n")
+                return
+
+    def close(self) -> None:
+        self.release.set()
+        self.sock.close()
+
+
+@pytest.fixture
+def liar() -> Iterator[LyingReplica]:
+    rep = LyingReplica()
+    yield rep
+    rep.close()
+
+
+def test_an_answer_framed_by_chunks_is_streamed_whatever_content_length_it_claims(liar, gateway_server) -> None:
+    """Its body is as long as its chunks say (httpcore reads it so): held for its Content-Length of 1, the gateway
+    read gigabytes into the server's memory if the replica sent them."""
+    source = StaticRoutes()
+    source.put(make_route("svc", Endpoint(96, 1, "127.0.0.1", liar.port, revision=1)))
+    gs = gateway_server(source)
+    wait_until(lambda: gs.gateway.prober.ready(96, 1), what="the replica ready")
+    with httpx.Client(timeout=5) as client, client.stream("GET", f"{gs.url}/services/svc/x") as r:
+        assert r.status_code == 200 and "content-length" not in r.headers  # the caller's body is chunked too
+        chunks = r.iter_raw()
+        got = next(chunks)  # before the replica sent the rest: not held
+        assert got and gs.gateway.held_bytes == 0
+        liar.release.set()
+        got += b"".join(chunks)
+    assert len(got) == LyingReplica.CHUNKS * 0x10000
