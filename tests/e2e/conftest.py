@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import sysconfig
@@ -21,6 +19,8 @@ import httpx
 import psutil
 import pytest
 
+from ports import free_port  # noqa: F401 (tests import it from here)
+
 CORRAL = str(Path(sys.executable).with_name("corral"))
 # Jobs run as unprivileged users (the agent runs as root here), who cannot execute the venv's interpreter (it
 # lives under /root, 0700): a job that needs Python uses the system's, with the venv's packages on PYTHONPATH.
@@ -33,47 +33,6 @@ JOB_PYTHONPATH = sysconfig.get_paths()["purelib"]
 # is free between free_port() and the server's bind (seconds, while `corral up` starts), and again while a test
 # restarts a server on the same port: another process asking the kernel then could be given it too. A port stays
 # claimed for PORT_HOLD_S (longer than any test), then may be handed out again.
-PORTS_DIR = Path(tempfile.gettempdir()) / "corral-test-ports"
-PORT_HOLD_S = 900.0
-
-
-def _claim_port(port: int) -> bool:
-    """Claim `port` for this process: True unless another process claimed it within PORT_HOLD_S."""
-    mark = PORTS_DIR / str(port)
-    for _ in range(2):
-        try:
-            os.close(os.open(mark, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
-            return True
-        except FileExistsError:
-            pass
-        try:
-            if time.time() - mark.stat().st_mtime < PORT_HOLD_S:
-                return False
-            stale = mark.with_name(f"{port}.stale.{os.getpid()}.{time.monotonic_ns()}")
-            os.rename(mark, stale)  # of several processes that found it stale, one renames it
-            if time.time() - stale.stat().st_mtime < PORT_HOLD_S:  # renamed a fresh claim made meanwhile: undo
-                os.rename(stale, mark)
-                return False
-            stale.unlink()
-        except FileNotFoundError:
-            return False
-    return False
-
-
-def free_port() -> int:
-    """A loopback port that nothing listens on and that no other test process on this machine was given lately."""
-    PORTS_DIR.mkdir(exist_ok=True)
-    with contextlib.suppress(OSError):
-        os.chmod(PORTS_DIR, 0o1777)  # every user's test runs share it
-    for _ in range(200):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = int(s.getsockname()[1])
-        if _claim_port(port):
-            return port
-    raise AssertionError(f"no free loopback port: 200 ports the kernel offered are all claimed in {PORTS_DIR}")
-
-
 def wait_for(pred: Callable[[], Any], timeout_s: float = 30.0, what: str = "condition") -> Any:
     """Poll `pred` until it returns something truthy; fail after the deadline."""
     deadline = time.monotonic() + timeout_s

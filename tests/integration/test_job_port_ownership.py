@@ -22,6 +22,7 @@ from corral.agent.webports import WebPortWatch, load_listeners
 from corral.api.schemas import WebPortCheck
 from corral.core.unix_identity import JobIdentity
 from corral.executors import LaunchSpec, ProcessExecutor
+from ports import free_port
 
 T = TypeVar("T")
 ALICE = JobIdentity(uid=200_011, gid=200_011, user="alice")
@@ -50,12 +51,6 @@ def wait_for(probe: Callable[[], T], timeout_s: float = 15.0, what: str = "condi
         if time.monotonic() > deadline:
             pytest.fail(f"timed out after {timeout_s}s waiting for {what}")
         time.sleep(0.02)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture

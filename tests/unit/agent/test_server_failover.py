@@ -3,7 +3,6 @@ through whichever answers, over real mutual TLS on loopback; a bad URL in the li
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,12 +15,7 @@ from corral.api.schemas import AgentRegister, AgentSync
 from corral.sdk.client import AgentClient
 from corral.server.runtime import ServerThread
 from corral.server.settings import Settings
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from ports import free_port
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ URL in the list is an error naming CORRAL_URL and what is wrong, before any requ
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -15,14 +14,9 @@ import pytest
 
 from corral.server.runtime import ServerThread
 from corral.server.settings import Settings
+from ports import free_port
 
 CORRAL = str(Path(sys.executable).with_name("corral"))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")

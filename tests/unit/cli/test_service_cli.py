@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -19,15 +18,10 @@ from corral.cli import main as cli_main
 from corral.cli.services import compute_gateway_url
 from corral.server.runtime import ServerThread
 from corral.server.settings import Settings
+from ports import free_port
 
 CORRAL = str(Path(sys.executable).with_name("corral"))
 Run = Callable[..., tuple[int, str, str]]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,6 @@ under uvicorn, each in a thread of its own, on free loopback ports; a static in-
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -21,12 +20,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from corral.core.errors import AuthError
 from corral.gateway import Endpoint, Gateway, ServiceRoute, create_gateway_app
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from ports import free_port
 
 
 def wait_until(check: Callable[[], bool], timeout_s: float = 10.0, what: str = "the condition") -> None:

@@ -3,7 +3,6 @@ with corral.api.services' models, and the server's refusals as CorralAPIError na
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,12 +12,7 @@ from corral.api.services import ServiceIn, ServiceOut, ServicePatch, ServiceSamp
 from corral.sdk.client import CorralAPIError, CorralClient
 from corral.server.runtime import ServerThread
 from corral.server.settings import Settings
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from ports import free_port
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,6 @@ over mutual TLS, and the people's port serves HTTPS with the CA's certificate wh
 
 from __future__ import annotations
 
-import socket
 import ssl
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -22,12 +21,7 @@ from corral.sdk.join import JoinError, trust_ssl_context
 from corral.server.ca import CertificateAuthority
 from corral.server.runtime import ServerThread
 from corral.server.settings import Settings
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from ports import free_port
 
 
 @pytest.fixture
