@@ -540,10 +540,9 @@ class SqlStore(
         this attempt marked: its start time and its next attempt number). An event per moved job."""
         if not placed:
             return set()
-        table = cast(Table, JobRow.__table__)
-        jobs = table.c
+        jobs = _JOBS.c
         stmt = (
-            update(table)
+            update(_JOBS)
             .where(jobs.id == bindparam("b_id"), or_(*(jobs.state == st for st in _sources(JobState.RUNNING))))
             .values(
                 state=JobState.RUNNING.value,
@@ -601,7 +600,7 @@ class SqlStore(
             if job_id in done
         ]
         if events:
-            s.connection().execute(insert(cast(Table, JobEventRow.__table__)), events)
+            s.connection().execute(insert(_JOB_EVENTS), events)
         return done
 
     def _lock_nodes(self, s: Session, names: Sequence[str]) -> None:
@@ -822,8 +821,7 @@ class SqlStore(
             first.setdefault(job_id, (state, code, reason))
         if not first:
             return []
-        table = cast(Table, JobRow.__table__)
-        jobs = table.c
+        jobs = _JOBS.c
         runs = runs or {}
         done: set[int] = set()
         with self._tx() as s:
@@ -838,7 +836,7 @@ class SqlStore(
                     else [or_(*(jobs.state == st for st in _sources(target)))]
                 )
                 stmt = (
-                    update(table)
+                    update(_JOBS)
                     .where(jobs.id == bindparam("b_id"), *guard)
                     .values(
                         state=target.value, exit_code=bindparam("b_code"), reason=bindparam("b_reason"), finished_at=now
@@ -869,7 +867,7 @@ class SqlStore(
                 if i in done
             ]
             if events:
-                s.connection().execute(insert(cast(Table, JobEventRow.__table__)), events)
+                s.connection().execute(insert(_JOB_EVENTS), events)
         seen: set[int] = set()
         out = []
         for job_id, _, _, _ in finishes:  # a job named twice: only its first entry can have moved it
@@ -932,6 +930,9 @@ class SqlStore(
 
 
 _IN_CHUNK = 500  # ids per IN (...) list
+# The tables under the ORM classes, for Core statements run many times with one call (executemany)
+_JOBS = cast(Table, JobRow.__table__)
+_JOB_EVENTS = cast(Table, JobEventRow.__table__)
 
 
 def _sources(dst: JobState) -> list[str]:
