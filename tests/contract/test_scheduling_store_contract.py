@@ -106,6 +106,25 @@ def test_assign_is_compare_and_set_and_places_every_part(store: SchedulingStore)
     assert [e.kind for e in store.list_events(gang)] == ["submitted", "assigned"]
 
 
+def test_a_nodes_running_jobs_are_its_own_and_the_gangs_with_a_part_on_it(store: SchedulingStore) -> None:
+    """What an agent's sync reads: its node's running jobs, gangs on it by any part, and no other node's, even one
+    whose name matches as a LIKE pattern (`_` is any one character)."""
+    for name in ("a_b", "axb", "n3"):
+        node(store, name, n=2)
+    own, gang, elsewhere, ended = job(store), job(store, gpus=1, nodes=2), job(store, gpus=1, nodes=2), job(store)
+    pending = job(store)
+    assert store.assign_job_parts(own, [("a_b", [0])], T0)
+    assert store.assign_job_parts(gang, [("n3", [0]), ("a_b", [1])], T0)  # a later part on a_b
+    assert store.assign_job_parts(elsewhere, [("n3", [1]), ("axb", [0])], T0)  # a_b as a pattern matches axb
+    assert store.assign_job_parts(ended, [("axb", [1])], T0)
+    assert store.finish_job(ended, JobState.SUCCEEDED, 0, "", T0)
+    assert [j.id for j in store.list_node_jobs("a_b")] == [own, gang]
+    assert [j.id for j in store.list_node_jobs("axb")] == [elsewhere]
+    assert [j.id for j in store.list_node_jobs("n3")] == [gang, elsewhere]
+    assert store.list_node_jobs("a%b") == [] and store.list_node_jobs("nowhere") == []
+    assert state(store, pending) is JobState.PENDING
+
+
 def test_a_batch_of_assigns_checks_each_against_those_before_it(store: SchedulingStore) -> None:
     node(store, "n1", n=2, cpu_milli=3000)
     node(store, "n2", n=1)

@@ -28,7 +28,10 @@ class NodeAdminMethods:
         with self._tx() as s:
             held = s.scalars(
                 select(JobRow.id)
-                .where(JobRow.state == "RUNNING", (JobRow.node == name) | JobRow.node_list.contains(f",{name},"))
+                .where(
+                    JobRow.state == "RUNNING",
+                    (JobRow.node == name) | JobRow.node_list.contains(f",{name},", autoescape=True),
+                )
                 .limit(1)
             ).first()
             if held is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections import namedtuple
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -349,7 +350,7 @@ class SqlStore(
         if not ids:
             return []
         with self._tx() as s:
-            return [_job(r) for r in s.scalars(select(JobRow).where(JobRow.id.in_(ids)).order_by(JobRow.id)).all()]
+            return _jobs_of(s.connection().execute(_select_jobs().where(JobRow.id.in_(ids)).order_by(JobRow.id)).all())
 
     def list_jobs_changed(
         self, states: Sequence[JobState], known: Mapping[int, int]
@@ -364,8 +365,8 @@ class SqlStore(
             stale = [i for i, v in pairs if known.get(i) != v]
             loaded: list[tuple[Job, int]] = []
             for at in range(0, len(stale), _IN_CHUNK):
-                rows = s.scalars(select(JobRow).where(JobRow.id.in_(stale[at : at + _IN_CHUNK]))).all()
-                loaded += [(_job(r), r.row_version) for r in rows]
+                rows = s.connection().execute(_select_jobs().where(JobRow.id.in_(stale[at : at + _IN_CHUNK]))).all()
+                loaded += [(j, r.row_version) for j, r in zip(_jobs_of(rows), rows, strict=True)]
             return [i for i, _ in pairs], loaded
 
     def list_job_ids(self, states: Sequence[JobState], limit: int) -> list[int]:
@@ -389,7 +390,7 @@ class SqlStore(
         service_id: int | None = None,
     ) -> list[Job]:
         with self._tx() as s:
-            q = _where_job(select(JobRow), states, tenant_id, user_id, name_contains, node, array_id)
+            q = _where_job(_select_jobs(), states, tenant_id, user_id, name_contains, node, array_id)
             q = q.order_by(JobRow.id.desc() if newest_first else JobRow.id)
             if schedule_id is not None:
                 q = q.where(JobRow.schedule_id == schedule_id)
@@ -401,7 +402,7 @@ class SqlStore(
                 q = q.where(JobRow.id > after_id)
             if limit is not None:
                 q = q.limit(limit)
-            return [_job(r) for r in s.scalars(q).all()]
+            return _jobs_of(s.connection().execute(q).all())
 
     def list_gpu_holders(self) -> list[tuple[int, str | None, list[int], list[Any], int]]:
         """(job id, node, GPU indices, parts, gpu_milli) of RUNNING jobs: only what an inventory view needs."""
@@ -473,15 +474,12 @@ class SqlStore(
     def list_node_jobs(self, node: str) -> list[Job]:
         """RUNNING jobs with a part on `node` (a gang's job is listed on each of its nodes)."""
         with self._tx() as s:
-            q = (
-                select(JobRow)
-                .where(
-                    JobRow.state == JobState.RUNNING.value,
-                    (JobRow.node == node) | JobRow.node_list.contains(f",{node},"),
-                )
-                .order_by(JobRow.id)
-            )
-            return [_job(r) for r in s.scalars(q).all()]
+            # two index reads, not one OR (which scans every running job): the node's own by (node, state), and
+            # the running gangs (a partial index), whose later nodes are only in node_list
+            conn = s.connection()
+            rows = list(conn.execute(_NODE_RUNNING, {"node": node}).all())
+            rows += conn.execute(_GANGS_RUNNING_ON, {"node": node, "node_pat": _listed_pattern(node)}).all()
+            return sorted(_jobs_of(rows), key=lambda j: j.id)
 
     def assign_job(self, job_id: int, node: str, gpu_indices: Sequence[int], now: datetime) -> bool:
         """One-part assign_job_parts (tests and tools): the same compare-and-set and capacity re-check."""
@@ -625,7 +623,7 @@ class SqlStore(
 
     def _use_on(self, s: Session, names: Sequence[str]) -> dict[str, NodeUse]:
         """What RUNNING jobs hold on these nodes (a gang counts on each of its nodes)."""
-        on = JobRow.node.in_(names) | or_(*(JobRow.node_list.contains(f",{n},") for n in names))
+        on = JobRow.node.in_(names) | or_(*(JobRow.node_list.contains(f",{n},", autoescape=True) for n in names))
         rows = s.execute(
             select(
                 JobRow.node, JobRow.gpu_indices, JobRow.parts, JobRow.gpu_milli, JobRow.cpu_milli, JobRow.memory_mib
@@ -733,32 +731,24 @@ class SqlStore(
             return r.stage_state
 
     def list_staging(self, node: str) -> list[Job]:
-        on = (JobRow.stage_node == node) | JobRow.stage_nodes.contains(f",{node},")
         with self._tx() as s:
-            q = (
-                select(JobRow)
-                .where(JobRow.state == JobState.PENDING.value, JobRow.stage_state == IN_STAGING, on)
-                .order_by(JobRow.id)
-            )
-            jobs = [_job(r) for r in s.scalars(q).all()]
+            rows = s.connection().execute(_STAGING, {"node": node, "node_pat": _listed_pattern(node)}).all()
+            jobs = sorted(_jobs_of(rows), key=lambda j: j.id)
             return [j for j in jobs if node in j.stage_nodes and node not in j.stage_done]
 
     def list_stage_outs(self, node: str) -> list[Job]:
-        ended = [st.value for st in JobState if st.terminal]
         with self._tx() as s:
-            q = (
-                select(JobRow)
-                .where(
-                    JobRow.stage_out_state.in_([OUT_PENDING, OUT_RUNNING]),
-                    JobRow.node == node,
-                    JobRow.state.in_([*ended, JobState.RUNNING.value]),
-                )
-                .order_by(JobRow.id)
-            )
-            jobs = [_job(r) for r in s.scalars(q).all()]
+            # by (stage_out_state, node) alone: with the state in the query too, or asked for id order, SQLite
+            # reads the node's whole history through another index (it cannot tell that almost no row has output
+            # to ship); the few rows are sorted and their states checked here
+            jobs = sorted(_jobs_of(s.connection().execute(_STAGE_OUTS, {"node": node}).all()), key=lambda j: j.id)
         # a gang's output ships from its first node (rank 0) once that part has ended: its node drops the stage
         # dir of an ended part unless asked for its output then, while the others may still run
-        return [j for j in jobs if j.state.terminal or (len(j.placed_parts) > 1 and node in j.part_exits)]
+        return [
+            j
+            for j in jobs
+            if j.state.terminal or (j.state is JobState.RUNNING and len(j.placed_parts) > 1 and node in j.part_exits)
+        ]
 
     def set_stage_out(self, job_id: int, state: str, message: str) -> bool:
         with self._tx() as s:
@@ -933,6 +923,51 @@ _IN_CHUNK = 500  # ids per IN (...) list
 # The tables under the ORM classes, for Core statements run many times with one call (executemany)
 _JOBS = cast(Table, JobRow.__table__)
 _JOB_EVENTS = cast(Table, JobEventRow.__table__)
+# what a Job is read from: every column but the telemetry summary (reports read it alone), as plain rows; building
+# ORM instances for a read (identity map, instance state) cost as much again as the conversion to Job itself
+_JOB_COLUMNS = tuple(c for c in _JOBS.c if c.name != "gpu_summary")
+
+
+_JobColumns = namedtuple("_JobColumns", [c.name for c in _JOB_COLUMNS])  # type: ignore[misc]  # fast attributes
+
+
+_SELECT_JOBS = select(*_JOB_COLUMNS)  # built once: building a select of ~60 columns costs ~0.1 ms
+
+
+def _select_jobs() -> Select[Any]:
+    return _SELECT_JOBS
+
+
+def _listed(column: Any, key: str) -> Any:
+    """`column` (",n1,n2,") names the node bound as `key`: LIKE on a pattern from _listed_pattern."""
+    return column.like(bindparam(key), escape="/")
+
+
+def _listed_pattern(node: str) -> str:
+    """The LIKE pattern that finds `node` in a name list, its wildcards escaped (a node may be named a_b)."""
+    return "%," + node.replace("/", "//").replace("%", "/%").replace("_", "/_") + ",%"
+
+
+# an agent's sync runs these each time: built once, so their cache keys are too (a key of a statement built anew
+# walks its ~60 columns every time)
+_RUNNING = JobRow.state == JobState.RUNNING.value
+_NODE_RUNNING = _SELECT_JOBS.where(_RUNNING, JobRow.node == bindparam("node"))
+_GANGS_RUNNING_ON = _SELECT_JOBS.where(
+    _RUNNING, JobRow.nodes > 1, JobRow.node != bindparam("node"), _listed(JobRow.node_list, "node_pat")
+)
+_STAGE_OUTS = _SELECT_JOBS.where(
+    JobRow.stage_out_state.in_([OUT_PENDING, OUT_RUNNING]), JobRow.node == bindparam("node")
+)
+_STAGING = _SELECT_JOBS.where(
+    JobRow.state == JobState.PENDING.value,
+    JobRow.stage_state == IN_STAGING,
+    (JobRow.stage_node == bindparam("node")) | _listed(JobRow.stage_nodes, "node_pat"),
+)
+
+
+def _jobs_of(rows: Iterable[Sequence[Any]]) -> list[Job]:
+    """Jobs from rows of _select_jobs(), through a namedtuple: a Row's attributes cost ~10x a namedtuple's."""
+    return [_job(_JobColumns._make(r)) for r in rows]
 
 
 def _sources(dst: JobState) -> list[str]:
@@ -1198,7 +1233,7 @@ def _where_job(
     return q
 
 
-def _job(r: JobRow) -> Job:
+def _job(r: Any) -> Job:  # a JobRow, or a _JobColumns of _select_jobs()
     stage_nodes, stage_done = _staging_of(r)
     spec = JobSpec(
         command=tuple(r.command),
@@ -1279,7 +1314,7 @@ def _names_in(column: str | None) -> tuple[str, ...]:
     return tuple(x for x in (column or "").split(",") if x)
 
 
-def _staging_of(r: JobRow) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def _staging_of(r: Any) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """The nodes a job's input is staged on and those that have it in: its stage_nodes and stage_done, or its
     stage_node alone and none done (a row staged before 0027, or staged again by a replica of that release, which
     writes stage_node only: its lists are then stale)."""

@@ -17,6 +17,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -244,6 +245,9 @@ class JobRow(Base):
         Index("ix_jobs_schedule", "schedule_id"),
         Index("ix_jobs_state_id", "state", "id"),  # 0018: the job list's filters and id order
         Index("ix_jobs_tenant_state_id", "tenant_id", "state", "id"),  # 0018
+        Index("ix_jobs_node_state", "node", "state"),  # 0030: a node's running jobs (an agent's sync)
+        # 0030: the running gangs, by a partial index that no query without `nodes > 1` can pick
+        Index("ix_jobs_gangs_state", "state", sqlite_where=text("nodes > 1"), postgresql_where=text("nodes > 1")),
     )
 
 
