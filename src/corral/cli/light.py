@@ -10,7 +10,6 @@ tests/unit/cli/test_cli_light_path.py checks it.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -22,6 +21,7 @@ from corral.core.errors import CorralError, ValidationError
 
 TYPE_CHECKING = False  # not typing's: the CLI's light path does not import typing (a few ms per call)
 if TYPE_CHECKING:
+    import argparse
     from typing import Any, NoReturn
 
 LIGHT_COMMANDS = ("submit", "jobs", "show", "logs", "cancel", "wait")
@@ -70,11 +70,6 @@ class Exit(Exception):  # noqa: N818  (an exit, not an error)
         self.code = code
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(message)
-
-
 def parse_pairs(pairs: Sequence[str], flag: str, shape: str) -> dict[str, str]:
     out = {}
     for pair in pairs:
@@ -89,137 +84,257 @@ def parse_env(pairs: Sequence[str]) -> dict[str, str]:
     return parse_pairs(pairs, "--env", "KEY=VALUE")
 
 
-def _submit_parser() -> _Parser:
-    p = _Parser(
+# `corral submit`'s options, read by argparse (_submit_parser: help, errors, anything unusual) and by the fast
+# reading of the usual command lines (fast_submit_args, which gives what argparse gives or hands over to it:
+# tests/unit/cli/test_fast_submit_args.py checks both on generated command lines). Each row: the flags, the kind (int,
+# str, append: repeatable, flag: on when given), the default (None: none), the metavar and the help (None: hidden).
+SUBMIT_OPTIONS: tuple[tuple[tuple[str, ...], str, object, str | None, str | None], ...] = (
+    (("--gpus",), "int", 0, None, "Whole GPUs on one node."),
+    (("--gpu-model",), "str", None, None, "Allowed GPU models, e.g. A100|H100."),
+    (("--name",), "str", None, None, "A name for the job."),
+    (
+        ("--env", "-e"),
+        "append",
+        None,
+        None,
+        "KEY=VALUE, repeatable. Not secret: shown by `corral show` and to your tenant; use --secret-env.",
+    ),
+    (
+        ("--secret-env",),
+        "append",
+        None,
+        None,
+        "VAR=NAME, repeatable: VAR gets the value of your tenant's secret NAME (`corral secrets create NAME`) "
+        "when the job starts; only the name is ever shown.",
+    ),
+    (("--workdir",), "str", None, None, "Working directory on the node (absolute); with --image, in the container."),
+    (
+        ("--image",),
+        "str",
+        None,
+        None,
+        "Run in a container of this image (on a node with the docker runtime; docs/containers.md). Without it the"
+        " job runs as a plain process.",
+    ),
+    (
+        ("--mount",),
+        "append",
+        None,
+        "SRC:DST[:ro]",
+        "With --image, repeatable: host path SRC at DST in the container; only under the directories the cluster "
+        "allows (CORRAL_ALLOWED_MOUNTS).",
+    ),
+    (
+        ("--registry-secret",),
+        "str",
+        None,
+        "NAME",
+        "With --image: pull it with your tenant's registry login NAME (`corral secrets create NAME --registry "
+        "HOST --username U --password-stdin`).",
+    ),
+    (
+        ("--shm-size",),
+        "str",
+        None,
+        "SIZE",
+        "With --image: the container's /dev/shm, e.g. 512m or 8g (default 1g, or a quarter of its memory).",
+    ),
+    (
+        ("--user",),
+        "str",
+        None,
+        "UID[:GID]",
+        "With --image: run as this numeric user in the container (default: your own Unix identity); not with --mount.",
+    ),
+    (("--priority",), "int", 0, None, "Higher runs first."),
+    (("--queue",), "str", "default", None, "One of your tenant's queues."),
+    (("--time-limit",), "int", None, None, "Seconds; the job is stopped after it (helps backfill)."),
+    (("--gpu-share",), "int", None, None, "A share of one GPU in milli-GPUs (1..999), with --gpus 1."),
+    (("--nodes",), "int", 1, None, "Run on this many nodes at once (--gpus on each), all or none."),
+    (("--min-gpu-memory",), "int", 0, None, "Minimum GPU memory in MiB."),
+    (
+        ("--web-ui",),
+        "flag",
+        None,
+        None,
+        "The job serves a web UI, opened through Corral: it listens on the port Corral gives it in "
+        "$CORRAL_JOB_PORT (also $PORT), under the path $CORRAL_PROXY_PREFIX.",
+    ),
+    (("--port",), "int", None, None, None),
+    (
+        ("--container-port",),
+        "int",
+        None,
+        "PORT",
+        "With --image and --web-ui: the port the image's web UI listens on inside the container; Corral publishes"
+        " it on the node port it assigns (default: that port, as $PORT inside).",
+    ),
+    (
+        ("--spot",),
+        "flag",
+        None,
+        None,
+        "The job may run on spot (interruptible) nodes of a cloud pool, which are cheaper; it is requeued keeping"
+        " its place when one is taken back.",
+    ),
+    (
+        ("--toleration",),
+        "append",
+        None,
+        "TAINT",
+        "Run also on nodes with this taint (a cloud pool's taints); repeatable.",
+    ),
+    (("--pool",), "str", None, None, "Run only on nodes of this pool (static, or a cloud pool's name)."),
+    (
+        ("--stage-in",),
+        "append",
+        None,
+        "SRC:DST",
+        "Copy input to the job's node before its GPUs are taken: SRC an s3:// URL (a trailing / copies the "
+        "prefix) or a path on the shared storage the server allows, DST relative to $CORRAL_STAGE_DIR; the job "
+        "waits pending ('staging input: 3.1 of 12 GiB') meanwhile; repeatable.",
+    ),
+    (
+        ("--stage-out",),
+        "append",
+        None,
+        "SRC:DST",
+        "Ship output after the job ends (success or failure): SRC relative to $CORRAL_STAGE_DIR, DST an s3:// URL"
+        " or an allowed shared path; `corral show` gives the outcome; repeatable.",
+    ),
+    (("--stage-secret",), "str", None, "NAME", "The tenant secret (corral secrets create NAME --s3) for s3:// items."),
+    (
+        ("--repeat",),
+        "str",
+        None,
+        None,
+        "Repeat on a schedule instead of running once: a cron line ('0 2 * * *'), '@daily' or '@every 15m'.",
+    ),
+    (("--timezone",), "str", "UTC", None, "With --repeat: the IANA time zone the cron line is read in."),
+    (
+        ("--concurrency",),
+        "str",
+        "forbid",
+        None,
+        "With --repeat, when the previous run is still active: allow, forbid (skip) or replace.",
+    ),
+    (
+        ("--idempotency-key",),
+        "str",
+        None,
+        None,
+        "Send this Idempotency-Key (default: a fresh one, retried on connection errors): running the same command"
+        " again with the same key and job returns the first job instead of a second.",
+    ),
+    (
+        ("--array",),
+        "str",
+        None,
+        None,
+        "A job array, one task per index, as Slurm's --array: 0-999, 1,3,5-7 or 0-15:4; %%N at the end runs at "
+        "most N tasks at once (0-999%%50). Each task reads its index in $CORRAL_ARRAY_INDEX; prints the array's "
+        "id.",
+    ),
+    (("--json",), "flag", None, None, "Print JSON instead of a table."),
+)
+
+
+def _parser(**kw: Any) -> Any:
+    """An argparse parser whose errors are UsageError (exit 2, one line); argparse is loaded only here."""
+    import argparse
+
+    class _Parser(argparse.ArgumentParser):
+        def error(self, message: str) -> NoReturn:
+            raise UsageError(message)
+
+    return _Parser(**kw)
+
+
+def _submit_parser() -> Any:
+    import argparse
+
+    p = _parser(
         prog="corral submit",
         description="Submit a job; prints its id. With --repeat, creates a schedule and prints its id and next run.",
     )
-    p.add_argument("--gpus", type=int, default=0, help="Whole GPUs on one node.")
-    p.add_argument("--gpu-model", help="Allowed GPU models, e.g. A100|H100.")
-    p.add_argument("--name", help="A name for the job.")
-    p.add_argument(
-        "--env",
-        "-e",
-        action="append",
-        default=[],
-        help="KEY=VALUE, repeatable. Not secret: shown by `corral show` and to your tenant; use --secret-env.",
-    )
-    p.add_argument(
-        "--secret-env",
-        action="append",
-        default=[],
-        help="VAR=NAME, repeatable: VAR gets the value of your tenant's secret NAME (`corral secrets create NAME`) "
-        "when the job starts; only the name is ever shown.",
-    )
-    p.add_argument("--workdir", help="Working directory on the node (absolute); with --image, in the container.")
-    p.add_argument(
-        "--image",
-        help="Run in a container of this image (on a node with the docker runtime; docs/containers.md). Without "
-        "it the job runs as a plain process.",
-    )
-    p.add_argument(
-        "--mount",
-        action="append",
-        default=[],
-        metavar="SRC:DST[:ro]",
-        help="With --image, repeatable: host path SRC at DST in the container; only under the directories the "
-        "cluster allows (CORRAL_ALLOWED_MOUNTS).",
-    )
-    p.add_argument(
-        "--registry-secret",
-        metavar="NAME",
-        help="With --image: pull it with your tenant's registry login NAME (`corral secrets create NAME --registry "
-        "HOST --username U --password-stdin`).",
-    )
-    p.add_argument(
-        "--shm-size",
-        metavar="SIZE",
-        help="With --image: the container's /dev/shm, e.g. 512m or 8g (default 1g, or a quarter of its memory).",
-    )
-    p.add_argument(
-        "--user",
-        metavar="UID[:GID]",
-        help="With --image: run as this numeric user in the container (default: your own Unix identity); not "
-        "with --mount.",
-    )
-    p.add_argument("--priority", type=int, default=0, help="Higher runs first.")
-    p.add_argument("--queue", default="default", help="One of your tenant's queues.")
-    p.add_argument("--time-limit", type=int, help="Seconds; the job is stopped after it (helps backfill).")
-    p.add_argument("--gpu-share", type=int, help="A share of one GPU in milli-GPUs (1..999), with --gpus 1.")
-    p.add_argument("--nodes", type=int, default=1, help="Run on this many nodes at once (--gpus on each), all or none.")
-    p.add_argument("--min-gpu-memory", type=int, default=0, help="Minimum GPU memory in MiB.")
-    p.add_argument(
-        "--web-ui",
-        action="store_true",
-        help="The job serves a web UI, opened through Corral: it listens on the port Corral gives it in "
-        "$CORRAL_JOB_PORT (also $PORT), under the path $CORRAL_PROXY_PREFIX.",
-    )
-    p.add_argument("--port", type=int, help=argparse.SUPPRESS)  # older spelling of --web-ui
-    p.add_argument(
-        "--container-port",
-        type=int,
-        metavar="PORT",
-        help="With --image and --web-ui: the port the image's web UI listens on inside the container; Corral "
-        "publishes it on the node port it assigns (default: that port, as $PORT inside).",
-    )
-    p.add_argument(
-        "--spot",
-        action="store_true",
-        help="The job may run on spot (interruptible) nodes of a cloud pool, which are cheaper; it is requeued "
-        "keeping its place when one is taken back.",
-    )
-    p.add_argument(
-        "--toleration",
-        action="append",
-        default=[],
-        metavar="TAINT",
-        help="Run also on nodes with this taint (a cloud pool's taints); repeatable.",
-    )
-    p.add_argument("--pool", help="Run only on nodes of this pool (static, or a cloud pool's name).")
-    p.add_argument(
-        "--stage-in",
-        action="append",
-        default=[],
-        metavar="SRC:DST",
-        help="Copy input to the job's node before its GPUs are taken: SRC an s3:// URL (a trailing / copies the "
-        "prefix) or a path on the shared storage the server allows, DST relative to $CORRAL_STAGE_DIR; the job "
-        "waits pending ('staging input: 3.1 of 12 GiB') meanwhile; repeatable.",
-    )
-    p.add_argument(
-        "--stage-out",
-        action="append",
-        default=[],
-        metavar="SRC:DST",
-        help="Ship output after the job ends (success or failure): SRC relative to $CORRAL_STAGE_DIR, DST an s3:// "
-        "URL or an allowed shared path; `corral show` gives the outcome; repeatable.",
-    )
-    p.add_argument(
-        "--stage-secret", metavar="NAME", help="The tenant secret (corral secrets create NAME --s3) for s3:// items."
-    )
-    p.add_argument(
-        "--repeat",
-        help="Repeat on a schedule instead of running once: a cron line ('0 2 * * *'), '@daily' or '@every 15m'.",
-    )
-    p.add_argument("--timezone", default="UTC", help="With --repeat: the IANA time zone the cron line is read in.")
-    p.add_argument(
-        "--concurrency",
-        default="forbid",
-        help="With --repeat, when the previous run is still active: allow, forbid (skip) or replace.",
-    )
-    p.add_argument(
-        "--idempotency-key",
-        help="Send this Idempotency-Key (default: a fresh one, retried on connection errors): running the same "
-        "command again with the same key and job returns the first job instead of a second.",
-    )
-    p.add_argument(
-        "--array",
-        help="A job array, one task per index, as Slurm's --array: 0-999, 1,3,5-7 or 0-15:4; %%N at the end runs "
-        "at most N tasks at once (0-999%%50). Each task reads its index in $CORRAL_ARRAY_INDEX; prints the "
-        "array's id.",
-    )
-    p.add_argument("--json", action="store_true", help="Print JSON instead of a table.")
+    for flags, kind, default, metavar, help_ in SUBMIT_OPTIONS:
+        kw: dict[str, Any] = {"help": argparse.SUPPRESS if help_ is None else help_}
+        if metavar is not None:
+            kw["metavar"] = metavar
+        if kind == "flag":
+            kw["action"] = "store_true"
+        elif kind == "append":
+            kw.update(action="append", default=[])
+        else:
+            if kind == "int":
+                kw["type"] = int
+            if default is not None:
+                kw["default"] = default
+        p.add_argument(*flags, **kw)
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND ...", help="The command to run, after --.")
     return p
+
+
+class SubmitArgs:
+    """What fast_submit_args read: the attributes argparse's Namespace would have."""
+
+    def __init__(self, values: dict[str, Any]) -> None:
+        self.__dict__.update(values)
+
+
+def _dest(flags: tuple[str, ...]) -> str:
+    return flags[0][2:].replace("-", "_")
+
+
+_SUBMIT_FLAGS = {flag: (_dest(flags), kind) for flags, kind, *_ in SUBMIT_OPTIONS for flag in flags}
+
+
+def fast_submit_args(argv: Sequence[str]) -> SubmitArgs | None:
+    """`corral submit`'s command line read without argparse (loading and building it is ~11 ms of a ~45 ms call),
+    or None where argparse must read it: help, an unknown or abbreviated flag, a missing or bad value, a value that
+    starts with '-' (argparse's rules for those are subtle), a short flag with its value attached, a command not
+    after `--` that holds a word starting with '-'."""
+    values: dict[str, Any] = {}
+    for flags, kind, default, _, _ in SUBMIT_OPTIONS:
+        values[_dest(flags)] = [] if kind == "append" else False if kind == "flag" else default
+    values["command"] = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--" or not arg.startswith("-"):
+            if arg != "--" and any(later.startswith("-") for later in argv[i + 1 :]):
+                return None  # argparse still reads those as its flags (an abbreviated one is an error)
+            values["command"] = list(argv[i:])  # as argparse's REMAINDER: the rest
+            break
+        flag, eq, attached = arg.partition("=") if arg.startswith("--") else (arg, "", "")
+        spec = _SUBMIT_FLAGS.get(flag)
+        if spec is None:
+            return None
+        dest, kind = spec
+        if kind == "flag":
+            if eq:
+                return None
+            values[dest] = True
+            i += 1
+            continue
+        if eq:
+            value, i = attached, i + 1
+        elif i + 1 < len(argv):
+            value, i = argv[i + 1], i + 2
+        else:
+            return None
+        if value.startswith("-"):
+            return None
+        if kind == "int":
+            try:
+                values[dest] = int(value)
+            except ValueError:
+                return None
+        elif kind == "append":
+            values[dest].append(value)
+        else:
+            values[dest] = value
+    return SubmitArgs(values)
 
 
 def _check_flags(a: argparse.Namespace) -> None:
@@ -320,7 +435,7 @@ def _flag_error(e: Exception, prefix: str = "", flags: dict[str, str] = FLAG_OF_
 
 
 def submit(argv: list[str]) -> None:
-    a = _submit_parser().parse_args(argv)
+    a = fast_submit_args(argv) or _submit_parser().parse_args(argv)
     command = a.command[1:] if a.command[:1] == ["--"] else a.command
     if not command:
         raise UsageError(
@@ -371,18 +486,20 @@ def submit(argv: list[str]) -> None:
 
 def _job_id(text: str) -> int:
     if not text.isdigit() or not 1 <= int(text) <= 2**31 - 1:
+        import argparse
+
         raise argparse.ArgumentTypeError(f"{text!r} is not a job id (a whole number from 1, as `corral jobs` shows)")
     return int(text)
 
 
-def _id_parser(prog: str, description: str) -> _Parser:
-    p = _Parser(prog=prog, description=description)
+def _id_parser(prog: str, description: str) -> Any:
+    p = _parser(prog=prog, description=description)
     p.add_argument("job_id", type=_job_id, metavar="JOB_ID", help="Job id.")
     return p
 
 
 def jobs(argv: list[str]) -> None:
-    p = _Parser(
+    p = _parser(
         prog="corral jobs",
         description="List pending and running jobs (all with --all), oldest first; the tasks of a job array in one "
         "line per state (ID 12_[0-999%50]) unless -r.",
@@ -708,6 +825,8 @@ def _seconds(text: str) -> float:
     except ValueError:
         value = -1.0
     if not 0 <= value < float("inf"):
+        import argparse
+
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds >= 0")
     return value
 

@@ -104,6 +104,17 @@ def test_everyday_commands_load_no_heavy_library(args: tuple[str, ...], refusing
     assert heavy == [], f"`corral {args[0]}` loads {heavy}"
 
 
+def test_a_usual_submission_does_not_load_argparse(refusing_url: str) -> None:
+    # ~11 ms of a ~45 ms call: the usual command lines are read by light.fast_submit_args (what argparse would read:
+    # tests/unit/cli/test_fast_submit_args.py); argparse is loaded for help, errors and the unusual
+    r, mods = _loaded_modules(
+        "submit", "--gpus", "1", "--name=a", "-e", "A=1", "--", "python", "-c", "1", url=refusing_url
+    )
+    assert r.returncode == 1 and "corral.sdk.rest" in mods and "argparse" not in mods, r.stderr
+    r, mods = _loaded_modules("submit", "--gpu", "1", "--", "true", url=refusing_url)  # an abbreviation
+    assert r.returncode == 2 and "argparse" in mods and "ambiguous option: --gpu" in r.stderr
+
+
 def test_version_loads_neither_argparse_nor_the_client() -> None:
     r, mods = _loaded_modules("--version")
     assert r.returncode == 0 and r.stdout.strip() == __import__("corral").__version__
