@@ -21,7 +21,6 @@ from corral.core.errors import CorralError, ValidationError
 
 TYPE_CHECKING = False  # not typing's: the CLI's light path does not import typing (a few ms per call)
 if TYPE_CHECKING:
-    import argparse
     from typing import Any, NoReturn
 
 LIGHT_COMMANDS = ("submit", "jobs", "show", "logs", "cancel", "wait")
@@ -337,7 +336,7 @@ def fast_submit_args(argv: Sequence[str]) -> SubmitArgs | None:
     return SubmitArgs(values)
 
 
-def _check_flags(a: argparse.Namespace) -> None:
+def _check_flags(a: Any) -> None:  # an argparse Namespace or a SubmitArgs
     """What the help promises, checked in the flags' own words (the server checks everything again)."""
     if a.gpu_share is not None and not 1 <= a.gpu_share <= 999:
         raise ValidationError(
@@ -363,7 +362,7 @@ def _check_flags(a: argparse.Namespace) -> None:
         raise ValidationError("--container-port", "publishes a web UI: add --web-ui")
 
 
-def _job_body(a: argparse.Namespace, command: list[str]) -> dict[str, Any]:
+def _job_body(a: Any, command: list[str]) -> dict[str, Any]:
     body: dict[str, Any] = {
         "command": command,
         "name": a.name or "",
@@ -435,7 +434,7 @@ def _flag_error(e: Exception, prefix: str = "", flags: dict[str, str] = FLAG_OF_
 
 
 def submit(argv: list[str]) -> None:
-    a = fast_submit_args(argv) or _submit_parser().parse_args(argv)
+    a: Any = fast_submit_args(argv) or _submit_parser().parse_args(argv)
     command = a.command[1:] if a.command[:1] == ["--"] else a.command
     if not command:
         raise UsageError(
