@@ -125,6 +125,19 @@ def test_a_nodes_running_jobs_are_its_own_and_the_gangs_with_a_part_on_it(store:
     assert state(store, pending) is JobState.PENDING
 
 
+def test_a_nodes_running_jobs_are_matched_by_its_whole_name_case_included(store: SchedulingStore) -> None:
+    """SQLite's LIKE ignores ASCII case: a node that joined as N3 must not be handed (nor requeue when lost,
+    drained or revoked) the gangs with a part on n3."""
+    for name in ("n1", "n3", "N3"):
+        node(store, name, n=2)
+    gang, own = job(store, gpus=1, nodes=2), job(store, gpus=1)
+    assert store.assign_job_parts(gang, [("n1", [0]), ("n3", [0])], T0)
+    assert store.assign_job_parts(own, [("N3", [0])], T0)
+    assert [j.id for j in store.list_node_jobs("N3")] == [own]
+    assert [j.id for j in store.list_node_jobs("n3")] == [gang]
+    assert store.list_node_jobs("N1") == [] and [j.id for j in store.list_node_jobs("n1")] == [gang]
+
+
 def test_a_batch_of_assigns_checks_each_against_those_before_it(store: SchedulingStore) -> None:
     node(store, "n1", n=2, cpu_milli=3000)
     node(store, "n2", n=1)

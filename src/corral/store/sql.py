@@ -478,7 +478,11 @@ class SqlStore(
             # the running gangs (a partial index), whose later nodes are only in node_list
             conn = s.connection()
             rows = list(conn.execute(_NODE_RUNNING, {"node": node}).all())
-            rows += conn.execute(_GANGS_RUNNING_ON, {"node": node, "node_pat": _listed_pattern(node)}).all()
+            gangs = conn.execute(_GANGS_RUNNING_ON, {"node_pat": _listed_pattern(node)}).all()
+            # LIKE only narrows: SQLite's ignores ASCII case (a node N3 would get n3's gangs, their secrets
+            # included, and requeue them when lost or drained), so each name is compared whole here; the gangs
+            # headed here were read above (compared here, not in SQL, where `node != :node` drops a NULL head)
+            rows += [r for r in gangs if r.node != node and node in _names_in(r.node_list)]
             return sorted(_jobs_of(rows), key=lambda j: j.id)
 
     def assign_job(self, job_id: int, node: str, gpu_indices: Sequence[int], now: datetime) -> bool:
@@ -952,9 +956,7 @@ def _listed_pattern(node: str) -> str:
 # walks its ~60 columns every time)
 _RUNNING = JobRow.state == JobState.RUNNING.value
 _NODE_RUNNING = _SELECT_JOBS.where(_RUNNING, JobRow.node == bindparam("node"))
-_GANGS_RUNNING_ON = _SELECT_JOBS.where(
-    _RUNNING, JobRow.nodes > 1, JobRow.node != bindparam("node"), _listed(JobRow.node_list, "node_pat")
-)
+_GANGS_RUNNING_ON = _SELECT_JOBS.where(_RUNNING, JobRow.nodes > 1, _listed(JobRow.node_list, "node_pat"))
 _STAGE_OUTS = _SELECT_JOBS.where(
     JobRow.stage_out_state.in_([OUT_PENDING, OUT_RUNNING]), JobRow.node == bindparam("node")
 )
