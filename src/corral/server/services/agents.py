@@ -280,7 +280,8 @@ def compute_assignments(
     assignments: list[Assignment] = []
     cancels: list[RunRef] = []
     current: set[RunRef] = set()
-    jobs = store.list_node_jobs(node.name)
+    # only runs with a part here, whatever the read returns (a second line behind its match on node names)
+    jobs = [j for j in store.list_node_jobs(node.name) if _on(j, node.name)]
     ports_by_job = {j.id: j.spec.port for j in jobs if j.spec.port and is_head(j, node.name)}
     for job in jobs:
         run = _run_of(job, node.name)
