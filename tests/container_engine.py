@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from typing import Any
 
 import docker
 import httpx
@@ -66,6 +67,20 @@ def remove_images(client: docker.DockerClient, *images: str) -> None:
             pass
 
 
+def list_labelled(client: docker.DockerClient, *labels: str) -> list[Any]:
+    """The engine's containers (running or not) with all these labels. docker-py lists ids and then inspects each:
+    one removed in between (the agent cleaning up) is a 404, so the listing is taken again."""
+    for _ in range(20):
+        try:
+            return list(client.containers.list(all=True, filters={"label": list(labels)}))
+        except NotFound:
+            continue
+    raise AssertionError(f"containers labelled {labels} kept vanishing while being listed")
+
+
 def remove_node_containers(client: docker.DockerClient, node: str) -> None:
-    for c in client.containers.list(all=True, filters={"label": f"io.corral.node={node}"}):
-        c.remove(force=True)
+    for c in list_labelled(client, f"io.corral.node={node}"):
+        try:
+            c.remove(force=True)
+        except NotFound:  # removed meanwhile
+            pass

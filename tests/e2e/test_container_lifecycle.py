@@ -10,7 +10,14 @@ from typing import Any
 
 import pytest
 
-from container_engine import DOCKER_HOST, TEST_IMAGE, engine_node, remove_node_containers, require_engine
+from container_engine import (
+    DOCKER_HOST,
+    TEST_IMAGE,
+    engine_node,
+    list_labelled,
+    remove_node_containers,
+    require_engine,
+)
 
 from .conftest import Corral, wait_for
 
@@ -21,7 +28,7 @@ NODE = engine_node("e2e-cycle")
 
 def _containers(engine: Any, job: int | None = None) -> list[Any]:
     labels = [f"io.corral.node={NODE}"] + ([f"io.corral.job={job}"] if job is not None else [])
-    return list(engine.containers.list(all=True, filters={"label": labels}))
+    return list_labelled(engine, *labels)
 
 
 def _user(c: Corral, name: str, tenant: str) -> dict[str, str]:

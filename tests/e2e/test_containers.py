@@ -13,7 +13,14 @@ from typing import Any
 
 import pytest
 
-from container_engine import DOCKER_HOST, TEST_IMAGE, engine_node, remove_node_containers, require_engine
+from container_engine import (
+    DOCKER_HOST,
+    TEST_IMAGE,
+    engine_node,
+    list_labelled,
+    remove_node_containers,
+    require_engine,
+)
 
 from .conftest import CORRAL, Corral, wait_for
 
@@ -111,6 +118,6 @@ def _run(c: Corral, engine: Any) -> None:
     assert c.cli("cancel", str(runs)).returncode == 0  # the re-adopted container obeys
     wait_for(lambda: _state(c, runs) == "CANCELLED", 30, "the re-adopted container cancelled")
     assert c.cli("logs", str(runs)).stdout == "alive\n"
-    wait_for(lambda: not engine.containers.list(all=True, filters={"label": f"io.corral.node={NODE}"}), 30, "removed")
+    wait_for(lambda: not list_labelled(engine, f"io.corral.node={NODE}"), 30, "removed")
     for job in (early, gpu_job, mounted, sleeper, ends, runs):
         assert c.job(job)["node"] == NODE  # never the head, which has no engine
