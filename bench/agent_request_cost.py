@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
-import os
 import sys
 import tempfile
 import time
@@ -109,10 +108,7 @@ def main() -> None:
     ap.add_argument("--finished", type=int, default=20_000)
     ap.add_argument("--pending", type=int, default=2_000)
     ap.add_argument("--idle-s", type=float, default=10.0, help="how long the idle server's CPU use is read")
-    ap.add_argument(
-        "--postgres-admin-url",
-        default=os.environ.get("CORRAL_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres"),
-    )
+    ap.add_argument("--postgres-admin-url", default=load.PG_ADMIN_URL)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     if args.agents < 1 or args.requests < 1:

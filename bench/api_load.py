@@ -77,6 +77,7 @@ SYNC_BODY = json.dumps({"running": [], "exits": [], "web_ports": [], "wait_s": 0
 CLIENT_ENDPOINTS = ("GET /api/v1/jobs", "GET /api/v1/jobs/{id}", "GET /api/v1/nodes")
 AGENT_ENDPOINTS = ("agent TLS connect", "POST /agents/{node}/sync", "POST /agents/{node}/telemetry")
 Samples = dict[str, list[float]]
+PG_ADMIN_URL = os.environ.get("CORRAL_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 
 
 # ---- the store ----------------------------------------------------------------------------------------------
@@ -517,7 +518,7 @@ def main() -> None:
     ap.add_argument("--think-s", type=float, default=0.0, help="pause of each client between its requests")
     ap.add_argument(
         "--postgres-admin-url",
-        default=os.environ.get("CORRAL_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres"),
+        default=PG_ADMIN_URL,
     )
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
