@@ -125,6 +125,22 @@ def test_a_nodes_running_jobs_are_its_own_and_the_gangs_with_a_part_on_it(store:
     assert state(store, pending) is JobState.PENDING
 
 
+def test_a_node_with_its_jobs_is_what_the_two_reads_give(store: SchedulingStore) -> None:
+    """A telemetry batch reads its node and the node's running jobs at once (get_node_with_jobs)."""
+    for name in ("n1", "n2"):
+        node(store, name, n=2)
+    own, gang, other = job(store), job(store, gpus=1, nodes=2), job(store)
+    assert store.assign_job_parts(own, [("n1", [0])], T0)
+    assert store.assign_job_parts(gang, [("n2", [0]), ("n1", [1])], T0)
+    assert store.assign_job_parts(other, [("n2", [1])], T0)
+    for name in ("n1", "n2"):
+        got, jobs = store.get_node_with_jobs(name)
+        assert got == store.get_node(name) and got is not None and got.name == name
+        assert jobs == store.list_node_jobs(name)
+    assert [j.id for j in store.get_node_with_jobs("n1")[1]] == [own, gang]
+    assert store.get_node_with_jobs("nowhere") == (None, [])
+
+
 def test_a_nodes_running_jobs_are_matched_by_its_whole_name_case_included(store: SchedulingStore) -> None:
     """SQLite's LIKE ignores ASCII case: a node that joined as N3 must not be handed (nor requeue when lost,
     drained or revoked) the gangs with a part on n3."""

@@ -202,6 +202,10 @@ class MemoryStore:
         with self._lock:
             return [self._jobs[i] for i in sorted(self._on_node.get(node, ()))]
 
+    def get_node_with_jobs(self, name: str) -> tuple[Node | None, list[Job]]:
+        with self._lock:
+            return self.get_node(name), self.list_node_jobs(name)
+
     def list_gpu_holders(self) -> list[tuple[int, str | None, list[int], list[Any], int]]:
         with self._lock:
             return [

@@ -29,6 +29,7 @@ from corral.store.records import (
     Lease,
     Node,
     NodeEvent,
+    NodeWork,
     Pool,
     PoolEvent,
     Queue,
@@ -252,6 +253,9 @@ class NodeStore(Protocol):
 
     def get_node(self, name: str) -> Node | None:
         """The node with its GPUs, or None. Read-only."""
+
+    def get_node_with_jobs(self, name: str) -> tuple[Node | None, list[Job]]:
+        """get_node and list_node_jobs read in one transaction (what a telemetry batch needs). Read-only."""
 
     def list_nodes(self) -> list[Node]:
         """Every node (any state) with its GPUs, ordered by name. Read-only."""
@@ -847,6 +851,10 @@ class StagingStore(Protocol):
     def list_stage_outs(self, node: str) -> list[Job]:
         """Ended jobs last run on `node` (their first node) whose output is still to ship (stage_out_state pending or
         running), and running gangs whose first part, on `node`, has ended (its output ships from there). Read-only."""
+
+    def read_node_work(self, node: str) -> NodeWork:
+        """list_node_jobs, list_staging and list_stage_outs of `node` read in one transaction (what an agent's sync
+        hands over). Read-only."""
 
     def set_stage_out(self, job_id: int, state: str, message: str) -> bool:
         """Record an ended job's stage-out state and outcome; False for an unknown job or one already done/failed."""

@@ -22,6 +22,7 @@ __all__ = [
     "JobSpec",
     "Node",
     "NodeEvent",
+    "NodeWork",
     "Queue",
     "Quota",
     "Schedule",
@@ -206,3 +207,14 @@ class PoolEvent:
     at: datetime
     kind: str
     message: str
+
+
+@dataclass(frozen=True, slots=True)
+class NodeWork:
+    """What an agent's sync hands over, read at once (StagingStore.read_node_work): the RUNNING jobs with a part on
+    the node (list_node_jobs), the pending jobs whose input it stages (list_staging), and the ended jobs whose
+    output it ships (list_stage_outs), each by id."""
+
+    jobs: list[Job]
+    staging: list[Job]
+    stage_outs: list[Job]

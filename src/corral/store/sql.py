@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections import namedtuple
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -12,8 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from sqlalchemy import Select, Table, bindparam, case, create_engine, event, func, insert, or_, select, update
-from sqlalchemy.engine import Engine
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import DisconnectionError, IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from corral.core.arrays import assign_array_ids, compute_array_group
@@ -32,7 +33,17 @@ from corral.store.logins import LoginFailureMethods
 from corral.store.operations import NodeAdminMethods
 from corral.store.pools import PoolMethods
 from corral.store.protocols import SchedulingStore
-from corral.store.records import GpuStatus, Job, JobEvent, JobSpec, Node, TokenRecord, User, compute_placed_parts
+from corral.store.records import (
+    GpuStatus,
+    Job,
+    JobEvent,
+    JobSpec,
+    Node,
+    NodeWork,
+    TokenRecord,
+    User,
+    compute_placed_parts,
+)
 from corral.store.replicas import ReplicaMethods
 from corral.store.schedules import ScheduleMethods
 from corral.store.secrets import SecretMethods
@@ -62,6 +73,9 @@ def normalize_url(url: str) -> str:
     return url
 
 
+# PostgreSQL: a pooled connection idle for longer is pinged before use (_IdlePing)
+PING_IDLE_S = 1.0
+
 _AUTH_WRITES = tuple(
     f"{verb} {table.upper()}"
     for verb in ("UPDATE", "DELETE FROM")
@@ -74,6 +88,37 @@ def _json_loads(data: bytes | str) -> Any:
     """psycopg's JSON loader: json.loads(bytes) first sniffs the encoding; PostgreSQL sends UTF-8. This makes a
     page of 500 jobs (8 JSON columns each) ~2.5x cheaper to decode."""
     return _decode_json(data if isinstance(data, str) else str(data, "utf-8"))
+
+
+class _IdlePing:
+    """Pings a pooled connection before use when it sat idle in the pool for more than PING_IDLE_S (a database
+    restart, a proxy or firewall that drops idle connections, idle_session_timeout), and swaps a dead one for a
+    new connection before the caller sees it (raising DisconnectionError in a checkout listener makes the pool
+    connect again). A connection back in the pool for less is used as it is: one that died in that second fails
+    its statement once, and SQLAlchemy then drops every connection of the pool made before (as on any disconnect).
+    pool_pre_ping pinged on every checkout, one more round trip per transaction, which a busy server pays on
+    every request."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    def attach(self) -> None:
+        event.listen(self._engine.pool, "checkin", self._checked_in)
+        event.listen(self._engine.pool, "checkout", self._checked_out)
+
+    @staticmethod
+    def _checked_in(_dbapi_conn: Any, record: Any) -> None:
+        if record is not None:
+            record.info["idle_since"] = time.monotonic()
+
+    def _checked_out(self, dbapi_conn: Any, record: Any, _proxy: Any) -> None:
+        since = record.info.get("idle_since")  # none: a new connection
+        if since is None or time.monotonic() - since <= PING_IDLE_S:
+            return
+        try:
+            self._engine.dialect.do_ping(dbapi_conn)
+        except Exception as e:  # any failure: the pool drops this one and connects again
+            raise DisconnectionError(f"an idle pooled connection failed its ping: {e}") from e
 
 
 def _postgres_json(dbapi_conn: Any, _record: Any) -> None:
@@ -114,15 +159,19 @@ class SqlStore(
         if self.is_sqlite:
             kwargs["connect_args"] = {"check_same_thread": False, "timeout": 30}
         else:
-            kwargs.update(pool_pre_ping=True, pool_size=10, max_overflow=20)
+            # no pool_pre_ping: that pings on every checkout, a round trip per transaction (~0.3 ms of this
+            # process's CPU); _IdlePing pings only a connection that sat idle in the pool (see there)
+            kwargs.update(pool_size=10, max_overflow=20)
         self.engine: Engine = create_engine(self.url, **kwargs)
         self.write_gate: WriteGate | None = None  # SQLite: this process's writers queue here, not in its busy handler
         if self.is_sqlite:
             event.listen(self.engine, "connect", _sqlite_pragmas)
             self.write_gate = WriteGate()
             self.write_gate.attach(self.engine)
-        elif self.url.startswith("postgresql+psycopg"):
-            event.listen(self.engine, "connect", _postgres_json)
+        else:
+            _IdlePing(self.engine).attach()
+            if self.url.startswith("postgresql+psycopg"):
+                event.listen(self.engine, "connect", _postgres_json)
         # Bumped whenever a statement writes the tokens or users table through this store, and again when that
         # transaction's connection goes back to the pool (after its commit or rollback): the server's credential
         # cache (corral.server.auth) drops what it read before.
@@ -474,16 +523,14 @@ class SqlStore(
     def list_node_jobs(self, node: str) -> list[Job]:
         """RUNNING jobs with a part on `node` (a gang's job is listed on each of its nodes)."""
         with self._tx() as s:
-            # two index reads, not one OR (which scans every running job): the node's own by (node, state), and
-            # the running gangs (a partial index), whose later nodes are only in node_list
-            conn = s.connection()
-            rows = list(conn.execute(_NODE_RUNNING, {"node": node}).all())
-            gangs = conn.execute(_GANGS_RUNNING_ON, {"node_pat": _listed_pattern(node)}).all()
-            # LIKE only narrows: SQLite's ignores ASCII case (a node N3 would get n3's gangs, their secrets
-            # included, and requeue them when lost or drained), so each name is compared whole here; the gangs
-            # headed here were read above (compared here, not in SQL, where `node != :node` drops a NULL head)
-            rows += [r for r in gangs if r.node != node and node in _names_in(r.node_list)]
-            return sorted(_jobs_of(rows), key=lambda j: j.id)
+            return _node_jobs(s.connection(), node)
+
+    def get_node_with_jobs(self, name: str) -> tuple[Node | None, list[Job]]:
+        """get_node and list_node_jobs in one transaction (a telemetry batch reads both: each transaction is a pool
+        checkout and, on PostgreSQL, a BEGIN and a COMMIT, each a round trip)."""
+        with self._tx() as s:
+            row = s.get(NodeRow, name)
+            return (self._node(s, row) if row else None), _node_jobs(s.connection(), name)
 
     def assign_job(self, job_id: int, node: str, gpu_indices: Sequence[int], now: datetime) -> bool:
         """One-part assign_job_parts (tests and tools): the same compare-and-set and capacity re-check."""
@@ -736,23 +783,18 @@ class SqlStore(
 
     def list_staging(self, node: str) -> list[Job]:
         with self._tx() as s:
-            rows = s.connection().execute(_STAGING, {"node": node, "node_pat": _listed_pattern(node)}).all()
-            jobs = sorted(_jobs_of(rows), key=lambda j: j.id)
-            return [j for j in jobs if node in j.stage_nodes and node not in j.stage_done]
+            return _staging(s.connection(), node)
 
     def list_stage_outs(self, node: str) -> list[Job]:
         with self._tx() as s:
-            # by (stage_out_state, node) alone: with the state in the query too, or asked for id order, SQLite
-            # reads the node's whole history through another index (it cannot tell that almost no row has output
-            # to ship); the few rows are sorted and their states checked here
-            jobs = sorted(_jobs_of(s.connection().execute(_STAGE_OUTS, {"node": node}).all()), key=lambda j: j.id)
-        # a gang's output ships from its first node (rank 0) once that part has ended: its node drops the stage
-        # dir of an ended part unless asked for its output then, while the others may still run
-        return [
-            j
-            for j in jobs
-            if j.state.terminal or (j.state is JobState.RUNNING and len(j.placed_parts) > 1 and node in j.part_exits)
-        ]
+            return _stage_outs(s.connection(), node)
+
+    def read_node_work(self, node: str) -> NodeWork:
+        """list_node_jobs, list_staging and list_stage_outs in one transaction: an agent's sync reads all three
+        (each transaction is a pool checkout and, on PostgreSQL, a BEGIN and a COMMIT, each a round trip)."""
+        with self._tx() as s:
+            conn = s.connection()
+            return NodeWork(_node_jobs(conn, node), _staging(conn, node), _stage_outs(conn, node))
 
     def set_stage_out(self, job_id: int, state: str, message: str) -> bool:
         with self._tx() as s:
@@ -1088,6 +1130,41 @@ def _node_of_columns(r: Any, gpus: Sequence[tuple[GpuInfo, GpuStatus]]) -> Node:
         runtimes=tuple(rt or ("process",)),
         images=tuple(im or ()),
     )
+
+
+def _node_jobs(conn: Connection, node: str) -> list[Job]:
+    """list_node_jobs' read, on a connection in a transaction."""
+    # two index reads, not one OR (which scans every running job): the node's own by (node, state), and the
+    # running gangs (a partial index), whose later nodes are only in node_list
+    rows = list(conn.execute(_NODE_RUNNING, {"node": node}).all())
+    gangs = conn.execute(_GANGS_RUNNING_ON, {"node_pat": _listed_pattern(node)}).all()
+    # LIKE only narrows: SQLite's ignores ASCII case (a node N3 would get n3's gangs, their secrets included, and
+    # requeue them when lost or drained), so each name is compared whole here; the gangs headed here were read
+    # above (compared here, not in SQL, where `node != :node` drops a NULL head)
+    rows += [r for r in gangs if r.node != node and node in _names_in(r.node_list)]
+    return sorted(_jobs_of(rows), key=lambda j: j.id)
+
+
+def _staging(conn: Connection, node: str) -> list[Job]:
+    """list_staging's read, on a connection in a transaction."""
+    rows = conn.execute(_STAGING, {"node": node, "node_pat": _listed_pattern(node)}).all()
+    jobs = sorted(_jobs_of(rows), key=lambda j: j.id)
+    return [j for j in jobs if node in j.stage_nodes and node not in j.stage_done]
+
+
+def _stage_outs(conn: Connection, node: str) -> list[Job]:
+    """list_stage_outs' read, on a connection in a transaction."""
+    # by (stage_out_state, node) alone: with the state in the query too, or asked for id order, SQLite reads the
+    # node's whole history through another index (it cannot tell that almost no row has output to ship); the few
+    # rows are sorted and their states checked here
+    jobs = sorted(_jobs_of(conn.execute(_STAGE_OUTS, {"node": node}).all()), key=lambda j: j.id)
+    # a gang's output ships from its first node (rank 0) once that part has ended: its node drops the stage dir of
+    # an ended part unless asked for its output then, while the others may still run
+    return [
+        j
+        for j in jobs
+        if j.state.terminal or (j.state is JobState.RUNNING and len(j.placed_parts) > 1 and node in j.part_exits)
+    ]
 
 
 def _node(r: NodeRow, gpus: Sequence[GpuRow]) -> Node:

@@ -77,13 +77,12 @@ class TelemetryService:
     def receive(self, node_name: str, batch: TelemetryBatch) -> IngestResult:
         """Take one batch `node_name` sent. Raises NotFoundError (unknown node), ValidationError (a batch for
         another node, or over the node's budget: nothing stored then)."""
-        node = self.store.get_node(node_name)
+        node, jobs = self.store.get_node_with_jobs(node_name)  # one transaction
         if node is None:
             raise NotFoundError("node", node_name)
         if batch.node != node_name:
             raise ValidationError("node", f"batch is for node {batch.node!r}, sent as {node_name!r}")
         self.telemetry.check_budget(batch, self.clock())
-        jobs = self.store.list_node_jobs(node_name)
         stored = self.telemetry.store_batch(batch, jobs)
         transitions = self.health.check(node, batch)
         now = datetime.fromtimestamp(batch.ts, UTC)

@@ -59,17 +59,17 @@ async def sync(node: str, body: AgentSync, me: Agent, ctx: ContextDep) -> AgentS
     store = ctx.store
     order = ctx.report_order
 
-    # Few hops to the thread pool (each is a hand-over between the event loop and a worker thread): one before the
-    # wait, one for the offers, one after.
+    # Few hops to the thread pool (each is a hand-over between the event loop and a worker thread): one for the
+    # reports, one for the offers (again after the wait), each with few transactions.
     def heartbeat_and_report() -> tuple[Node, list[RunRef], bool]:
-        record = store.get_node(node)
-        # a cluster pool's node: no agent reports for it or takes its work
-        if record is not None and record.labels.get(SOURCE_LABEL) in CLUSTER_KINDS:
-            raise ForbiddenError(f"{node} is a node of the {record.labels.get(POOL_LABEL)} pool's cluster")
-        if record is None or not record_heartbeat(store, record, _now()):
-            raise NotFoundError("node", node)
         with order.lock(node):  # one report of a node at a time, in the agent's order of snapshots
-            return record, *apply_reports(store, node, body, order.is_fresh(node, body.boot, body.seq))
+            record, jobs = store.get_node_with_jobs(node)  # one transaction
+            # a cluster pool's node: no agent reports for it or takes its work
+            if record is not None and record.labels.get(SOURCE_LABEL) in CLUSTER_KINDS:
+                raise ForbiddenError(f"{node} is a node of the {record.labels.get(POOL_LABEL)} pool's cluster")
+            if record is None or not record_heartbeat(store, record, _now()):
+                raise NotFoundError("node", node)
+            return record, *apply_reports(store, node, body, order.is_fresh(node, body.boot, body.seq), jobs)
 
     record, acked, freed = await run_in_threadpool(heartbeat_and_report)
     ctx.web_ports.record(node, body.web_ports)
@@ -93,10 +93,19 @@ async def sync(node: str, body: AgentSync, me: Agent, ctx: ContextDep) -> AgentS
     )  # now and after the wait
     stage = partial(compute_stage_orders, store, node, ctx.keyring, settings.staging_rules, settings.job_uid_range)
 
-    def offers() -> tuple[tuple[list[Assignment], list[RunRef]], tuple[list[StageOrder], list[StageOrder]]]:
-        return assign(), stage()
+    def offers() -> tuple[
+        tuple[list[Assignment], list[RunRef]],
+        tuple[list[StageOrder], list[StageOrder]],
+        tuple[list[WebPortCheck], float | None],
+    ]:
+        work = store.read_node_work(node)  # one transaction for the three reads
+        return (
+            assign(jobs=work.jobs),
+            stage(staging=work.staging, outs=work.stage_outs),
+            (compute_web_port_checks(work.jobs, node), compute_notice_s(store, record)),
+        )
 
-    (assignments, cancels), (stage_in, stage_out) = await run_in_threadpool(offers)
+    (assignments, cancels), (stage_in, stage_out), (checks, notice_s) = await run_in_threadpool(offers)
     faults = telemetry.take_faults(node)
     # The agent already has every stage order (it reports on each): nothing new to hand over for those.
     staging_news = {str(o.job_id) for o in stage_in} != set(body.staging_in) or {
@@ -105,13 +114,8 @@ async def sync(node: str, body: AgentSync, me: Agent, ctx: ContextDep) -> AgentS
     if not assignments and not cancels and not faults and not staging_news and body.wait_s > 0:
         # never past CORRAL_LONG_POLL_S: the sync is the node's heartbeat, checked against CORRAL_NODE_LOST_AFTER_S
         await ctx.notifier.wait(node, min(body.wait_s, settings.long_poll_s))
-        (assignments, cancels), (stage_in, stage_out) = await run_in_threadpool(offers)
+        (assignments, cancels), (stage_in, stage_out), (checks, notice_s) = await run_in_threadpool(offers)
         faults = telemetry.take_faults(node)
-
-    def checks_and_notice() -> tuple[list[WebPortCheck], float | None]:
-        return compute_web_port_checks(store.list_node_jobs(node), node), compute_notice_s(store, record)
-
-    checks, notice_s = await run_in_threadpool(checks_and_notice)
     return AgentSyncReply(
         assignments=assignments,
         cancels=cancels,

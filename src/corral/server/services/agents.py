@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
@@ -168,18 +169,21 @@ class ReportOrder:
         return True
 
 
-def apply_reports(store: StateStore, node: str, body: AgentSync, fresh: bool = True) -> tuple[list[RunRef], bool]:
+def apply_reports(
+    store: StateStore, node: str, body: AgentSync, fresh: bool = True, jobs: Sequence[Job] | None = None
+) -> tuple[list[RunRef], bool]:
     """Reflect what the agent observed. Returns (exits acknowledged, whether capacity was freed).
 
     Reconciliation: a run the agent already received but now neither runs nor reports as exited
     was lost (e.g. the agent's state was wiped): it fails with a reason rather than hold GPUs forever.
     A report that is not `fresh` (older than one applied already: ReportOrder) brings its exits only; what it
-    says runs, or no longer runs, is out of date.
+    says runs, or no longer runs, is out of date. `jobs`: the node's RUNNING jobs as list_node_jobs just read them,
+    under the node's report lock (None: read here).
     """
     now = datetime.now(UTC)
     freed = False
     acked: list[RunRef] = []
-    mine = {j.id: j for j in store.list_node_jobs(node)}
+    mine = {j.id: j for j in (store.list_node_jobs(node) if jobs is None else jobs)}
     _record_image_digests(store, node, body, mine)  # first: a run that ended at once ran an image too
     finishes: list[tuple[int, JobState, int | None, str]] = []
     runs: dict[int, int] = {}  # job -> the attempt each finish is the end of (checked current when read)
@@ -264,6 +268,7 @@ def compute_assignments(
     job_ports: range = DEFAULT_JOB_PORT_RANGE,
     port_salt: int = 0,
     log_max_bytes: int = 0,
+    jobs: Sequence[Job] | None = None,
 ) -> tuple[list[Assignment], list[RunRef]]:
     """Runs the agent must start (RUNNING here, not yet acknowledged) and runs it must stop.
 
@@ -275,13 +280,14 @@ def compute_assignments(
     so that every node agrees; a job whose owner has none fails with the reason instead of starting.
     A job with a web UI gets its port from `job_ports` here, never one another job of this node holds.
     Each run's log is capped on the node at `log_max_bytes` (CORRAL_JOB_LOG_MAX_MB; 0: no limit).
+    `jobs`: the node's RUNNING jobs as list_node_jobs just read them (None: read here).
     """
     uuids = {g.index: g.uuid for g in node.gpus}
     assignments: list[Assignment] = []
     cancels: list[RunRef] = []
     current: set[RunRef] = set()
     # only runs with a part here, whatever the read returns (a second line behind its match on node names)
-    jobs = [j for j in store.list_node_jobs(node.name) if _on(j, node.name)]
+    jobs = [j for j in (store.list_node_jobs(node.name) if jobs is None else jobs) if _on(j, node.name)]
     ports_by_job = {j.id: j.spec.port for j in jobs if j.spec.port and is_head(j, node.name)}
     for job in jobs:
         run = _run_of(job, node.name)

@@ -81,12 +81,15 @@ def compute_stage_orders(
     keyring: Keyring | None,
     rules: StagingRules,
     uids: UidRange,
+    staging: Sequence[Job] | None = None,
+    outs: Sequence[Job] | None = None,
 ) -> tuple[list[StageOrder], list[StageOrder]]:
     """The node's stage-in orders (pending jobs staging there) and stage-out orders (ended jobs it last ran with
     output to ship), with the S3 login opened for it. A job whose secret is gone or whose shared path is no longer
-    allowed fails (stage-in) or records the stage-out failure, saying why, instead of staging."""
-    staging = store.list_staging(node)
-    outs = store.list_stage_outs(node)
+    allowed fails (stage-in) or records the stage-out failure, saying why, instead of staging. `staging` and
+    `outs`: what list_staging and list_stage_outs just read (None: read here)."""
+    staging = store.list_staging(node) if staging is None else staging
+    outs = store.list_stage_outs(node) if outs is None else outs
     if not staging and not outs:
         return [], []
     tenants = {t.id: t.name for t in store.list_tenants()}
