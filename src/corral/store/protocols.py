@@ -255,7 +255,8 @@ class NodeStore(Protocol):
         """The node with its GPUs, or None. Read-only."""
 
     def get_node_with_jobs(self, name: str) -> tuple[Node | None, list[Job]]:
-        """get_node and list_node_jobs read in one transaction (what a telemetry batch needs). Read-only."""
+        """get_node and list_node_jobs read in one transaction (what an agent's sync and telemetry batch read first).
+        Read-only."""
 
     def list_nodes(self) -> list[Node]:
         """Every node (any state) with its GPUs, ordered by name. Read-only."""

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from sqlalchemy import Select, Table, bindparam, case, create_engine, event, func, insert, or_, select, update
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.exc import DisconnectionError, IntegrityError
+from sqlalchemy.exc import IntegrityError, InvalidatePoolError
 from sqlalchemy.orm import Session, sessionmaker
 
 from corral.core.arrays import assign_array_ids, compute_array_group
@@ -73,7 +73,7 @@ def normalize_url(url: str) -> str:
     return url
 
 
-# PostgreSQL: a pooled connection idle for longer is pinged before use (_IdlePing)
+# PostgreSQL (any server database): a pooled connection idle for longer is pinged before use (_IdlePing)
 PING_IDLE_S = 1.0
 
 _AUTH_WRITES = tuple(
@@ -95,7 +95,9 @@ class _IdlePing:
     restart, a proxy or firewall that drops idle connections, idle_session_timeout), and swaps a dead one for a
     new connection before the caller sees it (raising DisconnectionError in a checkout listener makes the pool
     connect again). A connection back in the pool for less is used as it is: one that died in that second fails
-    its statement once, and SQLAlchemy then drops every connection of the pool made before (as on any disconnect).
+    its statement once (the request fails: 503, nothing of that transaction done), and SQLAlchemy then drops every
+    connection of the pool made before (as on any disconnect). A server database, PostgreSQL, only: SQLite's file
+    needs no ping.
     pool_pre_ping pinged on every checkout, one more round trip per transaction, which a busy server pays on
     every request."""
 
@@ -108,8 +110,7 @@ class _IdlePing:
 
     @staticmethod
     def _checked_in(_dbapi_conn: Any, record: Any) -> None:
-        if record is not None:
-            record.info["idle_since"] = time.monotonic()
+        record.info["idle_since"] = time.monotonic()  # cleared when the record connects anew
 
     def _checked_out(self, dbapi_conn: Any, record: Any, _proxy: Any) -> None:
         since = record.info.get("idle_since")  # none: a new connection
@@ -118,7 +119,8 @@ class _IdlePing:
         try:
             self._engine.dialect.do_ping(dbapi_conn)
         except Exception as e:  # any failure: the pool drops this one and connects again
-            raise DisconnectionError(f"an idle pooled connection failed its ping: {e}") from e
+            # the whole pool: its other connections made before are as dead (a restart), each replaced before use
+            raise InvalidatePoolError(f"an idle pooled connection failed its ping: {e}") from e
 
 
 def _postgres_json(dbapi_conn: Any, _record: Any) -> None:
@@ -161,7 +163,9 @@ class SqlStore(
         else:
             # no pool_pre_ping: that pings on every checkout, a round trip per transaction (~0.3 ms of this
             # process's CPU); _IdlePing pings only a connection that sat idle in the pool (see there)
-            kwargs.update(pool_size=10, max_overflow=20)
+            # LIFO: the connections in use stay warm and the rest age out, rather than each being idle about
+            # pool-size times the gap between transactions (and pinged again)
+            kwargs.update(pool_size=10, max_overflow=20, pool_use_lifo=True)
         self.engine: Engine = create_engine(self.url, **kwargs)
         self.write_gate: WriteGate | None = None  # SQLite: this process's writers queue here, not in its busy handler
         if self.is_sqlite:

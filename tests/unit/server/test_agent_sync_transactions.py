@@ -104,3 +104,20 @@ def test_a_telemetry_batch_reads_in_one_transaction_and_writes_in_one(counted: C
         assert r.json()["stored"] > 0
 
     assert c.requests_transactions(send) == 2
+
+
+def test_the_sync_that_hands_a_web_ui_run_over_asks_its_agent_to_watch_the_port(counted: Counted) -> None:
+    """The checks come from the node's jobs as they are after the hand-over, which gave the run its port."""
+    c = counted
+    r = c.c.post("/api/v1/jobs", json={"command": ["serve"], "gpus": 1, "web_ui": True}, headers=c.admin)
+    assert r.status_code == 201, r.text
+    job = int(r.json()["id"])
+    deadline = time.monotonic() + 10
+    while c.c.get(f"/api/v1/jobs/{job}", headers=c.admin).json()["state"] != "RUNNING":
+        assert time.monotonic() < deadline, "the job never started"
+        time.sleep(0.05)
+    body = {"running": [], "boot": "b", "seq": 1}
+    reply = c.c.post("/api/v1/agents/n1/sync", json=body, headers=c.headers).json()
+    [handed] = [a for a in reply["assignments"] if a["job_id"] == job]
+    port = int(handed["env"]["PORT"])
+    assert [(w["job_id"], w["port"]) for w in reply["web_ports"]] == [(job, port)]

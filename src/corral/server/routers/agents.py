@@ -60,7 +60,8 @@ async def sync(node: str, body: AgentSync, me: Agent, ctx: ContextDep) -> AgentS
     order = ctx.report_order
 
     # Few hops to the thread pool (each is a hand-over between the event loop and a worker thread): one for the
-    # reports, one for the offers (again after the wait), each with few transactions.
+    # reports, one for the offers (again after the wait), each with few transactions; one more for stage reports,
+    # and for a cloud pool's node its spot notice.
     def heartbeat_and_report() -> tuple[Node, list[RunRef], bool]:
         with order.lock(node):  # one report of a node at a time, in the agent's order of snapshots
             record, jobs = store.get_node_with_jobs(node)  # one transaction
@@ -94,18 +95,17 @@ async def sync(node: str, body: AgentSync, me: Agent, ctx: ContextDep) -> AgentS
     stage = partial(compute_stage_orders, store, node, ctx.keyring, settings.staging_rules, settings.job_uid_range)
 
     def offers() -> tuple[
-        tuple[list[Assignment], list[RunRef]],
-        tuple[list[StageOrder], list[StageOrder]],
-        tuple[list[WebPortCheck], float | None],
+        tuple[list[Assignment], list[RunRef]], tuple[list[StageOrder], list[StageOrder]], list[WebPortCheck]
     ]:
         work = store.read_node_work(node)  # one transaction for the three reads
-        return (
-            assign(jobs=work.jobs),
-            stage(staging=work.staging, outs=work.stage_outs),
-            (compute_web_port_checks(work.jobs, node), compute_notice_s(store, record)),
-        )
+        handed = assign(jobs=work.jobs)
+        if any(node not in j.delivered_to for j in work.jobs):
+            # handing a run over may have written (its web port, moved off a clash; its failure, which may leave
+            # output to ship): the rest is read again, as it is after (on a steady node: never)
+            work = store.read_node_work(node)
+        return handed, stage(staging=work.staging, outs=work.stage_outs), compute_web_port_checks(work.jobs, node)
 
-    (assignments, cancels), (stage_in, stage_out), (checks, notice_s) = await run_in_threadpool(offers)
+    (assignments, cancels), (stage_in, stage_out), checks = await run_in_threadpool(offers)
     faults = telemetry.take_faults(node)
     # The agent already has every stage order (it reports on each): nothing new to hand over for those.
     staging_news = {str(o.job_id) for o in stage_in} != set(body.staging_in) or {
@@ -114,8 +114,10 @@ async def sync(node: str, body: AgentSync, me: Agent, ctx: ContextDep) -> AgentS
     if not assignments and not cancels and not faults and not staging_news and body.wait_s > 0:
         # never past CORRAL_LONG_POLL_S: the sync is the node's heartbeat, checked against CORRAL_NODE_LOST_AFTER_S
         await ctx.notifier.wait(node, min(body.wait_s, settings.long_poll_s))
-        (assignments, cancels), (stage_in, stage_out), (checks, notice_s) = await run_in_threadpool(offers)
+        (assignments, cancels), (stage_in, stage_out), checks = await run_in_threadpool(offers)
         faults = telemetry.take_faults(node)
+    # a cloud pool's node reads its spot notice (a read): any other has none
+    notice_s = await run_in_threadpool(compute_notice_s, store, record) if POOL_LABEL in record.labels else None
     return AgentSyncReply(
         assignments=assignments,
         cancels=cancels,
