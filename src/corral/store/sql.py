@@ -93,8 +93,9 @@ def _json_loads(data: bytes | str) -> Any:
 class _IdlePing:
     """Pings a pooled connection before use when it sat idle in the pool for more than PING_IDLE_S (a database
     restart, a proxy or firewall that drops idle connections, idle_session_timeout), and swaps a dead one for a
-    new connection before the caller sees it (raising DisconnectionError in a checkout listener makes the pool
-    connect again). A connection back in the pool for less is used as it is: one that died in that second fails
+    new connection before the caller sees it (InvalidatePoolError raised in a checkout listener makes the pool
+    connect again, and drop its other connections made before). A connection back in the pool for less is used as
+    it is: one that died in that second fails
     its statement once (the request fails: 503, nothing of that transaction done), and SQLAlchemy then drops every
     connection of the pool made before (as on any disconnect). A server database, PostgreSQL, only: SQLite's file
     needs no ping.

@@ -5,25 +5,21 @@ server's first call after a database restart works; a busy server's connections 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import psycopg
 import pytest
 from sqlalchemy.exc import OperationalError
 
 import corral.store.sql as sql
-from corral.store.sql import SqlStore, open_store
+from corral.store.sql import SqlStore
 
 pytestmark = pytest.mark.postgres
 
 
 @pytest.fixture
-def pg_store(postgres_url: str) -> Iterator[SqlStore]:
-    s = open_store(postgres_url)
-    try:
-        yield s
-    finally:
-        s.close()
+def database_url(postgres_url: str) -> str:
+    """PostgreSQL only (conftest's `store` opens it)."""
+    return postgres_url
 
 
 def _kill_backends(url: str) -> int:
@@ -38,21 +34,21 @@ def _kill_backends(url: str) -> int:
 
 
 def test_an_idle_connection_killed_by_the_database_is_replaced_before_use(
-    pg_store: SqlStore, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+    store: SqlStore, postgres_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(sql, "PING_IDLE_S", 0.05)
-    assert pg_store.get_node("n1") is None  # a pooled connection now
+    assert store.get_node("n1") is None  # a pooled connection now
     assert _kill_backends(postgres_url) >= 1
     time.sleep(0.1)  # idle for longer than PING_IDLE_S: pinged, found dead, replaced
-    assert pg_store.get_node("n1") is None and pg_store.count_users() == 0
+    assert store.get_node("n1") is None and store.count_users() == 0
 
 
 def test_a_connection_used_within_the_idle_time_is_not_pinged(
-    pg_store: SqlStore, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+    store: SqlStore, postgres_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(sql, "PING_IDLE_S", 3600.0)
-    assert pg_store.get_node("n1") is None
+    assert store.get_node("n1") is None
     assert _kill_backends(postgres_url) >= 1
     with pytest.raises(OperationalError):  # no ping: the dead connection's statement fails, once
-        pg_store.get_node("n1")
-    assert pg_store.get_node("n1") is None  # the pool dropped the connections made before: a new one
+        store.get_node("n1")
+    assert store.get_node("n1") is None  # the pool dropped the connections made before: a new one
