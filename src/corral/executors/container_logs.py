@@ -1,10 +1,18 @@
 """A container's stdout and stderr, appended to the job's durable log (the same file a process job writes).
 
-The engine keeps the container's output (json-file driver); a follower thread streams it with timestamps, writes
-each line without its timestamp, and keeps the newest timestamp written, with how many lines bore it, in the job's
-state dir. An agent that was killed and restarted resumes from there, so the log holds every line once (a kill
-between a line and its recorded position repeats that one line). Docker stamps lines to the nanosecond, Podman's
-compatible API to the second: many lines may share one stamp, hence the count.
+The engine keeps the container's output (json-file driver); a follower thread streams it with timestamps and writes
+each line without its timestamp. Its position, kept in the job's state dir after each line, is a whole second
+`since` and how many lines of the engine's stream from that second were written. An agent that was killed and
+restarted asks for the stream from that second again and skips that many lines, so the log holds every line once
+(a kill between a line and its recorded position repeats that one line).
+
+The position counts lines rather than comparing timestamps because stamps are not in the order of the stream:
+Docker stamps a line when its copier (one for stdout, one for stderr) reads it, and the copiers then write in turn,
+so a stderr line may follow a stdout line stamped a little later. Any filter by "newer than the last stamp written"
+drops such a line. The engine's stream from a given second is always the same lines in the same order, so a count
+is exact. `since` moves forward to one second before the newest line's second (stamps are out of order by far
+less than a second), so a resume re-reads only the last second or two. Docker stamps lines to the nanosecond,
+Podman's compatible API to the second; both work the same way.
 The log is capped at the run's `max_bytes` (0: no limit) as a process job's shim caps it: past it, lines are read
 and dropped, the log says so once, and how much was dropped when the container has ended.
 """
@@ -19,6 +27,7 @@ import re
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
@@ -39,13 +48,36 @@ def compute_timestamp_key(stamp: str) -> tuple[str, int]:
     return whole, int((fraction or "0").ljust(9, "0")[:9])
 
 
-def load_position(state_dir: Path) -> tuple[str, int]:
-    """The newest timestamp written ("" for none) and how many lines bearing it were written."""
+@dataclass
+class LogPosition:
+    """How far a container's output has been copied: `read` lines of the engine's stream from the whole second
+    `since` (0: from the start), with how many of those lines bore each second (to move `since` forward).
+    `legacy` is the position an older agent wrote, (newest stamp, lines bearing it), skipped by stamp once."""
+
+    since: int = 0
+    read: int = 0
+    seconds: dict[int, int] = field(default_factory=dict)
+    legacy: tuple[tuple[str, int], int] | None = None
+
+
+def load_position(state_dir: Path) -> LogPosition:
+    """The position saved in `state_dir`; the start when there is none (or it is unreadable)."""
     try:
         data = json.loads((state_dir / LOG_POSITION_FILE).read_text(encoding="utf-8"))
-        return str(data.get("last", "")), int(data.get("count", 1))
+        if "since" in data:
+            seconds = {int(k): int(v) for k, v in dict(data.get("seconds", {})).items()}
+            return LogPosition(int(data["since"]), int(data["read"]), seconds)
+        last = str(data.get("last", ""))
+        if not last:
+            return LogPosition()
+        key = compute_timestamp_key(last)
+        return LogPosition(_second_of(key), 0, {}, (key, int(data.get("count", 1))))
     except (OSError, ValueError, TypeError, AttributeError):
-        return "", 0
+        return LogPosition()
+
+
+def _second_of(key: tuple[str, int]) -> int:
+    return calendar.timegm(time.strptime(key[0], "%Y-%m-%dT%H:%M:%S"))
 
 
 class LogFollower:
@@ -58,7 +90,7 @@ class LogFollower:
         self._over = 0  # bytes of output dropped past the limit (by this follower)
         self._log_path = log_path
         self._state_dir = state_dir
-        self._last, self._count = load_position(state_dir)
+        self._pos = load_position(state_dir)
         self._thread = threading.Thread(target=self._run, name=f"corral-logs-{state_dir.name}", daemon=True)
 
     def start(self) -> None:
@@ -115,40 +147,49 @@ class LogFollower:
             self._over += len(line) - len(keep)
 
     def _lines(self, follow: bool = True) -> Iterator[bytes]:
-        """The container's output lines not yet written (stdout and stderr interleaved as they came)."""
-        last_key = compute_timestamp_key(self._last) if self._last else None
-        since = calendar.timegm(time.strptime(last_key[0], "%Y-%m-%dT%H:%M:%S")) if last_key else None
-        seen = 0  # lines of this stream stamped last_key
+        """The container's output lines not yet written (stdout and stderr interleaved as the engine stored them)."""
+        pos = self._pos
+        skip = pos.read  # lines of this stream already written
         stream = self._container.logs(
-            stdout=True, stderr=True, stream=True, follow=follow, timestamps=True, since=since
+            stdout=True, stderr=True, stream=True, follow=follow, timestamps=True, since=pos.since or None
         )
-        for chunk in stream:  # one frame: one message of the container, "<timestamp> <text>"
-            stamp, _, text = chunk.partition(b" ")
-            if not _STAMP.match(stamp):
-                yield chunk  # an engine that does not stamp its lines
+        for index, chunk in enumerate(stream):  # one frame: one message of the container, "<timestamp> <text>"
+            if index < skip:
                 continue
-            key = compute_timestamp_key(stamp.decode("ascii"))
-            if last_key is not None and key < last_key:
-                continue  # written before the agent restarted (or before this stream broke)
-            if key == last_key:
-                seen += 1
-                if seen <= self._count:
-                    continue  # this stamp's lines already written
-                self._count = seen
+            stamp, _, text = chunk.partition(b" ")
+            second = None
+            if _STAMP.match(stamp):
+                key = compute_timestamp_key(stamp.decode("ascii"))
+                second = _second_of(key)
+                if pos.legacy is not None:  # an older agent's position: skip up to its newest stamp, once
+                    last_key, count = pos.legacy
+                    if key < last_key or (key == last_key and count > 0):
+                        pos.legacy = (last_key, count - 1) if key == last_key else pos.legacy
+                        pos.read += 1
+                        pos.seconds[second] = pos.seconds.get(second, 0) + 1
+                        continue
+                    pos.legacy = None
             else:
-                last_key, seen, self._count = key, 1, 1
-                self._last = stamp.decode("ascii")
+                text = chunk  # an engine that does not stamp its lines: the count alone places them
             yield text
+            pos.read += 1
+            if second is not None:
+                pos.seconds[second] = pos.seconds.get(second, 0) + 1
+                if second - 1 > pos.since:  # move forward: the next stream starts a second before this line's
+                    pos.since = second - 1
+                    pos.seconds = {s: n for s, n in pos.seconds.items() if s >= pos.since}
+                    pos.read = sum(pos.seconds.values())
+                    # this stream goes on in its own numbering: only its start was skipped
             self._save()
 
     def _save(self) -> None:
         """After each line: a kill -9 between the line and its position repeats at most that line. No fsync: the
         position must survive the agent's death, not the machine's."""
-        if not self._last:
-            return
+        pos = self._pos
         tmp = self._state_dir / (LOG_POSITION_FILE + ".tmp")
         try:
-            tmp.write_text(json.dumps({"last": self._last, "count": self._count}), encoding="utf-8")
+            data = {"since": pos.since, "read": pos.read, "seconds": {str(k): v for k, v in pos.seconds.items()}}
+            tmp.write_text(json.dumps(data), encoding="utf-8")
             os.replace(tmp, self._state_dir / LOG_POSITION_FILE)
         except OSError:
             pass  # the job's state dir is gone: the job was acknowledged meanwhile
