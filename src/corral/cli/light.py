@@ -707,13 +707,37 @@ def state_text(j: dict[str, Any]) -> str:
     return str(j["state"]) + (f" ({j['phase']})" if j.get("phase") else "")
 
 
+def describe_gpus(j: dict[str, Any]) -> str:
+    """How many GPUs, and which once placed: "1 (GPU 0)", "2 (GPUs 3,5)", "2 requested", "0.5 of GPU 1",
+    "8 on each of 2 nodes (a: 0-7 ...)". The indices alone ("0") read as a count of none."""
+    count, milli, nodes = j.get("gpu_count") or 0, j.get("gpu_milli") or 1000, j.get("nodes") or 1
+    parts = [p for p in j.get("parts") or () if p.get("gpus")] or (
+        [{"node": j.get("node"), "gpus": j["gpus"]}] if j.get("gpus") else []
+    )
+
+    def which(gpus: list[int]) -> str:
+        return f"GPU{'s' if len(gpus) > 1 else ''} {','.join(map(str, gpus))}"
+
+    if count == 0:
+        return "none"
+    if milli < 1000:
+        share = f"{milli / 1000:g}"
+        return f"{share} of {which(parts[0]['gpus'])}" if parts else f"{share} of a GPU requested"
+    amount = f"{count} on each of {nodes} nodes" if nodes > 1 else str(count)
+    if not parts:
+        return f"{amount} requested"
+    if nodes > 1:
+        return f"{amount} (" + "; ".join(f"{p['node']}: {which(p['gpus'])}" for p in parts) + ")"
+    return f"{amount} ({which(parts[0]['gpus'])})"
+
+
 def print_job(j: dict[str, Any]) -> None:
     fields: list[tuple[str, Any]] = [
         ("id", j["id"]),
         ("name", j["name"]),
         ("state", state_text(j)),
         ("node", j.get("node")),
-        ("gpus", ",".join(map(str, j.get("gpus") or ())) or f"{j.get('gpu_count')} requested"),
+        ("gpus", describe_gpus(j)),
         ("command", _shell_join(j.get("command") or ())),
         ("exit code", j.get("exit_code")),
         ("reason", j.get("pending_reason") or j.get("reason")),

@@ -282,6 +282,33 @@ def test_show_prints_the_command_as_a_shell_line_and_times_in_utc(capsys: pytest
 
 
 @pytest.mark.parametrize(
+    ("fields", "text"),
+    [
+        ({"gpu_count": 1, "gpus": [0], "gpu_milli": 1000}, "1 (GPU 0)"),  # not "0": GPU 0 read as no GPU at all
+        ({"gpu_count": 2, "gpus": [3, 5], "gpu_milli": 1000}, "2 (GPUs 3,5)"),
+        ({"gpu_count": 2, "gpus": [], "gpu_milli": 1000}, "2 requested"),
+        ({"gpu_count": 1, "gpus": [1], "gpu_milli": 250}, "0.25 of GPU 1"),
+        ({"gpu_count": 0, "gpus": [], "gpu_milli": 1000}, "none"),
+        (
+            {
+                "gpu_count": 2,
+                "nodes": 2,
+                "gpus": [0, 1],
+                "gpu_milli": 1000,
+                "parts": [{"node": "a", "gpus": [0, 1]}, {"node": "b", "gpus": [6, 7]}],
+            },
+            "2 on each of 2 nodes (a: GPUs 0,1; b: GPUs 6,7)",
+        ),
+    ],
+)
+def test_show_says_how_many_gpus_and_which(
+    fields: dict[str, object], text: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    light.print_job(dict(JOB, **fields))
+    assert f"      gpus  {text}\n" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
     ("body", "words"),
     [
         ({"xid": 79}, "Xid 79 raised"),
