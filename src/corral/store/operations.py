@@ -26,15 +26,15 @@ class NodeAdminMethods:
 
     def delete_node(self, name: str) -> bool:
         with self._tx() as s:
-            held = s.scalars(
-                select(JobRow.id)
-                .where(
+            # LIKE finds the candidates (SQLite's ignores ASCII case: N3's gang matches n3); the name is then
+            # compared whole, so a gang on another node never keeps this one
+            listed = s.execute(
+                select(JobRow.node, JobRow.node_list).where(
                     JobRow.state == "RUNNING",
                     (JobRow.node == name) | JobRow.node_list.contains(f",{name},", autoescape=True),
                 )
-                .limit(1)
-            ).first()
-            if held is not None:
+            ).all()
+            if any(node == name or name in (nodes or "").split(",") for node, nodes in listed):
                 return False
             s.execute(delete(GpuRow).where(GpuRow.node_name == name))
             return bool(affected_rows(s.execute(delete(NodeRow).where(NodeRow.name == name))))
