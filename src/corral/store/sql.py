@@ -563,7 +563,7 @@ class SqlStore(
             rows = {
                 r.id: r
                 for at in range(0, len(ids), _IN_CHUNK)
-                for r in s.scalars(select(JobRow).where(JobRow.id.in_(ids[at : at + _IN_CHUNK]))).all()
+                for r in map(_JobColumns._make, s.connection().execute(_JOBS_BY_ID, {"ids": ids[at : at + _IN_CHUNK]}))
             }
             placed: dict[int, Sequence[tuple[str, Sequence[int]]]] = {}
             for job_id, parts in assignments:
@@ -594,36 +594,6 @@ class SqlStore(
         this attempt marked: its start time and its next attempt number). An event per moved job."""
         if not placed:
             return set()
-        jobs = _JOBS.c
-        stmt = (
-            update(_JOBS)
-            .where(jobs.id == bindparam("b_id"), or_(*(jobs.state == st for st in _sources(JobState.RUNNING))))
-            .values(
-                state=JobState.RUNNING.value,
-                node=bindparam("b_node"),
-                gpu_indices=bindparam("b_gpus", type_=jobs.gpu_indices.type),
-                parts=bindparam("b_parts", type_=jobs.parts.type),
-                node_list=bindparam("b_node_list"),
-                delivered_nodes="",
-                part_exits={},
-                image_digest="",
-                phase="",
-                started_at=now,
-                delivered=False,
-                reason="",
-                attempt=jobs.attempt + 1,
-                not_before=None,
-                # its staged input is used by this attempt; a later one (after a requeue) stages it again
-                stage_state="",
-                stage_node=None,
-                stage_progress="",
-                stage_nodes=None,
-                stage_done="",
-                # this attempt's output is still to ship (a gang's earlier attempt may have shipped its own)
-                stage_out_state=case((jobs.stage_out_state == "", ""), else_=OUT_PENDING),
-                stage_out_message="",
-            )
-        )
         params = [
             {
                 "b_id": job_id,
@@ -634,7 +604,9 @@ class SqlStore(
             }
             for job_id, parts in placed.items()
         ]
-        res = s.connection().execute(stmt, params)
+        for p in params:
+            p["b_now"] = now
+        res = s.connection().execute(_ASSIGN, params)
         done = set(placed)
         if affected_rows(res) != len(placed):  # one changed meanwhile (another replica): which did this move?
             marked = s.execute(
@@ -661,32 +633,28 @@ class SqlStore(
         """Serialise assigns that touch these nodes: PostgreSQL locks their rows in name order (no deadlock);
         SQLite takes the database's write lock now, before reading, so another process cannot commit in between
         (threads of this process already wait on _rmw_lock)."""
-        if self.is_sqlite:
-            s.execute(update(NodeRow).where(NodeRow.name.in_(names)).values(cordoned=NodeRow.cordoned))
-        else:
-            s.execute(select(NodeRow.name).where(NodeRow.name.in_(names)).order_by(NodeRow.name).with_for_update())
+        s.connection().execute(_LOCK_NODES_SQLITE if self.is_sqlite else _LOCK_NODES, {"names": list(names)})
 
     def _nodes_named(self, s: Session, names: Sequence[str]) -> dict[str, Node]:
         """These nodes (two queries, as list_nodes: column tuples, not ORM rows)."""
-        rows = s.execute(select(*_NODE_COLUMNS).where(NodeRow.name.in_(names))).all()
-        gpus = s.execute(
-            select(*_GPU_COLUMNS).where(GpuRow.node_name.in_(names)).order_by(GpuRow.node_name, GpuRow.index)
-        ).all()
+        conn = s.connection()  # Core, not the ORM's execute: no ORM entities here
+        rows = conn.execute(_NODES_NAMED, {"names": list(names)}).all()
+        gpus = conn.execute(_GPUS_NAMED, {"names": list(names)}).all()
         by_node: dict[str, list[tuple[GpuInfo, GpuStatus]]] = {}
         for g in gpus:
             by_node.setdefault(g[0], []).append(_gpu_of_columns(g))
         return {r[0]: _node_of_columns(r, by_node.get(r[0], ())) for r in rows}
 
     def _use_on(self, s: Session, names: Sequence[str]) -> dict[str, NodeUse]:
-        """What RUNNING jobs hold on these nodes (a gang counts on each of its nodes)."""
-        on = JobRow.node.in_(names) | or_(*(JobRow.node_list.contains(f",{n},", autoescape=True) for n in names))
-        rows = s.execute(
-            select(
-                JobRow.node, JobRow.gpu_indices, JobRow.parts, JobRow.gpu_milli, JobRow.cpu_milli, JobRow.memory_mib
-            ).where(JobRow.state == JobState.RUNNING.value, on)
-        ).all()
+        """What RUNNING jobs hold on these nodes (a gang counts on each of its nodes): the jobs whose first part is
+        on one of them (the (node, state) index) and the running gangs (their partial index), each job once; parts
+        on other nodes are left out by name."""
+        conn = s.connection()
+        rows = {r[0]: r for r in conn.execute(_USE_ON_NODES, {"names": list(names)})}
+        rows.update((r[0], r) for r in conn.execute(_USE_OF_GANGS))
         return compute_node_use(
-            ((compute_placed_parts(r[0], r[1] or (), r[2] or []), r[3], r[4], r[5]) for r in rows), only=names
+            ((compute_placed_parts(r[1], r[2] or (), r[3] or []), r[4], r[5], r[6]) for r in rows.values()),
+            only=names,
         )
 
     def mark_delivered(self, job_ids: Sequence[int], node: str | None = None) -> None:
@@ -1078,6 +1046,55 @@ _GPU_COLUMNS = (
     GpuRow.healthy,
     GpuRow.health_reason,
     GpuRow.disabled,
+)
+
+# the scheduler's assign runs these each pass that starts a job: built once (building the UPDATE's ~25 values and
+# the IN lists cost more than running them)
+_NAMES = bindparam("names", expanding=True)
+_JOBS_BY_ID = _SELECT_JOBS.where(JobRow.id.in_(bindparam("ids", expanding=True)))
+_LOCK_NODES_SQLITE = update(NodeRow).where(NodeRow.name.in_(_NAMES)).values(cordoned=NodeRow.cordoned)
+_LOCK_NODES = select(NodeRow.name).where(NodeRow.name.in_(_NAMES)).order_by(NodeRow.name).with_for_update()
+_NODES_NAMED = select(*_NODE_COLUMNS).where(NodeRow.name.in_(_NAMES))
+_GPUS_NAMED = select(*_GPU_COLUMNS).where(GpuRow.node_name.in_(_NAMES)).order_by(GpuRow.node_name, GpuRow.index)
+_USE_COLUMNS = (
+    JobRow.id,
+    JobRow.node,
+    JobRow.gpu_indices,
+    JobRow.parts,
+    JobRow.gpu_milli,
+    JobRow.cpu_milli,
+    JobRow.memory_mib,
+)
+_USE_ON_NODES = select(*_USE_COLUMNS).where(_RUNNING, JobRow.node.in_(_NAMES))
+_USE_OF_GANGS = select(*_USE_COLUMNS).where(_RUNNING, JobRow.nodes > 1)
+_ASSIGN = (
+    update(_JOBS)
+    .where(_JOBS.c.id == bindparam("b_id"), or_(*(_JOBS.c.state == st for st in _sources(JobState.RUNNING))))
+    .values(
+        state=JobState.RUNNING.value,
+        node=bindparam("b_node"),
+        gpu_indices=bindparam("b_gpus", type_=_JOBS.c.gpu_indices.type),
+        parts=bindparam("b_parts", type_=_JOBS.c.parts.type),
+        node_list=bindparam("b_node_list"),
+        delivered_nodes="",
+        part_exits={},
+        image_digest="",
+        phase="",
+        started_at=bindparam("b_now", type_=_JOBS.c.started_at.type),
+        delivered=False,
+        reason="",
+        attempt=_JOBS.c.attempt + 1,
+        not_before=None,
+        # its staged input is used by this attempt; a later one (after a requeue) stages it again
+        stage_state="",
+        stage_node=None,
+        stage_progress="",
+        stage_nodes=None,
+        stage_done="",
+        # this attempt's output is still to ship (a gang's earlier attempt may have shipped its own)
+        stage_out_state=case((_JOBS.c.stage_out_state == "", ""), else_=OUT_PENDING),
+        stage_out_message="",
+    )
 )
 
 
