@@ -345,8 +345,9 @@ class SqlStore(
         """Plain column tuples, no ORM objects: building 1,000 NodeRows and 8,000 GpuRows cost most of a GET
         /api/v1/nodes (issue 13)."""
         with self._tx() as s:
-            rows = s.execute(select(*_NODE_COLUMNS).order_by(NodeRow.name)).all()
-            gpus = s.execute(select(*_GPU_COLUMNS).order_by(GpuRow.node_name, GpuRow.index)).all()
+            conn = s.connection()
+            rows = conn.execute(_ALL_NODES).all()
+            gpus = conn.execute(_ALL_GPUS).all()
         by_node: dict[str, list[tuple[GpuInfo, GpuStatus]]] = {}
         for g in gpus:
             by_node.setdefault(g[0], []).append(_gpu_of_columns(g))
@@ -404,22 +405,19 @@ class SqlStore(
         if not ids:
             return []
         with self._tx() as s:
-            return _jobs_of(s.connection().execute(_SELECT_JOBS.where(JobRow.id.in_(ids)).order_by(JobRow.id)).all())
+            return _jobs_of(s.connection().execute(_JOBS_BY_ID_ORDERED, {"ids": list(ids)}).all())
 
     def list_jobs_changed(
         self, states: Sequence[JobState], known: Mapping[int, int]
     ) -> tuple[list[int], list[tuple[Job, int]]]:
         """Ids and versions first (the (state, id) index), then the rows whose version differs, in chunks."""
         with self._tx() as s:
-            pairs = s.execute(
-                select(JobRow.id, JobRow.row_version)
-                .where(JobRow.state.in_([st.value for st in states]))
-                .order_by(JobRow.id)
-            ).all()
+            conn = s.connection()
+            pairs = conn.execute(_IDS_VERSIONS, {"states": [st.value for st in states]}).all()
             stale = [i for i, v in pairs if known.get(i) != v]
             loaded: list[tuple[Job, int]] = []
             for at in range(0, len(stale), _IN_CHUNK):
-                rows = s.connection().execute(_SELECT_JOBS.where(JobRow.id.in_(stale[at : at + _IN_CHUNK]))).all()
+                rows = conn.execute(_JOBS_BY_ID, {"ids": stale[at : at + _IN_CHUNK]}).all()
                 loaded += [(j, r.row_version) for j, r in zip(_jobs_of(rows), rows, strict=True)]
             return [i for i, _ in pairs], loaded
 
@@ -1052,8 +1050,17 @@ _GPU_COLUMNS = (
 # the IN lists cost more than running them)
 _NAMES = bindparam("names", expanding=True)
 _JOBS_BY_ID = _SELECT_JOBS.where(JobRow.id.in_(bindparam("ids", expanding=True)))
+_JOBS_BY_ID_ORDERED = _JOBS_BY_ID.order_by(JobRow.id)
+# each pass reads the pending and the running jobs' versions (JobCache)
+_IDS_VERSIONS = (
+    select(JobRow.id, JobRow.row_version)
+    .where(JobRow.state.in_(bindparam("states", expanding=True)))
+    .order_by(JobRow.id)
+)
 _LOCK_NODES_SQLITE = update(NodeRow).where(NodeRow.name.in_(_NAMES)).values(cordoned=NodeRow.cordoned)
 _LOCK_NODES = select(NodeRow.name).where(NodeRow.name.in_(_NAMES)).order_by(NodeRow.name).with_for_update()
+_ALL_NODES = select(*_NODE_COLUMNS).order_by(NodeRow.name)  # list_nodes: each pass, each GET /nodes
+_ALL_GPUS = select(*_GPU_COLUMNS).order_by(GpuRow.node_name, GpuRow.index)
 _NODES_NAMED = select(*_NODE_COLUMNS).where(NodeRow.name.in_(_NAMES))
 _GPUS_NAMED = select(*_GPU_COLUMNS).where(GpuRow.node_name.in_(_NAMES)).order_by(GpuRow.node_name, GpuRow.index)
 _USE_COLUMNS = (

@@ -34,6 +34,7 @@ log = logging.getLogger("corral.scheduler")
 SWEEP_EVERY_S = 5.0  # how often the newest successful jobs are read for the run-time predictions
 SWEEP_JOBS = 500  # how many: more than finish in SWEEP_EVERY_S at the burst rates measured (bench/burst.py)
 USAGE_SAVE_EVERY_S = 30.0  # fair share's history is written this often (and on stop), read back on start
+LOST_CHECK_EVERY = timedelta(seconds=1)  # silent nodes are looked for at most this often (each pass did)
 
 
 class UserNames(Protocol):
@@ -96,6 +97,7 @@ class Scheduler(Loop):
         self._history_learnt = False
         self._swept_at = 0.0
         self._was_running: set[int] = set()
+        self._lost_checked_at: datetime | None = None  # when silent nodes were last looked for
         # Each pass reads the pending and running jobs; only those whose row changed since are loaded again.
         self._pending = JobCache(store, [JobState.PENDING])
         self._running = JobCache(store, [JobState.RUNNING])
@@ -146,6 +148,9 @@ class Scheduler(Loop):
     def reconcile_lost_nodes(self, now: datetime) -> list[str]:
         """Nodes silent for longer than node_lost_after_s become LOST; their jobs go back to the queue
         (a job whose cancel was already requested ends CANCELLED instead)."""
+        if self._lost_checked_at is not None and timedelta(0) <= now - self._lost_checked_at < LOST_CHECK_EVERY:
+            return []  # a node is lost after tens of seconds of silence: once a second is soon enough
+        self._lost_checked_at = now
         lost = self.store.mark_nodes_lost(now - timedelta(seconds=self.node_lost_after_s))
         for name in lost:
             log.warning("node %s lost: no heartbeat for %.0f s", name, self.node_lost_after_s)
