@@ -95,7 +95,10 @@ def up(
     if usable_identity(agent_settings.tls_files, settings.node_name) is not None:
         server.provision_local_agent(settings.node_name, agent_settings.tls_files.directory)
     agent = AgentThread(agent_settings)
-    server.start()
+    try:
+        server.start()
+    except RuntimeError as e:  # a port taken: one line that says which and what to set, not a traceback
+        _fail(str(e))
     # The CLI verifies an https:// server with the cluster CA, unless the operator's own certificate is served
     # (then with the system's CAs, or CORRAL_CA_FILE).
     config = write_cli_config(
@@ -167,7 +170,10 @@ def server(
     _logging()
     settings = build_settings(host=host, port=port, data_dir=data_dir, database_url=database_url, policy=policy)
     srv = ServerThread(settings)
-    srv.start()
+    try:
+        srv.start()
+    except RuntimeError as e:  # a port taken: one line that says which and what to set, not a traceback
+        _fail(str(e))
     print(f"Corral server at {settings.url}", flush=True)
     _print_join_hint(
         settings.agent_url, srv.ca.fingerprint, settings.data_dir / JOIN_TOKEN_FILE, bool(srv.credentials.join_token)

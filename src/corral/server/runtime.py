@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import socket
 import ssl
 import threading
 import time
@@ -148,7 +149,11 @@ class ServerThread:
         provision_node_files(self.store, self.ca, node, tls_dir, context_of(self.app).node_cert_lifetime)
 
     def start(self, timeout_s: float = 30.0) -> None:
-        """Start and wait until every port is bound. Raises RuntimeError if one never comes up."""
+        """Start and wait until every port is bound. Raises RuntimeError if one never comes up. Every port is
+        tried first: whoever waits for the API's port (a script, `make up`, a benchmark) should not see a server
+        that exits a moment later because a port it opens after the API's is taken."""
+        for listener in self.listeners:
+            check_port_free(listener.server.config.host, listener.server.config.port, listener.failure)
         for i, listener in enumerate(self.listeners):
             listener.thread.start()
             try:
@@ -178,6 +183,24 @@ class ServerThread:
         for listener in reversed(self.listeners):
             if listener.thread.is_alive():
                 listener.thread.join(timeout=timeout_s)
+
+
+def check_port_free(host: str, port: int, failure: str) -> None:
+    """RuntimeError(failure) when `host`:`port` cannot be bound now (as uvicorn binds: SO_REUSEADDR); port 0 and
+    names that do not resolve are left to uvicorn."""
+    if not port:
+        return
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except OSError:
+        return
+    family, _, _, _, address = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError:
+            raise RuntimeError(failure) from None
 
 
 def provision_node_files(
