@@ -558,7 +558,7 @@ class SqlStore(
             self._lock_nodes(s, names)  # from here until commit no other assign can change these nodes' use
             nodes, use = self._nodes_named(s, names), self._use_on(s, names)
             ids = [job_id for job_id, _ in assignments]
-            rows = {
+            rows: dict[int, Any] = {
                 r.id: r
                 for at in range(0, len(ids), _IN_CHUNK)
                 for r in map(_JobColumns._make, s.connection().execute(_JOBS_BY_ID, {"ids": ids[at : at + _IN_CHUNK]}))
@@ -1048,7 +1048,7 @@ _GPU_COLUMNS = (
 
 # the scheduler's assign runs these each pass that starts a job: built once (building the UPDATE's ~25 values and
 # the IN lists cost more than running them)
-_NAMES = bindparam("names", expanding=True)
+_NAMES: Any = bindparam("names", expanding=True)
 _JOBS_BY_ID = _SELECT_JOBS.where(JobRow.id.in_(bindparam("ids", expanding=True)))
 _JOBS_BY_ID_ORDERED = _JOBS_BY_ID.order_by(JobRow.id)
 # each pass reads the pending and the running jobs' versions (JobCache)
