@@ -561,7 +561,10 @@ class SqlStore(
             rows: dict[int, Any] = {
                 r.id: r
                 for at in range(0, len(ids), _IN_CHUNK)
-                for r in map(_JobColumns._make, s.connection().execute(_JOBS_BY_ID, {"ids": ids[at : at + _IN_CHUNK]}))
+                for r in cast(
+                    Iterable[Any],
+                    map(_JobColumns._make, s.connection().execute(_JOBS_BY_ID, {"ids": ids[at : at + _IN_CHUNK]})),
+                )
             }
             placed: dict[int, Sequence[tuple[str, Sequence[int]]]] = {}
             for job_id, parts in assignments:
