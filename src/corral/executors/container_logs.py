@@ -66,7 +66,7 @@ def load_position(state_dir: Path) -> LogPosition:
         data = json.loads((state_dir / LOG_POSITION_FILE).read_text(encoding="utf-8"))
         if "since" in data:
             seconds = {int(k): int(v) for k, v in dict(data.get("seconds", {})).items()}
-            return LogPosition(int(data["since"]), int(data["read"]), seconds)
+            return LogPosition(int(data["since"]), int(data.get("read", 0)), seconds)
         last = str(data.get("last", ""))
         if not last:
             return LogPosition()
@@ -172,8 +172,10 @@ class LogFollower:
             else:
                 text = chunk  # an engine that does not stamp its lines: the count alone places them
             yield text
-            pos.read += 1
-            if second is not None:
+            if second is None:
+                pos.read += 1
+            elif second >= pos.since:  # a line stamped before `since` (a clock stepped back) is not in its stream
+                pos.read += 1
                 pos.seconds[second] = pos.seconds.get(second, 0) + 1
                 if second - 1 > pos.since:  # move forward: the next stream starts a second before this line's
                     pos.since = second - 1

@@ -7,7 +7,8 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -152,8 +153,7 @@ class ServerThread:
         """Start and wait until every port is bound. Raises RuntimeError if one never comes up. Every port is
         tried first: whoever waits for the API's port (a script, `make up`, a benchmark) should not see a server
         that exits a moment later because a port it opens after the API's is taken."""
-        for listener in self.listeners:
-            check_port_free(listener.server.config.host, listener.server.config.port, listener.failure)
+        check_ports_free([(lst.server.config.host, lst.server.config.port, lst.failure) for lst in self.listeners])
         for i, listener in enumerate(self.listeners):
             listener.thread.start()
             try:
@@ -185,22 +185,29 @@ class ServerThread:
                 listener.thread.join(timeout=timeout_s)
 
 
-def check_port_free(host: str, port: int, failure: str) -> None:
-    """RuntimeError(failure) when `host`:`port` cannot be bound now (as uvicorn binds: SO_REUSEADDR); port 0 and
-    names that do not resolve are left to uvicorn."""
-    if not port:
-        return
-    try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-    except OSError:
-        return
-    family, _, _, _, address = infos[0]
-    with socket.socket(family, socket.SOCK_STREAM) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind(address)
-        except OSError:
-            raise RuntimeError(failure) from None
+def check_ports_free(listeners: Sequence[tuple[str, int, str]]) -> None:
+    """RuntimeError(failure, with the system's reason) for the first (host, port, failure) that cannot be bound now,
+    as uvicorn (asyncio) binds it: every address the host resolves to, SO_REUSEADDR, IPv6 sockets IPv6-only. The
+    probes listen until all are checked, so two listeners given one port fail too. Port 0 and hosts that do not
+    resolve are left to uvicorn."""
+    with ExitStack() as probes:
+        for host, port, failure in listeners:
+            if not port:
+                continue
+            try:
+                infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+            except OSError:
+                continue
+            for family, kind, proto, _, address in dict.fromkeys(infos):
+                probe = probes.enter_context(socket.socket(family, kind, proto))
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if family == socket.AF_INET6:
+                    probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                try:
+                    probe.bind(address)
+                    probe.listen()
+                except OSError as e:
+                    raise RuntimeError(f"{failure}: {e.strerror}") from None
 
 
 def provision_node_files(

@@ -88,3 +88,20 @@ def test_an_engine_that_stamps_to_the_second_keeps_lines_sharing_a_stamp(tmp_pat
     assert _follow(container, tmp_path) == "same\nsame\n"
     container.lines = lines
     assert _follow(container, tmp_path) == "same\nsame\nother\n"
+
+
+def test_a_line_stamped_before_the_saved_second_does_not_cost_a_later_line(tmp_path: Path) -> None:
+    lines = [
+        (_stamp(BASE + 5, 1), b"a\n"),
+        (_stamp(BASE + 5, 2), b"b\n"),
+        (_stamp(BASE + 2, 3), b"c\n"),  # the host's clock stepped back: not in the stream from BASE + 4
+    ]
+    container = ScriptedContainer(lines)
+    assert _follow(container, tmp_path) == "a\nb\nc\n"
+    container.lines = [*lines, (_stamp(BASE + 6, 4), b"d\n")]
+    assert _follow(container, tmp_path) == "a\nb\nc\nd\n"
+
+
+def test_a_position_file_without_its_count_starts_that_second_again(tmp_path: Path) -> None:
+    (tmp_path / LOG_POSITION_FILE).write_text(json.dumps({"since": BASE}))
+    assert _follow(ScriptedContainer([(_stamp(BASE, 1), b"x\n")]), tmp_path) == "x\n"

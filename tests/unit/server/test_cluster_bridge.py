@@ -93,6 +93,21 @@ def test_a_placed_job_is_submitted_once_followed_and_ends_with_its_exit_code(
     assert bridge.logs.read(job_id, 0) == b"epoch 1\nepoch 2\n"  # the rest of the output, once
 
 
+def test_a_placement_on_more_nodes_than_the_job_asked_for_is_not_recorded(
+    store: Any, bridge: ClusterBridge, cluster: MemoryCluster
+) -> None:
+    """The store counts a job's parts beyond its first node only for jobs of several nodes (what an assign re-checks
+    on a node): a one-node job the cluster says runs on two keeps Corral's placement."""
+    job_id = place_job(store, gpus=2)
+    bridge.run_once(datetime.now(UTC))
+    placed = store.get_job(job_id).placed_parts
+    ext = _only(cluster)
+    cluster.move(ext, STARTED, detail="RUNNING")
+    cluster.jobs[ext] = replace(cluster.jobs[ext], placement={"n1": (0, 1), "n2": (0, 1)})
+    bridge.run_once(datetime.now(UTC))
+    assert store.get_job(job_id).placed_parts == placed
+
+
 def test_a_cancel_reaches_the_cluster_and_the_job_ends_cancelled(
     store: Any, bridge: ClusterBridge, cluster: MemoryCluster
 ) -> None:

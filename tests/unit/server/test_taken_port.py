@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from corral.server.runtime import ServerThread
+from corral.server.runtime import ServerThread, check_ports_free
 from corral.server.settings import Settings
 from ports import free_port
 
@@ -48,3 +48,27 @@ def test_a_taken_port_fails_the_start_before_the_api_answers(tmp_path: Path, tak
         assert all(not listener.thread.is_alive() for listener in srv.listeners)  # nothing started
         with pytest.raises(httpx.ConnectError):
             httpx.get(f"http://127.0.0.1:{ports['port']}/api/v1/nodes")
+
+
+def test_two_listeners_given_one_port_fail_before_either_opens() -> None:
+    port = free_port()
+    with pytest.raises(RuntimeError, match="the second could not be opened: Address already in use"):
+        check_ports_free(
+            [
+                ("127.0.0.1", port, "the first could not be opened"),
+                ("127.0.0.1", port, "the second could not be opened"),
+            ]
+        )
+    check_ports_free([("127.0.0.1", port, "free again")])  # the probes are closed
+
+
+@pytest.mark.skipif(not socket.has_ipv6, reason="this machine has no IPv6 sockets")
+def test_an_ipv6_wildcard_is_not_refused_for_an_ipv4_listener_on_its_port() -> None:
+    with socket.socket() as v4:  # as uvicorn binds "::": an IPv6-only socket, so an IPv4 listener does not clash
+        v4.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        v4.bind(("0.0.0.0", 0))
+        v4.listen()
+        try:
+            check_ports_free([("::", v4.getsockname()[1], "refused")])
+        except RuntimeError as e:
+            assert "Cannot assign requested address" in str(e) or "not supported" in str(e)  # no IPv6 address here

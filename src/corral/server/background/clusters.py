@@ -313,7 +313,9 @@ class ClusterBridge(Loop):
 
     def _record_placement(self, spec: PoolSpec, held: _Held, job: Job, cj: ClusterJob) -> None:
         """Where the cluster put it (its nodes and, where it says, GPU indices) replaces Corral's own placement."""
-        if not cj.placement:
+        if not cj.placement or len(cj.placement) > max(job.spec.nodes, 1):
+            # none, or more nodes than the job asked for: left as Corral placed it (the store counts a job's parts
+            # beyond its first node only for jobs of several nodes)
             return
         mine = dict(job.placed_parts)
         parts = []
