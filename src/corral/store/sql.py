@@ -602,11 +602,10 @@ class SqlStore(
                 "b_gpus": list(parts[0][1]),
                 "b_parts": [[n, list(g)] for n, g in parts],
                 "b_node_list": _name_list(n for n, _ in parts),
+                "b_now": now,
             }
             for job_id, parts in placed.items()
         ]
-        for p in params:
-            p["b_now"] = now
         res = s.connection().execute(_ASSIGN, params)
         done = set(placed)
         if affected_rows(res) != len(placed):  # one changed meanwhile (another replica): which did this move?
