@@ -21,7 +21,7 @@ from corral.core.staging import OUT_PENDING
 from corral.core.states import JobState, can_transition
 from corral.core.tenancy import check_active_limit
 from corral.scheduler.recheck import NodeUse, compute_node_use, compute_recheck
-from corral.store.records import GpuStatus, Job, JobEvent, JobSpec, Node, Queue, Quota, Tenant
+from corral.store.records import GpuStatus, Job, JobEvent, JobSpec, Node, Queue, Quota, SubmitLists, Tenant
 
 
 class MemoryStore:
@@ -606,6 +606,9 @@ class MemoryStore:
     def list_queues(self, tenant_id: int | None = None) -> list[Queue]:
         with self._lock:
             return [self._queues[k] for k in sorted(self._queues) if tenant_id is None or k[0] == tenant_id]
+
+    def read_submit_lists(self, tenant_id: int) -> SubmitLists:
+        return SubmitLists(self.list_queues(tenant_id), self.list_quotas(tenant_id), [], self.list_nodes())  # no pools
 
     def save_usage(self, gpu_seconds: dict[int, float], as_of: datetime) -> None:
         with self._lock:

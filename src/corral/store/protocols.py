@@ -38,6 +38,7 @@ from corral.store.records import (
     Schedule,
     SecretRecord,
     Service,
+    SubmitLists,
     Tenant,
     TokenRecord,
     User,
@@ -308,6 +309,12 @@ class TenancyStore(Protocol):
 
     def list_queues(self, tenant_id: int | None = None) -> list[Queue]:
         """Queues ordered by (tenant, name); `tenant_id` filters. Read-only."""
+
+    def read_submit_lists(self, tenant_id: int) -> SubmitLists:
+        """What a submission of the tenant is checked against, at once: its queues and quotas (as list_queues and
+        list_quotas give them), the cloud pools (list_pools; none where the store keeps no pools) and the nodes'
+        shapes (list_node_shapes). May be kept between calls, but never older than the last change committed
+        before the call. Read-only."""
 
     def save_usage(self, gpu_seconds: dict[int, float], as_of: datetime) -> None:
         """Replace fair share's decayed usage (tenant id -> GPU-seconds); unknown tenants are dropped. Idempotent."""

@@ -27,6 +27,7 @@ __all__ = [
     "Quota",
     "Schedule",
     "SecretRecord",
+    "SubmitLists",
     "Tenant",
     "TokenRecord",
     "User",
@@ -218,3 +219,14 @@ class NodeWork:
     jobs: list[Job]
     staging: list[Job]
     stage_outs: list[Job]
+
+
+@dataclass(frozen=True, slots=True)
+class SubmitLists:
+    """What checking a submission reads, at once (TenancyStore.read_submit_lists): the tenant's queues and quotas,
+    the cloud pools and every node's shape (list_node_shapes)."""
+
+    queues: list[Queue]
+    quotas: list[Quota]
+    pools: list[Pool]
+    nodes: list[Node]

@@ -40,6 +40,10 @@ from corral.store.records import (
     JobSpec,
     Node,
     NodeWork,
+    Pool,
+    Queue,
+    Quota,
+    SubmitLists,
     TokenRecord,
     User,
     compute_placed_parts,
@@ -51,6 +55,7 @@ from corral.store.services import ServiceMethods
 from corral.store.sqlite_gate import WriteGate
 from corral.store.tables import (
     NODE_SHAPES,
+    SUBMIT_RULES,
     ChangeCounterRow,
     GpuRow,
     JobEventRow,
@@ -188,6 +193,8 @@ class SqlStore(
         # threads (two agents' syncs) cannot both read the old row and lose one update.
         self._rmw_lock = threading.Lock()
         self._node_shapes: tuple[int, list[Node]] | None = None  # list_node_shapes: (counter, nodes)
+        # read_submit_lists: (counter, the pools, each tenant's (queues, quotas) read since the counter was that)
+        self._submit_rules: tuple[int, list[Pool], dict[int, tuple[list[Queue], list[Quota]]]] | None = None
 
     def _note_auth_write(self, conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
         if statement.lstrip()[:40].upper().startswith(_AUTH_WRITES):
@@ -358,13 +365,41 @@ class SqlStore(
         0029): one small query instead of every node and GPU row."""
         with self._tx() as s:  # the counter first: a change between the two reads makes the next call read again
             version = s.scalar(select(ChangeCounterRow.version).where(ChangeCounterRow.name == NODE_SHAPES))
+        return list(self._node_shapes_at(version))
+
+    def _node_shapes_at(self, version: int | None) -> list[Node]:
+        """The nodes kept for counter `version` (read just before), or read now and kept (read only)."""
         kept = self._node_shapes
         if version is not None and kept is not None and kept[0] == version:
-            return list(kept[1])
+            return kept[1]
         nodes = self.list_nodes()
         if version is not None:
             self._node_shapes = (version, nodes)
-        return list(nodes)
+        return nodes
+
+    def read_submit_lists(self, tenant_id: int) -> SubmitLists:
+        """What a submission is checked against: the tenant's queues and quotas, the cloud pools (each as
+        list_queues, list_quotas and list_pools give them) and the nodes' shapes (list_node_shapes), as this store
+        last read them. Both counters are read in one small query; the lists are read again only when theirs moved
+        (`submit_rules`, migration 0031; `node_shapes`, 0029). The counters are read first, so a change between
+        the reads makes the next call read again; a list is never older than the counter it is kept under."""
+        with self._tx() as s:
+            versions: dict[str, int] = dict(s.connection().execute(_SUBMIT_COUNTERS).tuples().all())
+        version = versions.get(SUBMIT_RULES)
+        kept = self._submit_rules
+        if version is None or kept is None or kept[0] != version:
+            kept = (version if version is not None else -1, self.list_pools(), {})
+            if version is not None:
+                self._submit_rules = kept
+        tenant = kept[2].get(tenant_id)
+        if tenant is None:
+            tenant = (self.list_queues(tenant_id), self.list_quotas(tenant_id))
+            if version is not None:
+                if len(kept[2]) >= _MAX_KEPT_TENANTS:
+                    kept[2].clear()
+                kept[2][tenant_id] = tenant
+        nodes = self._node_shapes_at(versions.get(NODE_SHAPES))
+        return SubmitLists(list(tenant[0]), list(tenant[1]), list(kept[1]), list(nodes))
 
     def touch_node(self, name: str, now: datetime) -> bool:
         with self._tx() as s:
@@ -1061,6 +1096,10 @@ _IDS_VERSIONS = (
 )
 _LOCK_NODES_SQLITE = update(NodeRow).where(NodeRow.name.in_(_NAMES)).values(cordoned=NodeRow.cordoned)
 _LOCK_NODES = select(NodeRow.name).where(NodeRow.name.in_(_NAMES)).order_by(NodeRow.name).with_for_update()
+_SUBMIT_COUNTERS = select(ChangeCounterRow.name, ChangeCounterRow.version).where(
+    ChangeCounterRow.name.in_((NODE_SHAPES, SUBMIT_RULES))
+)
+_MAX_KEPT_TENANTS = 4096  # read_submit_lists keeps each tenant's queues and quotas; past this many it starts again
 _ALL_NODES = select(*_NODE_COLUMNS).order_by(NodeRow.name)  # list_nodes: each pass, each GET /nodes
 _ALL_GPUS = select(*_GPU_COLUMNS).order_by(GpuRow.node_name, GpuRow.index)
 _NODES_NAMED = select(*_NODE_COLUMNS).where(NodeRow.name.in_(_NAMES))

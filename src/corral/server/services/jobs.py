@@ -146,11 +146,13 @@ class SubmitContext:
 
 
 def load_submit_context(store: SubmissionStore, tenant_id: int) -> SubmitContext:
+    # kept by the store until a queue, quota, pool or node shape changes: one small read per submission
+    lists = store.read_submit_lists(tenant_id)
     return SubmitContext(
-        frozenset(q.name for q in store.list_queues(tenant_id)),
-        store.list_node_shapes(),  # fits are judged on nodes' shapes only (read again when one changes)
-        store.list_quotas(tenant_id),
-        tuple(p.spec for p in store.list_pools()),
+        frozenset(q.name for q in lists.queues),
+        lists.nodes,  # fits are judged on nodes' shapes only
+        lists.quotas,
+        tuple(p.spec for p in lists.pools),
     )
 
 
