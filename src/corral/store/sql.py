@@ -373,8 +373,8 @@ class SqlStore(
         if version is not None and kept is not None and kept[0] == version:
             return kept[1]
         nodes = self.list_nodes()
-        if version is not None:
-            self._node_shapes = (version, nodes)
+        # no counter (a schema without it, for a while): nothing is kept, nor anything kept before trusted again
+        self._node_shapes = (version, nodes) if version is not None else None
         return nodes
 
     def read_submit_lists(self, tenant_id: int) -> SubmitLists:
@@ -384,13 +384,12 @@ class SqlStore(
         (`submit_rules`, migration 0031; `node_shapes`, 0029). The counters are read first, so a change between
         the reads makes the next call read again; a list is never older than the counter it is kept under."""
         with self._tx() as s:
-            versions: dict[str, int] = dict(s.connection().execute(_SUBMIT_COUNTERS).tuples().all())
+            versions: dict[str, int] = {name: v for name, v in s.connection().execute(_SUBMIT_COUNTERS).all()}
         version = versions.get(SUBMIT_RULES)
         kept = self._submit_rules
         if version is None or kept is None or kept[0] != version:
             kept = (version if version is not None else -1, self.list_pools(), {})
-            if version is not None:
-                self._submit_rules = kept
+            self._submit_rules = kept if version is not None else None  # as _node_shapes_at without a counter
         tenant = kept[2].get(tenant_id)
         if tenant is None:
             tenant = (self.list_queues(tenant_id), self.list_quotas(tenant_id))

@@ -6,6 +6,7 @@ pool allows: these tests would catch each."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 from sqlalchemy import text
@@ -43,35 +44,52 @@ def _sql(store: SqlStore, statement: str, **params: object) -> None:
 
 
 def test_every_change_a_submission_is_checked_against_is_seen_at_once(store: SqlStore) -> None:
+    """Each change is made after the tenant's lists were read (and kept), so each is seen only if its write moved
+    the counter: every trigger of the migration is needed here (insert, update and delete on each table)."""
     a = store.create_tenant("a", T0).id
     b = store.create_tenant("b", T0).id
+
+    def change(
+        tenant: int, write: Callable[[], object]
+    ) -> tuple[list[str], list[tuple[str, int, int | None]], list[str]]:
+        _lists(store, tenant)  # kept
+        write()
+        got = _lists(store, tenant)
+        assert got == _fresh(store, tenant)
+        return got
+
     assert _lists(store, a) == (["default"], [], [])  # a tenant starts with its default queue
-    store.upsert_queue(a, "extra", "best-effort", 0)
-    assert _lists(store, a) == (["default", "extra"], [], [])
+    assert change(a, lambda: store.upsert_queue(a, "extra", "best-effort", 0)) == (["default", "extra"], [], [])
     assert _lists(store, b) == (["default"], [], []), "another tenant's queue"
-    store.upsert_queue(b, "batch", "strict", 5)
-    assert _lists(store, b)[0] == ["batch", "default"]
-    store.set_quota(Quota(a, "", 8, 16))
-    assert _lists(store, a)[1] == [("", 8, 16)]
-    store.set_quota(Quota(a, "", 8, 4))  # lowered
-    assert _lists(store, a)[1] == [("", 8, 4)]
-    store.create_pool(PoolSpec("burst", "local", (G4,), max_nodes=2), "admin", T0)
-    assert _lists(store, a)[2] == ["burst:2"]
+    assert change(b, lambda: store.upsert_queue(b, "batch", "strict", 5))[0] == ["batch", "default"]
+    assert change(a, lambda: store.set_quota(Quota(a, "", 8, 16)))[1] == [("", 8, 16)]
+    assert change(a, lambda: store.set_quota(Quota(a, "", 8, 4)))[1] == [("", 8, 4)]  # lowered
+    assert change(a, lambda: store.create_pool(PoolSpec("burst", "local", (G4,), max_nodes=2), "admin", T0))[2] == [
+        "burst:2"
+    ]
     assert _lists(store, b)[2] == ["burst:2"]
-    assert store.update_pool(PoolSpec("burst", "local", (G4,), max_nodes=5), T0) is not None
-    assert _lists(store, b)[2] == ["burst:5"]
+    assert change(b, lambda: store.update_pool(PoolSpec("burst", "local", (G4,), max_nodes=5), T0))[2] == ["burst:5"]
     # written as another replica or an older server would: no call of this store's
-    _sql(store, "UPDATE queues SET name = 'renamed' WHERE tenant_id = :t AND name = 'extra'", t=a)
-    assert _lists(store, a)[0] == ["default", "renamed"]
-    _sql(store, "UPDATE quotas SET max_gpus = 2 WHERE tenant_id = :t", t=a)
-    assert _lists(store, a)[1] == [("", 8, 2)]
-    _sql(store, "DELETE FROM queues WHERE tenant_id = :t", t=a)
-    assert _lists(store, a)[0] == []
-    assert store.delete_quota(a, "")
-    assert _lists(store, a)[1] == []
-    assert store.delete_pool("burst")
-    assert _lists(store, a) == _fresh(store, a) == ([], [], [])
+    renamed = change(
+        a, lambda: _sql(store, "UPDATE queues SET name = 'renamed' WHERE tenant_id = :t AND name = 'extra'", t=a)
+    )
+    assert renamed[0] == ["default", "renamed"]
+    assert change(a, lambda: _sql(store, "UPDATE quotas SET max_gpus = 2 WHERE tenant_id = :t", t=a))[1] == [("", 8, 2)]
+    assert change(a, lambda: _sql(store, "DELETE FROM queues WHERE tenant_id = :t", t=a))[0] == []
+    assert change(a, lambda: store.delete_quota(a, ""))[1] == []
+    assert change(a, lambda: store.delete_pool("burst")) == ([], [], [])
     assert _lists(store, b) == _fresh(store, b) == (["batch", "default"], [], [])
+
+
+def test_every_table_of_the_rules_has_its_triggers(store: SqlStore) -> None:
+    """A migration that copies one of these tables on SQLite drops its triggers; it must create them again."""
+    with store._tx() as s:  # noqa: SLF001
+        if store.is_sqlite:
+            q = "SELECT name FROM sqlite_master WHERE type = 'trigger' AND name LIKE 'submit_rules_%'"
+        else:
+            q = "SELECT tgname FROM pg_trigger WHERE tgname LIKE 'submit_rules_%'"
+        names = {r[0] for r in s.execute(text(q))}
+    assert names == {f"submit_rules_{t}_{w}" for t in ("queues", "quotas", "pools") for w in ("ins", "upd", "del")}
 
 
 def test_nothing_changed_reads_nothing_again_and_gives_copies(store: SqlStore) -> None:

@@ -7,13 +7,15 @@ shapes (0029). These tables change only when an admin changes them, so every wri
 
 SQLite has only row triggers; PostgreSQL bumps once per statement. A later migration that makes SQLite copy one of
 these tables must create its triggers again; tests/unit/store/test_submit_rules_counter.py fails if one is missing
-on a migrated database.
+on a migrated database, and its first test needs every one of them.
 
 Expand-only: a counter row and triggers; code at 0030 runs on this schema unchanged (its writes bump the counter).
 
 Revision ID: 0031
 Revises: 0030
 """
+
+import time
 
 from alembic import op
 
@@ -41,7 +43,9 @@ $$ LANGUAGE plpgsql
 
 
 def upgrade() -> None:
-    op.execute("INSERT INTO change_counters (name, version) VALUES ('submit_rules', 0)")
+    # Starts at the time in microseconds, not 0: a server that kept lists under this counter before a downgrade
+    # (which drops the row) and an upgrade again cannot find the value it kept them under.
+    op.execute(f"INSERT INTO change_counters (name, version) VALUES ('submit_rules', {time.time_ns() // 1000})")
     sqlite = op.get_bind().dialect.name == "sqlite"
     if not sqlite:
         op.execute(POSTGRES_FUNCTION)
