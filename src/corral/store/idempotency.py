@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy import delete, select
 from sqlalchemy.exc import IntegrityError
@@ -24,8 +25,8 @@ class IdempotencyMethods:
     def _rmw(self) -> AbstractContextManager[Session]:  # provided by SqlStore
         raise NotImplementedError
 
-    _insert_jobs: Callable[[Session, Sequence[JobSpec], datetime, int | None], list[JobRow]]
-    _to_job: Callable[[JobRow], Job]
+    _insert_jobs: Callable[[Session, Sequence[JobSpec], datetime, int | None], list[Any]]  # sql._JobColumns
+    _to_job: Callable[[Any], Job]
 
     def create_job_once(
         self, spec: JobSpec, now: datetime, owner: str, key: str, request_hash: str, keep: timedelta

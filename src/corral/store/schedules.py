@@ -57,8 +57,8 @@ class ScheduleMethods:
     def _rmw(self) -> AbstractContextManager[Session]:  # provided by SqlStore
         raise NotImplementedError
 
-    _insert_job: Callable[[Session, JobSpec, datetime], JobRow]
-    _to_job: Callable[[JobRow], Job]
+    _insert_job: Callable[[Session, JobSpec, datetime], Any]  # sql._JobColumns
+    _to_job: Callable[[Any], Job]
 
     def create_schedule(
         self,
