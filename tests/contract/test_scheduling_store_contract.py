@@ -348,6 +348,8 @@ def test_an_array_is_made_in_one_call_with_the_first_tasks_id(store: SchedulingS
     assert stored is not None and (stored.spec.array_id, stored.spec.array_limit) == (made[0].id, 2)
     plain = store.create_jobs([JobSpec(command=("a",)), JobSpec(command=("b",))], T0)
     assert [p.spec.array_id for p in plain] == [None, None]  # a batch of jobs is not an array
+    assert store.create_jobs([], T0) == []  # an empty batch makes nothing (not a job of the columns' defaults)
+    assert store.count_jobs() == 6
 
 
 def test_each_array_of_a_batch_gets_its_own_id(store: SchedulingStore) -> None:

@@ -1270,6 +1270,8 @@ def add_job_rows(s: Session, specs: Sequence[JobSpec], now: datetime) -> list[An
     """Add accepted jobs as PENDING, each with its `submitted` event, in the caller's transaction: one INSERT of the
     jobs that returns their rows (as _JobColumns, in the order of `specs`) and one of the events. Core statements
     built once: the ORM's unit of work (objects, flush, identity map) was most of a submission's store time."""
+    if not specs:  # (an empty parameter list would run the INSERT once, with the defaults alone)
+        return []
     conn = s.connection()
     values = [_new_job_values(spec, now) for spec in specs]
     rows: list[Any] = [_JobColumns._make(r) for r in conn.execute(_INSERT_JOBS, values).all()]
