@@ -987,6 +987,7 @@ _JobColumns = namedtuple("_JobColumns", [c.name for c in _JOB_COLUMNS])  # type:
 _SELECT_JOBS = select(*_JOB_COLUMNS)  # built once: building a select of ~60 columns costs ~0.1 ms
 # add_job_rows: the new jobs' rows back in the order given (SQLite and psycopg both), and their events
 _INSERT_JOBS = insert(_JOBS).returning(*_JOB_COLUMNS, sort_by_parameter_order=True)
+_INSERT_JOB_PLAIN = insert(_JOBS)
 _INSERT_EVENTS = insert(_JOB_EVENTS)
 _SET_ARRAY_ID = update(_JOBS).where(_JOBS.c.id == bindparam("b_id")).values(array_id=bindparam("b_array"))
 
@@ -1274,7 +1275,11 @@ def add_job_rows(s: Session, specs: Sequence[JobSpec], now: datetime) -> list[An
         return []
     conn = s.connection()
     values = [_new_job_values(spec, now) for spec in specs]
-    rows: list[Any] = [_JobColumns._make(r) for r in conn.execute(_INSERT_JOBS, values).all()]
+    if conn.dialect.insert_returning and conn.dialect.use_insertmanyvalues:
+        rows: list[Any] = [_JobColumns._make(r) for r in conn.execute(_INSERT_JOBS, values).all()]
+    else:  # SQLite before 3.35 has no RETURNING: one INSERT per job, then the rows by id (ids grow in order)
+        ids = [conn.execute(_INSERT_JOB_PLAIN, v).inserted_primary_key[0] for v in values]
+        rows = [_JobColumns._make(r) for r in conn.execute(_JOBS_BY_ID_ORDERED, {"ids": ids}).all()]
     events = [
         {
             "job_id": row.id,
