@@ -1278,7 +1278,7 @@ def add_job_rows(s: Session, specs: Sequence[JobSpec], now: datetime) -> list[An
     if conn.dialect.insert_returning and conn.dialect.use_insertmanyvalues:
         rows: list[Any] = [_JobColumns._make(r) for r in conn.execute(_INSERT_JOBS, values).all()]
     else:  # SQLite before 3.35 has no RETURNING: one INSERT per job, then the rows by id (ids grow in order)
-        ids = [conn.execute(_INSERT_JOB_PLAIN, v).inserted_primary_key[0] for v in values]
+        ids = [cast(Any, conn.execute(_INSERT_JOB_PLAIN, v).inserted_primary_key)[0] for v in values]
         rows = [_JobColumns._make(r) for r in conn.execute(_JOBS_BY_ID_ORDERED, {"ids": ids}).all()]
     events = [
         {
