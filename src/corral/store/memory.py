@@ -498,9 +498,6 @@ class MemoryStore:
         with self._lock:
             return [self._nodes[n] for n in sorted(self._nodes)]
 
-    def list_node_shapes(self) -> list[Node]:
-        return self.list_nodes()  # always current here, and as cheap
-
     def touch_node(self, name: str, now: datetime) -> bool:
         with self._lock:
             node = self._nodes.get(name)

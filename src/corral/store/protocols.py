@@ -262,11 +262,6 @@ class NodeStore(Protocol):
     def list_nodes(self) -> list[Node]:
         """Every node (any state) with its GPUs, ordered by name. Read-only."""
 
-    def list_node_shapes(self) -> list[Node]:
-        """list_nodes, where only what a job could ever ask of a node is sure to be current: which nodes exist,
-        their CPUs, memory and labels, their GPUs' models and memory (states, heartbeats and health may be older).
-        For checks like "could any node ever hold this"; cheap to call often. Read-only."""
-
     def touch_node(self, name: str, now: datetime) -> bool:
         """Record a heartbeat (a LOST node is READY again); False for an unknown node. Idempotent."""
 
@@ -313,8 +308,10 @@ class TenancyStore(Protocol):
     def read_submit_lists(self, tenant_id: int) -> SubmitLists:
         """What a submission of the tenant is checked against, at once: its queues and quotas (as list_queues and
         list_quotas give them), the cloud pools (list_pools; none where the store keeps no pools) and the nodes'
-        shapes (list_node_shapes). May be kept between calls, but never older than the last change committed
-        before the call. Read-only."""
+        shapes: list_nodes, where only what a job could ever ask of a node is sure to be current (which nodes exist,
+        their CPUs, memory and labels, their GPUs' models and memory; states, heartbeats and health may be older).
+        May be kept between calls, but never older than the last change committed before the call. Cheap to call
+        for every submission. Read-only."""
 
     def save_usage(self, gpu_seconds: dict[int, float], as_of: datetime) -> None:
         """Replace fair share's decayed usage (tenant id -> GPU-seconds); unknown tenants are dropped. Idempotent."""

@@ -224,7 +224,7 @@ class NodeWork:
 @dataclass(frozen=True, slots=True)
 class SubmitLists:
     """What checking a submission reads, at once (TenancyStore.read_submit_lists): the tenant's queues and quotas,
-    the cloud pools and every node's shape (list_node_shapes)."""
+    the cloud pools and every node's shape (list_nodes, read again when a shape changes)."""
 
     queues: list[Queue]
     quotas: list[Quota]

@@ -192,7 +192,7 @@ class SqlStore(
         # SQLite has no SELECT ... FOR UPDATE: read-modify-write methods take this lock instead, so two
         # threads (two agents' syncs) cannot both read the old row and lose one update.
         self._rmw_lock = threading.Lock()
-        self._node_shapes: tuple[int, list[Node]] | None = None  # list_node_shapes: (counter, nodes)
+        self._node_shapes: tuple[int, list[Node]] | None = None  # _node_shapes_at: (counter, nodes)
         # read_submit_lists: (counter, the pools, each tenant's (queues, quotas) read since the counter was that)
         self._submit_rules: tuple[int, list[Pool], dict[int, tuple[list[Queue], list[Quota]]]] | None = None
 
@@ -360,15 +360,9 @@ class SqlStore(
             by_node.setdefault(g[0], []).append(_gpu_of_columns(g))
         return [_node_of_columns(r, by_node.get(r[0], ())) for r in rows]
 
-    def list_node_shapes(self) -> list[Node]:
-        """list_nodes as this store last read it, read again only when the `node_shapes` counter moved (migration
-        0029): one small query instead of every node and GPU row."""
-        with self._tx() as s:  # the counter first: a change between the two reads makes the next call read again
-            version = s.scalar(select(ChangeCounterRow.version).where(ChangeCounterRow.name == NODE_SHAPES))
-        return list(self._node_shapes_at(version))
-
     def _node_shapes_at(self, version: int | None) -> list[Node]:
-        """The nodes kept for counter `version` (read just before), or read now and kept (read only)."""
+        """list_nodes as kept for the `node_shapes` counter at `version` (read just before; migration 0029), or read
+        now and kept (read only): one small query instead of every node and GPU row while no shape changed."""
         kept = self._node_shapes
         if version is not None and kept is not None and kept[0] == version:
             return kept[1]
@@ -379,7 +373,7 @@ class SqlStore(
 
     def read_submit_lists(self, tenant_id: int) -> SubmitLists:
         """What a submission is checked against: the tenant's queues and quotas, the cloud pools (each as
-        list_queues, list_quotas and list_pools give them) and the nodes' shapes (list_node_shapes), as this store
+        list_queues, list_quotas and list_pools give them) and the nodes' shapes (_node_shapes_at), as this store
         last read them. Both counters are read in one small query; the lists are read again only when theirs moved
         (`submit_rules`, migration 0031; `node_shapes`, 0029). The counters are read first, so a change between
         the reads makes the next call read again; a list is never older than the counter it is kept under."""

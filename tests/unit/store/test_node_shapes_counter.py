@@ -1,6 +1,6 @@
-"""The node shapes counter (migration 0029) and list_node_shapes: the database bumps the counter whenever a node or
-GPU is registered or removed or changes in what a job could ever ask of it, whoever writes it (SQLite and
-PostgreSQL), and the store reads its node list again exactly then. A stale list once let a submission through that
+"""The node shapes counter (migration 0029) and the node list read_submit_lists keeps: the database bumps the
+counter whenever a node or GPU is registered or removed or changes in what a job could ever ask of it, whoever
+writes it (SQLite and PostgreSQL), and the store reads its node list again exactly then. A stale list once let a submission through that
 no node could ever hold (a node that had just joined a Slurm pool); these tests would catch it."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 
 from sqlalchemy import text
 
+from corral.core.models import Node
 from corral.core.resources import GpuInfo
 from corral.store.sql import SqlStore
 
@@ -19,10 +20,16 @@ def _gpus(name: str, n: int, memory_mib: int = 81920) -> list[GpuInfo]:
     return [GpuInfo(index=i, uuid=f"{name}-{i}", model="H100-80GB", memory_mib=memory_mib) for i in range(n)]
 
 
+def _node_shapes(store: SqlStore) -> list[Node]:
+    """The nodes a submission is checked against (read_submit_lists), for a tenant of the test's own."""
+    tenant = store.find_tenant("shapes") or store.create_tenant("shapes", T0)
+    return store.read_submit_lists(tenant.id).nodes
+
+
 def _shape(store: SqlStore) -> list[tuple[str, int, int, dict[str, str], list[tuple[str, int]]]]:
     return [
         (n.name, n.cpu_milli, n.memory_mib, dict(n.labels), [(g.model, g.memory_mib) for g in n.gpus])
-        for n in store.list_node_shapes()
+        for n in _node_shapes(store)
     ]
 
 
@@ -54,14 +61,14 @@ def test_every_change_a_fit_check_reads_is_seen_at_once(store: SqlStore) -> None
 def test_what_no_fit_check_reads_does_not_make_it_read_again(store: SqlStore) -> None:
     """Heartbeats, states and images change every few seconds on a busy cluster: the kept list stays."""
     store.upsert_node("a", "a", "simulated", 8000, 1024, {}, _gpus("a", 2), T0)
-    first = store.list_node_shapes()
+    first = _node_shapes(store)
     store.touch_node("a", T0)
     store.mark_node_lost("a")
     store.set_node_cordoned("a", True)
     store.set_node_images("a", ["img:1"])
     store.set_gpu_health("a", 0, False, "XID 79")
     store.set_gpu_disabled("a", 1, True)
-    again = store.list_node_shapes()
+    again = _node_shapes(store)
     assert again[0] is first[0], "read again though no shape changed"
     _sql(store, "UPDATE nodes SET labels = labels WHERE name = 'a'")  # sets the column: read again (errs safe)
-    assert store.list_node_shapes()[0] is not first[0]
+    assert _node_shapes(store)[0] is not first[0]
