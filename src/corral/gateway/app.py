@@ -18,6 +18,15 @@ back on every way out: sent, broken off, timed out, the caller gone (which ends 
 
 The background work (route refresh, health probes) runs from `Gateway.start()` to `Gateway.stop()`: the app's
 lifespan calls them, or, where the app is mounted with lifespan off, its owner does.
+
+Request bodies are held too, whole, from the first byte read until the answer went out (an idempotent one may be
+sent twice), up to `max_body_bytes` (64 MiB) each. Without a bound in all, callers of a public service could make
+the server's process hold 64 MiB per connection they open, and take the control plane down with it: the bodies
+held at one time are bounded by `max_bodies_bytes` (256 MiB), and one tenant's services by `max_tenant_bodies_bytes`
+(half of that), so no tenant's callers take all of it from the others'. A body that would pass either is refused
+with 503 and Retry-After ("busy": it fits alone, not now) before the gateway reads it, when its length is declared,
+or as soon as it passes, when it comes chunked; a body's share is given back on every way out (answered, refused,
+the caller gone, the replica failed).
 """
 
 from __future__ import annotations
@@ -64,6 +73,8 @@ if "sniffio" not in sys.modules and importlib.util.find_spec("sniffio") is None:
 METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
 IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE"})
 MAX_BODY_BYTES = 64 * 1024 * 1024
+# Request bodies held at once, in the process, up to this; one tenant's services' up to half of it (module docstring).
+MAX_BODIES_BYTES = 256 * 1024 * 1024
 # Answers of a known length up to this are held until whole (see the module's comment): at most this much memory per
 # request in flight, and the caller's first byte comes when the replica's last one did.
 MAX_HELD_ANSWER_BYTES = 1024 * 1024
@@ -86,6 +97,16 @@ Answer = tuple[int, list[tuple[bytes, bytes]], bytes]  # the gateway's own: stat
 _RETRY_AFTER = [(b"retry-after", b"1")]
 
 
+class _BodyShare:
+    """The bytes one request's body holds of the gateway's budget (given back once, by handle_http)."""
+
+    __slots__ = ("bytes", "tenant_id")
+
+    def __init__(self, tenant_id: int) -> None:
+        self.tenant_id = tenant_id
+        self.bytes = 0
+
+
 class Gateway:
     def __init__(
         self,
@@ -98,6 +119,8 @@ class Gateway:
         probe_interval_s: float = 1.0,
         fail_threshold: int = 2,
         max_body_bytes: int = MAX_BODY_BYTES,
+        max_bodies_bytes: int = MAX_BODIES_BYTES,  # all the request bodies held at once
+        max_tenant_bodies_bytes: int | None = None,  # one tenant's services' (default: half of max_bodies_bytes)
         max_held_answer_bytes: int = MAX_HELD_ANSWER_BYTES,  # 0: every answer streams
         max_held_bytes: int = MAX_HELD_BYTES,  # all the answers held at once (the process runs one gateway)
         read_timeout_s: float = 300.0,
@@ -110,6 +133,12 @@ class Gateway:
         self._refresh_s = refresh_s
         self._activation_timeout_s = activation_timeout_s
         self._max_body_bytes = max_body_bytes
+        self._max_bodies_bytes = max_bodies_bytes
+        self._max_tenant_bodies_bytes = (
+            max_bodies_bytes // 2 if max_tenant_bodies_bytes is None else max_tenant_bodies_bytes
+        )
+        self._body_bytes = 0  # reserved by the request bodies held now (all on the event loop's thread)
+        self._tenant_body_bytes: dict[int, int] = {}  # the same, per tenant of the service asked
         self._max_held_answer_bytes = max_held_answer_bytes
         self._max_held_bytes = max_held_bytes
         self._held_bytes = 0  # reserved by the answers held now (all on the event loop's thread)
@@ -196,6 +225,15 @@ class Gateway:
         """Bytes reserved now by answers held whole (at most max_held_bytes)."""
         return self._held_bytes
 
+    @property
+    def body_bytes(self) -> int:
+        """Bytes reserved now by the request bodies held (at most max_bodies_bytes)."""
+        return self._body_bytes
+
+    def tenant_body_bytes(self, tenant_id: int) -> int:
+        """Bytes reserved now by the request bodies held for one tenant's services."""
+        return self._tenant_body_bytes.get(tenant_id, 0)
+
     def ready_endpoints(self, route: ServiceRoute) -> list[Endpoint]:
         ready = self.prober.ready
         return [e for e in route.endpoints if ready(e.job_id, e.attempt)]
@@ -217,14 +255,18 @@ class Gateway:
             await _answer(send, error_response(503, "overloaded", f"service {name!r} is overloaded", _RETRY_AFTER))
             return
         body = b""
-        if answer is None:
-            body, answer = await self._read_body(scope, receive)
-        if answer is None:
-            answer = await self._forward(route, scope, receive, send, body, started)
-        if answer is not None:
-            if answer[0] >= 500:
-                self.stats.record_error(sid)
-            await _answer(send, answer)
+        share = _BodyShare(route.tenant_id)
+        try:
+            if answer is None:
+                body, answer = await self._read_body(scope, receive, share)
+            if answer is None:
+                answer = await self._forward(route, scope, receive, send, body, started)
+            if answer is not None:
+                if answer[0] >= 500:
+                    self.stats.record_error(sid)
+                await _answer(send, answer)
+        finally:
+            self._give_back(share)
 
     async def check_access(self, conn: HTTPConnection, route: ServiceRoute) -> Answer | None:
         """Why the caller may not use the route (None: they may)."""
@@ -244,11 +286,15 @@ class Gateway:
             return error_response(503, "unavailable", f"could not check access: {e.message}", _RETRY_AFTER)
         return None
 
-    async def _read_body(self, scope: Scope, receive: Receive) -> tuple[bytes, Answer | None]:
+    async def _read_body(self, scope: Scope, receive: Receive, share: _BodyShare) -> tuple[bytes, Answer | None]:
+        """The whole body, its bytes reserved in `share` (the caller gives them back); or the gateway's answer."""
         too_big = error_response(413, "too_large", f"a request body is limited to {self._max_body_bytes} bytes")
         for key, value in scope["headers"]:
-            if key == b"content-length" and value.isdigit() and int(value) > self._max_body_bytes:
-                return b"", too_big
+            if key == b"content-length" and value.isdigit():
+                if int(value) > self._max_body_bytes:
+                    return b"", too_big
+                if not self._reserve_body(share, int(value)):  # refused before a byte of it is read
+                    return b"", self._busy()
         chunks: list[bytes] = []
         size = 0
         while True:
@@ -259,9 +305,39 @@ class Gateway:
             size += len(chunk)
             if size > self._max_body_bytes:
                 return b"", too_big
+            if size > share.bytes and not self._reserve_body(share, size - share.bytes):  # chunked, or past its length
+                return b"", self._busy()
             chunks.append(chunk)
             if not message.get("more_body", False):
                 return b"".join(chunks), None
+
+    def _reserve_body(self, share: _BodyShare, size: int) -> bool:
+        """Add `size` bytes to a body's share, within max_bodies_bytes and its tenant's part; whether they were."""
+        if size <= 0:
+            return True
+        held = self._tenant_body_bytes.get(share.tenant_id, 0)
+        if self._body_bytes + size > self._max_bodies_bytes or held + size > self._max_tenant_bodies_bytes:
+            return False
+        self._body_bytes += size
+        self._tenant_body_bytes[share.tenant_id] = held + size
+        share.bytes += size
+        return True
+
+    def _give_back(self, share: _BodyShare) -> None:
+        if not share.bytes:
+            return
+        self._body_bytes -= share.bytes
+        left = self._tenant_body_bytes[share.tenant_id] - share.bytes
+        if left:
+            self._tenant_body_bytes[share.tenant_id] = left
+        else:
+            del self._tenant_body_bytes[share.tenant_id]
+        share.bytes = 0
+
+    def _busy(self) -> Answer:
+        return error_response(
+            503, "busy", "the gateway holds all the request bodies it may at once; retry shortly", _RETRY_AFTER
+        )
 
     async def _forward(
         self, route: ServiceRoute, scope: Scope, receive: Receive, send: Send, body: bytes, started: float

@@ -104,7 +104,8 @@ class Replica:
 
             return StreamingResponse(events(), media_type="text/event-stream")
 
-        async def hold(_: Request) -> Response:
+        async def hold(request: Request) -> Response:
+            self.hits.append(f"/hold {request.method}")
             await asyncio.to_thread(self.release.wait, 10)
             return PlainTextResponse("released")
 
@@ -146,7 +147,7 @@ class Replica:
                 Route("/healthz", healthz),
                 Route("/sse", sse),
                 Route("/chunked", chunked),
-                Route("/hold", hold),
+                Route("/hold", hold, methods=["GET", "POST"]),
                 Route("/sized", sized),
                 WebSocketRoute("/ws", ws),
                 Route("/{path:path}", echo, methods=["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]),
