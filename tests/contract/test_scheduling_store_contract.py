@@ -327,6 +327,33 @@ def test_delivery_and_part_exits(store: SchedulingStore) -> None:
     assert store.record_part_exit(10_000, "n1", 0) == {}
 
 
+def test_delivery_adds_each_node_once_and_only_to_running_jobs(store: SchedulingStore) -> None:
+    for name in ("n", "n1", "n2"):
+        node(store, name)
+    gang = job(store, nodes=2)
+    waiting = job(store)
+    assert store.assign_job_parts(gang, [("n1", [0]), ("n2", [0])], T0)
+    store.mark_delivered([gang, waiting, 10_000], "n1")
+    store.mark_delivered([gang], "n2")
+    got, still = store.get_job(gang), store.get_job(waiting)
+    assert got is not None and got.delivered and got.delivered_to == frozenset({"n1", "n2"})
+    assert still is not None and not still.delivered and still.delivered_to == frozenset()
+    # "n" is not "n1": a name held inside another's is still added
+    store.mark_delivered([gang], "n")
+    got = store.get_job(gang)
+    assert got is not None and got.delivered_to == frozenset({"n", "n1", "n2"})
+    # a delivery already noted writes nothing: the row's version stays, so no reader loads the job again
+    _, loaded = store.list_jobs_changed([JobState.RUNNING], {})
+    known = {j.id: v for j, v in loaded}
+    store.mark_delivered([gang], "n1")
+    assert store.list_jobs_changed([JobState.RUNNING], known) == ([gang], [])
+    store.mark_delivered([], "n1")  # nothing to note
+    assert store.finish_job(gang, JobState.SUCCEEDED, 0, "", T0)
+    store.mark_delivered([gang], "n3")  # an ended job is not marked
+    got = store.get_job(gang)
+    assert got is not None and got.delivered_to == frozenset({"n", "n1", "n2"})
+
+
 def test_create_job_once_is_idempotent_by_key(store: SchedulingStore) -> None:
     spec = JobSpec(command=("x",))
     made, created = store.create_job_once(spec, T0, "alice", "k1", "h1", timedelta(hours=1))

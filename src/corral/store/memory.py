@@ -275,8 +275,11 @@ class MemoryStore:
         with self._lock:
             for job_id in job_ids:
                 job = self._by_state[JobState.RUNNING].get(job_id)
-                if job is not None:
-                    self._put(replace(job, delivered=True, delivered_to=job.delivered_to | ({node} if node else set())))
+                if job is None:
+                    continue
+                to = job.delivered_to | ({node} if node else set())
+                if not job.delivered or to != job.delivered_to:  # nothing new: no write, as the SQL store
+                    self._put(replace(job, delivered=True, delivered_to=to))
 
     def set_job_port(self, job_id: int, port: int) -> bool:
         with self._lock:

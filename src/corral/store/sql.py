@@ -690,11 +690,18 @@ class SqlStore(
         if not job_ids:
             return
         with self._rmw() as s:
-            q = select(JobRow).where(JobRow.id.in_(list(job_ids)), JobRow.state == JobState.RUNNING.value)
-            for row in s.scalars(q if self.is_sqlite else q.with_for_update()).all():
-                row.delivered = True
-                if node and f",{node}," not in (row.delivered_nodes or ","):
-                    row.delivered_nodes = (row.delivered_nodes or ",") + f"{node},"
+            conn = s.connection()
+            # Three columns, not the job's whole row through the ORM: every report of a new run comes here.
+            q = _DELIVERY_OF if self.is_sqlite else _DELIVERY_OF_LOCKED
+            changes = []
+            for job_id, delivered, nodes in conn.execute(q, {"ids": list(job_ids)}):
+                new_nodes = nodes
+                if node and f",{node}," not in (nodes or ","):
+                    new_nodes = (nodes or ",") + f"{node},"
+                if not delivered or new_nodes != nodes:  # nothing new: no write (the row's version stays)
+                    changes.append({"b_id": job_id, "b_nodes": new_nodes})
+            if changes:
+                conn.execute(_SET_DELIVERED, changes)
 
     def set_job_port(self, job_id: int, port: int) -> bool:
         """Record the web-UI port Corral assigned to a RUNNING job on its node."""
@@ -1086,6 +1093,15 @@ _GPU_COLUMNS = (
 _NAMES: Any = bindparam("names", expanding=True)
 _JOBS_BY_ID = _SELECT_JOBS.where(JobRow.id.in_(bindparam("ids", expanding=True)))
 _JOBS_BY_ID_ORDERED = _JOBS_BY_ID.order_by(JobRow.id)
+_DELIVERY_OF = select(JobRow.id, JobRow.delivered, JobRow.delivered_nodes).where(
+    JobRow.id.in_(bindparam("ids", expanding=True)), _RUNNING
+)
+_DELIVERY_OF_LOCKED = _DELIVERY_OF.with_for_update()
+_SET_DELIVERED = (
+    update(_JOBS)
+    .where(_JOBS.c.id == bindparam("b_id"), _JOBS.c.state == JobState.RUNNING.value)
+    .values(delivered=True, delivered_nodes=bindparam("b_nodes"))
+)
 # each pass reads the pending and the running jobs' versions (JobCache)
 _IDS_VERSIONS = (
     select(JobRow.id, JobRow.row_version)
