@@ -22,11 +22,15 @@ lifespan calls them, or, where the app is mounted with lifespan off, its owner d
 Request bodies are held too, whole, from the first byte read until the answer went out (an idempotent one may be
 sent twice), up to `max_body_bytes` (64 MiB) each. Without a bound in all, callers of a public service could make
 the server's process hold 64 MiB per connection they open, and take the control plane down with it: the bodies
-held at one time are bounded by `max_bodies_bytes` (256 MiB), and one tenant's services by `max_tenant_bodies_bytes`
-(half of that), so no tenant's callers take all of it from the others'. A body that would pass either is refused
-with 503 and Retry-After ("busy": it fits alone, not now) before the gateway reads it, when its length is declared,
-or as soon as it passes, when it comes chunked; a body's share is given back on every way out (answered, refused,
-the caller gone, the replica failed).
+held at one time are bounded by `max_bodies_bytes` (256 MiB), and one tenant's services' by
+`max_tenant_bodies_bytes` (a quarter of that), so one tenant's callers alone cannot take it all from the others'.
+Only bytes received count (a declared length reserves nothing: a caller who declares 64 MiB and sends nothing holds
+nothing), and a body must keep coming: one that sends nothing for `body_idle_s` (60 s), or is not whole within
+`body_deadline_s` (600 s), is answered 408. A body that would pass what is left is refused with 503 and Retry-After
+("busy": it fits alone, not now), before the gateway reads it when its declared length says so, else as soon as it
+passes; one that could never fit (over the smallest of the limits) is answered 413. A body's share is given back on
+every way out (answered, refused, the caller gone, the replica failed). A busy refusal is the gateway's, not counted
+as the service's error.
 """
 
 from __future__ import annotations
@@ -73,8 +77,10 @@ if "sniffio" not in sys.modules and importlib.util.find_spec("sniffio") is None:
 METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
 IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE"})
 MAX_BODY_BYTES = 64 * 1024 * 1024
-# Request bodies held at once, in the process, up to this; one tenant's services' up to half of it (module docstring).
+# Request bodies held at once, in the process, up to this; one tenant's services' up to a quarter (module docstring).
 MAX_BODIES_BYTES = 256 * 1024 * 1024
+BODY_IDLE_S = 60.0  # the longest a body may send nothing (nginx's client_body_timeout)
+BODY_DEADLINE_S = 600.0  # the longest a whole body may take
 # Answers of a known length up to this are held until whole (see the module's comment): at most this much memory per
 # request in flight, and the caller's first byte comes when the replica's last one did.
 MAX_HELD_ANSWER_BYTES = 1024 * 1024
@@ -95,6 +101,10 @@ _NOT_ANSWERED = (
 _UPSTREAM_ERRORS = (httpcore.TimeoutException, httpcore.NetworkError, httpcore.ProtocolError, OSError)
 Answer = tuple[int, list[tuple[bytes, bytes]], bytes]  # the gateway's own: status, headers, body
 _RETRY_AFTER = [(b"retry-after", b"1")]
+_BUSY = error_response(
+    503, "busy", "the gateway holds all the request bodies it may at once; retry shortly", _RETRY_AFTER
+)
+_BUSY_BODY = _BUSY[2]  # the one bytes object a busy answer carries (so handle_http knows it for the gateway's own)
 
 
 class _BodyShare:
@@ -120,7 +130,9 @@ class Gateway:
         fail_threshold: int = 2,
         max_body_bytes: int = MAX_BODY_BYTES,
         max_bodies_bytes: int = MAX_BODIES_BYTES,  # all the request bodies held at once
-        max_tenant_bodies_bytes: int | None = None,  # one tenant's services' (default: half of max_bodies_bytes)
+        max_tenant_bodies_bytes: int | None = None,  # one tenant's services' (default: a quarter of max_bodies_bytes)
+        body_idle_s: float = BODY_IDLE_S,
+        body_deadline_s: float = BODY_DEADLINE_S,
         max_held_answer_bytes: int = MAX_HELD_ANSWER_BYTES,  # 0: every answer streams
         max_held_bytes: int = MAX_HELD_BYTES,  # all the answers held at once (the process runs one gateway)
         read_timeout_s: float = 300.0,
@@ -135,8 +147,10 @@ class Gateway:
         self._max_body_bytes = max_body_bytes
         self._max_bodies_bytes = max_bodies_bytes
         self._max_tenant_bodies_bytes = (
-            max_bodies_bytes // 2 if max_tenant_bodies_bytes is None else max_tenant_bodies_bytes
+            max_bodies_bytes // 4 if max_tenant_bodies_bytes is None else max_tenant_bodies_bytes
         )
+        self._body_idle_s = body_idle_s
+        self._body_deadline_s = body_deadline_s
         self._body_bytes = 0  # reserved by the request bodies held now (all on the event loop's thread)
         self._tenant_body_bytes: dict[int, int] = {}  # the same, per tenant of the service asked
         self._max_held_answer_bytes = max_held_answer_bytes
@@ -262,7 +276,7 @@ class Gateway:
             if answer is None:
                 answer = await self._forward(route, scope, receive, send, body, started)
             if answer is not None:
-                if answer[0] >= 500:
+                if answer[0] >= 500 and answer[2] is not _BUSY_BODY:  # busy: the gateway's, not the service's
                     self.stats.record_error(sid)
                 await _answer(send, answer)
         finally:
@@ -287,39 +301,49 @@ class Gateway:
         return None
 
     async def _read_body(self, scope: Scope, receive: Receive, share: _BodyShare) -> tuple[bytes, Answer | None]:
-        """The whole body, its bytes reserved in `share` (the caller gives them back); or the gateway's answer."""
-        too_big = error_response(413, "too_large", f"a request body is limited to {self._max_body_bytes} bytes")
+        """The whole body, its bytes reserved in `share` as they come (the caller gives them back); or the gateway's
+        answer."""
+        limit = min(self._max_body_bytes, self._max_tenant_bodies_bytes, self._max_bodies_bytes)
+        too_big = error_response(413, "too_large", f"a request body is limited to {limit} bytes")
         for key, value in scope["headers"]:
             if key == b"content-length" and value.isdigit():
-                if int(value) > self._max_body_bytes:
+                if int(value) > limit:
                     return b"", too_big
-                if not self._reserve_body(share, int(value)):  # refused before a byte of it is read
+                if not self._has_room(share.tenant_id, int(value)):  # refused before a byte of it is read
                     return b"", self._busy()
         chunks: list[bytes] = []
         size = 0
+        deadline = time.monotonic() + self._body_deadline_s
         while True:
-            message = await receive()
+            wait_s = min(self._body_idle_s, deadline - time.monotonic())
+            try:
+                message = await asyncio.wait_for(receive(), max(wait_s, 0.0))
+            except TimeoutError:
+                return b"", error_response(408, "request_timeout", "the request body did not come in time")
             if message["type"] == "http.disconnect":
                 return b"", (499, [], b"")  # nobody to answer
             chunk = message.get("body", b"")
             size += len(chunk)
-            if size > self._max_body_bytes:
+            if size > limit:
                 return b"", too_big
-            if size > share.bytes and not self._reserve_body(share, size - share.bytes):  # chunked, or past its length
+            if chunk and not self._reserve_body(share, len(chunk)):
                 return b"", self._busy()
             chunks.append(chunk)
             if not message.get("more_body", False):
                 return b"".join(chunks), None
 
+    def _has_room(self, tenant_id: int, size: int) -> bool:
+        return (
+            self._body_bytes + size <= self._max_bodies_bytes
+            and self._tenant_body_bytes.get(tenant_id, 0) + size <= self._max_tenant_bodies_bytes
+        )
+
     def _reserve_body(self, share: _BodyShare, size: int) -> bool:
         """Add `size` bytes to a body's share, within max_bodies_bytes and its tenant's part; whether they were."""
-        if size <= 0:
-            return True
-        held = self._tenant_body_bytes.get(share.tenant_id, 0)
-        if self._body_bytes + size > self._max_bodies_bytes or held + size > self._max_tenant_bodies_bytes:
+        if not self._has_room(share.tenant_id, size):
             return False
         self._body_bytes += size
-        self._tenant_body_bytes[share.tenant_id] = held + size
+        self._tenant_body_bytes[share.tenant_id] = self._tenant_body_bytes.get(share.tenant_id, 0) + size
         share.bytes += size
         return True
 
@@ -335,9 +359,7 @@ class Gateway:
         share.bytes = 0
 
     def _busy(self) -> Answer:
-        return error_response(
-            503, "busy", "the gateway holds all the request bodies it may at once; retry shortly", _RETRY_AFTER
-        )
+        return _BUSY[0], list(_BUSY[1]), _BUSY_BODY
 
     async def _forward(
         self, route: ServiceRoute, scope: Scope, receive: Receive, send: Send, body: bytes, started: float

@@ -242,7 +242,8 @@ def create_app(settings: Settings, store: StateStore | None = None) -> FastAPI:
     app.state.ctx = ctx  # the one place the components live; routes read them through server/deps.py
     install_error_handlers(app)
     install_page_not_found(app)
-    app.add_middleware(InputGuard)  # body size and NUL bytes, before any route (server/inputs.py)
+    # body size and NUL bytes, before any route (server/inputs.py); the gateway's bodies are its own to bound
+    app.add_middleware(InputGuard, passthrough="/services" if gateway_on_api_port else None)
     document_error_responses(app)  # the OpenAPI lists every error status the routes answer
     for module in (
         health,

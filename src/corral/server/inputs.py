@@ -1,6 +1,10 @@
 """Checks every request makes before any route sees it: a body size limit (413) and no NUL byte anywhere in the
 path, the query or a JSON body (422 naming the field), for every route present and future. A NUL reaching a job's
-argv or environment killed the shim; in a name or a path it truncates what C code and files see."""
+argv or environment killed the shim; in a name or a path it truncates what C code and files see.
+
+Bodies under `passthrough` (the services' gateway mounted on the API port: /services) go to their app unread: they
+are a tenant's replica's, not Corral's, and the gateway reads them itself, within its own bounds (gateway/app.py); a
+guard reading them first would hold up to MAX_REQUEST_BYTES per connection outside any budget."""
 
 from __future__ import annotations
 
@@ -101,9 +105,10 @@ async def _read_body(receive: Receive, limit: int) -> bytes:
 class InputGuard:
     """Pure ASGI middleware (no buffering of responses; streaming and websockets pass through untouched)."""
 
-    def __init__(self, app: ASGIApp, max_body_bytes: int = MAX_REQUEST_BYTES) -> None:
+    def __init__(self, app: ASGIApp, max_body_bytes: int = MAX_REQUEST_BYTES, passthrough: str | None = None) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
+        self.passthrough = passthrough  # a path prefix whose bodies pass unread (the module's docstring)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
@@ -113,7 +118,7 @@ class InputGuard:
             if scope["type"] == "websocket":
                 return await send({"type": "websocket.close", "code": 1008, "reason": "NUL byte in the request"})
             return await _send_error(send, 422, "invalid", f"{field}: NUL bytes are not allowed", field)
-        if scope["type"] == "websocket":
+        if scope["type"] == "websocket" or self._passes(scope.get("path", "")):
             return await self.app(scope, receive, send)
         headers = dict(scope.get("headers", []))
         declared = headers.get(b"content-length", b"")
@@ -133,6 +138,10 @@ class InputGuard:
         if field is not None:
             return await _send_error(send, 422, "invalid", f"{field}: NUL bytes are not allowed", field)
         return await self.app(scope, _replay(body, receive), send)
+
+    def _passes(self, path: str) -> bool:
+        p = self.passthrough
+        return p is not None and (path == p or path.startswith(p + "/"))
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:

@@ -1,7 +1,8 @@
 """The gateway runs in the server's process and holds each request body whole until the answer went out: the bodies
 held at one time are bounded in all (max_bodies_bytes) and per tenant (max_tenant_bodies_bytes), so callers of one
 tenant's public service cannot make the control plane's process hold 64 MiB per connection they open, nor take the
-budget from another tenant's services. A body past either is refused with 503 "busy" (the replica never sees it),
+whole budget from other tenants' services. Only bytes received count, a body must keep coming (408 otherwise), a
+body past what is left is refused with 503 "busy" (the replica never sees it), one that could never fit with 413,
 and each body's share is given back on every way out."""
 
 from __future__ import annotations
@@ -14,17 +15,8 @@ import httpx
 
 from conftest import GatewayServer, Replica, StaticRoutes, make_route, wait_until
 
-BUDGET = 100_000  # all bodies; a tenant's: half of it
-
-
-def _start(replicas: Callable[..., Replica], gateway_server: Callable[..., GatewayServer]) -> tuple:
-    mine, theirs = replicas(301), replicas(302)
-    source = StaticRoutes()
-    source.put(make_route("mine", mine.endpoint, service_id=1, tenant_id=1))
-    source.put(make_route("theirs", theirs.endpoint, service_id=2, tenant_id=2))
-    gs = gateway_server(source, max_bodies_bytes=BUDGET)
-    gs.wait_ready(mine, theirs)
-    return gs, mine, theirs
+BUDGET = 100_000  # all bodies
+PART = 50_000  # one tenant's services' (set in each test: the default is a quarter of the budget)
 
 
 def _post_in_thread(url: str, body: bytes, out: list[httpx.Response]) -> threading.Thread:
@@ -33,21 +25,39 @@ def _post_in_thread(url: str, body: bytes, out: list[httpx.Response]) -> threadi
     return t
 
 
+def _two_tenants(
+    replicas: Callable[..., Replica], gateway_server: Callable[..., GatewayServer], **kw: object
+) -> tuple[GatewayServer, Replica, Replica, Replica]:
+    """Tenant 1 has two services (mine, mine2), tenant 2 one (theirs)."""
+    mine, mine2, theirs = replicas(301), replicas(303), replicas(302)
+    source = StaticRoutes()
+    source.put(make_route("mine", mine.endpoint, service_id=1, tenant_id=1))
+    source.put(make_route("mine2", mine2.endpoint, service_id=3, tenant_id=1))
+    source.put(make_route("theirs", theirs.endpoint, service_id=2, tenant_id=2))
+    kw.setdefault("max_tenant_bodies_bytes", PART)
+    gs = gateway_server(source, max_bodies_bytes=BUDGET, **kw)
+    gs.wait_ready(mine, mine2, theirs)
+    return gs, mine, mine2, theirs
+
+
 def test_a_tenant_cannot_hold_more_than_its_part_nor_take_another_tenants(replicas, gateway_server) -> None:
-    gs, mine, theirs = _start(replicas, gateway_server)
+    gs, mine, mine2, theirs = _two_tenants(replicas, gateway_server)
     held: list[httpx.Response] = []
     first = _post_in_thread(f"{gs.url}/services/mine/hold", b"x" * 40_000, held)
     try:
         wait_until(lambda: "/hold POST" in mine.hits, 5, "the first body forwarded and held")
         assert gs.gateway.body_bytes == 40_000 and gs.gateway.tenant_body_bytes(1) == 40_000
-        # the same tenant's next body would pass its half (50,000): refused before it is read, the replica untouched
-        r = httpx.post(f"{gs.url}/services/mine/echo", content=b"y" * 20_000, timeout=5)
+        # the same tenant's next body, to its other service, would pass its part: refused before it is read
+        r = httpx.post(f"{gs.url}/services/mine2/echo", content=b"y" * 20_000, timeout=5)
         assert r.status_code == 503 and r.json()["error"]["code"] == "busy"
         assert r.headers["retry-after"] == "1"
-        assert "/echo" not in mine.hits
+        assert "/echo" not in mine2.hits
+        # the busy refusal is the gateway's: not an error of the service it was meant for
+        assert gs.gateway.stats.snapshot()[3].errors == 0
         # a small one of the same tenant fits its part
-        assert httpx.post(f"{gs.url}/services/mine/echo", content=b"z" * 5_000, timeout=5).json()["body"] == "z" * 5_000
-        # the other tenant's service still has its own half, whatever the first tenant's callers hold
+        r = httpx.post(f"{gs.url}/services/mine/echo", content=b"z" * 5_000, timeout=5)
+        assert r.json()["body"] == "z" * 5_000
+        # the other tenant's service still has its own part, whatever the first tenant's callers hold
         r = httpx.post(f"{gs.url}/services/theirs/echo", content=b"t" * 45_000, timeout=5)
         assert r.status_code == 200 and r.json()["body"] == "t" * 45_000
         # the answered bodies' shares come back once their answers went out
@@ -59,7 +69,7 @@ def test_a_tenant_cannot_hold_more_than_its_part_nor_take_another_tenants(replic
     wait_until(lambda: gs.gateway.body_bytes == 0, 3, "the held body's share given back")
     assert gs.gateway.tenant_body_bytes(1) == 0
     # once given back, the body refused before goes through
-    r = httpx.post(f"{gs.url}/services/mine/echo", content=b"y" * 20_000, timeout=5)
+    r = httpx.post(f"{gs.url}/services/mine2/echo", content=b"y" * 20_000, timeout=5)
     assert r.status_code == 200 and len(r.json()["body"]) == 20_000
 
 
@@ -90,31 +100,97 @@ def test_all_tenants_together_stay_within_the_whole_budget(replicas, gateway_ser
     wait_until(lambda: gs.gateway.body_bytes == 0, 3, "every share given back")
 
 
-def test_a_chunked_body_is_refused_once_it_passes_and_gives_its_share_back(replicas, gateway_server) -> None:
-    gs, mine, _ = _start(replicas, gateway_server)
-
-    def chunks():
-        for _ in range(10):
-            yield b"c" * 10_000  # no content-length: the gateway learns the size as it reads
-
-    r = httpx.post(f"{gs.url}/services/mine/echo", content=chunks(), timeout=5)
-    assert r.status_code == 503 and r.json()["error"]["code"] == "busy"
+def test_a_body_that_could_never_fit_is_too_large_not_busy(replicas, gateway_server) -> None:
+    gs, mine, _, _ = _two_tenants(replicas, gateway_server)
+    r = httpx.post(f"{gs.url}/services/mine/echo", content=b"x" * (PART + 1), timeout=5)
+    assert r.status_code == 413 and r.json()["error"]["code"] == "too_large"
+    assert str(PART) in r.json()["error"]["message"]
     assert "/echo" not in mine.hits
-    wait_until(lambda: gs.gateway.body_bytes == 0, 3, "the partial body's share given back")
-    # a chunked body within the part goes through whole
-    r = httpx.post(f"{gs.url}/services/mine/echo", content=iter([b"a" * 20_000, b"b" * 20_000]), timeout=5)
-    assert r.status_code == 200 and r.json()["body"] == "a" * 20_000 + "b" * 20_000
-    wait_until(lambda: gs.gateway.body_bytes == 0, 3, "its share given back")
 
 
-def test_a_caller_gone_in_the_middle_of_its_body_gives_its_share_back(replicas, gateway_server) -> None:
-    gs, mine, _ = _start(replicas, gateway_server)
-    sock = socket.create_connection(("127.0.0.1", gs.server.port), timeout=5)
+def test_a_chunked_body_is_refused_once_it_passes_and_gives_its_share_back(replicas, gateway_server) -> None:
+    gs, mine, _, _ = _two_tenants(replicas, gateway_server, max_tenant_bodies_bytes=BUDGET)
+    held: list[httpx.Response] = []
+    first = _post_in_thread(f"{gs.url}/services/mine/hold", b"h" * 60_000, held)
     try:
-        head = b"POST /services/mine/echo HTTP/1.1\r\nHost: x\r\nContent-Length: 30000\r\n\r\n"
-        sock.sendall(head + b"p" * 1_000)  # declares 30,000, sends 1,000, then goes away
-        wait_until(lambda: gs.gateway.body_bytes == 30_000, 5, "the declared length reserved")
+        wait_until(lambda: "/hold POST" in mine.hits, 5, "the first body held")
+
+        def chunks():
+            for _ in range(5):
+                yield b"c" * 10_000  # no content-length: the gateway learns the size as it reads
+
+        r = httpx.post(f"{gs.url}/services/mine/echo", content=chunks(), timeout=5)
+        assert r.status_code == 503 and r.json()["error"]["code"] == "busy"
+        assert "/echo" not in mine.hits
+        wait_until(lambda: gs.gateway.body_bytes == 60_000, 3, "the partial body's share given back")
+        # a chunked body within what is left goes through whole
+        r = httpx.post(f"{gs.url}/services/mine/echo", content=iter([b"a" * 15_000, b"b" * 15_000]), timeout=5)
+        assert r.status_code == 200 and r.json()["body"] == "a" * 15_000 + "b" * 15_000
+    finally:
+        mine.release.set()
+        first.join(15)
+    wait_until(lambda: gs.gateway.body_bytes == 0, 3, "every share given back")
+
+
+def _raw_post(port: int, path: str, declared: int, sent: bytes) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+    sock.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {declared}\r\n\r\n".encode() + sent)
+    return sock
+
+
+def test_a_declared_length_reserves_nothing_only_bytes_received_count(replicas, gateway_server) -> None:
+    gs, mine, mine2, _ = _two_tenants(replicas, gateway_server)
+    # declares the tenant's whole part, sends 1,000 bytes and then nothing (a slow or hostile caller)
+    sock = _raw_post(gs.server.port, "/services/mine/echo", PART, b"p" * 1_000)
+    try:
+        wait_until(lambda: gs.gateway.body_bytes == 1_000, 5, "the bytes received reserved")
+        assert gs.gateway.tenant_body_bytes(1) == 1_000
+        # the tenant's other callers still have the rest of its part
+        r = httpx.post(f"{gs.url}/services/mine2/echo", content=b"y" * 40_000, timeout=5)
+        assert r.status_code == 200
     finally:
         sock.close()
     wait_until(lambda: gs.gateway.body_bytes == 0, 5, "the share given back when the caller went away")
+    assert "/echo" not in mine.hits
+
+
+def test_a_body_that_stops_coming_is_answered_408_and_gives_its_share_back(replicas, gateway_server) -> None:
+    gs, mine, _, _ = _two_tenants(replicas, gateway_server, body_idle_s=0.5)
+    sock = _raw_post(gs.server.port, "/services/mine/echo", 10_000, b"p" * 1_000)
+    try:
+        sock.settimeout(5)
+        answer = b""
+        while b"request_timeout" not in answer:  # the head and the body may come in two reads
+            got = sock.recv(4096)
+            if not got:
+                break
+            answer += got
+        assert answer.startswith(b"HTTP/1.1 408") and b"request_timeout" in answer, answer[:200]
+    finally:
+        sock.close()
+    wait_until(lambda: gs.gateway.body_bytes == 0, 3, "the share given back")
+    assert "/echo" not in mine.hits
+
+
+def test_a_body_must_be_whole_within_its_deadline_however_it_trickles(replicas, gateway_server) -> None:
+    gs, mine, _, _ = _two_tenants(replicas, gateway_server, body_idle_s=5.0, body_deadline_s=1.0)
+    sock = _raw_post(gs.server.port, "/services/mine/echo", 10_000, b"")
+    try:
+        sock.settimeout(0.2)
+        answer = b""
+        for _ in range(40):  # a byte every 0.2 s: never idle for body_idle_s, never whole
+            try:
+                sock.sendall(b"t")
+            except OSError:
+                break
+            try:
+                answer += sock.recv(4096)
+            except TimeoutError:
+                continue
+            if answer:
+                break
+        assert answer.startswith(b"HTTP/1.1 408"), answer[:80]
+    finally:
+        sock.close()
+    wait_until(lambda: gs.gateway.body_bytes == 0, 3, "the share given back")
     assert "/echo" not in mine.hits
