@@ -28,9 +28,11 @@ Only bytes received count (a declared length reserves nothing: a caller who decl
 nothing), and a body must keep coming: one that sends nothing for `body_idle_s` (60 s), or is not whole within
 `body_deadline_s` (600 s), is answered 408. A body that would pass what is left is refused with 503 and Retry-After
 ("busy": it fits alone, not now), before the gateway reads it when its declared length says so, else as soon as it
-passes; one that could never fit (over the smallest of the limits) is answered 413. A body's share is given back on
-every way out (answered, refused, the caller gone, the replica failed). A busy refusal is the gateway's, not counted
-as the service's error.
+passes; one that could never fit (over the smallest of the limits) is answered 413. Those three answers close the
+connection (the rest of the body is not read). A body's share, and the body, are given up once the replica's answer
+is settled (streamed, or held whole: nothing can send the request again after that), so a caller who then does not
+read the answer holds no body; and on every other way out (refused, the caller gone, the replica failed). A busy
+refusal is the gateway's, not counted as the service's error.
 """
 
 from __future__ import annotations
@@ -101,20 +103,35 @@ _NOT_ANSWERED = (
 _UPSTREAM_ERRORS = (httpcore.TimeoutException, httpcore.NetworkError, httpcore.ProtocolError, OSError)
 Answer = tuple[int, list[tuple[bytes, bytes]], bytes]  # the gateway's own: status, headers, body
 _RETRY_AFTER = [(b"retry-after", b"1")]
+_CLOSE = [(b"connection", b"close")]  # an answer sent before the body was read whole: the rest of it is not wanted
 _BUSY = error_response(
-    503, "busy", "the gateway holds all the request bodies it may at once; retry shortly", _RETRY_AFTER
+    503, "busy", "the gateway holds all the request bodies it may at once; retry shortly", [*_RETRY_AFTER, *_CLOSE]
 )
 _BUSY_BODY = _BUSY[2]  # the one bytes object a busy answer carries (so handle_http knows it for the gateway's own)
 
 
 class _BodyShare:
-    """The bytes one request's body holds of the gateway's budget (given back once, by handle_http)."""
+    """One request's body and the bytes it holds of the gateway's budget (given back, and the body dropped, once the
+    replica's answer is settled, or by handle_http on any other way out)."""
 
-    __slots__ = ("bytes", "tenant_id")
+    __slots__ = ("body", "bytes", "tenant_id")
 
     def __init__(self, tenant_id: int) -> None:
         self.tenant_id = tenant_id
         self.bytes = 0
+        self.body = b""
+
+
+class _ShareStream:
+    """The request's content for httpcore: the share's body, each time it is sent (a retry sends it again). Holds the
+    share, not the bytes, so the body goes once the share drops it."""
+
+    def __init__(self, share: _BodyShare) -> None:
+        self._share = share
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        if self._share.body:
+            yield self._share.body
 
 
 class Gateway:
@@ -268,13 +285,12 @@ class Gateway:
             self.stats.record_shed(sid)  # an error too
             await _answer(send, error_response(503, "overloaded", f"service {name!r} is overloaded", _RETRY_AFTER))
             return
-        body = b""
         share = _BodyShare(route.tenant_id)
         try:
             if answer is None:
-                body, answer = await self._read_body(scope, receive, share)
+                share.body, answer = await self._read_body(scope, receive, share)
             if answer is None:
-                answer = await self._forward(route, scope, receive, send, body, started)
+                answer = await self._forward(route, scope, receive, send, share, started)
             if answer is not None:
                 if answer[0] >= 500 and answer[2] is not _BUSY_BODY:  # busy: the gateway's, not the service's
                     self.stats.record_error(sid)
@@ -304,7 +320,7 @@ class Gateway:
         """The whole body, its bytes reserved in `share` as they come (the caller gives them back); or the gateway's
         answer."""
         limit = min(self._max_body_bytes, self._max_tenant_bodies_bytes, self._max_bodies_bytes)
-        too_big = error_response(413, "too_large", f"a request body is limited to {limit} bytes")
+        too_big = error_response(413, "too_large", f"a request body is limited to {limit} bytes", _CLOSE)
         for key, value in scope["headers"]:
             if key == b"content-length" and value.isdigit():
                 if int(value) > limit:
@@ -319,7 +335,7 @@ class Gateway:
             try:
                 message = await asyncio.wait_for(receive(), max(wait_s, 0.0))
             except TimeoutError:
-                return b"", error_response(408, "request_timeout", "the request body did not come in time")
+                return b"", error_response(408, "request_timeout", "the request body did not come in time", _CLOSE)
             if message["type"] == "http.disconnect":
                 return b"", (499, [], b"")  # nobody to answer
             chunk = message.get("body", b"")
@@ -348,6 +364,7 @@ class Gateway:
         return True
 
     def _give_back(self, share: _BodyShare) -> None:
+        share.body = b""
         if not share.bytes:
             return
         self._body_bytes -= share.bytes
@@ -362,7 +379,7 @@ class Gateway:
         return _BUSY[0], list(_BUSY[1]), _BUSY_BODY
 
     async def _forward(
-        self, route: ServiceRoute, scope: Scope, receive: Receive, send: Send, body: bytes, started: float
+        self, route: ServiceRoute, scope: Scope, receive: Receive, send: Send, share: _BodyShare, started: float
     ) -> Answer | None:
         """Send the request to a ready replica (once more to another, when an idempotent one was not answered)
         and stream its answer back; or the gateway's own answer, when there is none to stream."""
@@ -373,8 +390,8 @@ class Gateway:
             return error_response(503, "unavailable", f"service {route.name!r} has no ready replica", _RETRY_AFTER)
         method: str = scope["method"]
         headers = compute_upstream_headers(scope, service_prefix(route.name))
-        if body or method in ("POST", "PUT", "PATCH"):
-            headers.append((b"content-length", str(len(body)).encode()))
+        if share.body or method in ("POST", "PUT", "PATCH"):
+            headers.append((b"content-length", str(len(share.body)).encode()))
         target = compute_upstream_target(scope)
         failed: Endpoint | None = None
         why = ""
@@ -391,7 +408,7 @@ class Gateway:
                     method.encode(),
                     httpcore.URL(scheme=b"http", host=endpoint.host.encode(), port=endpoint.port, target=target),
                     headers=[(b"host", _host_header(endpoint)), *headers],
-                    content=body,
+                    content=_ShareStream(share),
                     extensions={"timeout": self._timeouts},
                 )
                 try:
@@ -419,6 +436,9 @@ class Gateway:
                     return error_response(504, "timeout", f"service {route.name!r}: {msg}")
                 except _UPSTREAM_ERRORS as e:
                     return error_response(502, "bad_gateway", f"service {route.name!r}: {describe_failure(e)}")
+                # The answer is settled: nothing sends the request again, so its body goes now (a caller slow to
+                # read what follows holds no body meanwhile).
+                self._give_back(share)
                 if whole is not None:
                     await self._send_held_answer(route.service_id, endpoint, response, whole, send, started)
                 else:

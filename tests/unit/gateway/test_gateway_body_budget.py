@@ -194,3 +194,46 @@ def test_a_body_must_be_whole_within_its_deadline_however_it_trickles(replicas, 
         sock.close()
     wait_until(lambda: gs.gateway.body_bytes == 0, 3, "the share given back")
     assert "/echo" not in mine.hits
+
+
+def test_a_caller_who_does_not_read_the_answer_holds_no_body(replicas, gateway_server) -> None:
+    mine = replicas(321)
+    source = StaticRoutes()
+    source.put(make_route("mine", mine.endpoint, service_id=1, tenant_id=1))
+    big = 16 * 1024 * 1024  # its echo is more than the sockets' buffers take: the gateway's send of it waits
+    gs = gateway_server(source, max_bodies_bytes=2 * big, max_tenant_bodies_bytes=2 * big)
+    gs.wait_ready(mine)
+    # a public echo answers the body back; this caller sends 16 MiB and never reads what comes
+    sock = _raw_post(gs.server.port, "/services/mine/echo", big, b"e" * big)
+    try:
+        wait_until(lambda: "/echo" in mine.hits, 10, "the body forwarded")
+        # the answer is settled (the replica's is streaming back): the body's room is given back while it waits
+        wait_until(lambda: gs.gateway.body_bytes == 0, 10, "the share given back before the caller read anything")
+        assert gs.gateway.snapshot()[1].outstanding == 1  # the answer still on its way
+        r = httpx.post(f"{gs.url}/services/mine/echo", content=b"y" * (big + big // 2), timeout=30)
+        assert r.status_code == 200 and len(r.json()["body"]) == big + big // 2
+    finally:
+        sock.close()
+
+
+def test_an_answer_before_the_whole_body_closes_the_connection(replicas, gateway_server) -> None:
+    gs, mine, _, _ = _two_tenants(replicas, gateway_server, body_idle_s=0.5)
+    for declared, sent in ((10_000, b"p" * 1_000), (PART + 1, b"")):  # 408 after a pause; 413 at once
+        sock = _raw_post(gs.server.port, "/services/mine/echo", declared, sent)
+        try:
+            sock.settimeout(5)
+            answer = b""
+            while True:  # read until the gateway closes: it does not wait for the rest of the body
+                got = sock.recv(4096)
+                if not got:
+                    break
+                answer += got
+            assert answer.split(b"\r\n")[0] in (
+                b"HTTP/1.1 408 Request Timeout",
+                b"HTTP/1.1 413 Request Entity Too Large",
+            )
+            assert b"connection: close" in answer.lower()
+        finally:
+            sock.close()
+    wait_until(lambda: gs.gateway.body_bytes == 0, 3, "every share given back")
+    assert "/echo" not in mine.hits

@@ -667,3 +667,15 @@ def test_a_websocket_to_another_tenants_service_is_refused_before_the_handshake(
             status = getattr(e, "status_code", None) or getattr(e, "code", None)
             assert status in (401, 404, 1008, None), (headers, status, e)
         assert not accepted, headers
+
+
+def test_the_api_ports_input_guard_leaves_service_bodies_to_the_gateways_bounds(api: Api) -> None:
+    """With the gateway on the API port, a body for /services is the gateway's to read and bound (its own limits, a
+    budget in all): the API's input guard (8 MiB, read whole before any route) must not read it first, outside any
+    budget. Corral's own routes stay guarded."""
+    big = b'{"x": "' + b"a" * (9 * 1024 * 1024) + b'"}'  # over the guard's 8 MiB, under the gateway's 64 MiB
+    headers = {**api.admin, "content-type": "application/json"}
+    r = api.client.post("/services/nope/upload", content=big, headers=headers)
+    assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"  # the gateway's answer, not the guard's
+    r = api.client.post("/api/v1/jobs", content=big, headers=headers)
+    assert r.status_code == 413 and r.json()["error"]["code"] == "too_large"
