@@ -333,7 +333,8 @@ class Gateway:
         while True:
             wait_s = min(self._body_idle_s, deadline - time.monotonic())
             try:
-                message = await asyncio.wait_for(receive(), max(wait_s, 0.0))
+                async with asyncio.timeout(max(wait_s, 0.0)):  # no task per read, as wait_for would make
+                    message = await receive()
             except TimeoutError:
                 return b"", error_response(408, "request_timeout", "the request body did not come in time", _CLOSE)
             if message["type"] == "http.disconnect":
