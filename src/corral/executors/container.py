@@ -377,7 +377,7 @@ class ContainerExecutor:
             reason = "cancelled: killed after grace period" if code == 137 else "cancelled"
         elif state.get("OOMKilled"):
             reason = "out of memory: the container reached its memory limit"
-        elif code == 1 and self._init and (failure := _init_exec_failure(container)):
+        elif code == 1 and self._init and (failure := _init_exec_failure(container, run.log_path)):
             code, reason = failure
             _note_in_log(run.log_path, reason)  # the init's own line does not name the program
         self._finish(run, ExitRecord(run.key, code, reason))
@@ -483,14 +483,23 @@ def _digest_of(container: Container) -> str:
     return str(digests[0]) if digests else str(image.id or "")
 
 
-def _init_exec_failure(container: Container) -> tuple[int, str] | None:
+def _init_exec_failure(container: Container, log_path: Path) -> tuple[int, str] | None:
     """The command could not be run by Podman's init (catatonit), which exits 1 where Docker's (tini) exits 127 or
-    126: as a shell would report it, from the one line catatonit leaves on stderr. None when that is not it."""
+    126: as a shell would report it, from the one line catatonit leaves on stderr. None when that is not it. The
+    engine's log may not hold that line yet when the exit is seen (Podman): then the end of the job's own log, which
+    the follower copied whole before this, is looked at."""
     try:
         tail = container.logs(stdout=False, stderr=True, tail=1)
     except _ENGINE_ERRORS:
-        return None
+        tail = b""
     found = _CATATONIT_EXEC.search(tail) if isinstance(tail, bytes) else None
+    if found is None:
+        try:
+            with open(log_path, "rb") as f:
+                f.seek(max(f.seek(0, os.SEEK_END) - 4096, 0))
+                found = _CATATONIT_EXEC.search(f.read())
+        except OSError:
+            return None
     if found is None:
         return None
     config = container.attrs.get("Config") or {}
