@@ -414,6 +414,25 @@ def test_concurrent_submissions_never_pass_the_active_limit_together(store: Sche
         store.create_jobs_once(specs[:1], T0, "alice", "k9", "h", timedelta(hours=1), max_active=10)
 
 
+def test_the_active_limit_counts_each_tenant_of_a_call_against_its_own_jobs(store: SchedulingStore) -> None:
+    # One call naming two tenants: the second tenant's jobs are checked against its own count, not the first's.
+    small, full = store.create_tenant("small", T0), store.create_tenant("full", T0)
+    store.create_jobs([JobSpec(command=("x",), tenant_id=full.id) for _ in range(3)], T0)
+    mixed = [JobSpec(command=("x",), tenant_id=small.id), JobSpec(command=("x",), tenant_id=full.id)]
+    with pytest.raises(TooManyRequestsError, match="has 3 jobs pending or running; 1 more would pass its limit of 3"):
+        store.create_jobs(mixed, T0, max_active=3)
+    assert store.count_jobs(tenant_id=small.id) == 0 and store.count_jobs(tenant_id=full.id) == 3
+    store.create_jobs(mixed, T0, max_active=4)
+    assert store.count_jobs(tenant_id=small.id) == 1 and store.count_jobs(tenant_id=full.id) == 4
+
+
+def test_create_jobs_once_refuses_an_empty_call_and_keeps_no_key(store: SchedulingStore) -> None:
+    with pytest.raises(ValueError, match="at least one job"):
+        store.create_jobs_once([], T0, "alice", "k0", "h0", timedelta(hours=1))
+    made, created = store.create_jobs_once([JobSpec(command=("x",))], T0, "alice", "k0", "h1", timedelta(hours=1))
+    assert created and len(made) == 1
+
+
 def test_create_jobs_once_replays_every_job_of_the_first_call(store: SchedulingStore) -> None:
     specs = [JobSpec(command=("x",), array_index=i) for i in range(3)]
     made, created = store.create_jobs_once(specs, T0, "alice", "k1", "h1", timedelta(hours=1))

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import re
+from collections import Counter
+from collections.abc import Iterable
 from enum import StrEnum
+from typing import Protocol
 
 from corral.core.errors import TooManyRequestsError, ValidationError
 
@@ -57,6 +60,17 @@ def check_quota(guaranteed_gpus: int, max_gpus: int | None) -> None:
         raise ValidationError("guaranteed_gpus", "must be >= 0")
     if max_gpus is not None and max_gpus < guaranteed_gpus:
         raise ValidationError("max_gpus", f"must be >= guaranteed_gpus ({guaranteed_gpus}) or unset for no limit")
+
+
+class _OfTenant(Protocol):
+    @property
+    def tenant_id(self) -> int | None: ...
+
+
+def count_by_tenant(specs: Iterable[_OfTenant]) -> dict[int, int]:
+    """How many of `specs` each tenant adds (specs of no tenant count for none): what check_active_limit is
+    asked per tenant when one call submits several jobs."""
+    return dict(Counter(spec.tenant_id for spec in specs if spec.tenant_id is not None))
 
 
 def check_active_limit(active: int, adding: int, limit: int | None) -> None:

@@ -48,7 +48,10 @@ class IdempotencyMethods:
         max_active: int | None = None,
     ) -> tuple[list[Job], bool]:
         """create_jobs made idempotent by (owner, key), as create_job_once: every job of the first request. A
-        replay is answered before `max_active` is checked (the jobs exist already)."""
+        replay is answered before `max_active` is checked (the jobs exist already). A key stands for the jobs it
+        made, so an empty list is refused (ValueError)."""
+        if not specs:
+            raise ValueError("create_jobs_once needs at least one job")
         for _ in range(2):  # the second round runs only after losing a race on the unique (owner, key)
             try:
                 with self._rmw() as s:

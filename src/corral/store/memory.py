@@ -19,7 +19,7 @@ from corral.core.errors import ConflictError, IdempotencyKeyReused
 from corral.core.resources import GpuInfo
 from corral.core.staging import OUT_PENDING
 from corral.core.states import JobState, can_transition
-from corral.core.tenancy import check_active_limit
+from corral.core.tenancy import check_active_limit, count_by_tenant
 from corral.scheduler.recheck import NodeUse, compute_node_use, compute_recheck
 from corral.store.records import GpuStatus, Job, JobEvent, JobSpec, Node, Queue, Quota, SubmitLists, Tenant
 
@@ -77,9 +77,9 @@ class MemoryStore:
 
     def create_jobs(self, specs: Sequence[JobSpec], now: datetime, max_active: int | None = None) -> list[Job]:
         with self._lock:
-            if max_active is not None and specs and specs[0].tenant_id is not None:
-                active = self.count_jobs(states=[JobState.PENDING, JobState.RUNNING], tenant_id=specs[0].tenant_id)
-                check_active_limit(active, len(specs), max_active)
+            for tenant_id, n in sorted((count_by_tenant(specs) if max_active is not None else {}).items()):
+                active = self.count_jobs(states=[JobState.PENDING, JobState.RUNNING], tenant_id=tenant_id)
+                check_active_limit(active, n, max_active)
             groups = [compute_array_group(spec.array_id, spec.array_index) for spec in specs]
             ids = [self._id("job") for _ in specs]
             out: list[Job] = []
@@ -106,6 +106,8 @@ class MemoryStore:
         keep: timedelta,
         max_active: int | None = None,
     ) -> tuple[list[Job], bool]:
+        if not specs:
+            raise ValueError("create_jobs_once needs at least one job")
         with self._lock:
             self._keys = {k: v for k, v in self._keys.items() if v[2] >= now - keep}
             found = self._keys.get((owner, key))

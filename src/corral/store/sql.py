@@ -23,7 +23,7 @@ from corral.core.errors import ConflictError
 from corral.core.resources import GpuInfo
 from corral.core.staging import IN_STAGED, IN_STAGING, OUT_PENDING, OUT_RUNNING, parse_stage_in, parse_stage_out
 from corral.core.states import JobState, can_transition, compute_sources
-from corral.core.tenancy import check_active_limit
+from corral.core.tenancy import check_active_limit, count_by_tenant
 from corral.scheduler.recheck import NodeUse, add_node_use, compute_node_use, compute_recheck
 from corral.store.base import StateStore
 from corral.store.directory import DirectoryMethods
@@ -1355,16 +1355,17 @@ def insert_jobs(s: Session, specs: Sequence[JobSpec], now: datetime, max_active:
     """Add several accepted jobs of one tenant in the caller's transaction; the tasks of each array get its first
     task's id as their `array_id` (core.arrays.compute_array_group). With `max_active`, the tenant's pending and
     running jobs are counted first, under a lock on its row, so that concurrent submissions cannot pass the limit
-    together (core.tenancy.check_active_limit)."""
-    if max_active is not None and specs and specs[0].tenant_id is not None:
-        tenant_id = specs[0].tenant_id
+    together (core.tenancy.check_active_limit). Every tenant the specs name is checked (in id order, the order
+    its row locks are taken in), not only the first one's."""
+    adding = count_by_tenant(specs) if max_active is not None else {}
+    for tenant_id, n in sorted(adding.items()):
         s.execute(select(TenantRow.id).where(TenantRow.id == tenant_id).with_for_update())
         active = s.scalar(
             select(func.count())
             .select_from(JobRow)
             .where(JobRow.tenant_id == tenant_id, JobRow.state.in_([JobState.PENDING.value, JobState.RUNNING.value]))
         )
-        check_active_limit(active or 0, len(specs), max_active)
+        check_active_limit(active or 0, n, max_active)
     rows = add_job_rows(s, specs, now)
     groups = [compute_array_group(spec.array_id, spec.array_index) for spec in specs]
     if any(g is not None for g in groups):  # the keys written above become the arrays' ids
