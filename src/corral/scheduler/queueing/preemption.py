@@ -5,7 +5,8 @@ Two kinds, both only ever taking what is needed and nothing when it would not be
   (their tenant is above its guarantee at the time), lowest priority first, most recently started first;
 - rank: the policy time-slices (least attained service); victims rank strictly below the waiting job,
   lowest rank first, have run at least `min_run_s`, and another tenant's job is taken only while that
-  tenant is above its guarantee (preemption never pushes a tenant under its guarantee).
+  tenant is above its guarantee by over half the job (so a preemption never takes a tenant further from its
+  guarantee than it was).
 """
 
 from __future__ import annotations
@@ -39,6 +40,15 @@ def order_reclaim_candidates(running: Sequence[RunningJob]) -> list[RunningJob]:
 def order_rank_candidates(running: Sequence[RunningJob], rank_of: Callable[[RunningJob], RankKey]) -> list[RunningJob]:
     """Lowest-ranked (last in line) first."""
     return sorted((r for r in running if not r.terminating), key=rank_of, reverse=True)
+
+
+def _rank_margin(kind: str, victim: RunningJob) -> int:
+    """How far above its guarantee a tenant must be for RANK to take `victim` from it: by over half the victim,
+    so that taking it leaves the tenant nearer its guarantee than it was. A tenant a GPU above its guarantee
+    lost a whole 32-GPU gang to another tenant's time slice before, and held a quarter less than its share for
+    as long as the gang waited for four whole nodes again (docs/queueing.md, "Shares of whole jobs"). RECLAIM
+    keeps taking from any borrower: it restores a guarantee."""
+    return -(victim.job.need_milli // 2) if kind == RANK else 0
 
 
 def select_victims(
@@ -89,7 +99,7 @@ def select_victims(
             and r.job.id in shielded
             or (
                 book.quotas
-                and not is_borrowing(settled, book.get(r.job.tenant), model)
+                and not is_borrowing(settled, book.get(r.job.tenant), model, _rank_margin(kind, r))
                 or kind == RECLAIM
                 and not book.quotas
             )

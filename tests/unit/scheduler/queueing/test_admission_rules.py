@@ -540,3 +540,18 @@ def test_a_single_gpu_reclaim_on_nodes_holds_the_gpus_its_victim_releases() -> N
     assert kinds(p) == [("b7", "a1", "reclaim")]
     assert p.pending["a1"].reason == "preempting" and p.pending["a1"].detail == "preempting 1 job(s) (reclaim)"
     assert p.nominate == ("a1",)
+
+
+def test_rank_preemption_takes_another_tenants_job_only_when_that_leaves_it_nearer_its_guarantee() -> None:
+    # a, b and c are guaranteed 4 of 16 GPUs each; a holds its 4, so its new job is borrowed work (no reclaim).
+    # b's 4-GPU job has run long and ranks below a's new job. When b holds 5, taking it would put b 3 under its
+    # guarantee where it is 1 over: a's job waits. When b holds 7, taking it leaves b 1 under, nearer than 3
+    # over: a's job preempts it.
+    quotas = book(a=4, b=4, c=4)
+    for held, preempts in ((1, False), (3, True)):
+        run = [running(job(f"a{i}", "a", submit=9000), start=9000.0) for i in range(4)]
+        run += [running(job("big", "b", gpus=4), start=0.0)]
+        run += [running(job(f"b{i}", "b", submit=9000), start=9000.0) for i in range(held)]
+        run += [running(job(f"c{i}", "c", submit=9000), start=9000.0) for i in range(16 - 8 - held)]
+        plan = admit([job("x", "a", submit=9990)], gpus=16, run=run, quotas=quotas, policy="las", now=10_000.0)
+        assert preempted(plan) == ([("big", "x", "rank")] if preempts else []), held

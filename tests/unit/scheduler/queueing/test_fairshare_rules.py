@@ -63,3 +63,30 @@ def test_decayed_usage_halves_every_half_life_and_adds_the_held_gpus() -> None:
     assert abs(out["a"] - (50.0 + 2 * 3600.0 / math.log(2) * 0.5)) < 1e-6
     # No half-life: no memory, plain GPU-seconds of the interval.
     assert compute_decayed_usage({"a": 100.0}, [two], 10.0, 0.0) == {"a": 20.0}
+
+
+def test_a_share_is_rounded_to_the_nearest_whole_job() -> None:
+    # Share 17 GPUs, all of it unused by jobs that fit: the 32-GPU gang, which 17 is more than half of, is within
+    # the share (the tenant ends 15 over rather than 17 under), and only the first such job in the tenant's order
+    # is taken in; with 15 left (less than half of 32) the gang is not, but the 20-GPU job after it is; on a tie
+    # (16 of 32) neither.
+    gang, other = job("gang", "a", gpus=32, submit=1), job("other", "a", gpus=20, submit=2)
+    order = lambda j: (j.submit_s,)  # noqa: E731
+    assert select_within_share([gang, other], {"a": 17_000.0}, order) == frozenset({"gang"})
+    assert select_within_share([gang, other], {"a": 15_000.0}, order) == frozenset({"other"})
+    assert select_within_share([gang], {"a": 16_000.0}, order) == frozenset()
+    # Jobs that fit come first: a 4-GPU job takes 4 of 21, and the gang is within the 17 left.
+    small = job("small", "a", gpus=4, submit=3)
+    assert select_within_share([gang, small], {"a": 21_000.0}, order) == frozenset({"small", "gang"})
+    assert select_within_share([gang, small], {"a": 19_000.0}, order) == frozenset({"small"})
+
+
+def test_a_tenants_big_job_straddling_its_share_ranks_within_it() -> None:
+    # Pool 48; a asks 33 (a 32-GPU gang and a 1-GPU job), b asks 30 (1-GPU jobs): shares are 24 each. a's job of
+    # 1 fits, 23 are left, and the gang (less than twice 23) is rounded in: it ranks in tier 0 with b's 24 jobs.
+    pending = [job("gang", "a", gpus=32, submit=1), job("a1", "a", submit=2)]
+    pending += [job(f"b{i}", "b", submit=3 + i) for i in range(30)]
+    state = QueueState(pending, [], pool_milli={MODEL: 48_000})
+    ctx = compute_rank_context(state, get_queueing_policy("corral"), {}, 0.0)
+    assert {"gang", "a1"} <= ctx.within_share
+    assert sum(j.startswith("b") for j in ctx.within_share) == 24
