@@ -11,7 +11,7 @@ from corral.scheduler.queueing import reasons, wording
 from corral.scheduler.queueing.backfill import Reservation, allow_backfill, compute_reservation
 from corral.scheduler.queueing.capacity import Ledger
 from corral.scheduler.queueing.eta import EtaEstimator, compute_predicted_ends
-from corral.scheduler.queueing.fairshare import compute_fair_shares, select_within_share
+from corral.scheduler.queueing.fairshare import compute_fair_shares, select_share_tiers
 from corral.scheduler.queueing.jobs import (
     QueueConfig,
     QueuedJob,
@@ -107,11 +107,11 @@ def compute_rank_context(
     for j in active:
         demand[j.tenant] = demand.get(j.tenant, 0.0) + j.need_milli
     shares = compute_fair_shares(demand, weight, float(sum(state.pool_milli.values())))
-    within = select_within_share(
+    within, rounded = select_share_tiers(
         active, shares, lambda j: compute_tenant_order_key(j, policy, attained.get(j.id, j.attained_gpu_s))
     )
     per_weight = {t: u / max(weight.get(t, 1.0), 1e-9) for t, u in state.usage_gpu_s.items()}
-    return RankContext(within, per_weight)
+    return RankContext(within, per_weight, rounded)
 
 
 @dataclass(slots=True)

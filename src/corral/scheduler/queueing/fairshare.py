@@ -46,29 +46,40 @@ def select_within_share(
     jobs: Iterable[QueuedJob], share_milli: Mapping[str, float], key: Callable[[QueuedJob], tuple[float, ...]]
 ) -> frozenset[str]:
     """Ids of the jobs that fit inside their tenant's fair share when each tenant's jobs are taken in
-    `key` order (a callable job -> sortable); the rest are borrowed work.
+    `key` order (a callable job -> sortable); the rest are borrowed work (select_share_tiers)."""
+    return select_share_tiers(jobs, share_milli, key)[0]
+
+
+def select_share_tiers(
+    jobs: Iterable[QueuedJob], share_milli: Mapping[str, float], key: Callable[[QueuedJob], tuple[float, ...]]
+) -> tuple[frozenset[str], frozenset[str]]:
+    """(within, rounded_in): the ids of the jobs that fit inside their tenant's fair share when each tenant's jobs
+    are taken in `key` order (a callable job -> sortable), and of the jobs its share is rounded up to.
 
     Jobs are indivisible, so a share is rounded to whole jobs, to the nearest: when the tenant's jobs that fit
     leave part of its share unused, its first job (in `key` order) left out that needs less than twice that
-    part is within its share too (a tie rounds down), taking the tenant less far over its share than leaving it out would leave it under.
-    Without this, a tenant whose share ends inside its large job (a 32-GPU gang with 17 GPUs of share left)
-    held a fixed part less than its share for as long as the job waited, borrowed, behind every other
-    tenant's share (docs/queueing.md, "Shares of whole jobs")."""
+    part is rounded in (a tie rounds down), taking the tenant less far over its share than leaving it out would
+    leave it under. Without this, a tenant whose share ends inside its large job (a 32-GPU gang with 17 GPUs of
+    share left) held a fixed part less than its share for as long as the job waited, borrowed, behind every
+    other tenant's share. A rounded-in job ranks after every tenant's jobs within their share and before
+    borrowed work (ordering.compute_rank), so what a tenant gains by rounding never comes out of another
+    tenant's share, whatever priority it gives the job (docs/queueing.md, "Shares of whole jobs")."""
     by_tenant: dict[str, list[QueuedJob]] = {}
     for j in jobs:
         by_tenant.setdefault(j.tenant, []).append(j)
-    out: set[str] = set()
+    within: set[str] = set()
+    rounded: set[str] = set()
     for tenant, tjobs in by_tenant.items():
         left = share_milli.get(tenant, 0.0)
         skipped: list[QueuedJob] = []
         for j in sorted(tjobs, key=key):
             if j.need_milli <= left + 1e-6:
-                out.add(j.id)
+                within.add(j.id)
                 left -= j.need_milli
             else:
                 skipped.append(j)
         if left > 1e-6:
             nearest = next((j for j in skipped if j.need_milli < 2 * left - 1e-6), None)
             if nearest is not None:
-                out.add(nearest.id)
-    return frozenset(out)
+                rounded.add(nearest.id)
+    return frozenset(within), frozenset(rounded)

@@ -15,11 +15,12 @@ RankKey = tuple[float, ...]
 
 @dataclass(frozen=True, slots=True)
 class RankContext:
-    """Per-cycle facts a rank needs: which jobs lie within their tenant's fair share (tier 0) and each
-    tenant's decayed usage divided by its weight."""
+    """Per-cycle facts a rank needs: which jobs lie within their tenant's fair share (tier 0), which ones a
+    share is rounded up to (tier 0.5), and each tenant's decayed usage divided by its weight."""
 
     within_share: frozenset[str] = frozenset()
     usage_per_weight: Mapping[str, float] = field(default_factory=dict)
+    rounded_in: frozenset[str] = frozenset()  # tier 0.5: a share rounded up to a whole job (select_share_tiers)
 
 
 def compute_las_level(attained_gpu_s: float, thresholds: tuple[float, ...]) -> int:
@@ -75,11 +76,11 @@ def compute_rank(
         level = float(compute_las_level(attained, policy.las_thresholds_gpu_s))
     if policy.order == "las":
         return head + (level, job.submit_s, seq)
-    tier = 0.0 if job.id in ctx.within_share else 1.0
+    tier = 0.0 if job.id in ctx.within_share else 0.5 if job.id in ctx.rounded_in else 1.0
     usage = ctx.usage_per_weight.get(job.tenant, 0.0)
     # The fair-share tier comes before priority: any member may set a job's priority, so it orders work within
-    # a tier (and a tenant's own jobs into its share), never one tenant's borrowed work ahead of another's
-    # share. Within a tier: priority, least attained service (short jobs finish first without knowing
+    # a tier (and a tenant's own jobs into its share), never one tenant's borrowed work (nor the job its share
+    # is rounded up to, tier 0.5) ahead of another's share. Within a tier: priority, least attained service (short jobs finish first without knowing
     # durations), the tenant with the least decayed usage per unit of weight, then arrival.
     return (tier, prio, level, usage, job.submit_s, seq)
 

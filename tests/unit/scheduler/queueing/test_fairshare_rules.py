@@ -10,7 +10,13 @@ from queue_builders import MODEL, job, running
 
 from corral.scheduler.queueing import QueueState
 from corral.scheduler.queueing.admission import compute_rank_context
-from corral.scheduler.queueing.fairshare import compute_decayed_usage, compute_fair_shares, select_within_share
+from corral.scheduler.queueing.fairshare import (
+    compute_decayed_usage,
+    compute_fair_shares,
+    select_share_tiers,
+    select_within_share,
+)
+from corral.scheduler.queueing.ordering import compute_rank
 from corral.scheduler.queueing.policy import get_queueing_policy
 
 
@@ -66,27 +72,34 @@ def test_decayed_usage_halves_every_half_life_and_adds_the_held_gpus() -> None:
 
 
 def test_a_share_is_rounded_to_the_nearest_whole_job() -> None:
-    # Share 17 GPUs, all of it unused by jobs that fit: the 32-GPU gang, which 17 is more than half of, is within
-    # the share (the tenant ends 15 over rather than 17 under), and only the first such job in the tenant's order
-    # is taken in; with 15 left (less than half of 32) the gang is not, but the 20-GPU job after it is; on a tie
-    # (16 of 32) neither.
+    # Share 17 GPUs, all of it unused by jobs that fit: the 32-GPU gang, which 17 is more than half of, is rounded
+    # in (the tenant ends 15 over rather than 17 under), and only the first such job in the tenant's order is;
+    # with 15 left (less than half of 32) the gang is not, but the 20-GPU job after it is; on a tie (16 of 32)
+    # neither.
     gang, other = job("gang", "a", gpus=32, submit=1), job("other", "a", gpus=20, submit=2)
     order = lambda j: (j.submit_s,)  # noqa: E731
-    assert select_within_share([gang, other], {"a": 17_000.0}, order) == frozenset({"gang"})
-    assert select_within_share([gang, other], {"a": 15_000.0}, order) == frozenset({"other"})
-    assert select_within_share([gang], {"a": 16_000.0}, order) == frozenset()
-    # Jobs that fit come first: a 4-GPU job takes 4 of 21, and the gang is within the 17 left.
+    none: frozenset[str] = frozenset()
+    assert select_share_tiers([gang, other], {"a": 17_000.0}, order) == (none, frozenset({"gang"}))
+    assert select_share_tiers([gang, other], {"a": 15_000.0}, order) == (none, frozenset({"other"}))
+    assert select_share_tiers([gang], {"a": 16_000.0}, order) == (none, none)
+    # Jobs that fit come first: a 4-GPU job takes 4 of 21, and the gang is rounded in with the 17 left.
     small = job("small", "a", gpus=4, submit=3)
-    assert select_within_share([gang, small], {"a": 21_000.0}, order) == frozenset({"small", "gang"})
-    assert select_within_share([gang, small], {"a": 19_000.0}, order) == frozenset({"small"})
+    assert select_share_tiers([gang, small], {"a": 21_000.0}, order) == (frozenset({"small"}), frozenset({"gang"}))
+    assert select_share_tiers([gang, small], {"a": 19_000.0}, order) == (frozenset({"small"}), none)
 
 
-def test_a_tenants_big_job_straddling_its_share_ranks_within_it() -> None:
+def test_a_job_rounded_into_a_share_ranks_after_every_share_and_before_borrowed_work() -> None:
     # Pool 48; a asks 33 (a 32-GPU gang and a 1-GPU job), b asks 30 (1-GPU jobs): shares are 24 each. a's job of
-    # 1 fits, 23 are left, and the gang (less than twice 23) is rounded in: it ranks in tier 0 with b's 24 jobs.
-    pending = [job("gang", "a", gpus=32, submit=1), job("a1", "a", submit=2)]
+    # 1 fits, 23 are left, and the gang (less than twice 23) is rounded in. Even at priority 100 it ranks after
+    # b's 24 jobs within b's share (tier 0), and before b's 6 borrowed ones (tier 1): rounding never takes
+    # from another tenant's share.
+    pending = [job("gang", "a", gpus=32, submit=1, priority=100), job("a1", "a", submit=2)]
     pending += [job(f"b{i}", "b", submit=3 + i) for i in range(30)]
-    state = QueueState(pending, [], pool_milli={MODEL: 48_000})
-    ctx = compute_rank_context(state, get_queueing_policy("corral"), {}, 0.0)
-    assert {"gang", "a1"} <= ctx.within_share
-    assert sum(j.startswith("b") for j in ctx.within_share) == 24
+    policy = get_queueing_policy("corral")
+    ctx = compute_rank_context(QueueState(pending, [], pool_milli={MODEL: 48_000}), policy, {}, 0.0)
+    assert ctx.rounded_in == frozenset({"gang"}) and "gang" not in ctx.within_share
+    assert "a1" in ctx.within_share and sum(j.startswith("b") for j in ctx.within_share) == 24
+    ranks = {j.id: compute_rank(j, policy, ctx, i) for i, j in enumerate(pending)}
+    b_share = [ranks[i] for i in ctx.within_share if i.startswith("b")]
+    b_borrowed = [ranks[j.id] for j in pending if j.id.startswith("b") and j.id not in ctx.within_share]
+    assert max(b_share) < ranks["gang"] < min(b_borrowed)
