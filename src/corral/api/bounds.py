@@ -83,3 +83,6 @@ def argv_env_bytes(command: Iterable[str], env: Mapping[str, str]) -> int:
 
 
 MAX_REQUEST_BYTES = 8 * 1024 * 1024  # the largest body: a log chunk (1 MiB) or a job of 512 KiB escaped in JSON
+# All the request bodies one listener's guard (server/inputs.py) holds at once, whatever the callers: sixteen of the
+# largest. Past it a body is answered 503 "busy" with Retry-After, instead of the process holding one per connection.
+MAX_REQUEST_BODIES_BYTES = 128 * 1024 * 1024

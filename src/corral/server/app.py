@@ -17,6 +17,10 @@ from corral import __version__
 from corral.core.budgets import describe_hold
 from corral.core.health import HealthPolicy
 from corral.core.login_backoff import BackoffPolicy
+from corral.gateway.app import BODY_DEADLINE_S as GATEWAY_BODY_DEADLINE_S
+from corral.gateway.app import BODY_IDLE_S as GATEWAY_BODY_IDLE_S
+from corral.gateway.app import MAX_BODIES_BYTES as GATEWAY_MAX_BODIES_BYTES
+from corral.gateway.app import MAX_BODY_BYTES as GATEWAY_MAX_BODY_BYTES
 from corral.gateway.app import create_gateway_app
 from corral.server.background.autoscaler import Autoscaler, JoinAccess
 from corral.server.background.clusters import ClusterBridge
@@ -242,7 +246,8 @@ def create_app(settings: Settings, store: StateStore | None = None) -> FastAPI:
     app.state.ctx = ctx  # the one place the components live; routes read them through server/deps.py
     install_error_handlers(app)
     install_page_not_found(app)
-    # body size and NUL bytes, before any route (server/inputs.py); the gateway's bodies are its own to bound
+    # bodies bounded (each, all at once, in time) and NUL bytes refused, before any route, authentication included
+    # (server/inputs.py); the gateway's bodies are its own to bound
     app.add_middleware(InputGuard, passthrough="/services" if gateway_on_api_port else None)
     document_error_responses(app)  # the OpenAPI lists every error status the routes answer
     for module in (
@@ -319,6 +324,16 @@ def create_job_ui_app(app: FastAPI) -> FastAPI:
     ui = FastAPI(title="Corral job UIs", openapi_url=None, docs_url=None, redoc_url=None)
     ui.state = app.state
     install_error_handlers(ui)
+    # The proxy reads a request's body whole before it goes to the job: bounded (server/inputs.py) as the services'
+    # gateway bounds a replica's, with a budget of this port's own; not checked for NUL bytes (the job's, not Corral's).
+    ui.add_middleware(
+        InputGuard,
+        max_body_bytes=GATEWAY_MAX_BODY_BYTES,
+        max_bodies_bytes=GATEWAY_MAX_BODIES_BYTES,
+        body_idle_s=GATEWAY_BODY_IDLE_S,
+        body_deadline_s=GATEWAY_BODY_DEADLINE_S,
+        check_nul=False,
+    )
     ui.include_router(proxy.router)
     return ui
 
@@ -329,7 +344,7 @@ def create_agent_app(app: FastAPI) -> FastAPI:
     agent_app = FastAPI(title="Corral agents", openapi_url=None, docs_url=None, redoc_url=None)
     agent_app.state = app.state
     install_error_handlers(agent_app)
-    agent_app.add_middleware(InputGuard)  # body size and NUL bytes, as on the API port
+    agent_app.add_middleware(InputGuard)  # bodies and NUL bytes, as on the API port (its own budget of bodies)
     agent_app.include_router(health.router)
     agent_app.include_router(agents.router)
     agent_app.include_router(join_router.join_only_router)
