@@ -27,7 +27,7 @@ from corral.sim.jobs_metrics import compute_report, compute_tenant_windows
 from corral.sim.jobs_trace import load_trace, parse_cluster_spec
 
 TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces" / "philly-chronus"
-POLICIES = ("fifo", "sjf", "las", "corral")
+POLICIES = ("fifo", "sjf", "las", "corral", "predict")  # predict: the default (docs/queueing.md)
 
 
 def run_one(trace: str, policy: str, cluster: str) -> dict[str, object]:

@@ -72,7 +72,7 @@ def jobs(
         ),
     ] = None,
     fmt: Annotated[str, typer.Option("--format", help=f"trace format: {'|'.join(FORMATS)}")] = "corral",
-    queueing: Annotated[str | None, typer.Option("--queueing", help=f"{'|'.join(POLICIES)} (default: corral)")] = None,
+    queueing: Annotated[str | None, typer.Option("--queueing", help=f"{'|'.join(POLICIES)} (default: predict)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the figures as JSON")] = False,
     plot: Annotated[
         Path | None, typer.Option("--plot", help="write GPUs held per tenant over time to this PNG")

@@ -35,7 +35,9 @@ class Settings(BaseSettings):
     gpus: str = Field("auto", description="GPU backend of the local agent: auto, nvml, none, or sim:8xH100-80GB.")
     node_name: str = Field(default_factory=socket.gethostname, description="Name of the local agent's node.")
     policy: str = Field("corral", description="Placement policy the scheduler uses (see docs/scheduling.md).")
-    queueing: str = Field("corral", description="Queueing policy: corral (default), fifo, sjf or las.")
+    queueing: str = Field(
+        "predict", description="Queueing policy: predict (default), corral, fifo, sjf or las (docs/queueing.md)."
+    )
     schedule_interval_s: float = Field(2.0, gt=0, description="Longest pause between scheduling passes.")
     node_lost_after_s: float = Field(60.0, gt=0, description="Heartbeat silence after which a node is LOST.")
     long_poll_s: float = Field(

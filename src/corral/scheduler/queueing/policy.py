@@ -1,6 +1,6 @@
 """Named queueing policies: how pending jobs are ordered and which mechanisms (backfill, preemption,
-fair share) are on. `corral` is the default; `fifo`, `sjf`, `las` are the published baselines; `predict` is
-`corral` with run times predicted from finished jobs in place of service levels (issue 15)."""
+fair share) are on. `predict` is the default: `corral` with run times predicted from finished jobs in place of
+service levels (issue 15); `fifo`, `sjf`, `las` are the published baselines."""
 
 from __future__ import annotations
 
@@ -71,7 +71,7 @@ POLICIES: dict[str, QueueingPolicy] = {
         half_life_s=3600.0,
     ),
 }
-DEFAULT_QUEUEING = "corral"
+DEFAULT_QUEUEING = "predict"
 
 
 def get_queueing_policy(name: str | None) -> QueueingPolicy:

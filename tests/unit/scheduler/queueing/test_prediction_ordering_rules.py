@@ -90,3 +90,11 @@ def test_a_predicted_end_is_from_now_once_the_job_outlived_it() -> None:
     assert compute_predicted_ends([job_], 1000.0)["a"] >= 1000.0
     gone = RunningJob(job_.job, 0.0, MODEL, exit_s=1005.0)  # being preempted: its deadline, not a guess
     assert compute_predicted_ends([gone], 1000.0) == {}
+
+
+def test_predict_is_the_default_of_the_server_and_the_simulator() -> None:
+    # Issue 15: the default orders by predicted run time (docs/queueing.md gives the figures it was chosen on).
+    from corral.server.settings import Settings
+
+    assert get_queueing_policy(None) is PREDICT
+    assert Settings.model_fields["queueing"].default == "predict"
