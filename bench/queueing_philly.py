@@ -1,7 +1,11 @@
 """Issue 4's queueing targets on the Philly (Chronus) traces: average JCT of fifo / sjf / las / corral and
 the smallest per-tenant-hour share ratio (held / entitled GPU-seconds), on a heavily loaded cluster.
 
-    .venv/bin/python bench/queueing_philly.py [--cluster 144x8xV100-32GB] [--json] [--workers 2]
+    .venv/bin/python bench/queueing_philly.py [--cluster 144x8xV100-32GB] [--json] [--workers 2] [--no-windows]
+
+Then, unless `--no-windows`, issue 15's table for each window cut from these traces (bench/queueing_windows.py:
+fifo / sjf / las / corral / predict; avg and p99 JCT, p99 wait, lowest tenant-hour share, ETA error; and whether
+`predict` meets each target). The two together take about 25 minutes on this 2-core machine.
 
 Cluster: 144 nodes x 8 GPUs = 1,152 GPUs. Each trace asks for ~1,100-1,130 GPUs on average over its
 5.6 h of submissions (22.1-22.7 M GPU-seconds / 20,150 s), so the offered load is 95-98% of the pool:
@@ -20,6 +24,8 @@ import sys
 import tempfile
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+
+from queueing_windows import WINDOWS, print_windows, run_windows
 
 from corral.scheduler.queueing import get_queueing_policy
 from corral.sim.jobs import SimConfig, simulate_jobs
@@ -91,6 +97,7 @@ def main() -> None:
     ap.add_argument("--policies", default=",".join(POLICIES))
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--no-windows", action="store_true", help="only the whole traces, not issue 15's windows")
     ap.add_argument(
         "--derived",
         type=int,
@@ -112,8 +119,9 @@ def main() -> None:
     for r in rows:
         base = fifo.get(str(r["trace"]))
         r["jct_vs_fifo_pct"] = round(100 * (float(str(r["avg_jct_s"])) / base - 1), 1) if base else None
+    windows = None if args.no_windows or args.derived else run_windows(list(WINDOWS), policies, False, args.workers)
     if args.json:
-        print(json.dumps({"cluster": args.cluster, "rows": rows}, indent=2))
+        print(json.dumps({"cluster": args.cluster, "rows": rows, "windows": windows}, indent=2))
         return
     head = f"{'trace':<12}{'policy':<8}{'avg JCT s':>10}{'vs FIFO':>9}{'p99 JCT':>9}{'avg wait':>9}{'util%':>7}{'preempt':>8}{'min share':>10}{'<90% h':>8}"
     print(f"cluster {args.cluster}\n{head}")
@@ -123,6 +131,9 @@ def main() -> None:
             f"{r['avg_wait_s']:>9.1f}{r['gpu_util_pct']:>7.1f}{r['preemptions']:>8}{r['min_tenant_hour_ratio']:>10.3f}"
             f"{r['tenant_hours_below_90pct']:>5}/{r['tenant_hours']}"
         )
+    if windows is not None:
+        print("\nissue 15's windows (bench/queueing_windows.py), about 100% offered load each:")
+        print_windows(windows)
 
 
 if __name__ == "__main__":

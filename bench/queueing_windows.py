@@ -110,24 +110,19 @@ def _f(value: object, fmt: str) -> str:
     return "-" if value is None else format(float(str(value)), fmt)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--windows", default=",".join(WINDOWS))
-    ap.add_argument("--policies", default=",".join(POLICIES))
-    ap.add_argument("--quick", action="store_true", help="the first hour of each window")
-    ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--json", action="store_true")
-    args = ap.parse_args()
+def run_windows(windows: list[str], policies: list[str], quick: bool = False, workers: int = 2) -> dict[str, object]:
+    """Every (window, policy) run, with issue 15's verdicts for `predict`: the JSON this bench prints."""
     started = time.perf_counter()
-    windows, policies = args.windows.split(","), args.policies.split(",")
-    with ProcessPoolExecutor(args.workers) as pool:
-        futures = [pool.submit(run_one, w, p, args.quick) for w in windows for p in policies]
+    with ProcessPoolExecutor(workers) as pool:
+        futures = [pool.submit(run_one, w, p, quick) for w in windows for p in policies]
         rows = [f.result() for f in futures]
-    verdicts = compute_verdicts(rows)
     wall_s = round(time.perf_counter() - started, 1)
-    if args.json:
-        print(json.dumps({"quick": args.quick, "wall_s": wall_s, "rows": rows, "predict_targets": verdicts}, indent=2))
-        return
+    return {"quick": quick, "wall_s": wall_s, "rows": rows, "predict_targets": compute_verdicts(rows)}
+
+
+def print_windows(out: dict[str, object]) -> None:
+    rows: list[dict[str, object]] = out["rows"]  # type: ignore[assignment]
+    verdicts: dict[str, dict[str, object]] = out["predict_targets"]  # type: ignore[assignment]
     head = (
         f"{'window':<10}{'policy':<9}{'avg JCT s':>10}{'p99 JCT':>9}{'p99 wait':>9}{'min share':>10}{'<0.9 h':>8}"
         f"{'ETA med':>8}{'ETA p90':>8}{'ETA %':>6}{'preempt':>8}{'util%':>6}"
@@ -148,7 +143,22 @@ def main() -> None:
         print(
             f"predict on {w}: {v['vs_sjf_pct']:+.1f}% vs sjf; {'meets every target' if v['all'] else 'misses ' + ', '.join(failed)}"
         )
-    print(f"wall {wall_s} s")
+    print(f"wall {out['wall_s']} s")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--windows", default=",".join(WINDOWS))
+    ap.add_argument("--policies", default=",".join(POLICIES))
+    ap.add_argument("--quick", action="store_true", help="the first hour of each window")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    out = run_windows(args.windows.split(","), args.policies.split(","), args.quick, args.workers)
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return
+    print_windows(out)
 
 
 if __name__ == "__main__":
