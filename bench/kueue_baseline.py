@@ -458,6 +458,7 @@ def main() -> None:
     ap.add_argument(
         "--replicas", type=int, default=1, help="server replicas on the one database (more than 1: PostgreSQL)"
     )
+    ap.add_argument("--queueing", default="", help="the server's CORRAL_QUEUEING (default: the server's default)")
     ap.add_argument("--timeout-s", type=float, default=1800.0)
     ap.add_argument("--keep", action="store_true", help="keep the scratch dir (logs, database)")
     ap.add_argument("--py-spy", default="", help="a py-spy binary: sample the server while jobs run (diagnosis)")
@@ -475,6 +476,8 @@ def main() -> None:
     if args.replicas < 1 or (args.replicas > 1 and not args.database_url.startswith("postgresql")):
         sys.exit("--replicas: at least 1, and more than 1 needs --database-url postgresql://...")
     cluster = Cluster(root, args.nodes, args.gpus_per_node, args.database_url, args.telemetry_s, args.replicas)
+    if args.queueing:
+        cluster.env["CORRAL_QUEUEING"] = args.queueing
     progress: list[dict[str, Any]] = []
     try:
         setup0 = time.monotonic()
