@@ -102,7 +102,9 @@ def compute_rank_context(
     if not policy.fair_share:
         return RankContext()
     weight = {t: q.fair_weight() for t, q in state.quotas.quotas.items()}
-    active = [*state.pending, *(r.job for r in state.running if not r.terminating)]
+    # Running jobs first: the tenant order's sort is stable, so on a tie (array tasks share their submit time) a
+    # running job keeps its place in the share rather than swapping with a pending twin every min_run_s.
+    active = [*(r.job for r in state.running if not r.terminating), *state.pending]
     demand: dict[str, float] = {}
     for j in active:
         demand[j.tenant] = demand.get(j.tenant, 0.0) + j.need_milli
@@ -144,6 +146,9 @@ class _Cycle:
     # Running jobs within their tenant's fair share that (re)started less than DEFRAG_SETTLE_S ago: no other
     # tenant's job takes them by rank (fair-share policies), so no tenant makes another restart more often.
     shielded: frozenset[str] = frozenset()
+    # Running jobs within (or rounded into) their tenant's fair share: RANK takes one of another tenant only while
+    # that tenant stays nearer its guarantee (preemption._rank_margin); borrowed work is taken as before.
+    in_share: frozenset[str] = frozenset()
 
     def rank_of(self, r: RunningJob) -> RankKey:
         return self.ranks[r.job.id]
@@ -174,6 +179,7 @@ def compute_admission(
         shielded=frozenset(
             r.job.id for r in state.running if r.job.id in ctx.within_share and now_s - r.start_s < DEFRAG_SETTLE_S
         ),
+        in_share=ctx.within_share | ctx.rounded_in,
     )
     ordered = sorted(state.pending, key=lambda j: ranks[j.id])
     inf = float("inf")
@@ -345,6 +351,7 @@ def _select(
         0.0 if kind == RECLAIM else cyc.policy.min_run_s,
         q.cohort if q else "",
         cyc.shielded,
+        cyc.in_share,
     )
 
 

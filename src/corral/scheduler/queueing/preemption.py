@@ -5,8 +5,8 @@ Two kinds, both only ever taking what is needed and nothing when it would not be
   (their tenant is above its guarantee at the time), lowest priority first, most recently started first;
 - rank: the policy time-slices (least attained service); victims rank strictly below the waiting job,
   lowest rank first, have run at least `min_run_s`, and another tenant's job is taken only while that
-  tenant is above its guarantee by over half the job (so a preemption never takes a tenant further from its
-  guarantee than it was).
+  tenant is above its guarantee, by over half the job when the job lies within its tenant's fair share (so such
+  a preemption never takes a tenant further from its guarantee than it was).
 """
 
 from __future__ import annotations
@@ -42,13 +42,15 @@ def order_rank_candidates(running: Sequence[RunningJob], rank_of: Callable[[Runn
     return sorted((r for r in running if not r.terminating), key=rank_of, reverse=True)
 
 
-def _rank_margin(kind: str, victim: RunningJob) -> int:
-    """How far above its guarantee a tenant must be for RANK to take `victim` from it: by over half the victim,
-    so that taking it leaves the tenant nearer its guarantee than it was. A tenant a GPU above its guarantee
-    lost a whole 32-GPU gang to another tenant's time slice before, and held a quarter less than its share for
-    as long as the gang waited for four whole nodes again (docs/queueing.md, "Shares of whole jobs"). RECLAIM
-    keeps taking from any borrower: it restores a guarantee."""
-    return -(victim.job.need_milli // 2) if kind == RANK else 0
+def _rank_margin(kind: str, victim: RunningJob, in_share: frozenset[str]) -> int:
+    """How far above its guarantee a tenant must be for RANK to take `victim`, a job within (or rounded into) its
+    tenant's fair share: by over half the victim, so that taking it leaves the tenant nearer its guarantee than it
+    was. A tenant a GPU above its guarantee lost a whole 32-GPU gang to another tenant's time slice before, and held
+    a quarter less than its share for as long as the gang waited for four whole nodes again (docs/queueing.md,
+    "Shares of whole jobs"). Borrowed work (beyond the share) is taken whenever its tenant borrows, as a tenant
+    could otherwise keep one job of up to twice its guarantee out of every other tenant's reach; and RECLAIM
+    takes from any borrower: it restores a guarantee."""
+    return -(victim.job.need_milli // 2) if kind == RANK and victim.job.id in in_share else 0
 
 
 def select_victims(
@@ -66,6 +68,7 @@ def select_victims(
     min_run_s: float = 0.0,
     cohort: str = "",
     shielded: frozenset[str] = frozenset(),
+    in_share: frozenset[str] = frozenset(),
 ) -> list[RunningJob] | None:
     """Victims on `model` freeing at least `shortfall_milli`, or None when the eligible ones cannot.
 
@@ -73,7 +76,8 @@ def select_victims(
     `settled` is usage without jobs already being preempted, and is updated for the victims returned.
     With a `cohort`, reclaim takes only from tenants of that cohort (their borrowing is what it lacks).
     `shielded`: running jobs that RANK never takes for another tenant (within their tenant's fair share and
-    restarted recently: admission.DEFRAG_SETTLE_S)."""
+    restarted recently: admission.DEFRAG_SETTLE_S). `in_share`: running jobs within or rounded into their tenant's
+    fair share, which RANK takes from another tenant only with _rank_margin."""
     chosen: list[RunningJob] = []
     freed = 0
     if cohort and kind == RECLAIM:
@@ -99,7 +103,7 @@ def select_victims(
             and r.job.id in shielded
             or (
                 book.quotas
-                and not is_borrowing(settled, book.get(r.job.tenant), model, _rank_margin(kind, r))
+                and not is_borrowing(settled, book.get(r.job.tenant), model, _rank_margin(kind, r, in_share))
                 or kind == RECLAIM
                 and not book.quotas
             )
