@@ -1,5 +1,6 @@
 """Rank keys: a smaller key goes first. Priority first, then the policy's order; under the fair-share order
-(`corral`, `predict`) the tier (within the tenant's share, or borrowed) comes before priority."""
+(`corral`, `predict`) the tier (0: within the tenant's share; 0.5: the job its share is rounded up to; 1:
+borrowed) comes before priority."""
 
 from __future__ import annotations
 
