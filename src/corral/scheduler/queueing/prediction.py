@@ -21,6 +21,7 @@ NUM_BINS = 52
 BIN_EDGES_S: tuple[float, ...] = tuple(BIN_RATIO**i for i in range(NUM_BINS + 1))
 HISTORY_PER_KEY = 256  # the most recent run times kept per key (older ones leave the histogram)
 MAX_KEYS = 20_000  # feature keys kept in all (least recently updated dropped)
+MEMO_MAX = 100_000  # predictions remembered between two records (then forgotten all at once)
 MIN_JOBS = 8  # a key predicts once this many of its jobs have finished; else the next coarser key
 
 
@@ -110,6 +111,8 @@ class DurationPrediction:
     counts: tuple[int, ...]
     basis: PredictionBasis
     time_limit_s: float | None = None
+    # expected_remaining_s(0), computed on first use: a pending job's level reads it every scheduling pass
+    _fresh_s: float | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def jobs(self) -> int:
@@ -135,6 +138,13 @@ class DurationPrediction:
     def expected_remaining_s(self, attained_s: float = 0.0) -> float:
         """Mean run time left given `attained_s` so far; a job that outlived its whole history is expected
         to run as long again (heavy tails: the longer it ran, the longer it runs)."""
+        if attained_s == 0:
+            if self._fresh_s is None:
+                object.__setattr__(self, "_fresh_s", self._remaining_s(0.0))
+            return self._fresh_s  # type: ignore[return-value]
+        return self._remaining_s(attained_s)
+
+    def _remaining_s(self, attained_s: float) -> float:
         first = compute_bin(attained_s) if attained_s > 0 else 0
         n = sum(self.counts[first:])
         if n == 0:
@@ -232,10 +242,14 @@ class DurationPredictor:
     max_keys: int = MAX_KEYS
     recorded: int = 0
     _keys: OrderedDict[tuple[str, tuple[str, ...]], _History] = field(default_factory=OrderedDict)
+    # predict's answers since the last record (a scheduler asks again for every pending job each pass; the
+    # same features get the same answer until something is learnt): cleared by record and restore_state
+    _memo: dict[JobFeatures, DurationPrediction | None] = field(default_factory=dict)
 
     def record(self, features: JobFeatures, duration_s: float) -> None:
         """A job with these features finished after running `duration_s` (its run time, not its wait).
         Only call this for a job that has finished: the predictor trusts the caller about time."""
+        self._memo.clear()
         for label, key_fn in BACKOFF:
             key = key_fn(features)
             if not all(key):
@@ -254,6 +268,15 @@ class DurationPredictor:
     def predict(self, features: JobFeatures) -> DurationPrediction | None:
         """The run-time distribution of the most specific key with at least `min_jobs` finished jobs; None
         (unknown: order by attained service) when even `all` has fewer."""
+        memo = self._memo
+        if features in memo:
+            return memo[features]
+        if len(memo) >= MEMO_MAX:
+            memo.clear()
+        found = memo[features] = self._lookup(features)
+        return found
+
+    def _lookup(self, features: JobFeatures) -> DurationPrediction | None:
         for label, key_fn in BACKOFF:
             key = key_fn(features)
             if not all(key):
@@ -275,6 +298,7 @@ class DurationPredictor:
         """Replace what was learned with `export_state`'s output (unknown labels skipped; bounds enforced)."""
         labels = {label for label, _ in BACKOFF}
         self._keys.clear()
+        self._memo.clear()
         for label, key, runs in state[-self.max_keys :]:
             if label not in labels:
                 continue

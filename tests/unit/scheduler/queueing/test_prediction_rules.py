@@ -96,6 +96,23 @@ def test_what_was_learned_survives_a_restart_as_plain_data() -> None:
     assert again.export_state() == p.export_state()
 
 
+def test_a_prediction_asked_again_answers_what_was_learnt_since() -> None:
+    """predict remembers its answers between records (a scheduler asks for every pending job each pass): a record,
+    or a restore, makes the next answer new."""
+    p = learned(*[(feats(), 100.0)] * MIN_JOBS)
+    first = p.predict(feats())
+    assert first is not None and p.predict(feats()) is first  # nothing learnt since: the same answer
+    p.record(feats(name="eval"), 5.0)  # another key: the answer's figures stay, but it is looked up again
+    assert p.predict(feats()) == first
+    for _ in range(MIN_JOBS):
+        p.record(feats(), 10_000.0)
+    grown = p.predict(feats())
+    assert grown is not None and grown.basis.jobs == 2 * MIN_JOBS and grown.expected_remaining_s(0.0) > 2_000
+    p.restore_state(learned(*[(feats(), 30.0)] * MIN_JOBS).export_state())
+    restored = p.predict(feats())
+    assert restored is not None and restored.basis.median_s == 30.0 and restored.expected_remaining_s() < 60
+
+
 def test_a_time_limit_caps_the_prediction() -> None:
     p = learned(*[(feats(), 7200.0)] * MIN_JOBS)
     got = p.predict(feats(time_limit_s=1800.0))
