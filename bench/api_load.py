@@ -8,11 +8,12 @@ like a real one (join token, CSR, its own certificate) and registers 8 simulated
 seconds after a warm-up:
 
 - agents: one load-generator process drives all of them from a pool of threads. Each agent ticks every 5 s, the
-  ticks spread evenly over the interval: a fresh mutual-TLS connection to the agent port (timed as
-  `agent TLS connect`; uvicorn closes idle connections after 5 s, so a real agent reconnects at this interval
-  too), `POST /agents/{node}/sync` with wait_s=0 (no long poll), `POST /agents/{node}/telemetry` (host + 8 GPU
-  samples, as the agent's collector makes them). An agent whose thread falls behind ticks late (the achieved
-  tick rate is printed next to the target);
+  ticks spread evenly over the interval: `POST /agents/{node}/sync` with wait_s=0 (no long poll), then
+  `POST /agents/{node}/telemetry` (host + 8 GPU samples, as the agent's collector makes them), on the agent's
+  mutual-TLS connection to the agent port, kept from tick to tick as a real agent keeps it (the agent port keeps
+  idle connections AGENT_KEEP_ALIVE_S); a new connection's handshake is timed as `agent TLS connect`.
+  `--fresh-connections`: a new connection every tick (what agents did while the port closed idle connections after
+  5 s). An agent whose thread falls behind ticks late (the achieved tick rate is printed next to the target);
 - clients: another process, 32 threads, each on its own keep-alive HTTP connection to the API port with the
   admin token, looping back to back (no think time unless --think-s) over `GET /api/v1/jobs` (the default
   page: pending and running jobs, up to 1000), `GET /api/v1/jobs/{id}` (a random job) and `GET /api/v1/nodes`.
@@ -27,7 +28,7 @@ Everything (server, PostgreSQL, load generators) shares this machine's cores: th
 contention. The server's CPU use over the window is printed (100% = one core).
 
     .venv/bin/python bench/api_load.py [--db sqlite|postgres|both] [--agents 1000] [--clients 32]
-        [--finished 100000] [--pending 10000] [--duration 60] [--json]
+        [--finished 100000] [--pending 10000] [--duration 60] [--think-s 0] [--fresh-connections] [--json]
 
 PostgreSQL: a throwaway database is created through --postgres-admin-url (default $CORRAL_TEST_POSTGRES_URL or
 postgresql://postgres@127.0.0.1:5432/postgres) and dropped afterwards.
@@ -252,7 +253,16 @@ def await_window(ready: Any, go: Any, box: Any) -> tuple[float, float]:
 
 
 def run_agents(
-    agent_url: str, ca_pem: str, certs: str, names: list[str], threads: int, ready: Any, go: Any, box: Any, results: Any
+    agent_url: str,
+    ca_pem: str,
+    certs: str,
+    names: list[str],
+    threads: int,
+    fresh: bool,
+    ready: Any,
+    go: Any,
+    box: Any,
+    results: Any,
 ) -> None:
     """Every agent ticks every INTERVAL_S from (wall-clock) window[0] - WARMUP_S until window[1]; the window is
     set once both load processes are ready (1,000 TLS contexts take longer to load than any fixed lead time)."""
@@ -274,6 +284,7 @@ def run_agents(
     def worker(k: int) -> None:
         out: Samples = {}
         errs: dict[str, int] = {}
+        conns: dict[str, http.client.HTTPSConnection] = {}
         ticks, late = 0, 0.0
         due = [(begin + i * INTERVAL_S / len(names), n) for i, n in enumerate(names) if i % threads == k]
         heapq.heapify(due)
@@ -295,11 +306,13 @@ def run_agents(
             for g in batch["gpus"]:
                 g["ts"] = started
             body = json.dumps(batch).encode()
-            conn = http.client.HTTPSConnection(host, int(port), context=contexts[name], timeout=120)
+            conn = conns.pop(name, None)
             try:
-                t0 = time.perf_counter()
-                conn.connect()
-                _record(out, AGENT_ENDPOINTS[0], t0, window, started)
+                if conn is None:  # a new connection: its TLS handshake is timed
+                    conn = http.client.HTTPSConnection(host, int(port), context=contexts[name], timeout=120)
+                    t0 = time.perf_counter()
+                    conn.connect()
+                    _record(out, AGENT_ENDPOINTS[0], t0, window, started)
                 for key, path, data in (
                     (AGENT_ENDPOINTS[1], f"/api/v1/agents/{name}/sync", SYNC_BODY),
                     (AGENT_ENDPOINTS[2], f"/api/v1/agents/{name}/telemetry", body),
@@ -312,10 +325,15 @@ def run_agents(
                         errs[key] = errs.get(key, 0) + 1
                     else:
                         _record(out, key, t0, window, started)
+                if not fresh and not r.will_close:
+                    conns[name], conn = conn, None  # kept for the agent's next tick, as a real agent keeps it
             except (OSError, http.client.HTTPException):
                 errs["agent connection"] = errs.get("agent connection", 0) + 1
             finally:
-                conn.close()
+                if conn is not None:
+                    conn.close()
+        for kept in conns.values():
+            kept.close()
         with lock:
             for key, v in out.items():
                 merged.setdefault(key, []).extend(v)
@@ -436,7 +454,18 @@ def run_db(kind: str, args: argparse.Namespace) -> tuple[list[dict[str, Any]], d
             procs = [
                 ctx.Process(
                     target=run_agents,
-                    args=(agent_url, ca_pem, str(root / "certs"), names, threads, ready, go, box, results),
+                    args=(
+                        agent_url,
+                        ca_pem,
+                        str(root / "certs"),
+                        names,
+                        threads,
+                        args.fresh_connections,
+                        ready,
+                        go,
+                        box,
+                        results,
+                    ),
                 ),
                 ctx.Process(
                     target=run_clients, args=(api, token, jobs, args.clients, args.think_s, ready, go, box, results)
@@ -514,6 +543,12 @@ def main() -> None:
     ap.add_argument("--pending", type=int, default=10_000)
     ap.add_argument("--duration", type=float, default=60.0, help="seconds measured (after a warm-up)")
     ap.add_argument("--agent-threads", type=int, default=100, help="threads driving the agents")
+    ap.add_argument(
+        "--fresh-connections",
+        action="store_true",
+        help="each agent tick on a new TLS connection (as agents did while the agent port closed idle connections "
+        "after 5 s)",
+    )
     ap.add_argument("--idle-requests", type=int, default=20, help="each client endpoint alone first (0: none)")
     ap.add_argument("--think-s", type=float, default=0.0, help="pause of each client between its requests")
     ap.add_argument(
@@ -539,7 +574,8 @@ def main() -> None:
         return
     print(
         f"\n{args.agents} agents every {INTERVAL_S:g} s, {args.clients} clients, {args.finished} finished + "
-        f"{args.pending} pending jobs, {args.duration:g} s measured"
+        f"{args.pending} pending jobs, {args.duration:g} s measured; clients' think time {args.think_s:g} s; agents "
+        + ("on a new connection each tick" if args.fresh_connections else "keep their connections")
     )
     print(f"{'db':<9} {'endpoint':<39} {'requests':>9} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8}")
     for r in rows:

@@ -62,6 +62,9 @@ __all__ = ["AgentClient", "CorralAPIError", "CorralClient", "CorralConnectionErr
 
 
 class _Base:
+    # How long an idle connection is kept for the next request (httpx's default: 5 s)
+    keepalive_s: float = 5.0
+
     def __init__(
         self,
         url: str | Sequence[str],
@@ -81,7 +84,12 @@ class _Base:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.verify = verify
         self._http = httpx.Client(
-            base_url=self.endpoints.urls[0], headers=headers, timeout=timeout_s, transport=transport, verify=verify
+            base_url=self.endpoints.urls[0],
+            headers=headers,
+            timeout=timeout_s,
+            transport=transport,
+            verify=verify,
+            limits=httpx.Limits(keepalive_expiry=self.keepalive_s),
         )
 
     @property
@@ -499,6 +507,11 @@ class AgentClient(_Base):
     """What agents do, over mutual TLS: `verify` is an SSLContext with the node's certificate (see
     corral.sdk.join for the join that obtains it)."""
 
+    # An agent sends telemetry every few seconds and syncs again as soon as a long poll ends: its connections are
+    # kept between requests, so a fleet does not cost the server a TLS handshake per agent every few seconds.
+    # Shorter than the server's AGENT_KEEP_ALIVE_S, so the agent never sends on a connection the server is closing.
+    keepalive_s: float = 50.0
+
     def renew(self, node: str, csr_pem: str) -> NodeCertOut:
         """A new certificate for this node, requested with the current one."""
         return NodeCertOut.model_validate(
@@ -509,7 +522,13 @@ class AgentClient(_Base):
         """New connections from now on (after the SSLContext's certificate was replaced); requests in
         flight on the old ones (a long poll) finish first, the old pool is closed after `grace_s`."""
         old = self._http
-        self._http = httpx.Client(base_url=old.base_url, headers=old.headers, timeout=old.timeout, verify=self.verify)
+        self._http = httpx.Client(
+            base_url=old.base_url,
+            headers=old.headers,
+            timeout=old.timeout,
+            verify=self.verify,
+            limits=httpx.Limits(keepalive_expiry=self.keepalive_s),
+        )
         timer = threading.Timer(grace_s, old.close)
         timer.daemon = True
         timer.start()

@@ -25,6 +25,12 @@ from corral.server.settings import Settings
 from corral.server.tls import TlsH11Protocol, agent_ssl_context, https_ssl_context
 from corral.store.base import StateStore
 
+# How long the agent port keeps an idle connection (uvicorn's default: 5 s). An agent sends telemetry every few
+# seconds and syncs again as soon as a long poll ends; closing its connections after 5 s idle made every agent a
+# new TLS handshake every few seconds (200 a second for 1,000 agents: bench/api_load.py). The agents' own idle
+# limit (sdk.client.AgentClient.keepalive_s) is shorter, so an agent never sends on a connection being closed.
+AGENT_KEEP_ALIVE_S = 75
+
 
 def _factory(
     make: Callable[[], ssl.SSLContext],
@@ -132,6 +138,7 @@ class ServerThread:
                         lifespan="off",
                         http=TlsH11Protocol,
                         ssl_context_factory=agent_tls,
+                        timeout_keep_alive=AGENT_KEEP_ALIVE_S,
                         **common,
                     )
                 ),
