@@ -559,9 +559,8 @@ class SqlStore(
     def get_node_with_jobs(self, name: str) -> tuple[Node | None, list[Job]]:
         """get_node and list_node_jobs in one transaction (a telemetry batch reads both: each transaction is a pool
         checkout and, on PostgreSQL, a BEGIN and a COMMIT, each a round trip)."""
-        with self._tx() as s:
-            row = s.get(NodeRow, name)
-            return (self._node(s, row) if row else None), _node_jobs(s.connection(), name)
+        with self._tx() as s:  # column tuples, not ORM rows: an agent's every sync and telemetry batch reads this
+            return self._nodes_named(s, (name,)).get(name), _node_jobs(s.connection(), name)
 
     def assign_job(self, job_id: int, node: str, gpu_indices: Sequence[int], now: datetime) -> bool:
         """One-part assign_job_parts (tests and tools): the same compare-and-set and capacity re-check."""

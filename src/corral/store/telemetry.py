@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any, NamedTuple, cast
 
 from sqlalchemy import Table, and_, delete, func, insert, select, update
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from corral.core.rollup import RawPoint, Rollup, compute_keyed_rollups, merge_rollup
@@ -55,6 +56,20 @@ class AlertHistoryRecord(NamedTuple):
 
 SeriesKey = tuple[str, int]  # (node, gpu)
 _POINTS = cast(Table, MetricPointRow.__table__)
+_COPY_POINTS = "COPY metric_points (ts, node, gpu, metric, value, job_id) FROM STDIN"
+
+
+def _copy_points(raw: Any, points: Sequence[Point]) -> None:
+    """The points through PostgreSQL's COPY on the transaction's own DB-API (psycopg) connection. A driver error is
+    raised as SQLAlchemy's (OperationalError when the database is gone), as every other query's is."""
+    import psycopg
+
+    try:
+        with raw.cursor() as cur, cur.copy(_COPY_POINTS) as copy:
+            for p in points:
+                copy.write_row(p)
+    except psycopg.Error as e:
+        raise DBAPIError.instance(_COPY_POINTS, None, e, psycopg.Error) from e
 
 
 class TelemetryMethods:
@@ -67,8 +82,14 @@ class TelemetryMethods:
     def insert_points(self, points: Sequence[Point]) -> int:
         if not points:
             return 0
-        with self._tx() as s:  # Core's executemany: the ORM's bulk insert walks each row's dict in Python first
-            s.connection().execute(insert(_POINTS), [p._asdict() for p in points])
+        with self._tx() as s:
+            conn = s.connection()
+            if conn.dialect.name == "postgresql":
+                # COPY: a batch of 116 points (a node's host and 8 GPUs) costs 1.3 ms of CPU instead of 5.7 ms
+                # through executemany; at 200 batches a second (1,000 agents) that was most of a core
+                _copy_points(conn.connection.dbapi_connection, points)
+            else:  # Core's executemany: the ORM's bulk insert walks each row's dict in Python first
+                conn.execute(insert(_POINTS), [p._asdict() for p in points])
         return len(points)
 
     def query_points(
