@@ -542,6 +542,9 @@ def _explain(cyc: _Cycle, statuses: list[tuple[QueuedJob, str, str]]) -> dict[st
         if r.terminating:
             ends[r.model] = max(ends.get(r.model, cyc.now_s), r.expected_end_s or cyc.now_s)
     tenant_of = {r.job.id: r.job.tenant for r in cyc.state.running}
+    # where GPUs are free, per set of models: the ledger does not change while explaining, and 10,000 jobs waiting
+    # on 1,000 nodes merged and sorted the same node list once each (seconds of a cycle)
+    free_by_models: dict[tuple[str, ...], tuple[tuple[str, int], ...]] = {}
     for pos, (job, reason, detail) in enumerate(statuses):
         models = [m for m in cyc.ledger.models() if job.matches(m)]
         when: float | None = None
@@ -552,7 +555,7 @@ def _explain(cyc: _Cycle, statuses: list[tuple[QueuedJob, str, str]]) -> dict[st
             when, freed_by = eta.estimate_why(models[0], job.need_milli)
             if freed_by is not None and tenant_of.get(freed_by[0]) != job.tenant:
                 freed_by = ("", freed_by[1])  # another tenant's job: when, not which (its id is not this user's)
-        facts = _wait_facts(cyc, job, models, reason, pos, when, freed_by)
+        facts = _wait_facts(cyc, job, models, reason, pos, when, freed_by, free_by_models)
         text = wording.compute_wait_sentence(reason, detail, job, facts)
         out[job.id] = reasons.PendingStatus(reason, detail or reasons.DESCRIPTIONS.get(reason, ""), pos, when, text)
     return out
@@ -566,13 +569,21 @@ def _wait_facts(
     pos: int,
     when: float | None,
     freed_by: tuple[str, bool] | None,
+    free_by_models: dict[tuple[str, ...], tuple[tuple[str, int], ...]] | None = None,
 ) -> wording.WaitFacts:
-    """Where GPUs of the job's models are free now (only asked for jobs waiting on capacity)."""
+    """Where GPUs of the job's models are free now (only asked for jobs waiting on capacity). `free_by_models`
+    keeps what was merged for a set of models while the ledger stays as it is."""
     free_by_node: tuple[tuple[str, int], ...] | None = None
     free_gpus = 0.0
     if reason in (reasons.CAPACITY, reasons.GANG):
         if cyc.ledger.knows_nodes:
-            free_by_node = wording.merge_free_by_node([cyc.ledger.whole_free(m, 1) for m in models])
+            key = tuple(models)
+            kept = None if free_by_models is None else free_by_models.get(key)
+            if kept is None:
+                kept = wording.merge_free_by_node([cyc.ledger.whole_free(m, 1) for m in models])
+                if free_by_models is not None:
+                    free_by_models[key] = kept
+            free_by_node = kept
         else:
             free_gpus = sum(max(cyc.ledger.free(m), 0) for m in models) / 1000
     return wording.WaitFacts(cyc.now_s, free_by_node, free_gpus, when, freed_by, pos)
