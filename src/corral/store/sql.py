@@ -8,6 +8,7 @@ import time
 from collections import namedtuple
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -55,6 +56,7 @@ from corral.store.services import ServiceMethods
 from corral.store.sqlite_gate import WriteGate
 from corral.store.tables import (
     NODE_SHAPES,
+    NODES,
     SUBMIT_RULES,
     ChangeCounterRow,
     GpuRow,
@@ -193,6 +195,7 @@ class SqlStore(
         # threads (two agents' syncs) cannot both read the old row and lose one update.
         self._rmw_lock = threading.Lock()
         self._node_shapes: tuple[int, list[Node]] | None = None  # _node_shapes_at: (counter, nodes)
+        self._nodes_kept: tuple[int, list[Node]] | None = None  # list_nodes: (counter, nodes)
         # read_submit_lists: (counter, the pools, each tenant's (queues, quotas) read since the counter was that)
         self._submit_rules: tuple[int, list[Pool], dict[int, tuple[list[Queue], list[Quota]]]] | None = None
 
@@ -349,16 +352,30 @@ class SqlStore(
             return self._node(s, row) if row else None
 
     def list_nodes(self) -> list[Node]:
-        """Plain column tuples, no ORM objects: building 1,000 NodeRows and 8,000 GpuRows cost most of a GET
-        /api/v1/nodes (issue 13)."""
+        """Every node with its GPUs, by name. The list read last is kept under the `nodes` counter (migration 0032):
+        while the counter stays, only each node's state and last heartbeat (which every agent's sync writes) are
+        read again, one small query instead of every node and GPU row (1,000 nodes and 8,000 GPUs each scheduling
+        pass and each GET /api/v1/nodes; issue 13). The counter is read first: a change between the reads makes
+        the next call read everything again, so a list is never older than the counter it is kept under."""
         with self._tx() as s:
             conn = s.connection()
+            version = conn.execute(_NODES_COUNTER).scalar()
+            kept = self._nodes_kept
+            if version is not None and kept is not None and kept[0] == version:
+                live = conn.execute(_NODES_LIVE).all()
+                nodes = _with_live(kept[1], live)
+                if nodes is not None:
+                    self._nodes_kept = (version, nodes)
+                    return list(nodes)
             rows = conn.execute(_ALL_NODES).all()
             gpus = conn.execute(_ALL_GPUS).all()
         by_node: dict[str, list[tuple[GpuInfo, GpuStatus]]] = {}
         for g in gpus:
             by_node.setdefault(g[0], []).append(_gpu_of_columns(g))
-        return [_node_of_columns(r, by_node.get(r[0], ())) for r in rows]
+        fresh = [_node_of_columns(r, by_node.get(r[0], ())) for r in rows]
+        # no counter (a schema before 0032, for a while): nothing is kept
+        self._nodes_kept = (version, fresh) if version is not None else None
+        return list(fresh)
 
     def _node_shapes_at(self, version: int | None) -> list[Node]:
         """list_nodes as kept for the `node_shapes` counter at `version` (read just before; migration 0029), or read
@@ -1115,6 +1132,8 @@ _SUBMIT_COUNTERS = select(ChangeCounterRow.name, ChangeCounterRow.version).where
 _MAX_KEPT_TENANTS = 4096  # read_submit_lists keeps each tenant's queues and quotas; past this many it starts again
 _ALL_NODES = select(*_NODE_COLUMNS).order_by(NodeRow.name)  # list_nodes: each pass, each GET /nodes
 _ALL_GPUS = select(*_GPU_COLUMNS).order_by(GpuRow.node_name, GpuRow.index)
+_NODES_COUNTER = select(ChangeCounterRow.version).where(ChangeCounterRow.name == NODES)
+_NODES_LIVE = select(NodeRow.name, NodeRow.state, NodeRow.last_heartbeat_at).order_by(NodeRow.name)
 _NODES_NAMED = select(*_NODE_COLUMNS).where(NodeRow.name.in_(_NAMES))
 _GPUS_NAMED = select(*_GPU_COLUMNS).where(GpuRow.node_name.in_(_NAMES)).order_by(GpuRow.node_name, GpuRow.index)
 _USE_COLUMNS = (
@@ -1175,6 +1194,22 @@ def _gpu_of_columns(g: Any) -> tuple[GpuInfo, GpuStatus]:
         healthy=healthy and not disabled,
     )
     return info, GpuStatus(index, healthy, reason or "", disabled)
+
+
+def _with_live(kept: Sequence[Node], live: Sequence[Any]) -> list[Node] | None:
+    """The kept nodes with the state and last heartbeat of `live` (name, state, heartbeat rows, by name); None when
+    the names differ (a node came or went after the counter was read: read everything)."""
+    if len(live) != len(kept):
+        return None
+    out: list[Node] = []
+    for node, (name, state, heartbeat) in zip(kept, live, strict=True):
+        if name != node.name:
+            return None
+        heartbeat = _utc(heartbeat) or heartbeat
+        if state != node.state or heartbeat != node.last_heartbeat_at:
+            node = replace(node, state=state, last_heartbeat_at=heartbeat)
+        out.append(node)
+    return out
 
 
 def _node_of_columns(r: Any, gpus: Sequence[tuple[GpuInfo, GpuStatus]]) -> Node:

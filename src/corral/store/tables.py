@@ -609,9 +609,10 @@ class BudgetRow(Base):
 
 class ChangeCounterRow(Base):
     """Counters the database bumps itself (triggers) when a set of rows changes, so that a reader can keep what it
-    read until its counter moves. `node_shapes`: nodes or GPUs registered, removed, or changed in what a job could
-    ever ask of them (host CPUs and memory, labels, GPU models and memory). Migration 0029. `submit_rules`: queues,
-    quotas or cloud pools added, changed or removed. Migration 0031."""
+        read until its counter moves. `node_shapes`: nodes or GPUs registered, removed, or changed in what a job could
+        ever ask of them (host CPUs and memory, labels, GPU models and memory). Migration 0029. `submit_rules`: queues,
+        quotas or cloud pools added, changed or removed. Migration 0031. `nodes`: anything the node list shows but a node's
+    state and last heartbeat. Migration 0032."""
 
     __tablename__ = "change_counters"
     name: Mapped[str] = mapped_column(String(64), primary_key=True)
@@ -619,4 +620,5 @@ class ChangeCounterRow(Base):
 
 
 NODE_SHAPES = "node_shapes"
+NODES = "nodes"
 SUBMIT_RULES = "submit_rules"
