@@ -64,6 +64,7 @@ from corral.agent.gpu.simulated import SimulatedGpuBackend
 from corral.agent.identity import new_key_and_csr
 from corral.agent.metrics import collect_host_sample
 from corral.core.telemetry import TelemetryBatch, batch_to_dict
+from corral.sdk.client import AgentClient
 from corral.sdk.join import join_cluster, trust_ssl_context
 from corral.store.sql import open_store
 from corral.store.tables import JobRow
@@ -112,6 +113,8 @@ def fill(url: str, finished: int, pending: int, agents: int) -> int:
             rows.clear()
 
         for k in range(total):
+            if k == finished and rows:  # one INSERT's rows share their columns: the finished ones go first
+                flush()
             created = now - timedelta(seconds=(total - k) * 10)
             row: dict[str, Any] = {
                 "name": f"job-{k}",
@@ -284,7 +287,7 @@ def run_agents(
     def worker(k: int) -> None:
         out: Samples = {}
         errs: dict[str, int] = {}
-        conns: dict[str, http.client.HTTPSConnection] = {}
+        conns: dict[str, tuple[http.client.HTTPSConnection, float]] = {}  # agent -> (its connection, last used)
         ticks, late = 0, 0.0
         due = [(begin + i * INTERVAL_S / len(names), n) for i, n in enumerate(names) if i % threads == k]
         heapq.heapify(due)
@@ -306,17 +309,22 @@ def run_agents(
             for g in batch["gpus"]:
                 g["ts"] = started
             body = json.dumps(batch).encode()
-            conn = conns.pop(name, None)
+            kept = conns.pop(name, None)
+            conn = None
+            if kept is not None and time.monotonic() - kept[1] < AgentClient.keepalive_s:
+                conn = kept[0]
+            elif kept is not None:  # idle longer than a real agent keeps a connection: it drops it, so does this
+                kept[0].close()
             try:
-                if conn is None:  # a new connection: its TLS handshake is timed
-                    conn = http.client.HTTPSConnection(host, int(port), context=contexts[name], timeout=120)
-                    t0 = time.perf_counter()
-                    conn.connect()
-                    _record(out, AGENT_ENDPOINTS[0], t0, window, started)
                 for key, path, data in (
                     (AGENT_ENDPOINTS[1], f"/api/v1/agents/{name}/sync", SYNC_BODY),
                     (AGENT_ENDPOINTS[2], f"/api/v1/agents/{name}/telemetry", body),
                 ):
+                    if conn is None:  # a new connection: its TLS handshake is timed
+                        conn = http.client.HTTPSConnection(host, int(port), context=contexts[name], timeout=120)
+                        t0 = time.perf_counter()
+                        conn.connect()
+                        _record(out, AGENT_ENDPOINTS[0], t0, window, started)
                     t0 = time.perf_counter()
                     conn.request("POST", path, body=data, headers={"Content-Type": "application/json"})
                     r = conn.getresponse()
@@ -325,15 +333,18 @@ def run_agents(
                         errs[key] = errs.get(key, 0) + 1
                     else:
                         _record(out, key, t0, window, started)
-                if not fresh and not r.will_close:
-                    conns[name], conn = conn, None  # kept for the agent's next tick, as a real agent keeps it
+                    if r.will_close:  # the server closes it: the next request opens a new one
+                        conn.close()
+                        conn = None
+                if conn is not None and not fresh:  # kept for the agent's next tick, as a real agent keeps it
+                    conns[name], conn = (conn, time.monotonic()), None
             except (OSError, http.client.HTTPException):
                 errs["agent connection"] = errs.get("agent connection", 0) + 1
             finally:
                 if conn is not None:
                     conn.close()
-        for kept in conns.values():
-            kept.close()
+        for c, _ in conns.values():
+            c.close()
         with lock:
             for key, v in out.items():
                 merged.setdefault(key, []).extend(v)

@@ -89,8 +89,12 @@ class _Base:
             timeout=timeout_s,
             transport=transport,
             verify=verify,
-            limits=httpx.Limits(keepalive_expiry=self.keepalive_s),
+            limits=self._limits(),
         )
+
+    def _limits(self) -> httpx.Limits:
+        """httpx's default pool limits (100 connections, 20 kept), with this client's idle limit."""
+        return httpx.Limits(max_connections=100, max_keepalive_connections=20, keepalive_expiry=self.keepalive_s)
 
     @property
     def url(self) -> str:
@@ -527,7 +531,7 @@ class AgentClient(_Base):
             headers=old.headers,
             timeout=old.timeout,
             verify=self.verify,
-            limits=httpx.Limits(keepalive_expiry=self.keepalive_s),
+            limits=self._limits(),
         )
         timer = threading.Timer(grace_s, old.close)
         timer.daemon = True

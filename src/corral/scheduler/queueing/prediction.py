@@ -21,7 +21,8 @@ NUM_BINS = 52
 BIN_EDGES_S: tuple[float, ...] = tuple(BIN_RATIO**i for i in range(NUM_BINS + 1))
 HISTORY_PER_KEY = 256  # the most recent run times kept per key (older ones leave the histogram)
 MAX_KEYS = 20_000  # feature keys kept in all (least recently updated dropped)
-MEMO_MAX = 100_000  # predictions remembered between two records (then forgotten all at once)
+MEMO_MAX = 20_000  # predictions remembered between two records (then forgotten all at once)
+MEMO_TEXT_MAX = 1024  # a job whose name and script are longer is looked up each time (bounds the memo's memory)
 MIN_JOBS = 8  # a key predicts once this many of its jobs have finished; else the next coarser key
 
 
@@ -245,6 +246,7 @@ class DurationPredictor:
     # predict's answers since the last record (a scheduler asks again for every pending job each pass; the
     # same features get the same answer until something is learnt): cleared by record and restore_state
     _memo: dict[JobFeatures, DurationPrediction | None] = field(default_factory=dict)
+    _memo_min_jobs: int = field(default=MIN_JOBS, init=False, repr=False)
 
     def record(self, features: JobFeatures, duration_s: float) -> None:
         """A job with these features finished after running `duration_s` (its run time, not its wait).
@@ -268,7 +270,12 @@ class DurationPredictor:
     def predict(self, features: JobFeatures) -> DurationPrediction | None:
         """The run-time distribution of the most specific key with at least `min_jobs` finished jobs; None
         (unknown: order by attained service) when even `all` has fewer."""
+        if len(features.script) + len(features.name) > MEMO_TEXT_MAX:
+            return self._lookup(features)
         memo = self._memo
+        if self._memo_min_jobs != self.min_jobs:  # the threshold was changed: earlier answers may not hold
+            memo.clear()
+            self._memo_min_jobs = self.min_jobs
         if features in memo:
             return memo[features]
         if len(memo) >= MEMO_MAX:

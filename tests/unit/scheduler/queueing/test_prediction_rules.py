@@ -111,6 +111,19 @@ def test_a_prediction_asked_again_answers_what_was_learnt_since() -> None:
     p.restore_state(learned(*[(feats(), 30.0)] * MIN_JOBS).export_state())
     restored = p.predict(feats())
     assert restored is not None and restored.basis.median_s == 30.0 and restored.expected_remaining_s() < 60
+    strict = learned(*[(feats(), 100.0)] * 3)
+    assert strict.predict(feats()) is None  # 3 finished jobs: fewer than MIN_JOBS
+    strict.min_jobs = 3
+    assert strict.predict(feats()) is not None  # the threshold lowered: asked again, not remembered
+
+
+def test_a_job_with_a_huge_command_is_predicted_but_not_remembered() -> None:
+    """A tenant's jobs with long, distinct commands must not fill the server's memory through the memo."""
+    p = learned(*[(feats(), 100.0)] * MIN_JOBS)
+    for i in range(50):
+        got = p.predict(feats(script=f"python train.py --blob={'x' * 4096}{i}"))
+        assert got is not None and got.basis.label == "user+name+gpus"
+    assert len(p._memo) == 0  # noqa: SLF001
 
 
 def test_a_time_limit_caps_the_prediction() -> None:
