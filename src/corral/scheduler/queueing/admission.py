@@ -569,7 +569,7 @@ def _wait_facts(
     pos: int,
     when: float | None,
     freed_by: tuple[str, bool] | None,
-    free_by_models: dict[tuple[str, ...], tuple[tuple[str, int], ...]] | None = None,
+    free_by_models: dict[tuple[str, ...], tuple[tuple[str, int], ...]],
 ) -> wording.WaitFacts:
     """Where GPUs of the job's models are free now (only asked for jobs waiting on capacity). `free_by_models`
     keeps what was merged for a set of models while the ledger stays as it is."""
@@ -578,12 +578,11 @@ def _wait_facts(
     if reason in (reasons.CAPACITY, reasons.GANG):
         if cyc.ledger.knows_nodes:
             key = tuple(models)
-            kept = None if free_by_models is None else free_by_models.get(key)
-            if kept is None:
-                kept = wording.merge_free_by_node([cyc.ledger.whole_free(m, 1) for m in models])
-                if free_by_models is not None:
-                    free_by_models[key] = kept
-            free_by_node = kept
+            free_by_node = free_by_models.get(key)
+            if free_by_node is None:
+                free_by_node = free_by_models[key] = wording.merge_free_by_node(
+                    [cyc.ledger.whole_free(m, 1) for m in models]
+                )
         else:
             free_gpus = sum(max(cyc.ledger.free(m), 0) for m in models) / 1000
     return wording.WaitFacts(cyc.now_s, free_by_node, free_gpus, when, freed_by, pos)
