@@ -27,11 +27,14 @@ class Unschedulable:
         return self.explanation.summary()
 
 
-def compute_gpu_choices(node: NodeState, request: ResourceRequest, gpu_aware: bool) -> list[tuple[int, ...]]:
-    """The GPU position sets a policy chooses among on a feasible node (topology choice first)."""
+def compute_gpu_choices(
+    node: NodeState, request: ResourceRequest, gpu_aware: bool, eligible: Sequence[int] | None = None
+) -> list[tuple[int, ...]]:
+    """The GPU position sets a policy chooses among on a feasible node (topology choice first; `eligible`:
+    the positions `filters.check_hardware` found, when the caller keeps them)."""
     if request.gpus == 0:
         return [()]
-    available = available_positions(node, request)
+    available = available_positions(node, request, eligible)
     if request.nvlink and request.gpus > 1:
         island = select_island(node, available, request.gpus)
         if island is not None:
@@ -41,11 +44,15 @@ def compute_gpu_choices(node: NodeState, request: ResourceRequest, gpu_aware: bo
 
 
 def score_choices(
-    node: NodeState, request: ResourceRequest, scorer: PlacementPolicy, ctx: ScoreContext
+    node: NodeState,
+    request: ResourceRequest,
+    scorer: PlacementPolicy,
+    ctx: ScoreContext,
+    eligible: Sequence[int] | None = None,
 ) -> tuple[float, tuple[int, ...]]:
     """Best (score, positions) on one feasible node; earlier choices win ties."""
     best: tuple[float, tuple[int, ...]] | None = None
-    for positions in compute_gpu_choices(node, request, scorer.gpu_aware):
+    for positions in compute_gpu_choices(node, request, scorer.gpu_aware, eligible):
         score = scorer.score_node(node, request, positions, ctx)
         if best is None or score > best[0]:
             best = (score, positions)

@@ -28,7 +28,7 @@ from corral.core.errors import ValidationError
 from corral.core.requests import ResourceRequest, model_matches
 from corral.core.resources import FULL_GPU_MILLI, NodeInfo, NodeState, Placement
 from corral.scheduler.choices import Unschedulable, compute_gpu_choices, make_placement, score_choices
-from corral.scheduler.filters import available_positions, check_fit
+from corral.scheduler.filters import available_positions, check_fit, check_hardware
 from corral.scheduler.framework import (
     DEFAULT_CONTEXT,
     REASON_HELD,
@@ -36,6 +36,7 @@ from corral.scheduler.framework import (
     Explanation,
     PlacementPolicy,
     ScoreContext,
+    Status,
 )
 from corral.scheduler.node_class import NodeClass, NodeHardware, compute_hardware_key
 from corral.scheduler.plugins import DEFAULT_POLICY, get_policy
@@ -108,6 +109,10 @@ class Cluster:
         self._request_ids: dict[ResourceRequest, int] = {}
         self._version = 0
         self._explained: dict[int, tuple[int, Explanation]] = {}  # request number -> (version, why)
+        # Fits only shrink while nodes only fill: `_grown` counts the changes that may open room (a release, a
+        # node no longer excluded or held), and a request that fit nowhere stays unplaceable until it moves.
+        self._grown = 0
+        self._failed: dict[int, int] = {}  # request number -> `_grown` when it last fit nowhere
         self._node_class: list[NodeClass] = []
         for i in range(len(self.infos)):
             self._node_class.append(self._enter(i))
@@ -200,16 +205,24 @@ class Cluster:
             self._request_ids[request] = rid
         return rid
 
+    def _hardware_fit(self, hw: NodeHardware, request: ResourceRequest, rid: int) -> tuple[Status, tuple[int, ...]]:
+        """`check_hardware` of the hardware, memoised per request (every class of it shares the answer)."""
+        got = hw.fits.get(rid)
+        if got is None:
+            got = hw.fits[rid] = check_hardware(hw.info, request)
+        return got
+
     def _verdict(self, cls: NodeClass, request: ResourceRequest, rid: int) -> tuple[float, tuple[int, ...]] | None:
         """Check and score `request` on the class (memoised: a class's state never changes)."""
-        status = check_fit(cls.state, request)
+        hardware = self._hardware_fit(cls.hw, request, rid)
+        status = check_fit(cls.state, request, hardware)
         if not status.ok:
             v = None
             cls.rejections[rid] = status.reason
         elif self._randomized:
-            v = (0.0, compute_gpu_choices(cls.state, request, False)[0])
+            v = (0.0, compute_gpu_choices(cls.state, request, False, hardware[1])[0])
         else:
-            v = score_choices(cls.state, request, self.policy, self.ctx)
+            v = score_choices(cls.state, request, self.policy, self.ctx, hardware[1])
         cls.verdicts[rid] = v
         return v
 
@@ -218,6 +231,8 @@ class Cluster:
         best_score = float("-inf")
         best: list[tuple[NodeClass, tuple[int, ...]]] = []
         rid = self._request_id(request)
+        if self._failed.get(rid) == self._grown:
+            return Unschedulable(self.explain(request, rid))
         for cls in self._candidates(request):
             v = cls.verdicts[rid] if rid in cls.verdicts else self._verdict(cls, request, rid)
             if v is None:
@@ -228,6 +243,7 @@ class Cluster:
             elif score >= best_score - _TIE:
                 best.append((cls, v[1]))
         if not best:
+            self._failed[rid] = self._grown
             return Unschedulable(self.explain(request, rid))
         cached = self._with_image(request.image, best) if request.image else None
         if cached:
@@ -360,6 +376,7 @@ class Cluster:
         """Add `node` to or take it from `flags` (_excluded, _held), moving it to the node class that says so."""
         if (node in flags) == on:
             return
+        self._grown += not on
         self._leave(node)
         if on:
             flags.add(node)
@@ -435,6 +452,7 @@ class Cluster:
         return node, tuple(next(p for p, g in enumerate(gpus) if g.index == idx) for idx in placement.gpu_indices)
 
     def _apply(self, node: int, positions: tuple[int, ...], gpu_milli: int, cpu: int, mem: int) -> None:
+        self._grown += gpu_milli < 0 or cpu < 0 or mem < 0
         self._leave(node)
         gpus = self.infos[node].gpus
         for p in positions:
@@ -463,7 +481,7 @@ class Cluster:
         for cls in self._classes.values():
             reason = REASON_HELD if cls.key[5] else cls.rejections.get(rid)
             if reason is None:
-                status = check_fit(cls.state, request)
+                status = check_fit(cls.state, request, self._hardware_fit(cls.hw, request, rid))
                 if status.ok:
                     continue
                 reason = cls.rejections[rid] = status.reason

@@ -5,8 +5,10 @@ Checks run cheapest and most permanent first, so the reason recorded is the most
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from corral.core.requests import ResourceRequest, model_matches
-from corral.core.resources import FULL_GPU_MILLI, NodeState
+from corral.core.resources import FULL_GPU_MILLI, NodeInfo, NodeState
 from corral.scheduler.framework import (
     REASON_CPU,
     REASON_ECC,
@@ -31,9 +33,13 @@ from corral.scheduler.topology import select_island
 def eligible_positions(node: NodeState, request: ResourceRequest) -> list[int]:
     """GPU positions whose kind (whole GPU or MIG profile), model, memory, ECC and health suit the
     request (ignoring what is in use)."""
+    return _eligible(node.info, request)
+
+
+def _eligible(info: NodeInfo, request: ResourceRequest) -> list[int]:
     return [
         i
-        for i, g in enumerate(node.info.gpus)
+        for i, g in enumerate(info.gpus)
         if g.healthy
         and g.mig_profile == request.mig_profile
         and model_matches(g.model, request.gpu_models)
@@ -42,9 +48,9 @@ def eligible_positions(node: NodeState, request: ResourceRequest) -> list[int]:
     ]
 
 
-def _ineligible_reason(node: NodeState, request: ResourceRequest) -> str:
+def _ineligible_reason(info: NodeInfo, request: ResourceRequest) -> str:
     """Which device property leaves too few GPUs: checked in the order a user would fix them."""
-    gpus = [g for g in node.info.gpus if g.healthy and model_matches(g.model, request.gpu_models)]
+    gpus = [g for g in info.gpus if g.healthy and model_matches(g.model, request.gpu_models)]
     gpus = [g for g in gpus if g.mig_profile == request.mig_profile]
     if len(gpus) < request.gpus:
         return REASON_MIG if request.mig_profile else REASON_TOO_FEW_GPUS
@@ -54,10 +60,12 @@ def _ineligible_reason(node: NodeState, request: ResourceRequest) -> str:
     return REASON_ECC if request.ecc else REASON_TOO_FEW_GPUS
 
 
-def available_positions(node: NodeState, request: ResourceRequest) -> list[int]:
-    """Eligible GPU positions with room for the request's share now."""
+def available_positions(node: NodeState, request: ResourceRequest, eligible: Sequence[int] | None = None) -> list[int]:
+    """Eligible GPU positions with room for the request's share now (`eligible`: those of `check_hardware`,
+    when the caller keeps them)."""
     room = FULL_GPU_MILLI - request.gpu_milli
-    return [i for i in eligible_positions(node, request) if node.gpu_used_milli[i] <= room]
+    used = node.gpu_used_milli
+    return [i for i in (eligible_positions(node, request) if eligible is None else eligible) if used[i] <= room]
 
 
 def label_matches(value: str | None, wanted: str) -> bool:
@@ -83,8 +91,25 @@ def check_node_constraints(node: NodeState, request: ResourceRequest) -> Status:
     return SUCCESS
 
 
-def check_fit(node: NodeState, request: ResourceRequest) -> Status:
-    """SUCCESS, or the first reason the request does not fit on this node."""
+def check_hardware(info: NodeInfo, request: ResourceRequest) -> tuple[Status, tuple[int, ...]]:
+    """The GPU checks that depend on the node's hardware alone, whatever its load: (SUCCESS or the first
+    reason its GPUs can never serve the request, the eligible GPU positions). Nodes of the same hardware share
+    it, so the placement engine keeps it per hardware and request."""
+    eligible = tuple(_eligible(info, request))
+    if len(info.gpus) < request.gpus:
+        return Status(Code.UNRESOLVABLE, REASON_TOO_FEW_GPUS), eligible
+    if request.gpu_models and not any(model_matches(g.model, request.gpu_models) for g in info.gpus):
+        return Status(Code.UNRESOLVABLE, REASON_MODEL), eligible
+    if len(eligible) < request.gpus:
+        return Status(Code.UNRESOLVABLE, _ineligible_reason(info, request)), eligible
+    return SUCCESS, eligible
+
+
+def check_fit(
+    node: NodeState, request: ResourceRequest, hardware: tuple[Status, Sequence[int]] | None = None
+) -> Status:
+    """SUCCESS, or the first reason the request does not fit on this node (`hardware`: `check_hardware` of
+    the node's info, when the caller keeps it)."""
     status = check_node_constraints(node, request)
     if not status.ok:
         return status
@@ -97,18 +122,14 @@ def check_fit(node: NodeState, request: ResourceRequest) -> Status:
         return Status(code, REASON_MEM_HOST)
     if request.gpus == 0:
         return SUCCESS
-    if len(info.gpus) < request.gpus:
-        return Status(Code.UNRESOLVABLE, REASON_TOO_FEW_GPUS)
-    if request.gpu_models and not any(model_matches(g.model, request.gpu_models) for g in info.gpus):
-        return Status(Code.UNRESOLVABLE, REASON_MODEL)
-    eligible = eligible_positions(node, request)
-    if len(eligible) < request.gpus:
-        return Status(Code.UNRESOLVABLE, _ineligible_reason(node, request))
-    available = available_positions(node, request)
+    status, eligible = check_hardware(info, request) if hardware is None else hardware
+    if not status.ok:
+        return status
+    available = available_positions(node, request, eligible)
     if len(available) < request.gpus:
         return Status(Code.UNSCHEDULABLE, REASON_GPUS_BUSY)
     if request.nvlink == "required" and request.gpus > 1:
-        if select_island(node, eligible, request.gpus) is None:
+        if select_island(node, list(eligible), request.gpus) is None:
             return Status(Code.UNRESOLVABLE, REASON_NVLINK)
         if select_island(node, available, request.gpus) is None:
             return Status(Code.UNSCHEDULABLE, REASON_NVLINK)

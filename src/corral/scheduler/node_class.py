@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from corral.core.resources import NodeInfo, NodeState
+from corral.scheduler.framework import Status
 
 
 @dataclass(slots=True)
@@ -16,6 +17,8 @@ class NodeHardware:
     info: NodeInfo  # the first node's info stands for all
     symmetric: bool  # GPUs interchangeable: load tuples are kept sorted
     gpu_models: tuple[str, ...]
+    # `filters.check_hardware` per request number: (SUCCESS or why never, eligible GPU positions).
+    fits: dict[int, tuple[Status, tuple[int, ...]]] = field(default_factory=dict)
 
 
 @dataclass(slots=True, eq=False)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from sched_builders import make_node
 
@@ -78,3 +78,62 @@ def test_free_milli_is_kept_exact(steps: list[tuple[int, int, bool]], seed: int)
                 if g.model == model
             )
             assert cluster.free_milli(model) == expected
+
+
+# A few shapes, so the same request comes back after the load changed (what the memos are keyed on).
+_REQUESTS = st.sampled_from(
+    [
+        ResourceRequest(gpus=2),
+        ResourceRequest(gpus=2, gpu_models=("H100-80GB",)),
+        ResourceRequest(gpus=1, cpu_milli=48_000),
+        ResourceRequest(gpus=2, memory_mib=65_536),
+        ResourceRequest(gpus=1, gpu_milli=500),
+        ResourceRequest(gpus=1, gpu_milli=250, gpu_models=("A100-80GB",), cpu_milli=16_000),
+    ]
+)
+_STEPS = st.lists(
+    st.tuples(st.sampled_from(["place", "release", "hold", "unhold", "gang", "ask"]), _REQUESTS, st.integers(0, 2)),
+    max_size=50,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(_STEPS)
+@example([("place", ResourceRequest(gpus=2), 0)] * 4 + [("release", ResourceRequest(gpus=2), 0)])
+@example([("hold", ResourceRequest(gpus=2), k) for k in range(3)] + [("unhold", ResourceRequest(gpus=2), 1)])
+def test_a_long_lived_cluster_answers_as_a_fresh_one_over_the_same_load(steps: list) -> None:
+    """The engine memoises per class, per hardware and per request (what fit nowhere stays unplaceable
+    until something opens room): after any sequence of placements, releases, holds and gangs, each answer
+    (the node and GPUs chosen, or every node's reason) is the one a cluster built afresh from the same load
+    gives."""
+    nodes = [
+        make_node(f"n{i}").gpus(2, "H100-80GB" if i % 2 else "A100-80GB").host(64_000, 131_072).build()
+        for i in range(3)
+    ]
+    cluster = Cluster.from_states(nodes, "corral")
+    placed: list[Placement] = []
+    held: set[str] = set()
+    for op, request, k in steps:
+        name = f"n{k}"
+        if op == "place":
+            got = cluster.place(request)
+            if isinstance(got, Placement):
+                placed.append(got)
+        elif op == "release" and placed:
+            cluster.release(placed.pop(k % len(placed)))
+        elif op == "hold":
+            cluster.hold(name)
+            held.add(name)
+        elif op == "unhold":
+            cluster.unhold(name)
+            held.discard(name)
+        elif op == "gang":
+            cluster.find_gang(request, 2)
+        fresh = Cluster.from_states(cluster.node_states(), "corral")
+        for h in sorted(held):
+            fresh.hold(h)
+        mine, theirs = cluster.compute(request), fresh.compute(request)
+        if isinstance(theirs, Unschedulable):
+            assert isinstance(mine, Unschedulable) and mine.explanation.as_dict() == theirs.explanation.as_dict()
+        else:
+            assert mine == theirs
