@@ -114,6 +114,9 @@ class DurationPrediction:
     time_limit_s: float | None = None
     # expected_remaining_s(0), computed on first use: a pending job's level reads it every scheduling pass
     _fresh_s: float | None = field(default=None, init=False, repr=False, compare=False)
+    # median_s and describe(), computed on first use: a page of jobs shows both for each (answers are shared)
+    _median_s: float | None = field(default=None, init=False, repr=False, compare=False)
+    _described: str | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def jobs(self) -> int:
@@ -134,7 +137,9 @@ class DurationPrediction:
 
     @property
     def median_s(self) -> float:
-        return self.quantile_s(0.5)
+        if self._median_s is None:
+            object.__setattr__(self, "_median_s", self.quantile_s(0.5))
+        return self._median_s  # type: ignore[return-value]
 
     def expected_remaining_s(self, attained_s: float = 0.0) -> float:
         """Mean run time left given `attained_s` so far; a job that outlived its whole history is expected
@@ -177,6 +182,11 @@ class DurationPrediction:
 
     def describe(self) -> str:
         """`median of 38 earlier jobs named train-*: 2 h 10 m` (for `corral show` and the portal)."""
+        if self._described is None:
+            object.__setattr__(self, "_described", self._describe())
+        return self._described  # type: ignore[return-value]
+
+    def _describe(self) -> str:
         b = self.basis
         k = b.key
         what = {
