@@ -27,12 +27,12 @@ from corral.server.background.clusters import ClusterBridge
 from corral.server.background.leadership import Leadership
 from corral.server.background.scheduling import Scheduler
 from corral.server.ca import CertificateAuthority
-from corral.server.context import ServerContext
+from corral.server.context import ServerContext, context_of
 from corral.server.directory.ldap import build_ldap_directory
 from corral.server.directory.oidc import build_oidc_client
 from corral.server.errors import error_body, install_error_handlers
 from corral.server.health import SchedulerAndAgentWaker, TelemetryService
-from corral.server.inputs import InputGuard
+from corral.server.inputs import InputGuard, ThreadBudget
 from corral.server.keyring import load_keyring
 from corral.server.openapi import document_error_responses
 from corral.server.passwords import PasswordPool
@@ -345,6 +345,7 @@ def create_agent_app(app: FastAPI) -> FastAPI:
     agent_app.state = app.state
     install_error_handlers(agent_app)
     agent_app.add_middleware(InputGuard)  # bodies and NUL bytes, as on the API port (its own budget of bodies)
+    agent_app.add_middleware(ThreadBudget, threads=context_of(app).settings.agent_threads)
     agent_app.include_router(health.router)
     agent_app.include_router(agents.router)
     agent_app.include_router(join_router.join_only_router)

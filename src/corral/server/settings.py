@@ -47,6 +47,14 @@ class Settings(BaseSettings):
         description="Longest the server holds an agent's sync open waiting "
         "for work (the agent's heartbeat interval at most).",
     )
+    agent_threads: int = Field(
+        8,
+        ge=1,
+        le=200,
+        description="Threads the agent port's requests run their work on at once (the API port has its own 40): "
+        "under load a fleet's syncs and telemetry queue for them instead of crowding people's requests out of "
+        "the interpreter.",
+    )
     idempotency_key_ttl_s: float = Field(
         86400.0, ge=86400, le=30 * 86400.0, description="How long a job submission's Idempotency-Key is remembered."
     )
