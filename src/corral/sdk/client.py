@@ -5,7 +5,7 @@ from __future__ import annotations
 import ssl
 import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Self
 from urllib.parse import quote
 
@@ -83,18 +83,21 @@ class _Base:
             raise CorralConnectionError(str(e)) from e
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.verify = verify
-        self._http = httpx.Client(
-            base_url=self.endpoints.urls[0],
-            headers=headers,
-            timeout=timeout_s,
-            transport=transport,
-            verify=verify,
-            limits=self._limits(),
-        )
+        self._http = self._new_http(self.endpoints.urls[0], headers, httpx.Timeout(timeout_s), transport)
 
-    def _limits(self) -> httpx.Limits:
-        """httpx's default pool limits (100 connections, 20 kept), with this client's idle limit."""
-        return httpx.Limits(max_connections=100, max_keepalive_connections=20, keepalive_expiry=self.keepalive_s)
+    def _new_http(
+        self,
+        base_url: str | httpx.URL,
+        headers: Mapping[str, str] | httpx.Headers,
+        timeout: httpx.Timeout,
+        transport: httpx.BaseTransport | None = None,
+    ) -> httpx.Client:
+        """An httpx client with this client's TLS and httpx's default pool limits (100 connections, 20 kept),
+        with this client's idle limit."""
+        limits = httpx.Limits(max_connections=100, max_keepalive_connections=20, keepalive_expiry=self.keepalive_s)
+        return httpx.Client(
+            base_url=base_url, headers=headers, timeout=timeout, transport=transport, verify=self.verify, limits=limits
+        )
 
     @property
     def url(self) -> str:
@@ -526,13 +529,7 @@ class AgentClient(_Base):
         """New connections from now on (after the SSLContext's certificate was replaced); requests in
         flight on the old ones (a long poll) finish first, the old pool is closed after `grace_s`."""
         old = self._http
-        self._http = httpx.Client(
-            base_url=old.base_url,
-            headers=old.headers,
-            timeout=old.timeout,
-            verify=self.verify,
-            limits=self._limits(),
-        )
+        self._http = self._new_http(old.base_url, old.headers, old.timeout)  # not a test's transport: it closes
         timer = threading.Timer(grace_s, old.close)
         timer.daemon = True
         timer.start()
