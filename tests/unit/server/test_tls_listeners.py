@@ -82,6 +82,26 @@ def test_an_agent_keeps_its_connection_between_requests_seconds_apart(server: Se
     assert verify.session_stats()["connect"] == handshakes  # no new TLS connection
 
 
+def test_recycled_connections_are_new_ones_and_keep_the_agent_working(server: ServerThread, tmp_path: Path) -> None:
+    """After its certificate is renewed an agent recycles its connections: the next request opens a new TLS
+    connection (presenting the new certificate), on the same server with the same pool limits, and the old pool is
+    closed after the grace period (a long poll in flight on it finishes first)."""
+    _, agent = joined(server, tmp_path, "n1")
+    agent.register(AgentRegister(name="n1", backend="simulated"))
+    verify = agent.verify
+    assert isinstance(verify, ssl.SSLContext)
+    old = agent._http  # noqa: SLF001 (the pool recycling swaps)
+    handshakes = verify.session_stats()["connect"]
+    agent.recycle_connections(grace_s=0.2)
+    assert agent.sync("n1", AgentSync(wait_s=0)).assignments == []
+    assert verify.session_stats()["connect"] == handshakes + 1
+    assert agent._http is not old and agent._http.base_url == old.base_url  # noqa: SLF001
+    pool = agent._http._transport._pool  # noqa: SLF001 (httpx keeps the limits on its pool)
+    assert (pool._max_connections, pool._max_keepalive_connections, pool._keepalive_expiry) == (100, 20, 50.0)  # noqa: SLF001
+    time.sleep(0.5)
+    assert old.is_closed
+
+
 def test_a_certificate_from_another_ca_fails_the_handshake(server: ServerThread, tmp_path: Path) -> None:
     rogue = CertificateAuthority.load_or_create(tmp_path / "rogue")
     key_pem, cert = rogue.issue_node_key("n1", timedelta(hours=1))
