@@ -32,7 +32,7 @@ from corral.server.directory.ldap import build_ldap_directory
 from corral.server.directory.oidc import build_oidc_client
 from corral.server.errors import error_body, install_error_handlers
 from corral.server.health import SchedulerAndAgentWaker, TelemetryService
-from corral.server.inputs import InputGuard, ThreadBudget
+from corral.server.inputs import InputGuard
 from corral.server.keyring import load_keyring
 from corral.server.openapi import document_error_responses
 from corral.server.passwords import PasswordPool
@@ -70,6 +70,7 @@ from corral.server.services.schedules import ScheduleRunner
 from corral.server.services.service_runtime import ServiceManager
 from corral.server.services.webports import WebPortRegistry
 from corral.server.settings import Settings
+from corral.server.threads import ThreadBudget
 from corral.store.base import StateStore
 from corral.store.sql import open_store
 

@@ -32,8 +32,6 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 from urllib.parse import parse_qsl
 
-import anyio.to_thread
-
 from corral.api.bounds import MAX_REQUEST_BODIES_BYTES, MAX_REQUEST_BYTES
 
 Scope = MutableMapping[str, Any]
@@ -266,20 +264,3 @@ def _replay(chunks: list[bytes], receive: Receive) -> Receive:
         return await receive()  # after the body: wait for the disconnect, as the server's own receive would
 
     return replay
-
-
-class ThreadBudget:
-    """Caps the threads the requests of one listener (one event loop: each port's server runs its own) run their
-    blocking work on at once: anyio's default limiter is the loop's own, 40 threads unless set. The agent port's
-    budget is CORRAL_AGENT_THREADS: a thousand agents' syncs and batches, all CPU-bound in one interpreter, queue
-    for a few threads rather than 40 of them taking turns with people's requests."""
-
-    def __init__(self, app: ASGIApp, threads: int) -> None:
-        self.app = app
-        self.threads = threads
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        limiter = anyio.to_thread.current_default_thread_limiter()
-        if limiter.total_tokens != self.threads:  # once per loop (a test client's loop, the port's)
-            limiter.total_tokens = self.threads
-        await self.app(scope, receive, send)

@@ -111,6 +111,11 @@ def _json_loads(data: bytes | str) -> Any:
     return _decode_json(data if isinstance(data, str) else str(data, "utf-8"))
 
 
+def _copied(value: Any) -> Any:
+    """A JSON value with every list in it new (the rest is immutable)."""
+    return [_copied(x) for x in value] if isinstance(value, list) else value
+
+
 class _IdlePing:
     """Pings a pooled connection before use when it sat idle in the pool for more than PING_IDLE_S (a database
     restart, a proxy or firewall that drops idle connections, idle_session_timeout), and swaps a dead one for a
@@ -573,7 +578,7 @@ class SqlStore(
                 got = decoded.get(text)
                 if got is None:
                     got = decoded[text] = _decode_json(text) or []  # type: ignore[arg-type]
-                return list(got)  # a caller's own list (the same text's lists are never shared)
+                return [_copied(x) for x in got]  # a caller's own lists, nested ones too (never shared by two rows)
 
             return [(*r[:6], _utc(r[6]), _utc(r[7]), r[8], load(r[9]), load(r[10]), r[11]) for r in rows]
 

@@ -39,3 +39,10 @@ def test_runs_carry_their_own_placements(store: Any, ready_nodes: Callable[..., 
     bare = {r[0]: r for r in store.list_runs_between(T0, T0 + timedelta(hours=1), with_placement=False)}
     assert bare[gang][9:11] == ([], []) and bare[gang][:9] == by_id[gang][:9]
     assert never not in bare
+    # A gang's parts hold inner lists: two runs of the same placement share none of them either.
+    twin = store.create_job(JobSpec(command=("x",), gpus=1, nodes=2), T0).id  # the gang's placement again
+    assert store.finish_job(gang, JobState.SUCCEEDED, 0, "", T0 + timedelta(minutes=40))
+    assert store.assign_job_parts(twin, [("a", [2]), ("b", [3])], T0 + timedelta(minutes=50))
+    again = {r[0]: r for r in store.list_runs_between(T0, T0 + timedelta(hours=1))}
+    again[gang][10][0][1].append(9)  # an inner list of one run's parts
+    assert [(n, list(g)) for n, g in again[twin][10]] == [("a", [2]), ("b", [3])]
