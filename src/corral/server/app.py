@@ -27,7 +27,7 @@ from corral.server.background.clusters import ClusterBridge
 from corral.server.background.leadership import Leadership
 from corral.server.background.scheduling import Scheduler
 from corral.server.ca import CertificateAuthority
-from corral.server.context import ServerContext, context_of
+from corral.server.context import ServerContext
 from corral.server.directory.ldap import build_ldap_directory
 from corral.server.directory.oidc import build_oidc_client
 from corral.server.errors import error_body, install_error_handlers
@@ -70,7 +70,6 @@ from corral.server.services.schedules import ScheduleRunner
 from corral.server.services.service_runtime import ServiceManager
 from corral.server.services.webports import WebPortRegistry
 from corral.server.settings import Settings
-from corral.server.threads import ThreadBudget
 from corral.store.base import StateStore
 from corral.store.sql import open_store
 
@@ -346,7 +345,6 @@ def create_agent_app(app: FastAPI) -> FastAPI:
     agent_app.state = app.state
     install_error_handlers(agent_app)
     agent_app.add_middleware(InputGuard)  # bodies and NUL bytes, as on the API port (its own budget of bodies)
-    agent_app.add_middleware(ThreadBudget, threads=context_of(app).settings.agent_threads)
     agent_app.include_router(health.router)
     agent_app.include_router(agents.router)
     agent_app.include_router(join_router.join_only_router)

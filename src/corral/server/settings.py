@@ -51,9 +51,9 @@ class Settings(BaseSettings):
         8,
         ge=1,
         le=200,
-        description="Threads the agent port's requests run their work on at once (the API port has its own 40): "
-        "under load a fleet's syncs and telemetry queue for them instead of crowding people's requests out of "
-        "the interpreter.",
+        description="Threads agents' syncs and telemetry batches run their work on at once, a pool of their own (joins "
+        "and identity checks keep the port's 40): under load a fleet's work queues for them instead of 40 threads "
+        "taking turns on one interpreter.",
     )
     idempotency_key_ttl_s: float = Field(
         86400.0, ge=86400, le=30 * 86400.0, description="How long a job submission's Idempotency-Key is remembered."

@@ -1,72 +1,70 @@
-"""CORRAL_AGENT_THREADS: the agent port's requests run their blocking work on at most that many threads at once, so
-under load a fleet's syncs queue instead of crowding people's requests (the API port's own 40 threads) out of the
-interpreter. With so few threads, one node (a hostile one, or a busy one) must not fill them with work that waits
-on a lock: its work runs one piece at a time, and log appends have a pool of their own (server/threads.py)."""
+"""CORRAL_AGENT_THREADS: agents' syncs and telemetry run their blocking work on a pool of that many threads of their
+own, so under load a fleet's work queues for a few threads instead of 40 taking turns on one interpreter. With so
+few threads, one node (a hostile one, or a busy one) must not fill them with work that waits on a lock: its work runs
+one piece at a time, and log uploads have a pool of their own (server/threads.py)."""
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Awaitable, Callable
+from functools import partial
 
 import anyio
 import httpx
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import PlainTextResponse
-from starlette.routing import Route
 
-from corral.server.threads import ThreadBudget
+from corral.server.threads import _agent_threads, _pool, on_log_thread, on_node_thread
 
 
-def _busy_app() -> tuple[Starlette, list[int]]:
-    """A sync endpoint (run on the loop's thread pool) that records how many of its calls overlap."""
+def _overlap(calls: list[Callable[[Callable[[], None]], Awaitable[None]]]) -> int:
+    """Runs every call at once, each handed a blocking piece of work (50 ms); returns how many pieces overlapped."""
     lock, now, peak = threading.Lock(), [0], [0]
 
-    def work(request: Request) -> PlainTextResponse:
+    def work() -> None:
         with lock:
             now[0] += 1
             peak[0] = max(peak[0], now[0])
         time.sleep(0.05)
         with lock:
             now[0] -= 1
-        return PlainTextResponse("ok")
 
-    return Starlette(routes=[Route("/work", work)]), peak
-
-
-def _fire(app: object, requests: int) -> None:
     async def main() -> None:
-        transport = httpx.ASGITransport(app=app)  # type: ignore[arg-type]
-        async with (
-            httpx.AsyncClient(transport=transport, base_url="http://agents") as client,
-            anyio.create_task_group() as tg,
-        ):
-            for _ in range(requests):
-                tg.start_soon(client.get, "/work")
+        async with anyio.create_task_group() as tg:
+            for call in calls:
+                tg.start_soon(call, work)
 
     anyio.run(main)
+    return peak[0]
 
 
-def test_requests_run_on_at_most_the_budget_of_threads() -> None:
-    app, peak = _busy_app()
-    _fire(ThreadBudget(app, threads=3), 12)
-    assert peak[0] == 3
+def test_nodes_work_runs_on_at_most_the_agents_threads() -> None:
+    assert _overlap([partial(on_node_thread, f"n{i}", 3) for i in range(12)]) == 3
 
 
-def test_without_a_budget_the_same_requests_overlap_more() -> None:
-    # the control: the loop's default pool (40 threads) runs all 12 at once, so the cap above is the budget's doing
-    app, peak = _busy_app()
-    _fire(app, 12)
-    assert peak[0] > 3
+def test_the_loops_own_pool_would_run_the_same_work_all_at_once() -> None:
+    # the control: anyio's default pool (40 threads, left to joins and identity checks) runs all 12 at once
+    assert _overlap([anyio.to_thread.run_sync] * 12) == 12
 
 
-def test_the_agent_port_takes_its_budget_from_the_settings(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from corral.server.app import create_agent_app, create_app
-    from corral.server.settings import Settings
+def test_one_nodes_work_runs_one_piece_at_a_time() -> None:
+    assert _overlap([partial(on_node_thread, "n1", 8)] * 6) == 1
+    assert _overlap([partial(on_log_thread, "n1")] * 6) == 1
+    assert _overlap([partial(on_log_thread, f"n{i}") for i in range(6)]) == 6
 
-    app = create_app(Settings(data_dir=tmp_path, agent_threads=5, database_url=f"sqlite:///{tmp_path / 'c.db'}"))
-    budgets = [m.kwargs["threads"] for m in create_agent_app(app).user_middleware if m.cls is ThreadBudget]
-    assert budgets == [5]
+
+def test_agents_leave_the_loops_own_pool_as_it_was(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Joins, identity checks and registration keep the loop's 40 threads: requests that have shown no node's
+    certificate (a forged join waiting on the SQLite write gate) never take the agents' few."""
+    _, agent_app, heads, _ = _agents(tmp_path, threads=2)
+
+    async def main() -> tuple[int, int]:
+        transport = httpx.ASGITransport(app=agent_app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://agents") as client:
+            r = await client.post("/api/v1/agents/good/sync", json={"wait_s": 0}, headers=heads["good"])
+            assert r.status_code == 200, r.text
+        return anyio.to_thread.current_default_thread_limiter().total_tokens, _pool(_agent_threads, 2).total_tokens
+
+    assert anyio.run(main) == (40, 2)
 
 
 def _agents(tmp_path, threads: int):  # type: ignore[no-untyped-def]

@@ -16,7 +16,7 @@ from corral.api.schemas import AgentRegister, AgentSync, AgentSyncReply, NodeCer
 from corral.api.telemetry import TelemetryBatchIn
 from corral.core.errors import ForbiddenError, NotFoundError
 from corral.core.pools import CLUSTER_KINDS, POOL_LABEL, SOURCE_LABEL
-from corral.server.deps import ContextDep, LogsDep, SchedulerDep, StoreDep, TelemetryDep
+from corral.server.deps import ContextDep, LogsDep, SchedulerDep, SettingsDep, StoreDep, TelemetryDep
 from corral.server.errors import error_body
 from corral.server.node_auth import require_node
 from corral.server.params import Id, Offset
@@ -58,6 +58,7 @@ async def sync(node: str, body: AgentSync, me: Agent, ctx: ContextDep) -> AgentS
     require_node_match(me, node)
     store = ctx.store
     order = ctx.report_order
+    threads = ctx.settings.agent_threads
 
     # Few hops to the thread pool (each is a hand-over between the event loop and a worker thread; a node's hops run
     # one at a time, server/threads.py): one for the
@@ -73,10 +74,12 @@ async def sync(node: str, body: AgentSync, me: Agent, ctx: ContextDep) -> AgentS
                 raise NotFoundError("node", node)
             return record, *apply_reports(store, node, body, order.is_fresh(node, body.boot, body.seq), jobs)
 
-    record, acked, freed = await on_node_thread(node, heartbeat_and_report)
+    record, acked, freed = await on_node_thread(node, threads, heartbeat_and_report)
     ctx.web_ports.record(node, body.web_ports)
     if body.staging_in or body.staging_out:
-        freed |= await on_node_thread(node, record_stage_reports, store, node, body.staging_in, body.staging_out)
+        freed |= await on_node_thread(
+            node, threads, record_stage_reports, store, node, body.staging_in, body.staging_out
+        )
     if freed:
         ctx.scheduler.trigger.fire()
     running = set(body.running)
@@ -106,7 +109,7 @@ async def sync(node: str, body: AgentSync, me: Agent, ctx: ContextDep) -> AgentS
             work = store.read_node_work(node)
         return handed, stage(staging=work.staging, outs=work.stage_outs), compute_web_port_checks(work.jobs, node)
 
-    (assignments, cancels), (stage_in, stage_out), checks = await on_node_thread(node, offers)
+    (assignments, cancels), (stage_in, stage_out), checks = await on_node_thread(node, threads, offers)
     faults = telemetry.take_faults(node)
     # The agent already has every stage order (it reports on each): nothing new to hand over for those.
     staging_news = {str(o.job_id) for o in stage_in} != set(body.staging_in) or {
@@ -115,10 +118,12 @@ async def sync(node: str, body: AgentSync, me: Agent, ctx: ContextDep) -> AgentS
     if not assignments and not cancels and not faults and not staging_news and body.wait_s > 0:
         # never past CORRAL_LONG_POLL_S: the sync is the node's heartbeat, checked against CORRAL_NODE_LOST_AFTER_S
         await ctx.notifier.wait(node, min(body.wait_s, settings.long_poll_s))
-        (assignments, cancels), (stage_in, stage_out), checks = await on_node_thread(node, offers)
+        (assignments, cancels), (stage_in, stage_out), checks = await on_node_thread(node, threads, offers)
         faults = telemetry.take_faults(node)
     # a cloud pool's node reads its spot notice (a read): any other has none
-    notice_s = await on_node_thread(node, compute_notice_s, store, record) if POOL_LABEL in record.labels else None
+    notice_s = (
+        await on_node_thread(node, threads, compute_notice_s, store, record) if POOL_LABEL in record.labels else None
+    )
     return AgentSyncReply(
         assignments=assignments,
         cancels=cancels,
@@ -133,10 +138,13 @@ async def sync(node: str, body: AgentSync, me: Agent, ctx: ContextDep) -> AgentS
 
 
 @router.post("/{node}/telemetry")
-async def telemetry(node: str, body: TelemetryBatchIn, me: Agent, service: TelemetryDep) -> dict[str, int]:
+async def telemetry(
+    node: str, body: TelemetryBatchIn, me: Agent, service: TelemetryDep, settings: SettingsDep
+) -> dict[str, int]:
     """A TelemetryBatch (corral.api.telemetry): samples stored, health checked, failures acted on (server/health)."""
     require_node_match(me, node)
-    result = await on_node_thread(node, service.receive, node, body.to_core())
+    threads = settings.agent_threads
+    result = await on_node_thread(node, threads, service.receive, node, body.to_core())
     return {"stored": result.stored, "transitions": result.transitions}
 
 
@@ -155,7 +163,7 @@ async def upload_logs(
     """Append log bytes of one run that start at `offset`; 409 with `expected` when there is a gap. Only for
     a job placed on this node, up to its current attempt."""
     require_node_match(me, node)
-    job = await on_node_thread(node, store.get_job, job_id)
+    job = await on_log_thread(node, store.get_job, job_id)
     if job is None or attempt > max(job.attempt, 1) or all(n != node for n, _ in job.placed_parts):
         raise ForbiddenError(f"job {job_id} (attempt {attempt}) is not placed on node {node}")
     # A rank the job has, and this node's own in the current attempt: each rank's log is capped, so an invented
@@ -164,7 +172,7 @@ async def upload_logs(
         raise ForbiddenError(f"job {job_id} (attempt {attempt}) has no rank {rank} on node {node}")
     data = await request.body()
     try:
-        size = await on_log_thread(logs.append, job_id, offset, data, attempt, rank)
+        size = await on_log_thread(node, logs.append, job_id, offset, data, attempt, rank)
     except LogOffsetError as e:
         body = error_body(e.code, e.message, "offset") | {"expected": e.expected}
         # FastAPI passes a returned Response through; annotating the union would change the OpenAPI schema
