@@ -523,15 +523,11 @@ class SqlStore(
     def list_gpu_holders(self) -> list[tuple[int, str | None, list[int], list[Any], int]]:
         """(job id, node, GPU indices, parts, gpu_milli) of RUNNING jobs: only what an inventory view needs."""
         with self._tx() as s:
-            rows = (
-                s.connection()
-                .execute(
-                    select(JobRow.id, JobRow.node, JobRow.gpu_indices, JobRow.parts, JobRow.gpu_milli).where(
-                        JobRow.state == JobState.RUNNING.value
-                    )
+            rows = s.execute(
+                select(JobRow.id, JobRow.node, JobRow.gpu_indices, JobRow.parts, JobRow.gpu_milli).where(
+                    JobRow.state == JobState.RUNNING.value
                 )
-                .all()
-            )
+            ).all()
             return [(r[0], r[1], list(r[2] or []), list(r[3] or []), r[4]) for r in rows]
 
     def list_runs_between(

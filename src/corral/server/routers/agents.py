@@ -60,10 +60,9 @@ async def sync(node: str, body: AgentSync, me: Agent, ctx: ContextDep) -> AgentS
     order = ctx.report_order
     threads = ctx.settings.agent_threads
 
-    # Few hops to the thread pool (each is a hand-over between the event loop and a worker thread; a node's hops run
-    # one at a time, server/threads.py): one for the
-    # reports, one for the offers (again after the wait), each with few transactions; one more for stage reports,
-    # and for a cloud pool's node its spot notice.
+    # Few hops to the agents' thread pool (each is a hand-over between the event loop and a worker thread; a node's
+    # hops run one at a time, server/threads.py): one for the reports, one for the offers (again after the wait), each
+    # with few transactions; one more for stage reports, and for a cloud pool's node its spot notice.
     def heartbeat_and_report() -> tuple[Node, list[RunRef], bool]:
         with order.lock(node):  # one report of a node at a time, in the agent's order of snapshots
             record, jobs = store.get_node_with_jobs(node)  # one transaction
