@@ -710,7 +710,16 @@ class SchedulingStore(JobStore, NodeStore, TenancyStore, Protocol):
 
 
 class AlertingStore(
-    AlertStore, JobStore, NodeStore, TenancyStore, IdentityStore, TelemetryStore, AuditStore, OperationsStore, Protocol
+    AlertStore,
+    JobStore,
+    NodeStore,
+    TenancyStore,
+    IdentityStore,
+    TelemetryStore,
+    AuditStore,
+    OperationsStore,
+    ReplicaStore,
+    Protocol,
 ):
     """What alert evaluation and its actions (notify, cordon a node, cancel a job) read and write."""
 

@@ -23,8 +23,9 @@ from corral.server.app import create_app
 from corral.server.auth import Principal
 from corral.server.bootstrap import ensure_credentials
 from corral.server.health import TelemetryService
-from corral.server.services.alerting import AlertService, alert_out
+from corral.server.services.alerting import OTHERS_MARGIN_S, STALE_AFTER_S, AlertService, alert_out
 from corral.server.settings import Settings
+from corral.store.records import Replica as ReplicaRow
 from corral.store.records import TokenRecord
 from corral.store.sql import SqlStore, open_store
 from corral.store.telemetry import HOST_GPU, Point
@@ -64,6 +65,9 @@ class Replica:
             leading=lambda: self.leads,
             replica_id="leader" if leads else "follower",
         )
+        # its heartbeat, as Leadership writes it: what tells the others that a replica may store samples
+        now = datetime.now(UTC)
+        self.store.touch_replica(ReplicaRow(self.alerting.replica_id, "host", "https://x", "0", now, now))
 
     def close(self) -> None:
         self.store.close()
@@ -138,6 +142,28 @@ def test_a_leader_that_reads_memory_only_misses_the_followers_node(cluster: Clus
         assert ("hot", "b") not in _firing(solo.alerting.list_alerts(cluster.admin, None))
     finally:
         solo.close()
+
+
+def test_a_replica_alone_reads_no_samples_back_but_reads_those_of_one_heard_from_lately(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reading every node's latest samples back each round is for samples another replica stored: a server alone on
+    PostgreSQL holds them all in memory and skips it. One heard from within the stale window (the follower, or this
+    server's own process before a restart: another replica id) may have stored some, and they are read."""
+    now = time.time()
+    cluster.follower.telemetry.receive("b", _batch("b", 85.0, now))
+    reads: list[object] = []
+    real = cluster.leader.store.latest_points
+    monkeypatch.setattr(cluster.leader.store, "latest_points", lambda *a, **k: reads.append(a) or real(*a, **k))
+    silent = datetime.fromtimestamp(now - STALE_AFTER_S - OTHERS_MARGIN_S - 5, UTC)
+    cluster.leader.store.touch_replica(ReplicaRow("follower", "host", "https://x", "0", silent, silent))
+    cluster.leader.alerting.evaluate(now)
+    assert reads == []  # only the leader's own heartbeat is young: nothing read back
+    heard = datetime.now(UTC)
+    cluster.leader.store.touch_replica(ReplicaRow("follower", "host", "https://x", "0", heard, heard))
+    cluster.leader.alerting.evaluate(now + 1)
+    assert len(reads) == 1
+    assert ("hot", "b") in _firing(cluster.leader.alerting.list_alerts(cluster.admin, None))
 
 
 def test_a_newer_stored_sample_wins_over_an_older_batch_in_memory(cluster: Cluster) -> None:

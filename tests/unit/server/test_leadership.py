@@ -101,6 +101,40 @@ def test_any_replicas_job_proxy_may_check_a_port_whose_agent_syncs_with_another(
     assert stale.why_not("n1", 7, 1, 31000) is not None
 
 
+def test_a_report_is_written_again_for_its_age_but_an_empty_one_only_when_it_changes(store: SqlStore) -> None:
+    """Other replicas trust a written report for REPORT_TTL_S, so an unchanged one is written again every
+    PERSIST_EVERY_S; an empty one vouches for no port at any age, and a fleet of idle nodes must not write a row a
+    sync for it."""
+    from corral.api.schemas import WebPortReport
+    from corral.server.services.webports import PERSIST_EVERY_S, WebPortRegistry
+
+    writes: list[tuple[str, list[object]]] = []
+
+    class Counting:
+        def save_web_ports(self, node: str, reports: list[object], now: object) -> None:
+            writes.append((node, reports))
+            store.save_web_ports(node, reports, now)  # type: ignore[arg-type]
+
+        def load_web_ports(self, node: str) -> object:
+            return store.load_web_ports(node)
+
+    _pending_job_on_a_node(store)
+    registry = WebPortRegistry(store=Counting())  # type: ignore[arg-type]
+    registry.record("n1", [], now=0.0)
+    assert writes == [("n1", [])]  # the first sync here clears what another replica may have written
+    registry.record("n1", [], now=1.0)
+    registry.record("n1", [], now=PERSIST_EVERY_S * 3)
+    assert len(writes) == 1
+    report = WebPortReport(job_id=7, attempt=1, rank=0, port=31000, listening=True)
+    registry.record("n1", [report], now=PERSIST_EVERY_S * 3 + 1)
+    registry.record("n1", [report], now=PERSIST_EVERY_S * 3 + 2)
+    assert len(writes) == 2  # a change is written at once, the same report not again so soon
+    registry.record("n1", [report], now=PERSIST_EVERY_S * 4 + 1)
+    assert len(writes) == 3  # ... but again once PERSIST_EVERY_S old, for its age
+    registry.record("n1", [], now=PERSIST_EVERY_S * 4 + 2)
+    assert writes[-1] == ("n1", [])  # and emptied at once
+
+
 def test_an_agents_report_order_holds_across_replicas(store: SqlStore) -> None:
     """An agent that fails over reports to another replica: a snapshot older than one a replica applied counts for
     its exits only, whichever replica it reaches (the order is kept in the database)."""

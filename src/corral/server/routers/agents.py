@@ -71,10 +71,11 @@ async def sync(node: str, body: AgentSync, me: Agent, ctx: ContextDep) -> AgentS
                 raise ForbiddenError(f"{node} is a node of the {record.labels.get(POOL_LABEL)} pool's cluster")
             if record is None or not record_heartbeat(store, record, _now()):
                 raise NotFoundError("node", node)
-            return record, *apply_reports(store, node, body, order.is_fresh(node, body.boot, body.seq), jobs)
+            reported = record, *apply_reports(store, node, body, order.is_fresh(node, body.boot, body.seq), jobs)
+        ctx.web_ports.record(node, body.web_ports)  # may write (shared with other replicas): never on the event loop
+        return reported
 
     record, acked, freed = await on_node_thread(node, threads, heartbeat_and_report)
-    ctx.web_ports.record(node, body.web_ports)
     if body.staging_in or body.staging_out:
         freed |= await on_node_thread(
             node, threads, record_stage_reports, store, node, body.staging_in, body.staging_out

@@ -93,7 +93,9 @@ class WebPortRegistry:
             self._read.pop(node, None)
             dumped = [r.model_dump() for r in reports]
             last = self._mine.get(node)
-            due = last is None or last[0] != dumped or at - last[1] >= PERSIST_EVERY_S
+            # An unchanged report is written again for its age (other replicas trust it REPORT_TTL_S), but an empty
+            # one vouches for no port at any age: it is written once (1,000 idle nodes: no write a second).
+            due = last is None or last[0] != dumped or (bool(dumped) and at - last[1] >= PERSIST_EVERY_S)
             if due:
                 self._mine[node] = (dumped, at)
         if due and self._store is not None:
