@@ -28,7 +28,8 @@ Everything (server, PostgreSQL, load generators) shares this machine's cores: th
 contention. The server's CPU use over the window is printed (100% = one core).
 
     .venv/bin/python bench/api_load.py [--db sqlite|postgres|both] [--agents 1000] [--clients 32]
-        [--finished 100000] [--pending 10000] [--duration 60] [--think-s 0] [--fresh-connections] [--json]
+        [--finished 100000] [--pending 10000] [--duration 60] [--think-s 0] [--fresh-connections] [--workers 1]
+        [--json]
 
 PostgreSQL: a throwaway database is created through --postgres-admin-url (default $CORRAL_TEST_POSTGRES_URL or
 postgresql://postgres@127.0.0.1:5432/postgres) and dropped afterwards.
@@ -44,6 +45,7 @@ import multiprocessing
 import os
 import random
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -163,8 +165,8 @@ def fill(url: str, finished: int, pending: int, agents: int) -> int:
 # ---- the server and the agents' identities --------------------------------------------------------------------
 
 
-def start_server(root: Path, url: str) -> tuple[subprocess.Popen[bytes], str, str, str]:
-    """A `corral server` on free ports: (process, API URL, agent URL, admin token)."""
+def start_server(root: Path, url: str, workers: int = 1) -> tuple[subprocess.Popen[bytes], str, str, str]:
+    """A `corral server` on free ports (`workers`: its CORRAL_WORKERS): (process, API URL, agent URL, admin token)."""
     port, agent_port = free_port(), free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")}
     env.update(
@@ -175,6 +177,7 @@ def start_server(root: Path, url: str) -> tuple[subprocess.Popen[bytes], str, st
         CORRAL_DATA_DIR=str(root / "data"),
         CORRAL_DATABASE_URL=url,
         CORRAL_NODE_LOST_AFTER_S=str(NODE_LOST_AFTER_S),
+        CORRAL_WORKERS=str(workers),
         HOME=str(root),
         XDG_CONFIG_HOME=str(root / ".config"),
     )
@@ -182,12 +185,21 @@ def start_server(root: Path, url: str) -> tuple[subprocess.Popen[bytes], str, st
     server = subprocess.Popen([CORRAL, "server"], env=env, stdout=log, stderr=log, start_new_session=True)
     api = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120
-    while not (root / "data" / "admin-token").exists() or not _up(api):
+    while not (root / "data" / "admin-token").exists() or not _up(api) or not _listening(agent_port):
         if time.monotonic() > deadline or server.poll() is not None:
             sys.exit(f"server did not start (exit {server.poll()}, log {root / 'server.log'})")
         time.sleep(0.1)
     token = (root / "data" / "admin-token").read_text().strip()
     return server, api, f"https://127.0.0.1:{agent_port}", token
+
+
+def _listening(port: int) -> bool:
+    """Something accepts connections on the port (with CORRAL_WORKERS, the agents' port opens after the API's)."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), 1):
+            return True
+    except OSError:
+        return False
 
 
 def _up(url: str) -> bool:
@@ -435,6 +447,12 @@ def idle_latencies(api: str, token: str, jobs: int, count: int) -> Samples:
     return out
 
 
+def server_cpu_seconds(pid: int) -> float:
+    """CPU seconds of the server process and of its workers (CORRAL_WORKERS: its children)."""
+    children = [int(c) for t in Path(f"/proc/{pid}/task").iterdir() for c in (t / "children").read_text().split()]
+    return cpu_seconds(pid) + sum(cpu_seconds(c) for c in children)
+
+
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
@@ -450,7 +468,7 @@ def run_db(kind: str, args: argparse.Namespace) -> tuple[list[dict[str, Any]], d
         t0 = time.monotonic()
         jobs = fill(url, args.finished, args.pending, args.agents)
         fill_s = time.monotonic() - t0
-        server, api, agent_url, token = start_server(root, url)
+        server, api, agent_url, token = start_server(root, url, args.workers)
         try:
             t0 = time.monotonic()
             names, ca_pem = join_agents(api, agent_url, token, root / "certs", args.agents)
@@ -492,9 +510,9 @@ def run_db(kind: str, args: argparse.Namespace) -> tuple[list[dict[str, Any]], d
             go.set()
             log(args, f"{kind}: load processes ready; measuring for {args.duration:g} s after a {WARMUP_S:g} s warm-up")
             time.sleep(max(0.0, window[0] - time.time()))
-            cpu0 = cpu_seconds(server.pid)
+            cpu0 = server_cpu_seconds(server.pid)
             time.sleep(max(0.0, window[1] - time.time()))
-            server_cpu = (cpu_seconds(server.pid) - cpu0) / args.duration * 100
+            server_cpu = (server_cpu_seconds(server.pid) - cpu0) / args.duration * 100
             parts = [results.get(timeout=args.duration + 600) for _ in procs]
             for p in procs:
                 p.join()
@@ -530,6 +548,7 @@ def run_db(kind: str, args: argparse.Namespace) -> tuple[list[dict[str, Any]], d
     summary = {
         "db": kind,
         "server_cpu_percent": round(server_cpu),
+        "workers": args.workers,
         "agent_ticks_per_s": round(ticks / args.duration, 1),
         "agent_ticks_target_per_s": round(args.agents / INTERVAL_S, 1),
         "agent_mean_late_ms": round(late_ms / max(ticks, 1)),
@@ -560,6 +579,9 @@ def main() -> None:
         help="each agent tick on a new TLS connection (as agents did while the agent port closed idle connections "
         "after 5 s)",
     )
+    ap.add_argument(
+        "--workers", type=int, default=1, help="the server's CORRAL_WORKERS (processes sharing its ports; PostgreSQL)"
+    )
     ap.add_argument("--idle-requests", type=int, default=20, help="each client endpoint alone first (0: none)")
     ap.add_argument("--think-s", type=float, default=0.0, help="pause of each client between its requests")
     ap.add_argument(
@@ -575,7 +597,7 @@ def main() -> None:
         rows += db_rows
         log(
             args,
-            f"{kind}: server CPU {summary['server_cpu_percent']}% of a core; agent ticks "
+            f"{kind}: server CPU {summary['server_cpu_percent']}% of a core ({args.workers} process(es)); agent ticks "
             f"{summary['agent_ticks_per_s']}/s (target {summary['agent_ticks_target_per_s']}/s, mean "
             f"{summary['agent_mean_late_ms']} ms late); errors {summary['errors'] or 'none'}; "
             f"{summary['pending_after']} jobs pending after",

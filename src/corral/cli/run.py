@@ -166,19 +166,40 @@ def server(
     from corral.server.bootstrap import JOIN_TOKEN_FILE
     from corral.server.runtime import ServerThread
     from corral.server.settings import build_settings
+    from corral.server.workers import Workers, follow_parent, worker_of
 
     _logging()
     settings = build_settings(host=host, port=port, data_dir=data_dir, database_url=database_url, policy=policy)
-    srv = ServerThread(settings)
+    starter = worker_of()  # this process is one of CORRAL_WORKERS, started by that one: it serves the agents
+    serves = "agents" if starter is not None else "people" if settings.workers > 1 else "all"
+    srv = ServerThread(settings, share_ports=starter is not None, check_ports=starter is None, serves=serves)
     try:
         srv.start()
     except RuntimeError as e:  # a port taken: one line that says which and what to set, not a traceback
         _fail(str(e))
-    print(f"Corral server at {settings.url}", flush=True)
-    _print_join_hint(
-        settings.agent_url, srv.ca.fingerprint, settings.data_dir / JOIN_TOKEN_FILE, bool(srv.credentials.join_token)
-    )
-    _wait_for_signal(threading.Event(), lambda: srv.alive)
+    stop = threading.Event()
+    workers = None
+    if starter is not None:
+        follow_parent(starter, stop.set)
+    else:
+        if settings.workers > 1:  # after this one's start: the data dir and the database are ready for them
+            workers = Workers(settings)
+            if not workers.start(ready=(settings.host, settings.effective_agent_port)):
+                workers.stop()
+                srv.stop()
+                _fail(f"the agents' port {settings.effective_agent_port} did not open: its workers did not start")
+        print(f"Corral server at {settings.url}", flush=True)
+        _print_join_hint(
+            settings.agent_url,
+            srv.ca.fingerprint,
+            settings.data_dir / JOIN_TOKEN_FILE,
+            bool(srv.credentials.join_token),
+        )
+        if workers is not None:
+            print(f"  agents are served by {settings.workers - 1} more server process(es) (CORRAL_WORKERS)", flush=True)
+    _wait_for_signal(stop, lambda: srv.alive)
+    if workers is not None:
+        workers.stop()
     srv.stop()
 
 

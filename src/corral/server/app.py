@@ -82,8 +82,10 @@ def open_server_store(settings: Settings) -> StateStore:
     return open_store(settings.effective_database_url)
 
 
-def create_app(settings: Settings, store: StateStore | None = None) -> FastAPI:
-    """Build the app; the store is opened (and migrated) here unless one is passed in."""
+def create_app(settings: Settings, store: StateStore | None = None, *, explains: bool = True) -> FastAPI:
+    """Build the app; the store is opened (and migrated) here unless one is passed in. `explains`: this process
+    answers people (why a job waits): a worker serving only agents (server/workers.py) computes no plan unless it
+    leads."""
     store = store or open_server_store(settings)
     # Refuses to start (one line why) when the key file is missing, too open or not this database's.
     keyring = load_keyring(settings.effective_secrets_key_file, store.secret_key_ids())
@@ -102,6 +104,7 @@ def create_app(settings: Settings, store: StateStore | None = None) -> FastAPI:
         queueing=settings.queueing,
         cancel_grace_s=settings.cancel_grace_s,
         leading=lambda: leadership.leading,
+        explains=explains,
     )
     leadership.on_change = lambda _leading: scheduler.trigger.fire()
     policy = HealthPolicy(

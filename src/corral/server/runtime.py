@@ -23,6 +23,7 @@ from corral.server.context import context_of, gateway_app_of, job_ui_app_of
 from corral.server.services.identity import issue_local_node_cert
 from corral.server.settings import Settings
 from corral.server.tls import TlsH11Protocol, agent_ssl_context, https_ssl_context
+from corral.server.workers import reuse_port_sockets
 from corral.store.base import StateStore
 
 # How long the agent port keeps an idle connection (uvicorn's default: 5 s). An agent sends telemetry every few
@@ -52,24 +53,54 @@ def server_names(settings: Settings) -> list[str]:
     return list(dict.fromkeys(default_server_names(settings.host) + extra))
 
 
+def lifespan_only(app: Any) -> Any:
+    """`app`'s start and stop, and a 404 for every request (a websocket is closed)."""
+
+    async def wrapped(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            await app(scope, receive, send)
+        elif scope["type"] == "http":
+            await send({"type": "http.response.start", "status": 404, "headers": [(b"content-type", b"text/plain")]})
+            await send({"type": "http.response.body", "body": b"this Corral process serves only the agents' port\n"})
+        else:
+            await send({"type": "websocket.close", "code": 1008})
+
+    return wrapped
+
+
 class _Listener:
     def __init__(self, name: str, server: uvicorn.Server, failure: str) -> None:
         self.server = server
         self.failure = failure
-        self.thread = threading.Thread(target=server.run, name=name, daemon=True)
+        self.sockets: list[socket.socket] = []  # bound here when the port is shared with workers (else uvicorn binds)
+        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def _run(self) -> None:
+        self.server.run(sockets=self.sockets or None)
 
 
 class ServerThread:
     """The API server on threads, so one process can also host the local agent (`corral up`)."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(
+        self, settings: Settings, *, share_ports: bool = False, check_ports: bool = True, serves: str = "all"
+    ) -> None:
+        """For CORRAL_WORKERS (server/workers.py): `serves` "people" (the API, job-UI and gateway ports, not the
+        agents') or "agents" (the agents' port; the app runs on a loopback port of its own that no one is told);
+        `share_ports`: bind with SO_REUSEPORT, for other workers on the same port; `check_ports`: refuse a port
+        something holds first (a worker skips it: its starter checked every port)."""
+        if serves not in ("all", "people", "agents"):
+            raise ValueError(f"serves: {serves!r}")
         self.settings = settings
+        self.share_ports = share_ports
+        self.check_ports = check_ports
+        self.serves = serves
         # 0700 before anything is written there; again once the database, tokens and CA exist (older installs)
         private = (settings.data_dir, (settings.data_dir / "jobs",))  # jobs/: a single-user agent's jobs' own dirs
         secure_data_dir(*private)
         self.store: StateStore = open_server_store(settings)
         self.credentials: Credentials = ensure_credentials(self.store, settings.data_dir)
-        app = create_app(settings, self.store)
+        app = create_app(settings, self.store, explains=serves != "agents")
         self.app = app
         secure_data_dir(*private)
         self.ca: CertificateAuthority = context_of(app).ca
@@ -83,15 +114,20 @@ class ServerThread:
             "access_log": False,
             "timeout_graceful_shutdown": 2,
         }  # agents' long polls would hold a longer one
+        # A worker serving agents runs the app (its lifespan: the loops, the leader lease) on a loopback port of
+        # its own that answers no request: people reach the API through its starter only.
+        api = {"port": settings.port} if serves != "agents" else {"port": 0, "host": "127.0.0.1"}
         self.listeners = [
             _Listener(
                 "corral-server",
-                uvicorn.Server(uvicorn.Config(app, port=settings.port, **common, **people_tls)),
+                uvicorn.Server(
+                    uvicorn.Config(app if serves != "agents" else lifespan_only(app), **(common | api), **people_tls)
+                ),
                 f"the server could not start on {settings.host}:{settings.port} (is the port taken?)",
             )
         ]
         # Jobs' web UIs on their own port (origin); it serves only /proxy/jobs/... and shares the app's state.
-        job_ui_app = job_ui_app_of(app)
+        job_ui_app = job_ui_app_of(app) if serves != "agents" else None
         if job_ui_app is not None:
             self.listeners.append(
                 _Listener(
@@ -106,7 +142,7 @@ class ServerThread:
                 )
             )
         # The services' gateway on its own port (/services/NAME/...); it shares the app's state.
-        gateway_app = gateway_app_of(app)
+        gateway_app = gateway_app_of(app) if serves != "agents" else None
         if gateway_app is not None:
             self.listeners.append(
                 _Listener(
@@ -125,6 +161,8 @@ class ServerThread:
                     "taken? set CORRAL_GATEWAY_PORT to another port, or 0 to serve services on the API port)",
                 )
             )
+        if serves == "people":
+            return  # the agents' port is the workers'
         # Agents: mutual TLS with the cluster CA's server certificate, client certificates verified.
         agent_cert, agent_key = self.ca.ensure_server_cert(server_names(settings))
         agent_tls = _factory(lambda: agent_ssl_context(agent_cert, agent_key, self.ca.cert_path))
@@ -159,9 +197,23 @@ class ServerThread:
     def start(self, timeout_s: float = 30.0) -> None:
         """Start and wait until every port is bound. Raises RuntimeError if one never comes up. Every port is
         tried first: whoever waits for the API's port (a script, `make up`, a benchmark) should not see a server
-        that exits a moment later because a port it opens after the API's is taken."""
-        check_ports_free([(lst.server.config.host, lst.server.config.port, lst.failure) for lst in self.listeners])
+        that exits a moment later because a port it opens after the API's is taken (the agents' port too when
+        this process leaves it to its workers)."""
+        if self.check_ports:
+            ports = [(lst.server.config.host, lst.server.config.port, lst.failure) for lst in self.listeners]
+            if self.serves == "people":
+                s = self.settings
+                ports.append((s.host, s.effective_agent_port, f"the agent port {s.host}:{s.effective_agent_port} "
+                              "could not be opened (is it taken? set CORRAL_AGENT_PORT)"))  # fmt: skip
+            check_ports_free(ports)
         for i, listener in enumerate(self.listeners):
+            if self.share_ports:
+                try:
+                    listener.sockets = reuse_port_sockets(listener.server.config.host, listener.server.config.port)
+                except OSError as e:
+                    if i:
+                        self.stop()
+                    raise RuntimeError(f"{listener.failure}: {e.strerror or e}") from e
             listener.thread.start()
             try:
                 self._wait(listener, timeout_s)

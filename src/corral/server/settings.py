@@ -55,6 +55,13 @@ class Settings(BaseSettings):
         "and identity checks keep the port's 40): under load a fleet's work queues for them instead of 40 threads "
         "taking turns on one interpreter.",
     )
+    workers: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="Server processes `corral server` runs on this machine, sharing its ports and the database "
+        "(PostgreSQL): each is a replica (docs/operations.md), so a server uses more than one core.",
+    )
     idempotency_key_ttl_s: float = Field(
         86400.0, ge=86400, le=30 * 86400.0, description="How long a job submission's Idempotency-Key is remembered."
     )

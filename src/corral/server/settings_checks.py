@@ -50,6 +50,11 @@ def find_contradiction(s: Settings) -> str | None:
         )
     if s.alert_email_to and not s.smtp_host:
         return "CORRAL_ALERT_EMAIL_TO is set but CORRAL_SMTP_HOST is empty: alert e-mail could never be sent"
+    if s.workers > 1 and s.effective_database_url.startswith("sqlite"):
+        return (
+            f"CORRAL_WORKERS={s.workers} needs PostgreSQL (CORRAL_DATABASE_URL): one SQLite file is one server's, "
+            "and each worker would lead; use CORRAL_WORKERS=1 or a PostgreSQL database"
+        )
     if bool(s.tls_cert) != bool(s.tls_key):
         return "CORRAL_TLS_CERT and CORRAL_TLS_KEY go together: set both or neither"
     return None

@@ -85,6 +85,38 @@ def test_a_replica_that_does_not_lead_computes_the_plan_but_never_applies_it(sto
     assert started is not None and started.state is JobState.RUNNING
 
 
+def test_a_worker_serving_only_agents_computes_no_plan_but_wakes_its_agents_and_plans_once_it_leads(
+    store: SqlStore,
+) -> None:
+    """CORRAL_WORKERS: a worker serving the agents' port answers no one why a job waits, so it spends no pass on a
+    plan while another leads; it still wakes the long polls it holds when the leader gave their node work."""
+
+    class Woken(NodeNotifier):
+        def __init__(self) -> None:
+            super().__init__()
+            self.nodes: list[str] = []
+
+        def notify(self, node: str) -> None:
+            self.nodes.append(node)
+            super().notify(node)
+
+    job = _pending_job_on_a_node(store)
+    leading = False
+    woken = Woken()
+    worker = Scheduler(store, woken, "bestfit", 1.0, leading=lambda: leading, explains=False)
+    assert worker.run_once(datetime.now(UTC)) == []
+    assert worker.last_cycle is None and woken.nodes == []  # no plan computed
+    leader = Scheduler(store, NodeNotifier(), "bestfit", 1.0)
+    assert leader.run_once(datetime.now(UTC)) == [job]  # the leader places it on n1
+    worker.run_once(datetime.now(UTC))
+    assert "n1" in woken.nodes  # n1's agent, whose long poll the worker holds, hears of it now
+    second = store.create_job(JobSpec(command=("true",), gpus=1), datetime.now(UTC)).id
+    leading = True  # the lease came to the worker (its starter is gone)
+    worker.run_once(datetime.now(UTC))
+    assert worker.last_cycle is not None  # a leader plans whatever it serves
+    assert second in worker.pending_reasons  # n1's one GPU is taken: it says why the job waits
+
+
 def test_any_replicas_job_proxy_may_check_a_port_whose_agent_syncs_with_another(store: SqlStore) -> None:
     from corral.api.schemas import WebPortReport
     from corral.server.services.webports import WebPortRegistry

@@ -27,6 +27,7 @@ from corral.server.settings import Settings
         pytest.param({"alert_email_to": "ops@example.org"}, "CORRAL_SMTP_HOST", id="mail-without-smtp"),
         pytest.param({"tls_key": "/etc/corral/key.pem"}, "CORRAL_TLS_CERT", id="key-without-cert"),
         pytest.param({"port": 20500, "job_ports": "20000-20999"}, "CORRAL_JOB_PORTS", id="api-port-among-job-ports"),
+        pytest.param({"workers": 2}, "CORRAL_WORKERS=2 needs PostgreSQL", id="workers-on-sqlite"),
     ],
 )
 def test_contradictions_are_refused(settings: dict[str, object], named: str, tmp_path: Path) -> None:
@@ -41,6 +42,7 @@ def test_contradictions_are_refused(settings: dict[str, object], named: str, tmp
         pytest.param({}, id="defaults"),
         pytest.param({"node_lost_after_s": 3, "long_poll_s": 1}, id="fast-heartbeats"),
         pytest.param({"port": 9000, "job_ui_port": 0}, id="job-uis-on-the-api-port-on-purpose"),
+        pytest.param({"workers": 2, "database_url": "postgresql+psycopg://db/corral"}, id="workers-on-postgres"),
     ],
 )
 def test_consistent_settings_are_accepted(settings: dict[str, object], tmp_path: Path) -> None:

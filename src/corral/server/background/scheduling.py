@@ -67,6 +67,7 @@ class Scheduler(Loop):
         queueing: str | None = None,
         cancel_grace_s: float = 10.0,
         leading: Callable[[], bool] | None = None,
+        explains: bool = True,
     ) -> None:
         # rest_ratio: under load the passes grow long; resting as long as the last pass took keeps the scheduler to
         # half the server's interpreter and lets each pass take more jobs at once (idle, a pass takes milliseconds)
@@ -75,6 +76,9 @@ class Scheduler(Loop):
         # marks nodes lost and saves fair share's history; the others compute the same plan to answer why jobs
         # wait, and wake the agents whose long polls they hold when the leader gave those nodes work.
         self.leading: Callable[[], bool] = leading or (lambda: True)
+        # A replica that answers no one why a job waits (a worker serving only agents: server/workers.py) computes
+        # no plan while it does not lead; it still wakes the agents it holds when the leader gave them work.
+        self.explains = explains
         self.store = store
         self.notifier = notifier
         self.policy = policy
@@ -163,6 +167,9 @@ class Scheduler(Loop):
         """One pass: load -> compute_plan -> apply_plan -> notify. Returns the ids of the jobs started."""
         with self._lock:
             leading = self.leading()
+            if not leading and not self.explains:
+                self._wake_nodes_with_news(self._running.read())
+                return []
             if leading:
                 self.reconcile_lost_nodes(now)
             pending = self._pending.read()

@@ -1,0 +1,114 @@
+"""CORRAL_WORKERS (issue 13: a server that uses more than one core): `corral server` with CORRAL_WORKERS=3 on
+PostgreSQL, real processes over real HTTP. The process started serves people's ports and leads; the two it starts
+serve the agents' port together (each a replica of its own). Agents joined through that port run the work submitted
+through the API; a worker killed with -9 is started again and its agents carry on; a worker whose starter is killed
+with -9 stops by itself (no server left behind holding the agents' port)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from typing import Any
+
+import httpx
+import pytest
+
+from .conftest import CORRAL, Corral, wait_for
+
+pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.timeout(180)]
+
+
+def _status(c: Corral, token: str) -> dict[str, Any]:
+    """GET /status on a new connection (the kernel picks a worker per connection)."""
+    with httpx.Client(timeout=10) as http:
+        resp = http.get(f"{c.url}/api/v1/status", headers={"Authorization": f"Bearer {token}"})
+    assert resp.status_code == 200, resp.text
+    return dict(resp.json())
+
+
+def _answering(c: Corral, token: str, tries: int = 60) -> set[str]:
+    """The replicas that answered `tries` requests, each on a connection of its own."""
+    return {_status(c, token)["replica"] for _ in range(tries)}
+
+
+def _pid(replica: str) -> int:
+    return int(replica.split(":")[1])  # host:pid:random (server/background/leadership.py)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:  # a zombie (exited, not yet reaped) is gone too
+        return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _job_done(c: Corral, headers: dict[str, str], job: int) -> bool:
+    return bool(httpx.get(f"{c.url}/api/v1/jobs/{job}", headers=headers).json()["state"] == "SUCCEEDED")
+
+
+def test_workers_serve_the_agents_port_restart_and_stop_with_their_starter(
+    corral_factory: Any, postgres_url: str
+) -> None:
+    c: Corral = corral_factory(gpus="none", database_url=postgres_url)
+    server = c.spawn([CORRAL, "server"], env=dict(c.env, CORRAL_WORKERS="3"), log_name="server")
+    wait_for(lambda: (c.data_dir / "admin-token").exists() and c.healthy(), 60, "the server up")
+    token = (c.data_dir / "admin-token").read_text().strip()
+    headers = {"Authorization": f"Bearer {token}"}
+
+    # Three replicas, of which the process started leads and answers people; the agents' port is the workers'.
+    status = wait_for(lambda: len((s := _status(c, token))["replicas"]) == 3 and s, 30, "3 replicas")
+    replicas = {r["id"] for r in status["replicas"]}
+    assert _answering(c, token, 10) == {status["leader"]} and _pid(status["leader"]) == server.pid
+    workers = {r for r in replicas if _pid(r) != server.pid}
+    assert len(workers) == 2 and all(_alive(_pid(w)) for w in workers)
+
+    # Agents joined through the workers' port run what is submitted through the API.
+    env = dict(c.env, CORRAL_URL=c.url, CORRAL_TOKEN=token)
+    for node in ("n1", "n2"):
+        made = c.cli("tokens", "join", "create", "--ttl", "10m", "--uses", "1", env=env)
+        assert made.returncode == 0, made.stderr
+        token_file = c.root / f"join-token-{node}"
+        token_file.write_text(made.stdout.strip() + "\n")
+        os.chmod(token_file, 0o600)
+        c.spawn(
+            [CORRAL, "agent", "--join", c.agent_url, "--gpus", "sim:2xH100-80GB", "--node-name", node,
+             "--token-file", str(token_file)],
+            env=c.agent_env(node),
+            log_name=f"agent-{node}",
+        )  # fmt: skip
+    nodes = lambda: httpx.get(f"{c.url}/api/v1/nodes", headers=headers).json()  # noqa: E731
+    wait_for(lambda: len(nodes()) == 2, 60, "both agents registered")
+
+    def run_jobs(n: int) -> None:
+        jobs = []
+        for i in range(n):
+            resp = httpx.post(f"{c.url}/api/v1/jobs", headers=headers, json={"command": ["echo", str(i)], "gpus": 1})
+            assert resp.status_code < 300, resp.text
+            jobs.append(resp.json()["id"])
+        for job in jobs:
+            wait_for(lambda j=job: _job_done(c, headers, j), 60, f"job {job} ran")
+
+    run_jobs(6)
+
+    # kill -9 of a worker: its starter starts another; the agents reconnect and take work again.
+    killed = sorted(workers)[0]
+    os.kill(_pid(killed), signal.SIGKILL)
+    wait_for(lambda: not _alive(_pid(killed)), 10, "the worker gone")
+    fresh = wait_for(
+        lambda: (s := {r["id"] for r in _status(c, token)["replicas"]} - replicas) and s, 30, "a new worker"
+    )
+    assert all(_alive(_pid(w)) for w in fresh)
+    run_jobs(4)
+    assert all(n["state"] == "READY" for n in nodes())
+
+    # kill -9 of the starter: its workers stop by themselves, and nothing holds the agents' port.
+    os.kill(server.pid, signal.SIGKILL)
+    server.wait(10)
+    left = (workers - {killed}) | fresh
+    wait_for(lambda: not any(_alive(_pid(w)) for w in left), 20, "the workers stopped after their starter")
+    time.sleep(0.5)
+    with pytest.raises(httpx.TransportError):
+        httpx.get(f"{c.agent_url}/healthz", timeout=2, verify=False)
