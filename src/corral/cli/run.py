@@ -166,13 +166,18 @@ def server(
     from corral.server.bootstrap import JOIN_TOKEN_FILE
     from corral.server.runtime import ServerThread
     from corral.server.settings import build_settings
-    from corral.server.workers import Workers, follow_parent, worker_of
+    from corral.server.workers import NotAWorker, Workers, follow_parent, inherited_sockets, worker_of
 
     _logging()
     settings = build_settings(host=host, port=port, data_dir=data_dir, database_url=database_url, policy=policy)
-    starter = worker_of()  # this process is one of CORRAL_WORKERS, started by that one: it serves the agents
+    try:
+        starter = worker_of()  # this process is one of CORRAL_WORKERS, started by that one: it serves the agents
+    except NotAWorker as e:
+        _fail(str(e))
     serves = "agents" if starter is not None else "people" if settings.workers > 1 else "all"
-    srv = ServerThread(settings, share_ports=starter is not None, check_ports=starter is None, serves=serves)
+    srv = ServerThread(
+        settings, check_ports=starter is None, serves=serves, agent_sockets=inherited_sockets() if starter else ()
+    )
     try:
         srv.start()
     except RuntimeError as e:  # a port taken: one line that says which and what to set, not a traceback
@@ -183,11 +188,8 @@ def server(
         follow_parent(starter, stop.set)
     else:
         if settings.workers > 1:  # after this one's start: the data dir and the database are ready for them
-            workers = Workers(settings)
-            if not workers.start(ready=(settings.host, settings.effective_agent_port)):
-                workers.stop()
-                srv.stop()
-                _fail(f"the agents' port {settings.effective_agent_port} did not open: its workers did not start")
+            workers = Workers(settings, srv.agent_sockets)
+            workers.start()
         print(f"Corral server at {settings.url}", flush=True)
         _print_join_hint(
             settings.agent_url,

@@ -23,7 +23,7 @@ from corral.server.context import context_of, gateway_app_of, job_ui_app_of
 from corral.server.services.identity import issue_local_node_cert
 from corral.server.settings import Settings
 from corral.server.tls import TlsH11Protocol, agent_ssl_context, https_ssl_context
-from corral.server.workers import reuse_port_sockets
+from corral.server.workers import bind_sockets
 from corral.store.base import StateStore
 
 # How long the agent port keeps an idle connection (uvicorn's default: 5 s). An agent sends telemetry every few
@@ -83,18 +83,23 @@ class ServerThread:
     """The API server on threads, so one process can also host the local agent (`corral up`)."""
 
     def __init__(
-        self, settings: Settings, *, share_ports: bool = False, check_ports: bool = True, serves: str = "all"
+        self,
+        settings: Settings,
+        *,
+        check_ports: bool = True,
+        serves: str = "all",
+        agent_sockets: Sequence[socket.socket] = (),
     ) -> None:
-        """For CORRAL_WORKERS (server/workers.py): `serves` "people" (the API, job-UI and gateway ports, not the
-        agents') or "agents" (the agents' port; the app runs on a loopback port of its own that no one is told);
-        `share_ports`: bind with SO_REUSEPORT, for other workers on the same port; `check_ports`: refuse a port
-        something holds first (a worker skips it: its starter checked every port)."""
+        """For CORRAL_WORKERS (server/workers.py): `serves` "people" (the API, job-UI and gateway ports; the agents'
+        port is bound at `start`, in `agent_sockets`, for the workers) or "agents" (the agents' port on the
+        `agent_sockets` its starter handed it; the app runs on a loopback port of its own that answers no request);
+        `check_ports`: refuse a port something holds first (a worker skips it: its starter checked every port)."""
         if serves not in ("all", "people", "agents"):
             raise ValueError(f"serves: {serves!r}")
         self.settings = settings
-        self.share_ports = share_ports
         self.check_ports = check_ports
         self.serves = serves
+        self.agent_sockets = list(agent_sockets)
         # 0700 before anything is written there; again once the database, tokens and CA exist (older installs)
         private = (settings.data_dir, (settings.data_dir / "jobs",))  # jobs/: a single-user agent's jobs' own dirs
         secure_data_dir(*private)
@@ -162,7 +167,10 @@ class ServerThread:
                 )
             )
         if serves == "people":
-            return  # the agents' port is the workers'
+            # the agents' port is the workers': its certificate is made here, before they start (several
+            # processes issuing it at once could leave a key that does not match the certificate)
+            self.ca.ensure_server_cert(server_names(settings))
+            return
         # Agents: mutual TLS with the cluster CA's server certificate, client certificates verified.
         agent_cert, agent_key = self.ca.ensure_server_cert(server_names(settings))
         agent_tls = _factory(lambda: agent_ssl_context(agent_cert, agent_key, self.ca.cert_path))
@@ -206,14 +214,17 @@ class ServerThread:
                 ports.append((s.host, s.effective_agent_port, f"the agent port {s.host}:{s.effective_agent_port} "
                               "could not be opened (is it taken? set CORRAL_AGENT_PORT)"))  # fmt: skip
             check_ports_free(ports)
+        if self.serves == "people":  # bound now, for the workers: nothing else can take it before they start
+            s = self.settings
+            try:
+                self.agent_sockets = bind_sockets(s.host, s.effective_agent_port)
+            except OSError as e:
+                raise RuntimeError(
+                    f"the agent port {s.host}:{s.effective_agent_port} could not be opened: {e.strerror or e}"
+                ) from e
+        elif self.serves == "agents":
+            self.listeners[-1].sockets = self.agent_sockets
         for i, listener in enumerate(self.listeners):
-            if self.share_ports:
-                try:
-                    listener.sockets = reuse_port_sockets(listener.server.config.host, listener.server.config.port)
-                except OSError as e:
-                    if i:
-                        self.stop()
-                    raise RuntimeError(f"{listener.failure}: {e.strerror or e}") from e
             listener.thread.start()
             try:
                 self._wait(listener, timeout_s)
@@ -242,6 +253,9 @@ class ServerThread:
         for listener in reversed(self.listeners):
             if listener.thread.is_alive():
                 listener.thread.join(timeout=timeout_s)
+        if self.serves == "people":  # the workers' port: closed once they are stopped
+            for sock in self.agent_sockets:
+                sock.close()
 
 
 def check_ports_free(listeners: Sequence[tuple[str, int, str]]) -> None:

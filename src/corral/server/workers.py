@@ -1,13 +1,13 @@
-"""`CORRAL_WORKERS`: several `corral server` processes on one machine behind the same ports, so that one server uses
-more than one core (one Python process runs on one: the fleet's syncs, people's lists and the scheduler's passes take
-turns on its interpreter, bench/api_load.py).
+"""`CORRAL_WORKERS`: several `corral server` processes on one machine, so that one server uses more than one core (one
+Python process runs on one: the fleet's syncs, people's lists and the scheduler's passes take turns on its
+interpreter, bench/api_load.py).
 
-Each worker is a replica (docs/operations.md, server/background/leadership.py): its own id and heartbeat, the same
-database (PostgreSQL) and data dir; one of them leads. Every process binds each port with SO_REUSEPORT and the
-kernel spreads new connections over them; an agent's connection stays with the worker it reached, as with replicas
-behind one load-balanced address. The process the operator started checks the ports first (a port another program
-holds is refused as without workers), starts the others once its own ports are up, starts again one that dies, and
-stops them when it stops; a worker whose starter is gone stops by itself.
+The process the operator started (the starter) serves people's ports and leads. It checks every port, binds the
+agents' port itself and hands that listening socket to the N-1 workers it starts (inherited file descriptors, named
+in CORRAL_WORKER_FDS): they accept the agents' connections from it, so no other program can take the port between
+the check and the workers' start, and nothing else can share it. Each worker is a replica (docs/operations.md,
+server/background/leadership.py): its own id and heartbeat, the same database (PostgreSQL) and data dir. The starter
+starts again a worker that dies, and stops them when it stops; a worker whose starter is gone stops by itself.
 """
 
 from __future__ import annotations
@@ -26,19 +26,33 @@ from corral.server.settings import Settings
 
 log = logging.getLogger("corral.workers")
 WORKER_OF_ENV = "CORRAL_WORKER_OF"  # set in a worker's environment: the pid of the process that started it
-RESTART_AFTER_S = 1.0  # a worker that died is started again after this long (a crash loop costs one start a second)
+WORKER_FDS_ENV = "CORRAL_WORKER_FDS"  # and the inherited descriptors of the agents' listening sockets
+RESTART_AFTER_S = 1.0  # a worker that died is started again after this long, doubled while it keeps dying young
+RESTART_MAX_S = 30.0
+STABLE_AFTER_S = 30.0  # a worker that ran this long before dying is started again after RESTART_AFTER_S
 PARENT_CHECK_S = 0.5
 
 
+class NotAWorker(RuntimeError):
+    """CORRAL_WORKER_OF names no starter of this process (set by hand, or the starter is gone)."""
+
+
 def worker_of() -> int | None:
-    """The pid of the `corral server` that started this process as one of its workers (None: started by a person)."""
-    raw = os.environ.get(WORKER_OF_ENV, "")
-    return int(raw) if raw.isdigit() else None
+    """The pid of the `corral server` that started this process as one of its workers (None: started by a person).
+    Raises NotAWorker when the variable is set but this process is not that one's child with its sockets."""
+    raw = os.environ.get(WORKER_OF_ENV)
+    if raw is None:
+        return None
+    if not raw.isdigit() or int(raw) != os.getppid() or not os.environ.get(WORKER_FDS_ENV):
+        raise NotAWorker(
+            f"{WORKER_OF_ENV} is set by `corral server` for the workers it starts (CORRAL_WORKERS), not by hand: unset it"
+        )
+    return int(raw)
 
 
-def reuse_port_sockets(host: str, port: int) -> list[socket.socket]:
-    """Listening sockets on every address `host` resolves to, as asyncio would bind them, with SO_REUSEPORT so the
-    other workers bind the same port. Raises OSError when one cannot be bound."""
+def bind_sockets(host: str, port: int) -> list[socket.socket]:
+    """Listening sockets on every address `host` resolves to, as asyncio binds them (SO_REUSEADDR, IPv6 sockets
+    IPv6-only), inheritable by the workers. Raises OSError when one cannot be bound."""
     infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     sockets: list[socket.socket] = []
     try:
@@ -46,7 +60,6 @@ def reuse_port_sockets(host: str, port: int) -> list[socket.socket]:
             sock = socket.socket(family, kind, proto)
             sockets.append(sock)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
             if family == socket.AF_INET6:
                 sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
             sock.bind(address)
@@ -56,6 +69,15 @@ def reuse_port_sockets(host: str, port: int) -> list[socket.socket]:
         for sock in sockets:
             sock.close()
         raise
+    return sockets
+
+
+def inherited_sockets() -> list[socket.socket]:
+    """The agents' listening sockets this worker's starter handed it."""
+    fds = [int(x) for x in os.environ.get(WORKER_FDS_ENV, "").split(",") if x.isdigit()]
+    sockets = [socket.socket(fileno=fd) for fd in fds]
+    for sock in sockets:
+        sock.setblocking(False)
     return sockets
 
 
@@ -74,10 +96,12 @@ def follow_parent(parent: int, on_gone: Callable[[], None]) -> threading.Thread:
 
 
 class Workers:
-    """The other `settings.workers - 1` server processes of this one, kept running until `stop`."""
+    """The other `settings.workers - 1` server processes of this one, serving `sockets` (the agents' port), kept
+    running until `stop`."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, sockets: list[socket.socket]) -> None:
         self.count = settings.workers - 1
+        self.fds = [sock.fileno() for sock in sockets]
         self.env = dict(os.environ)
         # What flags gave this process reaches the workers as the settings they stand for.
         self.env.update(
@@ -86,51 +110,56 @@ class Workers:
             CORRAL_DATA_DIR=str(settings.data_dir),
             CORRAL_POLICY=settings.policy,
             CORRAL_WORKERS=str(settings.workers),
-            **{WORKER_OF_ENV: str(os.getpid())},
+            **{WORKER_OF_ENV: str(os.getpid()), WORKER_FDS_ENV: ",".join(map(str, self.fds))},
         )
         if settings.database_url:
             self.env["CORRAL_DATABASE_URL"] = settings.database_url
-        self.procs: list[subprocess.Popen[bytes] | None] = [None] * self.count
+        self.procs: list[tuple[subprocess.Popen[bytes], float, float] | None] = [
+            None
+        ] * self.count  # (proc, start, delay)
         self.restarts = 0
+        self._lock = threading.Lock()  # a worker is never started once `stop` began
         self._stopping = threading.Event()
         self._watcher = threading.Thread(target=self._watch, name="corral-workers", daemon=True)
 
-    def start(self, ready: tuple[str, int] | None = None, timeout_s: float = 60.0) -> bool:
-        """Start the workers; with `ready` (the agents' host and port, which only they serve) wait until one of them
-        accepts connections there, or `timeout_s`: whether one did."""
-        for i in range(self.count):
-            self.procs[i] = self._spawn()
+    def start(self) -> None:
+        with self._lock:
+            for i in range(self.count):
+                self.procs[i] = (self._spawn(), time.monotonic(), RESTART_AFTER_S)
         self._watcher.start()
-        if ready is None:
-            return True
-        host, port = ready
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            try:
-                with socket.create_connection((host if host not in ("0.0.0.0", "::", "") else "localhost", port), 1):
-                    return True
-            except OSError:
-                time.sleep(0.1)
-        return False
 
     def _spawn(self) -> subprocess.Popen[bytes]:
-        return subprocess.Popen([sys.executable, "-m", "corral.cli.main", "server"], env=self.env)
+        code = "import sys\nfrom corral.cli.main import main\nsys.exit(main(['server']))"
+        return subprocess.Popen([sys.executable, "-c", code], env=self.env, pass_fds=self.fds)
 
     def _watch(self) -> None:
-        while not self._stopping.wait(RESTART_AFTER_S):
-            for i, proc in enumerate(self.procs):
-                if proc is not None and proc.poll() is not None and not self._stopping.is_set():
+        while not self._stopping.wait(0.2):
+            now = time.monotonic()
+            with self._lock:
+                if self._stopping.is_set():
+                    return
+                for i, entry in enumerate(self.procs):
+                    if entry is None:
+                        continue
+                    proc, started, delay = entry
+                    if proc.poll() is None:
+                        continue
+                    lived = now - started
+                    wait = RESTART_AFTER_S if lived >= STABLE_AFTER_S else delay
+                    if lived < wait:
+                        continue  # dead, started again once it has been gone long enough
                     log.warning("server worker %d exited (%s): starting it again", proc.pid, proc.returncode)
                     self.restarts += 1
-                    self.procs[i] = self._spawn()
+                    self.procs[i] = (self._spawn(), now, min(wait * 2, RESTART_MAX_S))
 
     def pids(self) -> list[int]:
-        return [p.pid for p in self.procs if p is not None]
+        return [e[0].pid for e in self.procs if e is not None]
 
     def stop(self, timeout_s: float = 15.0) -> None:
         """SIGTERM to every worker (each gives up the lead at once if it had it), then SIGKILL after `timeout_s`."""
-        self._stopping.set()
-        live = [p for p in self.procs if p is not None and p.poll() is None]
+        with self._lock:
+            self._stopping.set()
+            live = [e[0] for e in self.procs if e is not None and e[0].poll() is None]
         for p in live:
             p.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + timeout_s

@@ -110,6 +110,14 @@ def test_a_worker_serving_only_agents_computes_no_plan_but_wakes_its_agents_and_
     assert leader.run_once(datetime.now(UTC)) == [job]  # the leader places it on n1
     worker.run_once(datetime.now(UTC))
     assert "n1" in woken.nodes  # n1's agent, whose long poll the worker holds, hears of it now
+    store.mark_delivered([job], "n1")
+    woken.nodes.clear()
+    worker.run_once(datetime.now(UTC))
+    assert woken.nodes == []  # nothing new for n1
+    assert store.requeue_job(job, "node n1 drained", datetime.now(UTC))  # `corral nodes drain n1`, via the starter
+    worker.run_once(datetime.now(UTC))
+    assert woken.nodes == ["n1"]  # n1's agent stops the run now, not at the end of its long poll
+    assert leader.run_once(datetime.now(UTC)) == [job]
     second = store.create_job(JobSpec(command=("true",), gpus=1), datetime.now(UTC)).id
     leading = True  # the lease came to the worker (its starter is gone)
     worker.run_once(datetime.now(UTC))

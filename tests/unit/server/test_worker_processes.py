@@ -1,9 +1,10 @@
-"""CORRAL_WORKERS' parts (server/workers.py, server/runtime.py): workers share a port, while anything else that binds
-it is refused as without workers; a worker serving agents runs the app's start and stop but answers no request on
+"""CORRAL_WORKERS' parts (server/workers.py, server/runtime.py): the starter binds the agents' port and its workers
+accept on the socket it hands them, while anything else that binds it is refused as without workers; a worker serving agents runs the app's start and stop but answers no request on
 its own loopback port. The processes themselves: tests/e2e/test_workers.py."""
 
 from __future__ import annotations
 
+import os
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -13,22 +14,38 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from corral.server.runtime import check_ports_free, lifespan_only
-from corral.server.workers import WORKER_OF_ENV, reuse_port_sockets, worker_of
+from corral.server.workers import (
+    WORKER_FDS_ENV,
+    WORKER_OF_ENV,
+    NotAWorker,
+    bind_sockets,
+    inherited_sockets,
+    worker_of,
+)
 
 
-def test_workers_share_a_port_and_anything_else_is_refused_it() -> None:
-    first = reuse_port_sockets("127.0.0.1", 0)
-    port = first[0].getsockname()[1]
-    second = reuse_port_sockets("127.0.0.1", port)  # another worker on the same port
+def test_the_starter_binds_the_agents_port_and_its_workers_accept_on_the_socket_it_hands_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    bound = bind_sockets("127.0.0.1", 0)
+    port = bound[0].getsockname()[1]
     try:
         with pytest.raises(RuntimeError, match="is the port taken"):
             check_ports_free([("127.0.0.1", port, "is the port taken?")])  # a second `corral server`
-        plain = socket.socket()
-        with pytest.raises(OSError):
-            plain.bind(("127.0.0.1", port))
-        plain.close()
+        handed = os.dup(bound[0].fileno())  # what a worker inherits
+        monkeypatch.setenv(WORKER_FDS_ENV, str(handed))
+        (inherited,) = inherited_sockets()
+        try:
+            client = socket.create_connection(("127.0.0.1", port), 2)
+            inherited.setblocking(True)
+            inherited.settimeout(2)
+            conn, _ = inherited.accept()  # the worker's copy accepts the connection made to the starter's port
+            conn.close()
+            client.close()
+        finally:
+            inherited.close()
     finally:
-        for sock in first + second:
+        for sock in bound:
             sock.close()
 
 
@@ -55,10 +72,20 @@ def test_a_worker_serving_agents_starts_and_stops_the_app_but_answers_no_request
     assert TestClient(app).get("/api/v1/jobs").json() == [1]  # the app itself would have answered
 
 
-def test_only_a_pid_names_a_starter(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_only_its_starter_makes_a_process_a_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    """CORRAL_WORKER_OF set by hand would skip every port check: it counts only in a child of that pid that was
+    handed the agents' sockets."""
     monkeypatch.delenv(WORKER_OF_ENV, raising=False)
+    monkeypatch.delenv(WORKER_FDS_ENV, raising=False)
     assert worker_of() is None
-    monkeypatch.setenv(WORKER_OF_ENV, "4242")
-    assert worker_of() == 4242
-    monkeypatch.setenv(WORKER_OF_ENV, "4242; rm -rf /")
-    assert worker_of() is None
+    monkeypatch.setenv(WORKER_OF_ENV, str(os.getpid()))  # this shell's own pid, as a person would set it
+    with pytest.raises(NotAWorker, match="CORRAL_WORKER_OF"):
+        worker_of()
+    monkeypatch.setenv(WORKER_OF_ENV, str(os.getppid()))
+    with pytest.raises(NotAWorker):
+        worker_of()  # no sockets handed over
+    monkeypatch.setenv(WORKER_FDS_ENV, "7")
+    assert worker_of() == os.getppid()
+    monkeypatch.setenv(WORKER_OF_ENV, f"{os.getppid()}; rm -rf /")
+    with pytest.raises(NotAWorker):
+        worker_of()

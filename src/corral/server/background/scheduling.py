@@ -53,6 +53,9 @@ CODE_BUDGET = "budget"  # its tenant's budget is used up and its policy holds ne
 MAX_STAGING_PER_NODE = 8  # jobs whose input a node stages (or holds staged) at once
 
 
+WAKE_EVERY_S = 0.5  # a worker serving agents looks for news for them this often (CORRAL_WORKERS)
+
+
 class Scheduler(Loop):
     """Runs scheduling passes on its own thread (Loop); `trigger` asks for one soon."""
 
@@ -71,6 +74,9 @@ class Scheduler(Loop):
     ) -> None:
         # rest_ratio: under load the passes grow long; resting as long as the last pass took keeps the scheduler to
         # half the server's interpreter and lets each pass take more jobs at once (idle, a pass takes milliseconds)
+        # A worker serving agents (explains False) passes more often: its pass only reads what changed and wakes the
+        # agents it holds, and a run the leader placed waits for it to reach the agent.
+        interval_s = interval_s if explains else min(interval_s, WAKE_EVERY_S)
         super().__init__("scheduler", interval_s, log=log, rest_ratio=1.0, max_rest_s=1.0)
         # Whether this server replica leads (server/background/leadership.py): only the leader applies plans,
         # marks nodes lost and saves fair share's history; the others compute the same plan to answer why jobs
@@ -101,6 +107,7 @@ class Scheduler(Loop):
         self._history_learnt = False
         self._swept_at = 0.0
         self._was_running: set[int] = set()
+        self._placed_nodes: dict[int, tuple[str, ...]] = {}  # running job -> its nodes, as of the last pass
         self._lost_checked_at: datetime | None = None  # when silent nodes were last looked for
         # Each pass reads the pending and running jobs; only those whose row changed since are loaded again.
         self._pending = JobCache(store, [JobState.PENDING])
@@ -168,14 +175,14 @@ class Scheduler(Loop):
         with self._lock:
             leading = self.leading()
             if not leading and not self.explains:
-                self._wake_nodes_with_news(self._running.read())
+                self._wake_nodes_with_news(self._running.read(), self._pending.read())
                 return []
             if leading:
                 self.reconcile_lost_nodes(now)
             pending = self._pending.read()
             running = self._running.read()
             tenants = self.store.list_tenants()
-            self._wake_nodes_with_news(running)
+            self._wake_nodes_with_news(running, pending)
             self._update_usage(running, tenants, now, save=leading)
             self._learn_run_times(running, tenants)
             if not pending:
@@ -222,15 +229,21 @@ class Scheduler(Loop):
             self._after_apply(plan, applied, pending, ready, waiting, now)
             return [int(j) for j in applied.started]
 
-    def _wake_nodes_with_news(self, running: list[Job]) -> None:
+    def _wake_nodes_with_news(self, running: list[Job], pending: list[Job]) -> None:
         """Wake the long polls this replica holds of agents that have news (a run to start or to stop, which another
-        replica may have written: the leader's plan, a cancel through a replica the agent is not connected to), so
-        the agent hears of it within a pass, not at the end of its poll. With one replica these were woken already."""
+        replica may have written: the leader's plan, a cancel through a replica the agent is not connected to, a job
+        sent back to the queue from a node being drained), so the agent hears of it within a pass, not at the end of
+        its poll (meanwhile the old run would go on beside the new one). With one replica these were woken already."""
         for job in running:
             news = job.cancel_requested or job.preempt_requested
             for node, _ in job.placed_parts:
                 if news or node not in job.delivered_to:
                     self.notifier.notify(node)
+        requeued = {j.id for j in pending} & self._placed_nodes.keys()
+        for job_id in requeued:
+            for node in self._placed_nodes[job_id]:
+                self.notifier.notify(node)
+        self._placed_nodes = {j.id: tuple(node for node, _ in j.placed_parts) for j in running}
 
     def _after_apply(
         self, plan: Plan, applied: AppliedPlan, pending: list[Job], ready: list[Job], waiting: list[Job], now: datetime

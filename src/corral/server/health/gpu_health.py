@@ -59,6 +59,19 @@ def apply_transitions(
     return changed, failed
 
 
+def _enabled_elsewhere(state: NodeHealthState, node: Node, now: float) -> NodeHealthState:
+    """A GPU this process holds UNHEALTHY that the store has healthy and enabled again: an admin enabled it through
+    another replica or process (CORRAL_WORKERS: the people's process), whose own enable reached only its memory. It
+    starts over as HEALTHY here too, so a fault it still raises takes it out again (else this process, still
+    holding it out, would see no change and leave it in the pool, faulting)."""
+    stored = {s.index: s for s in node.gpu_status}
+    for g in state.gpus:
+        st = stored.get(g.index)
+        if g.health is GpuHealth.UNHEALTHY and (st is None or (st.healthy and not st.disabled)):
+            state, _ = apply_admin_enable(state, g.index, now)
+    return state
+
+
 class GpuHealthTracker:
     """Thread-safe holder of every node's NodeHealthState between batches."""
 
@@ -74,6 +87,8 @@ class GpuHealthTracker:
             state = self._health.get(node.name)
             if state is None or tuple(g.index for g in state.gpus) != indices:  # new node, or its GPUs changed
                 state = compute_initial_state(node, batch.ts)
+            else:
+                state = _enabled_elsewhere(state, node, batch.ts)
             state, transitions = compute_health(state, batch.gpus, batch.events, batch.gpu_count, batch.ts, self.policy)
             self._health[node.name] = state
         return transitions
