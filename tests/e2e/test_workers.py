@@ -1,7 +1,7 @@
 """CORRAL_WORKERS (issue 13: a server that uses more than one core): `corral server` with CORRAL_WORKERS=3 on
 PostgreSQL, real processes over real HTTP. The process started serves people's ports and leads; the two it starts
 serve the agents' port together (each a replica of its own). Agents joined through that port run the work submitted
-through the API; a worker killed with -9 is started again and its agents carry on; a worker whose starter is killed
+through the API, and their telemetry shows in the starter's latest values and Prometheus gauges; a worker killed with -9 is started again and its agents carry on; a worker whose starter is killed
 with -9 stops by itself (no server left behind holding the agents' port)."""
 
 from __future__ import annotations
@@ -81,6 +81,16 @@ def test_workers_serve_the_agents_port_restart_and_stop_with_their_starter(
         )  # fmt: skip
     nodes = lambda: httpx.get(f"{c.url}/api/v1/nodes", headers=headers).json()  # noqa: E731
     wait_for(lambda: len(nodes()) == 2, 60, "both agents registered")
+    # The agents' telemetry reaches the workers; its latest values and gauges are the starter's to show.
+    latest = lambda: httpx.get(f"{c.url}/api/v1/metrics/latest", params={"node": "n2"}, headers=headers).json()  # noqa: E731
+    assert len(wait_for(lambda: latest()["gpus"], 60, "n2's latest telemetry on the starter")) == 2
+
+    def gauged() -> set[str]:  # the nodes whose GPUs have a corral_gpu_healthy gauge
+        text = httpx.get(f"{c.url}/metrics", headers=headers).text
+        lines = [x for x in text.splitlines() if x.startswith("corral_gpu_healthy{")]
+        return {n for n in ("n1", "n2") if any(f'Hostname="{n}"' in x for x in lines)}
+
+    wait_for(lambda: gauged() == {"n1", "n2"}, 60, "both nodes' GPU gauges on the starter")
 
     def run_jobs(n: int) -> None:
         jobs = []

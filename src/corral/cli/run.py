@@ -164,9 +164,17 @@ def server(
 ) -> None:
     """Start only the server in the foreground (agents join with `corral agent --join`)."""
     from corral.server.bootstrap import JOIN_TOKEN_FILE
+    from corral.server.context import context_of
     from corral.server.runtime import ServerThread
     from corral.server.settings import build_settings
-    from corral.server.workers import NotAWorker, Workers, follow_parent, inherited_sockets, worker_of
+    from corral.server.workers import (
+        NotAWorker,
+        Workers,
+        follow_parent,
+        inherited_channel,
+        inherited_sockets,
+        worker_of,
+    )
 
     _logging()
     settings = build_settings(host=host, port=port, data_dir=data_dir, database_url=database_url, policy=policy)
@@ -184,11 +192,14 @@ def server(
         _fail(str(e))
     stop = threading.Event()
     workers = None
+    telemetry = context_of(srv.app).telemetry
     if starter is not None:
         follow_parent(starter, stop.set)
+        if (channel := inherited_channel()) is not None:  # the batches it receives reach the starter's gauges
+            telemetry.forward = channel.send
     else:
         if settings.workers > 1:  # after this one's start: the data dir and the database are ready for them
-            workers = Workers(settings, srv.agent_sockets)
+            workers = Workers(settings, srv.agent_sockets, on_batch=telemetry.remember)
             workers.start()
         print(f"Corral server at {settings.url}", flush=True)
         _print_join_hint(

@@ -12,6 +12,7 @@ starts again a worker that dies, and stops them when it stops; a worker whose st
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -22,11 +23,14 @@ import threading
 import time
 from collections.abc import Callable
 
+from corral.core.telemetry import TelemetryBatch, batch_from_dict, batch_to_dict
 from corral.server.settings import Settings
 
 log = logging.getLogger("corral.workers")
 WORKER_OF_ENV = "CORRAL_WORKER_OF"  # set in a worker's environment: the pid of the process that started it
 WORKER_FDS_ENV = "CORRAL_WORKER_FDS"  # and the inherited descriptors of the agents' listening sockets
+WORKER_CHANNEL_ENV = "CORRAL_WORKER_CHANNEL"  # and of its end of the channel that carries telemetry to the starter
+MAX_MESSAGE = 1 << 20  # one batch, encoded (64 GPUs and 1,000 events fit many times over)
 RESTART_AFTER_S = 1.0  # a worker that died is started again after this long, doubled while it keeps dying young
 RESTART_MAX_S = 30.0
 STABLE_AFTER_S = 30.0  # a worker that ran this long before dying is started again after RESTART_AFTER_S
@@ -81,6 +85,53 @@ def inherited_sockets() -> list[socket.socket]:
     return sockets
 
 
+class BatchChannel:
+    """A worker's end of its channel to the starter: each telemetry batch it received and stored, for the starter's
+    latest values (`GET /metrics/latest`, the `/metrics` GPU and host gauges, the check before enabling a GPU). A
+    datagram each; never blocks the agent's request: a batch the starter has no room for yet is dropped (the next
+    one, seconds later, replaces it anyway)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.sock.setblocking(False)
+        self.dropped = 0
+
+    def send(self, batch: TelemetryBatch, stored: int) -> None:
+        data = json.dumps({"stored": stored, "batch": batch_to_dict(batch)}, separators=(",", ":")).encode()
+        try:
+            self.sock.send(data)
+        except OSError:  # full (the starter is busy), too large, or the starter is gone
+            self.dropped += 1
+
+
+def inherited_channel() -> BatchChannel | None:
+    raw = os.environ.get(WORKER_CHANNEL_ENV, "")
+    return BatchChannel(socket.socket(fileno=int(raw))) if raw.isdigit() else None
+
+
+def read_batches(sock: socket.socket, on_batch: Callable[[TelemetryBatch, int], None]) -> threading.Thread:
+    """The starter's end: `on_batch` for each batch the worker sends, until the worker's end closes."""
+
+    def run() -> None:
+        with sock:
+            while True:
+                try:
+                    data = sock.recv(MAX_MESSAGE)
+                except OSError:
+                    return
+                if not data:
+                    return  # the worker exited
+                try:
+                    message = json.loads(data)
+                    on_batch(batch_from_dict(message["batch"]), int(message["stored"]))
+                except Exception:  # noqa: BLE001 - one bad message never stops the channel
+                    log.exception("a worker's telemetry batch could not be read")
+
+    thread = threading.Thread(target=run, name="corral-worker-batches", daemon=True)
+    thread.start()
+    return thread
+
+
 def follow_parent(parent: int, on_gone: Callable[[], None]) -> threading.Thread:
     """Call `on_gone` once the process that started this worker is gone (this process is then another's child)."""
 
@@ -99,8 +150,15 @@ class Workers:
     """The other `settings.workers - 1` server processes of this one, serving `sockets` (the agents' port), kept
     running until `stop`."""
 
-    def __init__(self, settings: Settings, sockets: list[socket.socket]) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        sockets: list[socket.socket],
+        on_batch: Callable[[TelemetryBatch, int], None] | None = None,
+    ) -> None:
+        """`on_batch`: each telemetry batch a worker received and stored (BatchChannel)."""
         self.count = settings.workers - 1
+        self.on_batch = on_batch
         self.fds = [sock.fileno() for sock in sockets]
         self.env = dict(os.environ)
         # What flags gave this process reaches the workers as the settings they stand for.
@@ -130,7 +188,14 @@ class Workers:
 
     def _spawn(self) -> subprocess.Popen[bytes]:
         code = "import sys\nfrom corral.cli.main import main\nsys.exit(main(['server']))"
-        return subprocess.Popen([sys.executable, "-c", code], env=self.env, pass_fds=self.fds)
+        if self.on_batch is None:
+            return subprocess.Popen([sys.executable, "-c", code], env=self.env, pass_fds=self.fds)
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        with theirs:
+            env = self.env | {WORKER_CHANNEL_ENV: str(theirs.fileno())}
+            proc = subprocess.Popen([sys.executable, "-c", code], env=env, pass_fds=(*self.fds, theirs.fileno()))
+        read_batches(mine, self.on_batch)
+        return proc
 
     def _watch(self) -> None:
         while not self._stopping.wait(0.2):

@@ -53,3 +53,22 @@ def test_a_gpu_enabled_through_another_process_is_taken_out_again_when_it_faults
     # and a GPU still out in the store stays out: nothing is enabled that no one enabled
     assert agents.receive("n1", _batch(T0 + 4)).transitions == 0
     assert _healthy(store)[1] is False
+
+
+def test_the_people_process_refuses_to_enable_a_gpu_whose_last_batch_through_a_worker_still_faults(
+    store: SqlStore,
+) -> None:
+    """CORRAL_WORKERS: the worker hands each batch to the starter (BatchChannel -> remember); the starter's check
+    before an enable judges that batch although its own health memory never saw the node."""
+    gpus = [GpuInfo(index=i, uuid=f"GPU-n1-{i}", model="H100-80GB", memory_mib=81920) for i in range(2)]
+    store.upsert_node("n1", "n1", "simulated", 8000, 65536, {}, gpus, datetime.fromtimestamp(T0, UTC))
+    people = TelemetryService(store, HealthPolicy(recovery_checks=2), backoff_s=0, clock=lambda: T0)
+    assert people.standing_failure("n1", 1) is None  # nothing heard of n1
+    people.remember(_batch(T0 + 1, xid_on=1), 18)
+    assert "79" in (people.standing_failure("n1", 1) or "")
+    assert people.standing_failure("n1", 0) is None
+    people.remember(_batch(T0 + 2), 18)  # the fault is gone from the newest batch
+    assert people.standing_failure("n1", 1) is None
+    people.remember(_batch(T0 + 1, xid_on=1), 18)  # an older batch arriving late does not replace it
+    assert people.standing_failure("n1", 1) is None
+    assert people.telemetry.samples_ingested == 54

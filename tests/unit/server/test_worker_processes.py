@@ -13,13 +13,16 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
+from corral.core.telemetry import GpuEvent, GpuEventKind, GpuSample, HostSample, TelemetryBatch
 from corral.server.runtime import check_ports_free, lifespan_only
 from corral.server.workers import (
     WORKER_FDS_ENV,
     WORKER_OF_ENV,
+    BatchChannel,
     NotAWorker,
     bind_sockets,
     inherited_sockets,
+    read_batches,
     worker_of,
 )
 
@@ -89,3 +92,32 @@ def test_only_its_starter_makes_a_process_a_worker(monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv(WORKER_OF_ENV, f"{os.getppid()}; rm -rf /")
     with pytest.raises(NotAWorker):
         worker_of()
+
+
+def test_a_workers_batches_reach_the_starter_whole_and_a_busy_starter_never_blocks_the_worker() -> None:
+    """The starter's /metrics and latest values come from the batches its workers received (BatchChannel)."""
+    host = HostSample(1.0, 12.5, 64, 1.0, 2.0, 3.0, 1000, 2000, 5, 10, 1, 2, 3, 4)
+    gpu = GpuSample(ts=1.0, index=3, uuid="GPU-3", utilization_percent=97.0, memory_used_mib=70000, power_w=650.0)
+    xid = GpuEvent(ts=1.0, kind=GpuEventKind.XID, gpu_index=3, xid=79, detail="fallen off the bus")
+    batch = TelemetryBatch(node="n7", ts=1.0, host=host, gpus=(gpu,), events=(xid,), gpu_count=8)
+    worker_end, starter_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    got: list[tuple[TelemetryBatch, int]] = []
+    channel = BatchChannel(worker_end)
+    channel.send(batch, 17)
+    reader = read_batches(starter_end, lambda b, n: got.append((b, n)))
+    for _ in range(200):
+        if got:
+            break
+        reader.join(0.01)
+    assert got == [(batch, 17)]
+    worker_end.shutdown(socket.SHUT_RDWR)  # the worker exits: the starter's reader ends
+    reader.join(2)
+    assert not reader.is_alive()
+    # a starter that reads nothing: the worker's sends are dropped, never block its request
+    busy_worker, busy_starter = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    busy = BatchChannel(busy_worker)
+    for _ in range(10_000):
+        busy.send(batch, 1)
+    assert busy.dropped > 0
+    busy_worker.close()
+    busy_starter.close()

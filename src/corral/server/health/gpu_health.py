@@ -110,8 +110,8 @@ class GpuHealthTracker:
             return None
         with self._lock:
             state = self._health.get(batch.node)
-        if state is None:
-            return None
+        if state is None:  # a batch another process checked (CORRAL_WORKERS): judged afresh
+            state = NodeHealthState.initial((s.index for s in batch.gpus), batch.ts)
         failure = compute_gpu_failures(state, batch.gpus, batch.events, self.policy).get(index)
         return None if failure is None else failure.detail
 

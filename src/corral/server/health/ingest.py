@@ -133,6 +133,15 @@ class TelemetryIngest:
                 self._summaries[job.id] = (node, new)
                 self.store.set_job_gpu_summary(job.id, summary_to_dict(new))
 
+    def remember(self, batch: TelemetryBatch, stored: int) -> None:
+        """A batch another process of this server received and stored (CORRAL_WORKERS): the node's latest unless a
+        newer one is here already; its points count as ingested."""
+        with self._lock:
+            current = self._latest.get(batch.node)
+            if current is None or current.ts <= batch.ts:
+                self._latest[batch.node] = batch
+            self.samples_ingested += stored
+
     def latest(self) -> dict[str, TelemetryBatch]:
         """node -> the last batch it sent (since this server started)."""
         with self._lock:

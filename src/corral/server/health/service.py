@@ -56,6 +56,9 @@ class TelemetryService:
         self.telemetry = TelemetryIngest(store, ingest_rate_per_s)
         self.health = GpuHealthTracker(policy)
         self.faults = FaultQueue(store)
+        # Each batch received and stored, with its points' count, handed on (a CORRAL_WORKERS worker hands it to
+        # the process that serves people: its /metrics and latest values). Best effort: it must not fail a batch.
+        self.forward: Callable[[TelemetryBatch, int], None] | None = None
 
     @property
     def policy(self) -> HealthPolicy:
@@ -84,6 +87,8 @@ class TelemetryService:
             raise ValidationError("node", f"batch is for node {batch.node!r}, sent as {node_name!r}")
         self.telemetry.check_budget(batch, self.clock())
         stored = self.telemetry.store_batch(batch, jobs)
+        if self.forward is not None:
+            self.forward(batch, stored)
         transitions = self.health.check(node, batch)
         now = datetime.fromtimestamp(batch.ts, UTC)
         changed, failed = apply_transitions(self.store, node_name, transitions, now)
@@ -119,6 +124,11 @@ class TelemetryService:
 
     def latest(self) -> dict[str, TelemetryBatch]:
         return self.telemetry.latest()
+
+    def remember(self, batch: TelemetryBatch, stored: int) -> None:
+        """A batch another process of this server received and stored: its latest values (no health check here:
+        the process that received it checks them)."""
+        self.telemetry.remember(batch, stored)
 
     def request_fault(self, node_name: str, cmd: SimFaultCommand) -> None:
         """Queue a simulated fault for the node's agent. Refused for nodes with real GPUs."""
