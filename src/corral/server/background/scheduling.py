@@ -175,14 +175,14 @@ class Scheduler(Loop):
         with self._lock:
             leading = self.leading()
             if not leading and not self.explains:
-                self._wake_nodes_with_news(self._running.read(), self._pending.read())
+                self._wake_nodes_with_news(self._running.read())
                 return []
             if leading:
                 self.reconcile_lost_nodes(now)
             pending = self._pending.read()
             running = self._running.read()
             tenants = self.store.list_tenants()
-            self._wake_nodes_with_news(running, pending)
+            self._wake_nodes_with_news(running)
             self._update_usage(running, tenants, now, save=leading)
             self._learn_run_times(running, tenants)
             if not pending:
@@ -229,7 +229,7 @@ class Scheduler(Loop):
             self._after_apply(plan, applied, pending, ready, waiting, now)
             return [int(j) for j in applied.started]
 
-    def _wake_nodes_with_news(self, running: list[Job], pending: list[Job]) -> None:
+    def _wake_nodes_with_news(self, running: list[Job]) -> None:
         """Wake the long polls this replica holds of agents that have news (a run to start or to stop, which another
         replica may have written: the leader's plan, a cancel through a replica the agent is not connected to, a job
         sent back to the queue from a node being drained), so the agent hears of it within a pass, not at the end of
@@ -239,10 +239,12 @@ class Scheduler(Loop):
             for node, _ in job.placed_parts:
                 if news or node not in job.delivered_to:
                     self.notifier.notify(node)
-        requeued = {j.id for j in pending} & self._placed_nodes.keys()
-        for job_id in requeued:
-            for node in self._placed_nodes[job_id]:
-                self.notifier.notify(node)
+        # Jobs that left RUNNING since the last pass (few): those back in the queue have a run to stop.
+        left = self._placed_nodes.keys() - {j.id for j in running}
+        for job in self.store.get_jobs(sorted(left)) if left else ():
+            if job.state is JobState.PENDING:
+                for node in self._placed_nodes[job.id]:
+                    self.notifier.notify(node)
         self._placed_nodes = {j.id: tuple(node for node, _ in j.placed_parts) for j in running}
 
     def _after_apply(
