@@ -183,9 +183,7 @@ def server(
     except NotAWorker as e:
         _fail(str(e))
     serves = "agents" if starter is not None else "people" if settings.workers > 1 else "all"
-    srv = ServerThread(
-        settings, check_ports=starter is None, serves=serves, agent_sockets=inherited_sockets() if starter else ()
-    )
+    srv = ServerThread(settings, serves=serves, agent_sockets=inherited_sockets() if starter else ())
     try:
         srv.start()
     except RuntimeError as e:  # a port taken: one line that says which and what to set, not a traceback

@@ -68,11 +68,18 @@ def lifespan_only(app: Any) -> Any:
     return wrapped
 
 
+def agent_port_failure(settings: Settings) -> str:
+    return (
+        f"the agent port {settings.host}:{settings.effective_agent_port} could not be opened (is it taken? set "
+        "CORRAL_AGENT_PORT)"
+    )
+
+
 class _Listener:
     def __init__(self, name: str, server: uvicorn.Server, failure: str) -> None:
         self.server = server
         self.failure = failure
-        self.sockets: list[socket.socket] = []  # bound here when the port is shared with workers (else uvicorn binds)
+        self.sockets: list[socket.socket] = []  # a worker's agents' port, handed by its starter (else uvicorn binds)
         self.thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     def _run(self) -> None:
@@ -86,18 +93,16 @@ class ServerThread:
         self,
         settings: Settings,
         *,
-        check_ports: bool = True,
         serves: str = "all",
         agent_sockets: Sequence[socket.socket] = (),
     ) -> None:
         """For CORRAL_WORKERS (server/workers.py): `serves` "people" (the API, job-UI and gateway ports; the agents'
         port is bound at `start`, in `agent_sockets`, for the workers) or "agents" (the agents' port on the
-        `agent_sockets` its starter handed it; the app runs on a loopback port of its own that answers no request);
-        `check_ports`: refuse a port something holds first (a worker skips it: its starter checked every port)."""
+        `agent_sockets` its starter handed it, which checked every port; the app runs on a loopback port of its own
+        that answers no request)."""
         if serves not in ("all", "people", "agents"):
             raise ValueError(f"serves: {serves!r}")
         self.settings = settings
-        self.check_ports = check_ports
         self.serves = serves
         self.agent_sockets = list(agent_sockets)
         # 0700 before anything is written there; again once the database, tokens and CA exist (older installs)
@@ -188,8 +193,7 @@ class ServerThread:
                         **common,
                     )
                 ),
-                f"the agent port {settings.host}:{settings.effective_agent_port} could not be opened (is it taken? "
-                "set CORRAL_AGENT_PORT)",
+                agent_port_failure(settings),
             )
         )
 
@@ -207,12 +211,11 @@ class ServerThread:
         tried first: whoever waits for the API's port (a script, `make up`, a benchmark) should not see a server
         that exits a moment later because a port it opens after the API's is taken (the agents' port too when
         this process leaves it to its workers)."""
-        if self.check_ports:
+        if self.serves != "agents":  # a worker's ports are its starter's, checked there
             ports = [(lst.server.config.host, lst.server.config.port, lst.failure) for lst in self.listeners]
             if self.serves == "people":
                 s = self.settings
-                ports.append((s.host, s.effective_agent_port, f"the agent port {s.host}:{s.effective_agent_port} "
-                              "could not be opened (is it taken? set CORRAL_AGENT_PORT)"))  # fmt: skip
+                ports.append((s.host, s.effective_agent_port, agent_port_failure(s)))
             check_ports_free(ports)
         if self.serves == "people":  # bound now, for the workers: nothing else can take it before they start
             s = self.settings

@@ -175,7 +175,6 @@ class Workers:
         self.procs: list[tuple[subprocess.Popen[bytes], float, float] | None] = [
             None
         ] * self.count  # (proc, start, delay)
-        self.restarts = 0
         self._lock = threading.Lock()  # a worker is never started once `stop` began
         self._stopping = threading.Event()
         self._watcher = threading.Thread(target=self._watch, name="corral-workers", daemon=True)
@@ -214,11 +213,7 @@ class Workers:
                     if lived < wait:
                         continue  # dead, started again once it has been gone long enough
                     log.warning("server worker %d exited (%s): starting it again", proc.pid, proc.returncode)
-                    self.restarts += 1
                     self.procs[i] = (self._spawn(), now, min(wait * 2, RESTART_MAX_S))
-
-    def pids(self) -> list[int]:
-        return [e[0].pid for e in self.procs if e is not None]
 
     def stop(self, timeout_s: float = 15.0) -> None:
         """SIGTERM to every worker (each gives up the lead at once if it had it), then SIGKILL after `timeout_s`."""
