@@ -620,6 +620,63 @@ def test_reading_through_the_cache_always_gives_what_list_jobs_gives(store: Sche
         assert both.read() == store.list_jobs(states=[JobState.PENDING, JobState.RUNNING]), move
 
 
+STATE_SETS = [
+    [JobState.PENDING, JobState.RUNNING],
+    [JobState.RUNNING, JobState.PENDING, JobState.RUNNING],
+    [JobState.SUCCEEDED, JobState.CANCELLED, JobState.PENDING],
+    [JobState.RUNNING],
+    None,
+]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_page_is_the_slice_of_the_whole_list_it_stands_for(store: SchedulingStore, seed: int) -> None:
+    # A page (list_jobs with a limit) reads ids and versions, then only the rows it does not hold at that version,
+    # and reads several states as one range per state: after any change it must still be exactly that slice.
+    rnd = random.Random(seed)
+    node(store, "n1")
+    node(store, "n2")
+    ids = [store.create_job(JobSpec(command=("x",), gpus=1), T0).id for _ in range(8)]
+    for _ in range(50):
+        move = rnd.choice(sorted(MOVES))
+        got = MOVES[move](store, rnd.choice(ids), rnd)
+        if move == "submit":
+            ids.append(got.id)
+        states, newest = rnd.choice(STATE_SETS), rnd.random() < 0.5
+        whole = store.list_jobs(states=states, newest_first=newest)
+        limit = rnd.randint(1, 6)
+        assert store.list_jobs(states=states, limit=limit, newest_first=newest) == whole[:limit], move
+        mark = rnd.choice(ids)
+        after = [j for j in whole if (j.id < mark if newest else j.id > mark)]
+        cursor = {"before_id": mark} if newest else {"after_id": mark}
+        assert store.list_jobs(states=states, limit=limit, newest_first=newest, **cursor) == after[:limit], move
+
+
+def test_a_page_whose_rows_change_between_its_two_reads_is_read_whole_again(tmp_path: Path) -> None:
+    # The ids and versions, then the rows: two statements, two snapshots on PostgreSQL (and SQLite outside a
+    # transaction). A job cancelled in between must not show in a page of pending jobs as CANCELLED.
+    from sqlalchemy import event, text
+
+    store = open_store(f"sqlite:///{tmp_path / 'p.db'}")
+    try:
+        a, b, c = (store.create_job(JobSpec(command=("x",)), T0).id for _ in range(3))
+        fired: list[str] = []
+
+        def meanwhile(conn: Any, cursor: Any, statement: str, *_: Any) -> None:
+            if not fired and "jobs.id IN" in statement and "row_version" in statement:
+                fired.append(statement)
+                with store.engine.connect() as other:
+                    other.execute(text("UPDATE jobs SET state = 'CANCELLED' WHERE id = :i"), {"i": b})
+                    other.commit()
+
+        event.listen(store.engine, "before_cursor_execute", meanwhile)
+        page = store.list_jobs(states=[JobState.PENDING, JobState.RUNNING], limit=10)
+        assert fired
+        assert [(j.id, j.state) for j in page] == [(a, JobState.PENDING), (c, JobState.PENDING)]
+    finally:
+        store.close()
+
+
 def test_a_job_no_change_touched_is_not_loaded_again(store: SchedulingStore) -> None:
     a, b = (store.create_job(JobSpec(command=("x",)), T0).id for _ in range(2))
     cache = JobCache(store, [JobState.PENDING])

@@ -153,6 +153,9 @@ class GpuRow(Base):
     disabled: Mapped[bool] = mapped_column(Boolean, default=False)
 
 
+_ACTIVE = "state IN ('PENDING', 'RUNNING')"  # ix_jobs_active_id's rows
+
+
 class JobRow(Base):
     __tablename__ = "jobs"
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
@@ -248,6 +251,9 @@ class JobRow(Base):
         Index("ix_jobs_node_state", "node", "state"),  # 0030: a node's running jobs (an agent's sync)
         # 0030: the running gangs, by a partial index that no query without `nodes > 1` can pick
         Index("ix_jobs_gangs_state", "state", sqlite_where=text("nodes > 1"), postgresql_where=text("nodes > 1")),
+        # 0033: the pending and running jobs in id order (the default job list), which PostgreSQL otherwise finds by
+        # walking the primary key past every finished job
+        Index("ix_jobs_active_id", "id", sqlite_where=text(_ACTIVE), postgresql_where=text(_ACTIVE)),
     )
 
 
