@@ -677,6 +677,36 @@ def test_a_page_whose_rows_change_between_its_two_reads_is_read_whole_again(tmp_
         store.close()
 
 
+def test_a_page_never_shows_a_deleted_job_kept_under_an_id_made_again(tmp_path: Path) -> None:
+    # SQLite gives the largest id of a deleted row to the next one, at row version 0 again: the kept job must not
+    # stand for the new row (another tenant's command and environment would show)
+    from sqlalchemy import text
+
+    store = open_store(f"sqlite:///{tmp_path / 'r.db'}")
+    try:
+        first = store.create_job(JobSpec(command=("secret",), env={"TOKEN": "a"}), T0)
+        assert store.list_jobs(limit=10)[0].spec.command == ("secret",)
+        with store.engine.begin() as conn:
+            conn.execute(text("DELETE FROM jobs WHERE id = :i"), {"i": first.id})
+        again = store.create_job(JobSpec(command=("other",)), T0 + timedelta(seconds=1))
+        assert again.id == first.id
+        page = store.list_jobs(limit=10)
+        assert [(j.id, j.spec.command, dict(j.spec.env)) for j in page] == [(again.id, ("other",), {})]
+    finally:
+        store.close()
+
+
+def test_a_page_keeps_no_job_with_a_large_command_or_environment(tmp_path: Path) -> None:
+    store = open_store(f"sqlite:///{tmp_path / 'b.db'}")
+    try:
+        big = store.create_job(JobSpec(command=("x",), env={f"V{i}": "v" * 4000 for i in range(4)}), T0).id
+        small = store.create_job(JobSpec(command=("x",)), T0).id
+        assert [j.id for j in store.list_jobs(limit=10)] == [big, small]
+        assert set(store._paged) == {small}
+    finally:
+        store.close()
+
+
 def test_a_job_no_change_touched_is_not_loaded_again(store: SchedulingStore) -> None:
     a, b = (store.create_job(JobSpec(command=("x",)), T0).id for _ in range(2))
     cache = JobCache(store, [JobState.PENDING])

@@ -212,7 +212,7 @@ class SqlStore(
         event.listen(self.engine.pool, "checkin", self._after_auth_write)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         # the jobs that pages of list_jobs read, by id: (row version, job); a page loads again only rows that changed
-        self._paged: dict[int, tuple[int, Job]] = {}
+        self._paged: dict[int, tuple[tuple[int, Any], Job]] = {}
         self._paged_lock = threading.Lock()
         # SQLite has no SELECT ... FOR UPDATE: read-modify-write methods take this lock instead, so two
         # threads (two agents' syncs) cannot both read the old row and lose one update.
@@ -521,7 +521,10 @@ class SqlStore(
             if limit is None:
                 return _jobs_of(conn.execute(_page_query(_SELECT_JOBS, states, where, newest_first, None)).all())
             page = _page_query(cast(Select[Any], _IDS_AND_VERSIONS), states, where, newest_first, limit)
-            listed: list[tuple[int, int]] = [(r[0], r[1]) for r in conn.execute(page)]
+            # (id, (row version, created_at)): the creation time too, so that a row made again under the same id
+            # (SQLite reuses the largest id of a deleted row; no code deletes jobs, an operator might) is not the
+            # kept one
+            listed: list[tuple[int, tuple[int, Any]]] = [(r[0], (r[1], r[2])) for r in conn.execute(page)]
             held: dict[int, Job] = {}
             stale: list[int] = []
             paged = self._paged
@@ -531,11 +534,11 @@ class SqlStore(
                     held[job_id] = kept[1]
                 else:
                     stale.append(job_id)
-            versions: dict[int, int] = dict(listed)
-            loaded: list[tuple[int, Job]] = []
+            versions = dict(listed)
+            loaded: list[tuple[tuple[int, Any], Job]] = []
             for at in range(0, len(stale), _IN_CHUNK):
                 rows = conn.execute(_JOBS_BY_ID, {"ids": stale[at : at + _IN_CHUNK]}).all()
-                loaded += [(r.row_version, j) for j, r in zip(_jobs_of(rows), rows, strict=True)]
+                loaded += [((r.row_version, r.created_at), j) for j, r in zip(_jobs_of(rows), rows, strict=True)]
             if len(loaded) != len(stale) or any(versions[j.id] != v for v, j in loaded):
                 # a row changed (or went) between the two reads, each its own snapshot on PostgreSQL: read the
                 # page whole in one statement instead
@@ -544,8 +547,9 @@ class SqlStore(
             if len(paged) + len(loaded) > _MAX_PAGED:
                 paged.clear()
             for version, job in loaded:
-                paged[job.id] = (version, job)
                 held[job.id] = job
+                if _kept_size(job) <= _MAX_PAGED_JOB_BYTES:  # a large command or environment is read each time
+                    paged[job.id] = (version, job)
         return [held[job_id] for job_id, _ in listed]
 
     def list_gpu_holders(self) -> list[tuple[int, str | None, list[int], list[Any], int]]:
@@ -1170,8 +1174,19 @@ _GPU_COLUMNS = (
 _NAMES: Any = bindparam("names", expanding=True)
 _JOBS_BY_ID = _SELECT_JOBS.where(JobRow.id.in_(bindparam("ids", expanding=True)))
 _JOBS_BY_ID_ORDERED = _JOBS_BY_ID.order_by(JobRow.id)
-_IDS_AND_VERSIONS = select(JobRow.id, JobRow.row_version)
-_MAX_PAGED = 20_000  # jobs list_jobs keeps between pages (a few tens of MB); past this it starts again
+_IDS_AND_VERSIONS = select(JobRow.id, JobRow.row_version, JobRow.created_at)
+# list_jobs keeps at most this many jobs between pages (past this it starts again), each with at most this many
+# bytes of command and environment (a job may carry 512 KiB: those are read each time): ~60 MB at worst
+_MAX_PAGED = 10_000
+_MAX_PAGED_JOB_BYTES = 4096
+
+
+def _kept_size(job: Job) -> int:
+    """The bytes of a job's command and environment, what makes one job much larger than another."""
+    spec = job.spec
+    return sum(map(len, spec.command)) + sum(len(k) + len(v) for k, v in spec.env.items())
+
+
 _DELIVERY_OF = select(JobRow.id, JobRow.delivered, JobRow.delivered_nodes).where(
     JobRow.id.in_(bindparam("ids", expanding=True)), _RUNNING
 )
