@@ -33,7 +33,9 @@ def _answering(c: Corral, token: str, tries: int = 60) -> set[str]:
 
 
 def _pid(replica: str) -> int:
-    return int(replica.split(":")[1])  # host:pid:random (server/background/leadership.py)
+    # host:pid:random (server/background/leadership.py); a worker's: its starter's, then /worker-<pid>
+    _, worker, pid = replica.rpartition("/worker-")
+    return int(pid) if worker else int(replica.split(":")[1])
 
 
 def _alive(pid: int) -> bool:
@@ -64,6 +66,9 @@ def test_workers_serve_the_agents_port_restart_and_stop_with_their_starter(
     assert _answering(c, token, 10) == {status["leader"]} and _pid(status["leader"]) == server.pid
     workers = {r for r in replicas if _pid(r) != server.pid}
     assert len(workers) == 2 and all(_alive(_pid(w)) for w in workers)
+    # each worker's id extends its starter's: the starter's alert rounds read back nothing its workers stored, as
+    # every batch reaches it through their channels
+    assert all(w.startswith(status["leader"] + "/worker-") for w in workers)
 
     # Agents joined through the workers' port run what is submitted through the API.
     env = dict(c.env, CORRAL_URL=c.url, CORRAL_TOKEN=token)

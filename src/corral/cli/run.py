@@ -174,6 +174,7 @@ def server(
         inherited_channel,
         inherited_sockets,
         worker_of,
+        worker_replica_id,
     )
 
     _logging()
@@ -183,7 +184,12 @@ def server(
     except NotAWorker as e:
         _fail(str(e))
     serves = "agents" if starter is not None else "people" if settings.workers > 1 else "all"
-    srv = ServerThread(settings, serves=serves, agent_sockets=inherited_sockets() if starter else ())
+    srv = ServerThread(
+        settings,
+        serves=serves,
+        agent_sockets=inherited_sockets() if starter else (),
+        replica_id=worker_replica_id() if starter else None,
+    )
     try:
         srv.start()
     except RuntimeError as e:  # a port taken: one line that says which and what to set, not a traceback
@@ -197,7 +203,8 @@ def server(
             telemetry.forward = channel.send
     else:
         if settings.workers > 1:  # after this one's start: the data dir and the database are ready for them
-            workers = Workers(settings, srv.agent_sockets, on_batch=telemetry.remember)
+            replica = context_of(srv.app).leadership.id
+            workers = Workers(settings, srv.agent_sockets, on_batch=telemetry.remember, replica_of=replica)
             workers.start()
         print(f"Corral server at {settings.url}", flush=True)
         _print_join_hint(

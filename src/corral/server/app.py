@@ -82,10 +82,13 @@ def open_server_store(settings: Settings) -> StateStore:
     return open_store(settings.effective_database_url)
 
 
-def create_app(settings: Settings, store: StateStore | None = None, *, explains: bool = True) -> FastAPI:
+def create_app(
+    settings: Settings, store: StateStore | None = None, *, explains: bool = True, replica_id: str | None = None
+) -> FastAPI:
     """Build the app; the store is opened (and migrated) here unless one is passed in. `explains`: this process
     answers people (why a job waits): a worker serving only agents (server/workers.py) computes no plan unless it
-    leads."""
+    leads. `replica_id`: this process's id among the replicas (default: a new one; a worker's extends its
+    starter's)."""
     store = store or open_server_store(settings)
     # Refuses to start (one line why) when the key file is missing, too open or not this database's.
     keyring = load_keyring(settings.effective_secrets_key_file, store.secret_key_ids())
@@ -93,7 +96,7 @@ def create_app(settings: Settings, store: StateStore | None = None, *, explains:
     # Several replicas may share the database: the leader applies plans and runs the loops that run once
     # (server/background/leadership.py); the scheduler wakes on a change of leader.
     one_server = bool(getattr(store, "is_sqlite", False))  # SQLite: one server; PostgreSQL: replicas may share it
-    leadership = Leadership(store, settings.url, solo=one_server)
+    leadership = Leadership(store, settings.url, solo=one_server, replica_id=replica_id)
     scheduler = Scheduler(
         store,
         notifier,

@@ -95,6 +95,7 @@ class ServerThread:
         *,
         serves: str = "all",
         agent_sockets: Sequence[socket.socket] = (),
+        replica_id: str | None = None,
     ) -> None:
         """For CORRAL_WORKERS (server/workers.py): `serves` "people" (the API, job-UI and gateway ports; the agents'
         port is bound at `start`, in `agent_sockets`, for the workers) or "agents" (the agents' port on the
@@ -110,7 +111,7 @@ class ServerThread:
         secure_data_dir(*private)
         self.store: StateStore = open_server_store(settings)
         self.credentials: Credentials = ensure_credentials(self.store, settings.data_dir)
-        app = create_app(settings, self.store, explains=serves != "agents")
+        app = create_app(settings, self.store, explains=serves != "agents", replica_id=replica_id)
         self.app = app
         secure_data_dir(*private)
         self.ca: CertificateAuthority = context_of(app).ca

@@ -30,6 +30,9 @@ log = logging.getLogger("corral.workers")
 WORKER_OF_ENV = "CORRAL_WORKER_OF"  # set in a worker's environment: the pid of the process that started it
 WORKER_FDS_ENV = "CORRAL_WORKER_FDS"  # and the inherited descriptors of the agents' listening sockets
 WORKER_CHANNEL_ENV = "CORRAL_WORKER_CHANNEL"  # and of its end of the channel that carries telemetry to the starter
+WORKER_REPLICA_ENV = (
+    "CORRAL_WORKER_REPLICA_OF"  # and its starter's replica id, which its own extends (worker_replica_id)
+)
 MAX_MESSAGE = 1 << 20  # one batch, encoded (64 GPUs and 1,000 events fit many times over)
 RESTART_AFTER_S = 1.0  # a worker that died is started again after this long, doubled while it keeps dying young
 RESTART_MAX_S = 30.0
@@ -52,6 +55,14 @@ def worker_of() -> int | None:
             f"{WORKER_OF_ENV} is set by `corral server` for the workers it starts (CORRAL_WORKERS), not by hand: unset it"
         )
     return int(raw)
+
+
+def worker_replica_id() -> str | None:
+    """A worker's replica id: its starter's, then `/worker-<pid>`. Replicas whose id extends another's this way are
+    one server's processes (a worker forwards its agents' telemetry batches to its starter: that one's alert round
+    needs no read-back of what the worker stored). None when the starter named none."""
+    of = os.environ.get(WORKER_REPLICA_ENV, "")
+    return f"{of}/worker-{os.getpid()}" if of else None
 
 
 def bind_sockets(host: str, port: int) -> list[socket.socket]:
@@ -155,8 +166,10 @@ class Workers:
         settings: Settings,
         sockets: list[socket.socket],
         on_batch: Callable[[TelemetryBatch, int], None] | None = None,
+        replica_of: str = "",
     ) -> None:
-        """`on_batch`: each telemetry batch a worker received and stored (BatchChannel)."""
+        """`on_batch`: each telemetry batch a worker received and stored (BatchChannel). `replica_of`: this
+        process's replica id, which the workers' ids extend (worker_replica_id)."""
         self.count = settings.workers - 1
         self.on_batch = on_batch
         self.fds = [sock.fileno() for sock in sockets]
@@ -170,6 +183,8 @@ class Workers:
             CORRAL_WORKERS=str(settings.workers),
             **{WORKER_OF_ENV: str(os.getpid()), WORKER_FDS_ENV: ",".join(map(str, self.fds))},
         )
+        if replica_of:
+            self.env[WORKER_REPLICA_ENV] = replica_of
         if settings.database_url:
             self.env["CORRAL_DATABASE_URL"] = settings.database_url
         self.procs: list[tuple[subprocess.Popen[bytes], float, float] | None] = [

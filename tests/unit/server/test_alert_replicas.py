@@ -23,7 +23,7 @@ from corral.server.app import create_app
 from corral.server.auth import Principal
 from corral.server.bootstrap import ensure_credentials
 from corral.server.health import TelemetryService
-from corral.server.services.alerting import OTHERS_MARGIN_S, STALE_AFTER_S, AlertService, alert_out
+from corral.server.services.alerting import OTHERS_MARGIN_S, STALE_AFTER_S, AlertService, alert_out, is_same_server
 from corral.server.settings import Settings
 from corral.store.records import Replica as ReplicaRow
 from corral.store.records import TokenRecord
@@ -164,6 +164,34 @@ def test_a_replica_alone_reads_no_samples_back_but_reads_those_of_one_heard_from
     cluster.leader.alerting.evaluate(now + 1)
     assert len(reads) == 1
     assert ("hot", "b") in _firing(cluster.leader.alerting.list_alerts(cluster.admin, None))
+
+
+def test_the_servers_own_workers_are_not_replicas_to_read_back_from(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CORRAL_WORKERS: a worker serves the agents' port and forwards every batch to its starter, so the starter's
+    round reads nothing back for its own workers (a fifth of its interpreter with 1,000 nodes); a worker of another
+    server, or another process that merely shares the prefix, still counts."""
+    now = time.time()
+    reads: list[object] = []
+    real = cluster.leader.store.latest_points
+    monkeypatch.setattr(cluster.leader.store, "latest_points", lambda *a, **k: reads.append(a) or real(*a, **k))
+    silent = datetime.fromtimestamp(now - STALE_AFTER_S - OTHERS_MARGIN_S - 5, UTC)
+    cluster.leader.store.touch_replica(ReplicaRow("follower", "host", "https://x", "0", silent, silent))
+    heard = datetime.now(UTC)
+    for worker in ("leader/worker-41", "leader/worker-42"):
+        cluster.leader.store.touch_replica(ReplicaRow(worker, "host", "https://x", "0", heard, heard))
+    cluster.leader.alerting.evaluate(now)
+    assert reads == []
+    cluster.leader.store.touch_replica(ReplicaRow("leader2/worker-43", "host", "https://x", "0", heard, heard))
+    cluster.leader.alerting.evaluate(now + 1)
+    assert len(reads) == 1
+
+
+def test_same_server_is_a_worker_and_its_starter_never_two_workers() -> None:
+    assert is_same_server("s/worker-1", "s") and is_same_server("s", "s/worker-1") and is_same_server("s", "s")
+    assert not is_same_server("s/worker-2", "s/worker-1")  # each stores batches the other never sees
+    assert not is_same_server("s2", "s") and not is_same_server("s", "s2") and not is_same_server("s2/worker-1", "s")
 
 
 def test_a_newer_stored_sample_wins_over_an_older_batch_in_memory(cluster: Cluster) -> None:

@@ -85,6 +85,14 @@ OTHERS_MARGIN_S = 30.0  # a margin on the stale window for replicas' clocks and 
 STALE_AFTER_S = 120.0  # a node's last batch older than this no longer feeds sampled series
 
 
+def is_same_server(replica_id: str, mine: str) -> bool:
+    """The replica is this process, or one of its workers (CORRAL_WORKERS: a worker's id extends its starter's, and
+    it forwards every batch it receives to its starter, server/workers.py; one the channel had no room for is
+    replaced by that node's next), or this process's starter (which serves no agents itself). Another worker of the
+    same starter is not: it stores batches this one never sees."""
+    return replica_id == mine or replica_id.startswith(mine + "/") or mine.startswith(replica_id + "/")
+
+
 @dataclass(slots=True)
 class StoredSamples:
     """A node's latest samples as the database has them (whichever replica received them): what compute_series
@@ -331,7 +339,7 @@ class AlertService:
         if not self.shared:
             return False
         since = datetime.fromtimestamp(now - STALE_AFTER_S - OTHERS_MARGIN_S, UTC)
-        return any(r.id != self.replica_id for r in self.store.list_replicas(since))
+        return any(not is_same_server(r.id, self.replica_id) for r in self.store.list_replicas(since))
 
     def evaluate(self, now: float) -> list[AlertChange]:
         """One round. The history keeps what fired and what resolved: a pending alert is not history (one whose
