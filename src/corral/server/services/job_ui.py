@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import threading
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from fastapi import Request, WebSocket
+from pydantic import TypeAdapter
 
 from corral.api.schemas import JobOut
 from corral.core.states import JobState
@@ -44,17 +47,82 @@ def _base(request: Request | WebSocket, configured: str, port: int | None) -> st
     return f"{scheme}://{host}:{port}" if port else f"{scheme}://{host}"
 
 
+_ASK = object()  # job_out: ask the predictor
+
+
 def job_out(
-    request: Request, store: StateStore, sched: Scheduler, job: Job, names: dict[int, str] | None = None
+    request: Request,
+    store: StateStore,
+    sched: Scheduler,
+    job: Job,
+    names: dict[int, str] | None = None,
+    guess: Any = _ASK,
 ) -> JobOut:
-    """The job's wire shape with the scheduler's pending reason, position and ETA."""
+    """The job's wire shape with the scheduler's pending reason, position and ETA. `guess`: the run-time prediction
+    when the caller asked for it already."""
     if names is None:
         names = known_tenant_names(store, (job.spec.tenant_id,))
     out = to_out(job, sched.pending_reasons, names, sched.pending_info, sched.pending_codes)
     if job.state in (JobState.PENDING, JobState.RUNNING):
-        guess = sched.predictions.predict(job, names, sched.user_names())
+        if guess is _ASK:
+            guess = sched.predictions.predict(job, names, sched.user_names())
         if guess is not None:
             out.predicted_run_s, out.prediction = round(guess.median_s, 1), guess.describe()
     if out.web_url:  # on the job-UI origin when it has one (CORRAL_JOB_UI_PORT)
         out.web_url = job_ui_base(request) + out.web_url
     return out
+
+
+_JOB_JSON: TypeAdapter[JobOut] = TypeAdapter(JobOut)
+
+
+class JobPages:
+    """Each listed job's JSON, kept while nothing it is made of changed: a page of 500 jobs built 500 `JobOut`
+    models and serialised them on every `GET /api/v1/jobs`, most of that request's time once its rows are kept
+    (SqlStore.list_jobs). A job's entry holds what its JSON was made of: the job itself (the store hands back the very
+    object it keeps while the row's version stays), the scheduler's reason, code, position and ETA for it, its
+    tenant's name, its run-time prediction (the predictor's answer, kept by identity) and where job UIs are served.
+    A job with an ETA is made afresh each time (`eta_s` counts down)."""
+
+    MAX_KEPT = 10_000  # entries; past this many it starts again
+
+    def __init__(self) -> None:
+        self._kept: dict[int, tuple[Job, tuple[Any, ...], Any, bytes]] = {}
+        self._lock = threading.Lock()
+
+    def json(
+        self, request: Request, store: StateStore, sched: Scheduler, jobs: Sequence[Job], names: dict[int, str]
+    ) -> bytes:
+        """The JSON array of `jobs` as `[job_out(...) for job in jobs]` would serialise (by alias, as FastAPI does)."""
+        base = job_ui_base(request)
+        reasons, codes, info = sched.pending_reasons, sched.pending_codes, sched.pending_info
+        users = sched.user_names()
+        kept = self._kept
+        parts: list[bytes] = []
+        made: list[tuple[Job, tuple[Any, ...], Any, bytes]] = []
+        for job in jobs:
+            guess = (
+                sched.predictions.predict(job, names, users)
+                if job.state in (JobState.PENDING, JobState.RUNNING)
+                else None
+            )
+            # read before the JSON is made: a pass that replaces them meanwhile leaves a key older than the JSON,
+            # which the next page's key then differs from
+            where = info.get(job.id)
+            key = (reasons.get(job.id), codes.get(job.id), where, names.get(job.spec.tenant_id or 0), base)
+            entry = kept.get(job.id)
+            if entry is not None and entry[0] is job and entry[2] is guess and entry[1] == key:
+                parts.append(entry[3])
+                continue
+            out = job_out(request, store, sched, job, names, guess)
+            data = _JOB_JSON.dump_json(out, by_alias=True)
+            parts.append(data)
+            if where is None or where[1] is None:  # no ETA: nothing in it depends on the time
+                made.append((job, key, guess, data))
+        if made:
+            with self._lock:
+                if len(kept) + len(made) > self.MAX_KEPT:
+                    kept.clear()
+                for entry in made:
+                    kept[entry[0].id] = entry
+        return b"[" + b",".join(parts) + b"]"
