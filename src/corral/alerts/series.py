@@ -3,7 +3,7 @@ the SeriesPoint values evaluate_rules() reads. Labels: node, gpu, uuid, and job/
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from corral.alerts.evaluator import SeriesPoint
@@ -42,8 +42,11 @@ def _gpu_labels(node: str, index: int, uuid: str, owner: Mapping[int, JobPlaceme
     return make_labels(labels)
 
 
-def compute_batch_series(batch: TelemetryBatch, jobs: Sequence[JobPlacement] = ()) -> list[SeriesPoint]:
-    """GPU_SERIES and HOST_SERIES from one batch, and gpu_xid / gpu_ecc_dbe from its events.
+def compute_batch_series(
+    batch: TelemetryBatch, jobs: Sequence[JobPlacement] = (), metrics: Collection[str] | None = None
+) -> list[SeriesPoint]:
+    """GPU_SERIES and HOST_SERIES from one batch, and gpu_xid / gpu_ecc_dbe from its events. `metrics`: only these
+    (the ones some rule reads; None: all).
 
     A GPU held by a running job also carries that job's `job` and `tenant` labels, so tenant-scoped
     rules see it."""
@@ -51,10 +54,18 @@ def compute_batch_series(batch: TelemetryBatch, jobs: Sequence[JobPlacement] = (
     points: list[SeriesPoint] = []
     for s in batch.gpus:
         frozen = _gpu_labels(batch.node, s.index, s.uuid, owner)
-        points.extend(SeriesPoint(metric, frozen, value) for metric, value in compute_gpu_series(s).items())
+        points.extend(
+            SeriesPoint(metric, frozen, value)
+            for metric, value in compute_gpu_series(s).items()
+            if metrics is None or metric in metrics
+        )
     if batch.host is not None:
         host_labels = make_labels({"node": batch.node})
-        points.extend(SeriesPoint(m, host_labels, v) for m, v in compute_host_series(batch.host).items())
+        points.extend(
+            SeriesPoint(m, host_labels, v)
+            for m, v in compute_host_series(batch.host).items()
+            if metrics is None or m in metrics
+        )
     for e in batch.events:
         if e.gpu_index is None:
             continue
@@ -72,6 +83,7 @@ def compute_sample_series(
     host: Mapping[str, float],
     uuids: Mapping[int, str],
     jobs: Sequence[JobPlacement] = (),
+    metrics: Collection[str] | None = None,
 ) -> list[SeriesPoint]:
     """What compute_batch_series gives for a batch, from the node's latest stored samples instead (a batch another
     replica received): `gpus` maps a GPU index to its series' values, `host` the host series' values, `uuids` a GPU
@@ -79,11 +91,15 @@ def compute_sample_series(
     as samples, so none here."""
     owner = _owners(node, jobs)
     out: list[SeriesPoint] = []
+
+    def wanted(metric: str) -> bool:
+        return metrics is None or metric in metrics
+
     for index in sorted(gpus):
         frozen = _gpu_labels(node, index, uuids.get(index, ""), owner)
-        out.extend(SeriesPoint(m, frozen, v) for m, v in sorted(gpus[index].items()) if m in GPU_SERIES)
+        out.extend(SeriesPoint(m, frozen, v) for m, v in sorted(gpus[index].items()) if m in GPU_SERIES and wanted(m))
     host_labels = make_labels({"node": node})
-    out.extend(SeriesPoint(m, host_labels, v) for m, v in sorted(host.items()) if m in HOST_SERIES)
+    out.extend(SeriesPoint(m, host_labels, v) for m, v in sorted(host.items()) if m in HOST_SERIES and wanted(m))
     return out
 
 
