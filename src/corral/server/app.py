@@ -63,6 +63,7 @@ from corral.server.services.agents import ReportOrder
 from corral.server.services.alerting import AlertService
 from corral.server.services.budgets import BudgetTracker
 from corral.server.services.identity import NodeIdentities, create_pool_join_token
+from corral.server.services.inventory import NodePages
 from corral.server.services.job_ui import JobPages
 from corral.server.services.login import LoginGuard
 from corral.server.services.logs import LogStore
@@ -212,6 +213,7 @@ def create_app(
         budgets=budgets,
         clusters=clusters,
         job_pages=JobPages(),
+        node_pages=NodePages(),
     )
 
     gateway_on_api_port = not settings.effective_gateway_port

@@ -23,6 +23,7 @@ if TYPE_CHECKING:  # the classes only: importing them here would make auth -> co
     from corral.server.services.alerting import AlertService
     from corral.server.services.budgets import BudgetTracker
     from corral.server.services.identity import NodeIdentities
+    from corral.server.services.inventory import NodePages
     from corral.server.services.job_ui import JobPages
     from corral.server.services.login import LoginGuard
     from corral.server.services.logs import LogStore
@@ -62,6 +63,7 @@ class ServerContext:
     clusters: ClusterBridge  # slurm and kubernetes pools: the leader's loop that runs jobs on them (issue 20)
     budgets: BudgetTracker  # tenants' spend this period against their budgets (issue 19)
     job_pages: JobPages  # each listed job's JSON while nothing it is made of changed (GET /api/v1/jobs)
+    node_pages: NodePages  # each listed node's JSON while the node is the same (GET /api/v1/nodes)
 
 
 def context_of(app: object) -> ServerContext:

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends, Query, Request, Response
 
 from corral.api.schemas import AuditOut, EventOut, GpuOut, NodeOut
 from corral.core.errors import ConflictError
 from corral.core.states import JobState
 from corral.core.tenancy import Action
 from corral.server.auth import Principal, require_user
+from corral.server.context import context_of
 from corral.server.deps import NotifierDep, SchedulerDep, StoreDep, TelemetryDep
 from corral.server.params import GpuIndex
 from corral.server.services import operations
@@ -38,9 +39,12 @@ def _usage(store: StateStore, node: str | None = None) -> Usage:
 
 
 @router.get("/nodes", response_model=list[NodeOut])
-def list_nodes(caller: User, store: StoreDep) -> list[NodeOut]:
+def list_nodes(request: Request, caller: User, store: StoreDep) -> Response:
     usage = _usage(store)
-    return [node_out(n, usage, caller.is_admin) for n in store.list_nodes()]
+    # each node's JSON kept while the node is the same (services/inventory.NodePages): the bytes the list of NodeOut
+    # would give
+    body = context_of(request.app).node_pages.json(store.list_nodes(), usage, caller.is_admin)
+    return Response(body, media_type="application/json")
 
 
 @router.get("/nodes/{name}", response_model=NodeOut)
