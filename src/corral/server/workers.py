@@ -12,6 +12,7 @@ starts again a worker that dies, and stops them when it stops; a worker whose st
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -22,6 +23,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 from corral.core.telemetry import TelemetryBatch, batch_from_dict, batch_to_dict
 from corral.server.settings import Settings
@@ -105,14 +107,42 @@ class BatchChannel:
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
         self.sock.setblocking(False)
+        # a datagram is at most the send buffer: as large as the kernel allows (net.core.wmem_max, doubled)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, MAX_MESSAGE)
         self.dropped = 0
 
     def send(self, batch: TelemetryBatch, stored: int) -> None:
-        data = json.dumps({"stored": stored, "batch": batch_to_dict(batch)}, separators=(",", ":")).encode()
+        data = _encoded(batch, stored)
         try:
             self.sock.send(data)
-        except OSError:  # full (the starter is busy), too large, or the starter is gone
-            self.dropped += 1
+            return
+        except OSError as e:  # full (the starter is busy), too large, or the starter is gone
+            if e.errno != errno.EMSGSIZE:
+                self.dropped += 1
+                return
+        # Larger than the channel's buffer (a batch may carry 64 GPUs' process lists and 1,000 events with long
+        # details): the GPUs' values, health and events' kinds without the process lists and the details' tails,
+        # so that the starter still holds this node's newest values (its alert rounds read nothing back for it).
+        slim = replace(
+            batch,
+            gpus=tuple(replace(g, processes=()) for g in batch.gpus),
+            events=tuple(replace(e, detail=e.detail[:SLIM_DETAIL]) for e in batch.events),
+        )
+        for attempt in (slim, replace(slim, events=())):  # the events last: the GPUs' values count most
+            try:
+                self.sock.send(_encoded(attempt, stored))
+                return
+            except OSError as e:
+                if e.errno != errno.EMSGSIZE:
+                    break
+        self.dropped += 1
+
+
+SLIM_DETAIL = 80  # characters of an event's detail kept when a batch is too large for the channel
+
+
+def _encoded(batch: TelemetryBatch, stored: int) -> bytes:
+    return json.dumps({"stored": stored, "batch": batch_to_dict(batch)}, separators=(",", ":")).encode()
 
 
 def inherited_channel() -> BatchChannel | None:

@@ -97,3 +97,37 @@ def test_a_page_reads_as_its_jobs_models_whatever_changed(setup: Setup) -> None:
     later = {j["id"]: j for j in _page(client, store, admin)}
     again = {j["id"]: j for j in _page(client, store, admin)}
     assert later[ids[2]]["queue_position"] == 1 and 0 < again[ids[2]]["eta_s"] < later[ids[2]]["eta_s"] <= 600
+
+
+def test_a_pass_during_a_page_never_leaves_its_word_under_an_older_key(
+    setup: Setup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A review's race: the page read the scheduler's word once for its keys and job_out read it again for the JSON;
+    # a pass in between stored the new word under the old key, served again once a pass went back to the old word.
+    client, store, admin = setup
+    sched = context_of(client.app).scheduler
+    sched.stop()
+    job = store.create_job(JobSpec(command=("train",)), T0).id
+    before, meanwhile = {job: "waits for 1 GPU"}, {job: "held: budget used up"}
+    sched.pending_reasons = before
+    real = sched.predictions.predict
+
+    def a_pass_lands(*args: Any) -> Any:
+        sched.pending_reasons = meanwhile
+        return real(*args)
+
+    monkeypatch.setattr(sched.predictions, "predict", a_pass_lands)
+    r = client.get("/api/v1/jobs", headers=admin)
+    assert r.status_code == 200 and r.json()[0]["pending_reason"] == "waits for 1 GPU"  # the word it started with
+    monkeypatch.setattr(sched.predictions, "predict", real)
+    sched.pending_reasons = before  # a later pass goes back to it
+    assert _page(client, store, admin)[0]["pending_reason"] == "waits for 1 GPU"
+
+
+def test_a_large_job_is_listed_whole_and_not_kept(setup: Setup) -> None:
+    client, store, admin = setup
+    big = store.create_job(JobSpec(command=("train",), env={f"V{i}": "v" * 4000 for i in range(8)}), T0).id
+    small = store.create_job(JobSpec(command=("train",)), T0).id
+    page = _page(client, store, admin)
+    assert [j["id"] for j in page] == [big, small] and len(page[0]["env"]) == 8
+    assert set(context_of(client.app).job_pages._kept) == {small}

@@ -13,7 +13,7 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from corral.core.telemetry import GpuEvent, GpuEventKind, GpuSample, HostSample, TelemetryBatch
+from corral.core.telemetry import GpuEvent, GpuEventKind, GpuProcess, GpuSample, HostSample, TelemetryBatch
 from corral.server.runtime import check_ports_free, lifespan_only
 from corral.server.workers import (
     WORKER_FDS_ENV,
@@ -121,3 +121,33 @@ def test_a_workers_batches_reach_the_starter_whole_and_a_busy_starter_never_bloc
     assert busy.dropped > 0
     busy_worker.close()
     busy_starter.close()
+
+
+def test_a_batch_too_large_for_the_channel_still_brings_its_gpus_values() -> None:
+    """The agent protocol allows batches larger than a datagram may be (64 GPUs with 1,024 processes each, 1,000
+    events with long details): the starter, which reads back nothing its own workers stored, gets the GPUs' values
+    and the events' kinds, without the process lists and the details' tails."""
+    procs = tuple(GpuProcess(pid=p, used_memory_mib=1) for p in range(1024))
+    gpus = tuple(
+        GpuSample(ts=1.0, index=i, uuid=f"GPU-{i}", temperature_c=80.0 + i, processes=procs) for i in range(64)
+    )
+    events = tuple(
+        GpuEvent(ts=1.0, kind=GpuEventKind.XID, gpu_index=i % 64, xid=79, detail="x" * 1000) for i in range(1000)
+    )
+    batch = TelemetryBatch(node="n9", ts=1.0, host=None, gpus=gpus, events=events, gpu_count=64)
+    worker_end, starter_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    got: list[tuple[TelemetryBatch, int]] = []
+    channel = BatchChannel(worker_end)
+    channel.send(batch, 3)
+    reader = read_batches(starter_end, lambda b, n: got.append((b, n)))
+    for _ in range(200):
+        if got:
+            break
+        reader.join(0.01)
+    assert channel.dropped == 0 and len(got) == 1
+    slim, stored = got[0]
+    assert stored == 3 and [g.temperature_c for g in slim.gpus] == [g.temperature_c for g in gpus]
+    assert all(g.processes == () for g in slim.gpus)
+    assert all(e.xid == 79 and len(e.detail) <= 80 for e in slim.events)
+    worker_end.close()
+    reader.join(2)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from fastapi import Request, WebSocket
@@ -48,6 +49,8 @@ def _base(request: Request | WebSocket, configured: str, port: int | None) -> st
 
 
 _ASK = object()  # job_out: ask the predictor
+# the scheduler's word on pending jobs: reasons, (queue position, ETA) and codes, by job id
+Pending = tuple[dict[int, str], dict[int, tuple[int, datetime | None]], dict[int, str]]
 
 
 def job_out(
@@ -57,12 +60,15 @@ def job_out(
     job: Job,
     names: dict[int, str] | None = None,
     guess: Any = _ASK,
+    pending: Pending | None = None,
 ) -> JobOut:
     """The job's wire shape with the scheduler's pending reason, position and ETA. `guess`: the run-time prediction
-    when the caller asked for it already."""
+    when the caller asked for it already; `pending`: the scheduler's (reasons, info, codes) as the caller read them
+    (a pass replaces them whole)."""
     if names is None:
         names = known_tenant_names(store, (job.spec.tenant_id,))
-    out = to_out(job, sched.pending_reasons, names, sched.pending_info, sched.pending_codes)
+    reasons, info, codes = pending or (sched.pending_reasons, sched.pending_info, sched.pending_codes)
+    out = to_out(job, reasons, names, info, codes)
     if job.state in (JobState.PENDING, JobState.RUNNING):
         if guess is _ASK:
             guess = sched.predictions.predict(job, names, sched.user_names())
@@ -74,6 +80,7 @@ def job_out(
 
 
 _JOB_JSON: TypeAdapter[JobOut] = TypeAdapter(JobOut)
+MAX_KEPT_JSON = 4096  # bytes of a job's JSON that JobPages keeps (most jobs: ~1.2 KB)
 
 
 class JobPages:
@@ -84,7 +91,7 @@ class JobPages:
     tenant's name, its run-time prediction (the predictor's answer, kept by identity) and where job UIs are served.
     A job with an ETA is made afresh each time (`eta_s` counts down)."""
 
-    MAX_KEPT = 10_000  # entries; past this many it starts again
+    MAX_KEPT = 10_000  # entries; past this many it starts again (with MAX_KEPT_JSON: 40 MiB at most)
 
     def __init__(self) -> None:
         self._kept: dict[int, tuple[Job, tuple[Any, ...], Any, bytes]] = {}
@@ -95,7 +102,9 @@ class JobPages:
     ) -> bytes:
         """The JSON array of `jobs` as `[job_out(...) for job in jobs]` would serialise (by alias, as FastAPI does)."""
         base = job_ui_base(request)
+        # read once: every job's key and JSON are made of these (a pass replaces them whole meanwhile)
         reasons, codes, info = sched.pending_reasons, sched.pending_codes, sched.pending_info
+        pending: Pending = (reasons, info, codes)
         users = sched.user_names()
         kept = self._kept
         parts: list[bytes] = []
@@ -106,18 +115,18 @@ class JobPages:
                 if job.state in (JobState.PENDING, JobState.RUNNING)
                 else None
             )
-            # read before the JSON is made: a pass that replaces them meanwhile leaves a key older than the JSON,
-            # which the next page's key then differs from
             where = info.get(job.id)
             key = (reasons.get(job.id), codes.get(job.id), where, names.get(job.spec.tenant_id or 0), base)
             entry = kept.get(job.id)
             if entry is not None and entry[0] is job and entry[2] is guess and entry[1] == key:
                 parts.append(entry[3])
                 continue
-            out = job_out(request, store, sched, job, names, guess)
+            out = job_out(request, store, sched, job, names, guess, pending)
             data = _JOB_JSON.dump_json(out, by_alias=True)
             parts.append(data)
-            if where is None or where[1] is None:  # no ETA: nothing in it depends on the time
+            # no ETA (nothing in it depends on the time) and not large (a job may carry 512 KiB of command and
+            # environment: read and made each time, as the store does)
+            if (where is None or where[1] is None) and len(data) <= MAX_KEPT_JSON:
                 made.append((job, key, guess, data))
         if made:
             with self._lock:
