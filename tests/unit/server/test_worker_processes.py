@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -94,21 +95,29 @@ def test_only_its_starter_makes_a_process_a_worker(monkeypatch: pytest.MonkeyPat
         worker_of()
 
 
+def _sent_through_a_channel(
+    batch: TelemetryBatch, stored: int
+) -> tuple[socket.socket, BatchChannel, threading.Thread, list[tuple[TelemetryBatch, int]]]:
+    """`batch` sent on a worker's channel end, and what the starter's reader got of it (waited for, 2 s at most)."""
+    worker_end, starter_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    got: list[tuple[TelemetryBatch, int]] = []
+    channel = BatchChannel(worker_end)
+    channel.send(batch, stored)
+    reader = read_batches(starter_end, lambda b, n: got.append((b, n)))
+    for _ in range(200):
+        if got:
+            break
+        reader.join(0.01)
+    return worker_end, channel, reader, got
+
+
 def test_a_workers_batches_reach_the_starter_whole_and_a_busy_starter_never_blocks_the_worker() -> None:
     """The starter's /metrics and latest values come from the batches its workers received (BatchChannel)."""
     host = HostSample(1.0, 12.5, 64, 1.0, 2.0, 3.0, 1000, 2000, 5, 10, 1, 2, 3, 4)
     gpu = GpuSample(ts=1.0, index=3, uuid="GPU-3", utilization_percent=97.0, memory_used_mib=70000, power_w=650.0)
     xid = GpuEvent(ts=1.0, kind=GpuEventKind.XID, gpu_index=3, xid=79, detail="fallen off the bus")
     batch = TelemetryBatch(node="n7", ts=1.0, host=host, gpus=(gpu,), events=(xid,), gpu_count=8)
-    worker_end, starter_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    got: list[tuple[TelemetryBatch, int]] = []
-    channel = BatchChannel(worker_end)
-    channel.send(batch, 17)
-    reader = read_batches(starter_end, lambda b, n: got.append((b, n)))
-    for _ in range(200):
-        if got:
-            break
-        reader.join(0.01)
+    worker_end, channel, reader, got = _sent_through_a_channel(batch, 17)
     assert got == [(batch, 17)]
     worker_end.shutdown(socket.SHUT_RDWR)  # the worker exits: the starter's reader ends
     reader.join(2)
@@ -135,15 +144,7 @@ def test_a_batch_too_large_for_the_channel_still_brings_its_gpus_values() -> Non
         GpuEvent(ts=1.0, kind=GpuEventKind.XID, gpu_index=i % 64, xid=79, detail="x" * 1000) for i in range(1000)
     )
     batch = TelemetryBatch(node="n9", ts=1.0, host=None, gpus=gpus, events=events, gpu_count=64)
-    worker_end, starter_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    got: list[tuple[TelemetryBatch, int]] = []
-    channel = BatchChannel(worker_end)
-    channel.send(batch, 3)
-    reader = read_batches(starter_end, lambda b, n: got.append((b, n)))
-    for _ in range(200):
-        if got:
-            break
-        reader.join(0.01)
+    worker_end, channel, reader, got = _sent_through_a_channel(batch, 3)
     assert channel.dropped == 0 and len(got) == 1
     slim, stored = got[0]
     assert stored == 3 and [g.temperature_c for g in slim.gpus] == [g.temperature_c for g in gpus]
