@@ -104,3 +104,13 @@ def test_another_tenants_job_is_not_named_only_when_its_gpus_free() -> None:
     theirs = RunningJob(qjob("77", 2, tenant="rival", limit=5400), NOW - 1800, "A100-80GB", parts=(("gpu-a", (0, 1)),))
     text = sentence(nodes, [qjob("w", 4)], [theirs])["w"]
     assert "77" not in text and text.endswith("the next frees at 14:05 UTC when a running job reaches its time limit")
+
+
+def test_an_empty_pool_says_so_and_names_the_model_a_job_asks_for() -> None:
+    # Was "no node in the pool can ever hold it (no  GPUs in the pool)": the job's model is "" when no pool model
+    # matches (here: no pool model at all), and the sentence named that.
+    any_gpu = qjob("a", 1)
+    b200 = QueuedJob("b", "t", gpus=1, request=ResourceRequest(gpus=1, gpu_models=("B200-192GB",)))
+    text = sentence([], [any_gpu, b200], [])
+    assert text["a"] == "no GPU is in the pool yet; it waits until a node joins"
+    assert text["b"] == "no B200-192GB GPU is in the pool; it waits until a node with one joins"

@@ -99,7 +99,7 @@ class CountLedger:
     def check(self, job: QueuedJob) -> Fit:
         matching = [m for m in self._pool if job.matches(m)]
         if not matching:
-            return None, reasons.MODEL, f"no {job.model} GPUs in the pool"
+            return None, reasons.MODEL, job.no_gpus_detail()
         if all(self._pool[m] < job.need_milli for m in matching):
             return (
                 None,

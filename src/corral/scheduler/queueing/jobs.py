@@ -61,6 +61,18 @@ class QueuedJob:
     def queue_name(self) -> str:
         return self.queue or self.tenant
 
+    def wanted_models(self) -> str:
+        """The models it may run on, as a person reads them ("" = any): the pool model it was held to, else the
+        models its request allows (none of which the pool has)."""
+        if self.model:
+            return self.model
+        return "|".join(self.request.gpu_models) if self.request is not None else ""
+
+    def no_gpus_detail(self) -> str:
+        """Why no GPU of the pool can ever be its: none of the models it may run on (or none at all) is there."""
+        wanted = self.wanted_models()
+        return f"no {wanted} GPUs in the pool" if wanted else "no GPUs in the pool"
+
     def matches(self, model: str) -> bool:
         return model_matches(model, (self.model,) if self.model else ())
 

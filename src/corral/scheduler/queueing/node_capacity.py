@@ -79,7 +79,7 @@ class NodeLedger:
     def check(self, job: QueuedJob) -> Fit:
         matching = [m for m in self._models if job.matches(m)]
         if not matching:
-            return None, reasons.MODEL, f"no {job.model} GPUs in the pool"
+            return None, reasons.MODEL, job.no_gpus_detail()
         got = self._find(job)
         if isinstance(got, Unschedulable):
             if not got.resolvable:

@@ -131,8 +131,11 @@ def compute_wait_sentence(code: str, detail: str, job: QueuedJob, facts: WaitFac
             " has no idle guaranteed GPUs to lend"
         )
     if code == reasons.MODEL:
-        if job.model and detail == f"no {job.model} GPUs in the pool":
-            return f"no {job.model} GPU is in the pool; it waits until a node with one joins"
+        if detail == job.no_gpus_detail():
+            wanted = job.wanted_models()
+            if not wanted:
+                return "no GPU is in the pool yet; it waits until a node joins"
+            return f"no {wanted} GPU is in the pool; it waits until a node with one joins"
         return f"no node in the pool can ever hold it ({detail}); it waits until a node that can joins"
     if code == reasons.BEHIND_HEAD:
         return f"waiting behind the blocked job at the head of queue {job.queue_name} (a strict queue starts in order)"
