@@ -211,7 +211,8 @@ class SqlStore(
         event.listen(self.engine, "before_cursor_execute", self._note_auth_write)
         event.listen(self.engine.pool, "checkin", self._after_auth_write)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
-        # the jobs that pages of list_jobs read, by id: (row version, job); a page loads again only rows that changed
+        # the jobs that pages of list_jobs read, by id: ((row version, created_at), job); a page loads again only
+        # rows that changed
         self._paged: dict[int, tuple[tuple[int, Any], Job]] = {}
         self._paged_lock = threading.Lock()
         # SQLite has no SELECT ... FOR UPDATE: read-modify-write methods take this lock instead, so two
@@ -483,10 +484,7 @@ class SqlStore(
             conn = s.connection()
             pairs = conn.execute(_IDS_VERSIONS, {"states": [st.value for st in states]}).all()
             stale = [i for i, v in pairs if known.get(i) != v]
-            loaded: list[tuple[Job, int]] = []
-            for at in range(0, len(stale), _IN_CHUNK):
-                rows = conn.execute(_JOBS_BY_ID, {"ids": stale[at : at + _IN_CHUNK]}).all()
-                loaded += [(j, r.row_version) for j, r in zip(_jobs_of(rows), rows, strict=True)]
+            loaded = [(j, r.row_version) for r, j in _rows_by_id(conn, stale)]
             return [i for i, _ in pairs], loaded
 
     def list_job_ids(self, states: Sequence[JobState], limit: int) -> list[int]:
@@ -514,8 +512,9 @@ class SqlStore(
         turning rows into jobs was half of a page's cost. Several states are read as one range per state, merged:
         `state IN (...) ORDER BY id` made PostgreSQL walk the primary key past every finished job (16 ms for the
         first page of pending and running jobs among 100,000 finished ones) and SQLite sort them all."""
-        where = _PageFilter(tenant_id, user_id, name_contains, node, array_id, schedule_id, service_id)
-        where = where._replace(before_id=before_id, after_id=after_id)
+        where = _PageFilter(
+            tenant_id, user_id, name_contains, node, array_id, schedule_id, service_id, before_id, after_id
+        )
         with self._tx() as s:
             conn = s.connection()
             if limit is None:
@@ -535,10 +534,7 @@ class SqlStore(
                 else:
                     stale.append(job_id)
             versions = dict(listed)
-            loaded: list[tuple[tuple[int, Any], Job]] = []
-            for at in range(0, len(stale), _IN_CHUNK):
-                rows = conn.execute(_JOBS_BY_ID, {"ids": stale[at : at + _IN_CHUNK]}).all()
-                loaded += [((r.row_version, r.created_at), j) for j, r in zip(_jobs_of(rows), rows, strict=True)]
+            loaded = [((r.row_version, r.created_at), j) for r, j in _rows_by_id(conn, stale)]
             if len(loaded) != len(stale) or any(versions[j.id] != v for v, j in loaded):
                 # a row changed (or went) between the two reads, each its own snapshot on PostgreSQL: read the
                 # page whole in one statement instead
@@ -1181,6 +1177,15 @@ _MAX_PAGED = 10_000
 _MAX_PAGED_JOB_BYTES = 4096
 
 
+def _rows_by_id(conn: Connection, ids: Sequence[int]) -> list[tuple[Any, Job]]:
+    """(row, job) of each of these jobs (_SELECT_JOBS's columns), read in chunks of _IN_CHUNK ids."""
+    out: list[tuple[Any, Job]] = []
+    for at in range(0, len(ids), _IN_CHUNK):
+        rows = conn.execute(_JOBS_BY_ID, {"ids": ids[at : at + _IN_CHUNK]}).all()
+        out += zip(rows, _jobs_of(rows), strict=True)
+    return out
+
+
 def _kept_size(job: Job) -> int:
     """The bytes of a job's command and environment, what makes one job much larger than another."""
     spec = job.spec
@@ -1524,8 +1529,8 @@ class _PageFilter(NamedTuple):
     array_id: int | None
     schedule_id: int | None
     service_id: int | None
-    before_id: int | None = None
-    after_id: int | None = None
+    before_id: int | None
+    after_id: int | None
 
 
 def _page_query(
