@@ -602,19 +602,24 @@ MOVES: dict[str, Callable[[SchedulingStore, int, random.Random], Any]] = {
 }
 
 
-@pytest.mark.parametrize("seed", range(3))
-def test_reading_through_the_cache_always_gives_what_list_jobs_gives(store: SchedulingStore, seed: int) -> None:
-    rnd = random.Random(seed)
+def random_moves(store: SchedulingStore, rnd: random.Random, jobs: int, steps: int) -> Iterator[tuple[str, list[int]]]:
+    """On two nodes and `jobs` jobs, `steps` random MOVES: each move's name and the job ids so far, after it."""
     node(store, "n1")
     node(store, "n2")
-    caches = {st: JobCache(store, [st]) for st in (JobState.PENDING, JobState.RUNNING)}
-    both = JobCache(store, [JobState.PENDING, JobState.RUNNING])
-    ids = [store.create_job(JobSpec(command=("x",), gpus=1), T0).id for _ in range(6)]
-    for _ in range(60):
+    ids = [store.create_job(JobSpec(command=("x",), gpus=1), T0).id for _ in range(jobs)]
+    for _ in range(steps):
         move = rnd.choice(sorted(MOVES))
         got = MOVES[move](store, rnd.choice(ids), rnd)
         if move == "submit":
             ids.append(got.id)
+        yield move, ids
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_reading_through_the_cache_always_gives_what_list_jobs_gives(store: SchedulingStore, seed: int) -> None:
+    caches = {st: JobCache(store, [st]) for st in (JobState.PENDING, JobState.RUNNING)}
+    both = JobCache(store, [JobState.PENDING, JobState.RUNNING])
+    for move, _ in random_moves(store, random.Random(seed), 6, 60):
         for st, cache in caches.items():
             assert cache.read() == store.list_jobs(states=[st]), move
         assert both.read() == store.list_jobs(states=[JobState.PENDING, JobState.RUNNING]), move
@@ -634,14 +639,7 @@ def test_a_page_is_the_slice_of_the_whole_list_it_stands_for(store: SchedulingSt
     # A page (list_jobs with a limit) reads ids and versions, then only the rows it does not hold at that version,
     # and reads several states as one range per state: after any change it must still be exactly that slice.
     rnd = random.Random(seed)
-    node(store, "n1")
-    node(store, "n2")
-    ids = [store.create_job(JobSpec(command=("x",), gpus=1), T0).id for _ in range(8)]
-    for _ in range(50):
-        move = rnd.choice(sorted(MOVES))
-        got = MOVES[move](store, rnd.choice(ids), rnd)
-        if move == "submit":
-            ids.append(got.id)
+    for move, ids in random_moves(store, rnd, 8, 50):
         states, newest = rnd.choice(STATE_SETS), rnd.random() < 0.5
         whole = store.list_jobs(states=states, newest_first=newest)
         limit = rnd.randint(1, 6)
