@@ -56,6 +56,30 @@ class Plan:
     pending: Mapping[str, PendingStatus]
 
 
+def is_quiet(plan: Plan) -> bool:
+    """The plan starts, preempts and nominates nothing: every job it saw keeps waiting."""
+    return not (plan.admit or plan.preempt or plan.nominate)
+
+
+def is_same_work(a: Snapshot, b: Snapshot) -> bool:
+    """The two snapshots differ at most in fair share's usage: the same nodes with the same load, the same pending
+    jobs (the same objects: a caller that keeps its QueuedJobs between cycles hands back the same ones for jobs
+    that did not change) in the same order, the same running jobs, queues and quotas (the pool's GPUs follow from
+    the nodes). A quiet plan of `a`
+    (is_quiet) is then what `b` would give too, but for what time alone moves: fair share's order (usage decays),
+    ETAs, and a reservation that a running job's late end pushes back. A caller may keep the plan for a while
+    instead of computing it again (server/background/scheduling.py: Scheduler.recheck_s)."""
+    qa, qb = a.queue, b.queue
+    return (
+        len(qa.pending) == len(qb.pending)
+        and all(x is y for x, y in zip(qa.pending, qb.pending))
+        and qa.running == qb.running
+        and qa.queues == qb.queues
+        and qa.quotas == qb.quotas
+        and a.nodes == b.nodes
+    )
+
+
 def compute_plan(
     snapshot: Snapshot,
     now_s: float,

@@ -110,6 +110,7 @@ def create_app(
         cancel_grace_s=settings.cancel_grace_s,
         leading=lambda: leadership.leading,
         explains=explains,
+        recheck_s=settings.schedule_recheck_s,
     )
     leadership.on_change = lambda _leading: scheduler.trigger.fire()
     policy = HealthPolicy(

@@ -39,6 +39,13 @@ class Settings(BaseSettings):
         "predict", description="Queueing policy: predict (default), corral, fifo, sjf or las (docs/queueing.md)."
     )
     schedule_interval_s: float = Field(2.0, gt=0, description="Longest pause between scheduling passes.")
+    schedule_recheck_s: float = Field(
+        10.0,
+        ge=0,
+        le=3600,
+        description="A quiet plan (nothing started, preempted or nominated) over unchanged work is kept at most this "
+        "long before it is computed again (0: every pass computes).",
+    )
     node_lost_after_s: float = Field(60.0, gt=0, description="Heartbeat silence after which a node is LOST.")
     long_poll_s: float = Field(
         20.0,

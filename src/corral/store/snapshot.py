@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from corral.core.pools import CLUSTER_KINDS, NODE_LABEL, POOL_LABEL, SOURCE_AGENT, SOURCE_LABEL, STATIC_POOL
 from corral.core.requests import model_matches
@@ -13,6 +13,7 @@ from corral.core.resources import NodeInfo, NodeState
 from corral.core.states import JobState
 from corral.scheduler.plan import Snapshot
 from corral.scheduler.queueing import TOTAL, QueueConfig, QueuedJob, QueueState, QuotaBook, RunningJob, TenantQuota
+from corral.scheduler.queueing.prediction import DurationPrediction
 from corral.scheduler.recheck import NodeUse, compute_node_use
 from corral.store.protocols import JobStore, SchedulingStore
 from corral.store.records import Job, Node, Queue, Quota, Tenant, compute_placed_parts
@@ -31,18 +32,79 @@ def load_snapshot(
     running: Sequence[Job] | None = None,
     tenants: Sequence[Tenant] | None = None,
     node_taints: Mapping[str, tuple[str, ...]] | None = None,
+    predicted: Mapping[int, DurationPrediction | None] | None = None,
+    kept: KeptQueuedJobs | None = None,
 ) -> Snapshot:
     """One cycle's input from the store; `pending` / `running` / `tenants`: already read by the caller (default:
     every PENDING / RUNNING job, every tenant). `nominated`: job id -> when it was first nominated. `node_taints`:
-    node -> its taints (the cloud pools' nodes: their pool's taints, and spot)."""
+    node -> its taints (the cloud pools' nodes: their pool's taints, and spot). `predicted`: job id -> its
+    predicted run time (the `predict` order reads it). `kept`: the queue's jobs as the last cycle built them (a
+    caller that loads a snapshot each pass: only jobs that changed are built again)."""
     pending = store.list_jobs(states=[JobState.PENDING]) if pending is None else pending
     running = store.list_jobs(states=[JobState.RUNNING]) if running is None else running
     tenants = store.list_tenants() if tenants is None else tenants
     nodes = store.list_nodes()
     queue = compute_queue_state(
-        pending, running, nodes, tenants, store.list_quotas(), store.list_queues(), usage_gpu_s, now, grace_s, nominated
+        pending,
+        running,
+        nodes,
+        tenants,
+        store.list_quotas(),
+        store.list_queues(),
+        usage_gpu_s,
+        now,
+        grace_s,
+        nominated,
+        predicted=predicted,
+        kept=kept,
     )
     return Snapshot(nodes=compute_snapshot(nodes, running, node_taints), queue=queue)
+
+
+class QueuedJobs:
+    """compute_queued_job's results kept per Job object from one call of `build` to the next: a scheduler that loads
+    a snapshot every pass built a QueuedJob for each of 10,000 pending jobs each time (and once more with its
+    prediction). A job is built again when its row changed (the store hands back another Job object), its
+    nomination or its prediction did (another object: RunTimePredictions keeps one until it learns); all are built
+    again when the tenants' names or the pool's models change. Holds the jobs of the last call only."""
+
+    def __init__(self) -> None:
+        self._context: tuple[dict[int, str], tuple[str, ...]] | None = None
+        self._kept: dict[int, tuple[Job, float | None, DurationPrediction | None, QueuedJob]] = {}
+
+    def build(
+        self,
+        jobs: Sequence[Job],
+        tenants: Mapping[int, str],
+        models: Sequence[str],
+        nominated: Mapping[int, float] | None = None,
+        predicted: Mapping[int, DurationPrediction | None] | None = None,
+    ) -> list[QueuedJob]:
+        context = (dict(tenants), tuple(models))
+        if context != self._context:
+            self._context, self._kept = context, {}
+        old = self._kept
+        kept: dict[int, tuple[Job, float | None, DurationPrediction | None, QueuedJob]] = {}
+        out = []
+        for job in jobs:
+            nominated_s = nominated.get(job.id) if nominated else None
+            guess = predicted.get(job.id) if predicted else None
+            entry = old.get(job.id)
+            if entry is not None and entry[0] is job and entry[1] == nominated_s and entry[2] is guess:
+                queued = entry[3]
+            else:
+                queued = compute_queued_job(job, tenants, models, nominated, guess)
+            kept[job.id] = (job, nominated_s, guess, queued)
+            out.append(queued)
+        self._kept = kept
+        return out
+
+
+class KeptQueuedJobs(NamedTuple):
+    """What a caller that loads a snapshot every pass keeps between them: its pending and its running jobs."""
+
+    pending: QueuedJobs
+    running: QueuedJobs
 
 
 class JobCache:
@@ -157,9 +219,14 @@ def resolve_model(wanted: Sequence[str], models: Sequence[str]) -> str:
 
 
 def compute_queued_job(
-    job: Job, tenants: Mapping[int, str], models: Sequence[str], nominated: Mapping[int, float] | None = None
+    job: Job,
+    tenants: Mapping[int, str],
+    models: Sequence[str],
+    nominated: Mapping[int, float] | None = None,
+    predicted: DurationPrediction | None = None,
 ) -> QueuedJob:
-    """The queueing core's view of a job; it carries the job's full per-node request (JobSpec.request)."""
+    """The queueing core's view of a job; it carries the job's full per-node request (JobSpec.request) and its
+    predicted run time (`predicted`, None: unknown)."""
     s = job.spec
     tenant = tenants.get(s.tenant_id or 0, DEFAULT_TENANT_NAME)
     return QueuedJob(
@@ -178,6 +245,7 @@ def compute_queued_job(
         request=s.request,
         group=f"array:{s.array_id}" if s.array_id is not None and s.array_limit else "",
         group_limit=s.array_limit or 0,
+        predicted=predicted,
     )
 
 
@@ -188,11 +256,13 @@ def compute_running_job(
     gpu_models: Mapping[tuple[str, int], str],
     now: datetime,
     grace_s: float,
+    queued: QueuedJob | None = None,
 ) -> RunningJob:
+    """The queueing core's view of a running job; `queued`: its QueuedJob, already built (default: built here)."""
     model = next((gpu_models[(n, i)] for n, gpus in job.placed_parts for i in gpus if (n, i) in gpu_models), "")
     stopping = job.preempt_requested or job.cancel_requested
     return RunningJob(
-        job=compute_queued_job(job, tenants, models),
+        job=compute_queued_job(job, tenants, models) if queued is None else queued,
         start_s=(job.started_at or now).timestamp(),
         model=model,
         exit_s=now.timestamp() + grace_s if stopping else None,
@@ -251,14 +321,21 @@ def compute_queue_state(
     now: datetime,
     grace_s: float,
     nominated: Mapping[int, float] | None = None,
+    *,
+    predicted: Mapping[int, DurationPrediction | None] | None = None,
+    kept: KeptQueuedJobs | None = None,
 ) -> QueueState:
     names = {t.id: t.name for t in tenants}
     pool = compute_pool_milli(nodes)
     models = sorted({g.model for n in nodes for g in n.gpus})
     gpu_models = {(n.name, g.index): g.model for n in nodes for g in n.gpus}
+    kept = kept or KeptQueuedJobs(QueuedJobs(), QueuedJobs())
+    queued_running = kept.running.build(running, names, models, None, predicted)
     return QueueState(
-        pending=[compute_queued_job(j, names, models, nominated) for j in pending],
-        running=[compute_running_job(j, names, models, gpu_models, now, grace_s) for j in running],
+        pending=kept.pending.build(pending, names, models, nominated, predicted),
+        running=[
+            compute_running_job(j, names, models, gpu_models, now, grace_s, q) for j, q in zip(running, queued_running)
+        ],
         queues=compute_queue_configs(queues, names),
         quotas=compute_quota_book(tenants, quotas, models),
         usage_gpu_s=dict(usage_gpu_s),

@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 from node_certs import NodeAgents, NodeCertApp
 
 from corral.cli.light import print_job
-from corral.core.models import JobSpec
+from corral.core.models import Job, JobSpec
 from corral.core.states import JobState
 from corral.server.app import create_app
 from corral.server.bootstrap import ensure_credentials
@@ -127,3 +127,38 @@ def test_predictions_stay_within_a_tenant_and_learn_successes_once() -> None:
     guess = predictions.predict(FakeJob(200, 1, 0), tenants, {})  # type: ignore[arg-type]
     assert guess is not None and guess.basis.jobs == 8
     assert predictions.predict(FakeJob(201, 2, 0), tenants, {}) is None  # type: ignore[arg-type]
+
+
+def test_predict_all_answers_as_predict_does_and_learns_between_passes() -> None:
+    """The scheduler asks for every pending and running job's prediction each pass (predict_all): the answer is
+    the one `predict` gives, kept while nothing changed, and new once a finished job is learnt or a name changes."""
+    predictions = RunTimePredictions()
+    tenants, users = {1: "vision"}, {7: "alice"}
+    waiting = [
+        JobSpec(("python", "train.py"), name=f"train-{i}", gpus=1, tenant_id=1, user_id=7 if i % 2 else None)
+        for i in range(4)
+    ]
+    jobs = [Job(id=100 + i, spec=s, state=JobState.PENDING, created_at=START) for i, s in enumerate(waiting)]
+
+    def done(i: int, run_s: float) -> Job:
+        return Job(
+            id=i, spec=waiting[i % 4], state=JobState.SUCCEEDED, created_at=START, started_at=START,
+            finished_at=START + timedelta(seconds=run_s),
+        )  # fmt: skip
+
+    def fresh(names: dict[int, str], user_names: dict[int, str]) -> dict[int, object]:
+        return {j.id: predictions.predict(j, names, user_names) for j in jobs}
+
+    first = predictions.predict_all(jobs, tenants, users)
+    assert first == fresh(tenants, users) and all(v is None for v in first.values())  # nothing learnt yet
+    predictions.learn([done(i, 600.0) for i in range(8)], tenants, users)
+    learnt = predictions.predict_all(jobs, tenants, users)
+    assert learnt == fresh(tenants, users) and all(v is not None for v in learnt.values())
+    again = predictions.predict_all(jobs, tenants, users)
+    assert all(again[k] is learnt[k] for k in learnt)  # kept: the same objects
+    predictions.learn([done(20 + i, 7200.0) for i in range(8)], tenants, users)
+    assert predictions.predict_all(jobs, tenants, users) == fresh(tenants, users) != learnt
+    renamed = {1: "speech"}  # another tenant name: another scope, nothing learnt there
+    assert predictions.predict_all(jobs, renamed, users) == fresh(renamed, users)
+    jobs[0] = Job(id=100, spec=waiting[0], state=JobState.PENDING, created_at=START + timedelta(seconds=1))
+    assert predictions.predict_all(jobs, renamed, users) == fresh(renamed, users)

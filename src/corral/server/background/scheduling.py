@@ -18,8 +18,9 @@ from typing import Protocol
 
 from corral.core.staging import CODE_STAGING, IN_STAGED, IN_STAGING
 from corral.core.states import JobState
-from corral.scheduler.plan import UNRANKED, Plan, Snapshot, compute_plan
+from corral.scheduler.plan import UNRANKED, Plan, Snapshot, compute_plan, is_quiet, is_same_work
 from corral.scheduler.queueing import compute_decayed_usage, get_queueing_policy
+from corral.scheduler.queueing.prediction import DurationPrediction
 from corral.server.background.loop import Loop
 from corral.server.health.consequences import requeue_after_failure
 from corral.server.services.notify import NodeNotifier
@@ -28,7 +29,7 @@ from corral.server.services.staging import compute_staging_reasons, describe_sta
 from corral.store.applier import AppliedPlan, apply_plan
 from corral.store.protocols import OperationsStore, SchedulingStore, StagingStore
 from corral.store.records import Job, Tenant, User
-from corral.store.snapshot import JobCache, compute_running_job, load_snapshot
+from corral.store.snapshot import JobCache, KeptQueuedJobs, QueuedJobs, compute_running_job, load_snapshot
 
 log = logging.getLogger("corral.scheduler")
 SWEEP_EVERY_S = 5.0  # how often the newest successful jobs are read for the run-time predictions
@@ -53,6 +54,7 @@ CODE_BUDGET = "budget"  # its tenant's budget is used up and its policy holds ne
 MAX_STAGING_PER_NODE = 8  # jobs whose input a node stages (or holds staged) at once
 
 
+RECHECK_S = 10.0  # a quiet plan over unchanged work is kept this long (Slurm's sched_interval is 60 s)
 WAKE_EVERY_S = 0.5  # a worker serving agents looks for news for them this often (CORRAL_WORKERS)
 
 
@@ -71,6 +73,7 @@ class Scheduler(Loop):
         cancel_grace_s: float = 10.0,
         leading: Callable[[], bool] | None = None,
         explains: bool = True,
+        recheck_s: float = RECHECK_S,
     ) -> None:
         # rest_ratio: under load the passes grow long; resting as long as the last pass took keeps the scheduler to
         # half the server's interpreter and lets each pass take more jobs at once (idle, a pass takes milliseconds)
@@ -92,6 +95,14 @@ class Scheduler(Loop):
         self.retry_backoff_s = retry_backoff_s
         self.queueing = get_queueing_policy(queueing)
         self.cancel_grace_s = cancel_grace_s
+        # A pass whose snapshot is the same work as that of the last plan computed (is_same_work), when that plan
+        # was quiet (nothing started, preempted or nominated), keeps it instead of computing it again, for at most
+        # recheck_s (0: every pass computes). A long queue that fits nowhere cost the server half its interpreter
+        # (10,000 pending jobs planned every 2 s); what time alone moves (fair share's order, ETAs) waits this long.
+        self.recheck_s = recheck_s
+        # the last plan computed, with its snapshot and time, when it was quiet
+        self._quiet_plan: tuple[Snapshot, datetime, Plan] | None = None
+        self.passes_kept = 0  # passes that kept the last plan (for tests and the benchmarks)
         self.pending_info: dict[int, tuple[int, datetime | None]] = {}  # job id -> (queue position, ETA)
         self.pending_reasons: dict[int, str] = {}  # job id -> one plain sentence (the API's pending_reason)
         self.pending_codes: dict[int, str] = {}  # job id -> its stable code (pending_code)
@@ -112,6 +123,7 @@ class Scheduler(Loop):
         # Each pass reads the pending and running jobs; only those whose row changed since are loaded again.
         self._pending = JobCache(store, [JobState.PENDING])
         self._running = JobCache(store, [JobState.RUNNING])
+        self._queued = KeptQueuedJobs(QueuedJobs(), QueuedJobs())  # their QueuedJobs, built again only on change
         self._user_names: dict[int, str] = {}
         self._lock = threading.Lock()
         # The cloud pools' part (server/background/autoscaler.py): the last cycle's input and plan, which the
@@ -187,7 +199,7 @@ class Scheduler(Loop):
             self._learn_run_times(running, tenants)
             if not pending:
                 self.pending_reasons, self.pending_codes, self.pending_info = {}, {}, {}
-                self.last_cycle = None
+                self.last_cycle = self._quiet_plan = None
                 self.staging_nodes = {}
                 return []
             if leading:
@@ -204,6 +216,7 @@ class Scheduler(Loop):
             }
             if self._held:
                 ready = [j for j in ready if j.id not in self._held]
+            predicted = self._predict(ready, running, tenants) if self.queueing.order == "predict" else None
             snapshot: Snapshot = load_snapshot(
                 self.store,
                 now,
@@ -214,10 +227,18 @@ class Scheduler(Loop):
                 running=running,
                 tenants=tenants,
                 node_taints=self.node_taints,
+                predicted=predicted,
+                kept=self._queued,
             )
-            if self.queueing.order == "predict":
-                snapshot = self._with_predictions(snapshot, ready, running, tenants)
+            kept = self._kept_plan(snapshot, now)
+            if kept is not None:  # why each job waits outside the plan (staging, retry, budget) is published anew
+                self.passes_kept += 1
+                if kept.pending:
+                    self.on_waiting()
+                self._after_apply(kept, AppliedPlan(), pending, ready, waiting, now)
+                return []
             plan = compute_plan(snapshot, now.timestamp(), self.policy, self.queueing)
+            self._quiet_plan = (snapshot, now, plan) if is_quiet(plan) else None
             plan = self._stage_first(plan, snapshot, pending, now if leading and self.leading() else None)
             self.last_cycle = (snapshot, plan, now)
             if plan.pending:
@@ -228,6 +249,13 @@ class Scheduler(Loop):
             self._was_running.update(int(j) for j in applied.started)  # seen leaving it, however soon it ends
             self._after_apply(plan, applied, pending, ready, waiting, now)
             return [int(j) for j in applied.started]
+
+    def _kept_plan(self, snapshot: Snapshot, now: datetime) -> Plan | None:
+        """The last plan, when this pass keeps it: it was quiet, computed less than recheck_s ago, on the same work."""
+        kept = self._quiet_plan
+        if kept is None or not timedelta(0) <= now - kept[1] < timedelta(seconds=self.recheck_s):
+            return None
+        return kept[2] if is_same_work(kept[0], snapshot) else None
 
     def _wake_nodes_with_news(self, running: list[Job]) -> None:
         """Wake the long polls this replica holds of agents that have news (a run to start or to stop, which another
@@ -405,22 +433,13 @@ class Scheduler(Loop):
         if any(j.spec.user_id is not None and j.spec.user_id not in self._user_names for j in jobs):
             self._user_names = {u.id: u.name for u in self.store.list_users()}
 
-    def _with_predictions(
-        self, snapshot: Snapshot, pending: list[Job], running: list[Job], tenants: list[Tenant]
-    ) -> Snapshot:
-        """The snapshot with each pending and running job's predicted run time (the `predict` ordering reads it)."""
-        names = {t.id: t.name for t in tenants}
+    def _predict(
+        self, pending: list[Job], running: list[Job], tenants: list[Tenant]
+    ) -> dict[int, DurationPrediction | None]:
+        """Each pending and running job's predicted run time (the `predict` ordering reads it); an answer is kept
+        while its job and what the predictor learnt stay the same (RunTimePredictions.predict_all)."""
         self._refresh_users([*pending, *running])
-        guess = {str(j.id): self.predictions.predict(j, names, self._user_names) for j in (*pending, *running)}
-        queue = snapshot.queue
-        return replace(
-            snapshot,
-            queue=replace(
-                queue,
-                pending=[replace(q, predicted=guess.get(q.id)) for q in queue.pending],
-                running=[replace(r, job=replace(r.job, predicted=guess.get(r.job.id))) for r in queue.running],
-            ),
-        )
+        return self.predictions.predict_all((*pending, *running), {t.id: t.name for t in tenants}, self._user_names)
 
     def _update_usage(self, running: list[Job], tenants: list[Tenant], now: datetime, save: bool = True) -> None:
         """Decayed GPU-seconds per tenant (fair share's history), advanced to `now`. The history is read from the

@@ -52,6 +52,11 @@ class RunTimePredictions:
         self._lock = threading.Lock()
         self._predictor = DurationPredictor()
         self._learnt: set[int] = set()  # job ids recorded, so a job seen twice counts once (bounded below)
+        self._generation = 0  # how many times it learnt something: a prediction made since holds until it changes
+        # predict_all's answers of its last call: job id -> (the Job object, the prediction), and what they were
+        # made with (generation, tenants' names, the users' map)
+        self._answers: dict[int, tuple[Job, DurationPrediction | None]] = {}
+        self._answered_with: tuple[int, dict[int, str], Mapping[int, str]] | None = None
 
     @property
     def recorded(self) -> int:
@@ -76,6 +81,7 @@ class RunTimePredictions:
                 self._predictor.record(compute_features(job, tenants, users), run_s)
                 self._learnt.add(job.id)
                 added += 1
+            self._generation += added > 0
             if len(self._learnt) > 4 * HISTORY_JOBS:  # ids only guard against a double count of recent jobs
                 self._learnt = set(sorted(self._learnt)[-2 * HISTORY_JOBS :])
         return added
@@ -84,3 +90,23 @@ class RunTimePredictions:
         features = compute_features(job, tenants, users)
         with self._lock:
             return self._predictor.predict(features)
+
+    def predict_all(
+        self, jobs: Iterable[Job], tenants: Mapping[int, str], users: Mapping[int, str]
+    ) -> dict[int, DurationPrediction | None]:
+        """Job id -> `predict` of each job, for a caller that asks for the same jobs again and again (the scheduler,
+        each pass): a job's answer is kept, the same object, while the job (its Job object), the tenants' names,
+        the users' map (the same object: replaced whole when it changes) and what was learnt stay the same. Only
+        the last call's jobs are kept."""
+        with self._lock:
+            last = self._answered_with
+            same = last is not None and last[0] == self._generation and last[1] == tenants and last[2] is users
+            old = self._answers if same else {}
+            answers: dict[int, tuple[Job, DurationPrediction | None]] = {}
+            for job in jobs:
+                entry = old.get(job.id)
+                if entry is None or entry[0] is not job:
+                    entry = (job, self._predictor.predict(compute_features(job, tenants, users)))
+                answers[job.id] = entry
+            self._answers, self._answered_with = answers, (self._generation, dict(tenants), users)
+            return {i: guess for i, (_, guess) in answers.items()}
