@@ -61,19 +61,27 @@ def is_quiet(plan: Plan) -> bool:
     return not (plan.admit or plan.preempt or plan.nominate)
 
 
+def _running_key(r: RunningJob) -> tuple[object, ...]:
+    """A running job as is_same_work compares it: a stopping job's deadline (now + grace) moves with time alone."""
+    return (r.job, r.start_s, r.model, r.exit_s is None, r.preempted_for, r.parts)
+
+
 def is_same_work(a: Snapshot, b: Snapshot) -> bool:
     """The two snapshots differ at most in fair share's usage: the same nodes with the same load, the same pending
     jobs (the same objects: a caller that keeps its QueuedJobs between cycles hands back the same ones for jobs
     that did not change) in the same order, the same running jobs, queues and quotas (the pool's GPUs follow from
     the nodes). A quiet plan of `a`
-    (is_quiet) is then what `b` would give too, but for what time alone moves: fair share's order (usage decays),
-    ETAs, and a reservation that a running job's late end pushes back. A caller may keep the plan for a while
-    instead of computing it again (server/background/scheduling.py: Scheduler.recheck_s)."""
+    (is_quiet) is then what `b` would give too, but for what time alone moves: fair share's and attained service's
+    order, ETAs and a stopping job's deadline, a reservation that a running job's late end pushes back, a backfill
+    that no longer fits before a reservation, a running job becoming preemptible (its minimum run time, or the
+    settling time after a defragmentation, over). A caller may keep the plan for a while instead of computing it
+    again (server/background/scheduling.py: Scheduler.recheck_s)."""
     qa, qb = a.queue, b.queue
     return (
         len(qa.pending) == len(qb.pending)
         and all(x is y for x, y in zip(qa.pending, qb.pending))
-        and qa.running == qb.running
+        and len(qa.running) == len(qb.running)
+        and all(_running_key(x) == _running_key(y) for x, y in zip(qa.running, qb.running))
         and qa.queues == qb.queues
         and qa.quotas == qb.quotas
         and a.nodes == b.nodes

@@ -4,8 +4,9 @@ is in use on them, and the queue); the compute_* helpers are the pure conversion
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import Any
 
 from corral.core.pools import CLUSTER_KINDS, NODE_LABEL, POOL_LABEL, SOURCE_AGENT, SOURCE_LABEL, STATIC_POOL
 from corral.core.requests import model_matches
@@ -14,7 +15,7 @@ from corral.core.states import JobState
 from corral.scheduler.plan import Snapshot
 from corral.scheduler.queueing import TOTAL, QueueConfig, QueuedJob, QueueState, QuotaBook, RunningJob, TenantQuota
 from corral.scheduler.queueing.prediction import DurationPrediction
-from corral.scheduler.recheck import NodeUse, compute_node_use
+from corral.scheduler.recheck import compute_node_use
 from corral.store.protocols import JobStore, SchedulingStore
 from corral.store.records import Job, Node, Queue, Quota, Tenant, compute_placed_parts
 
@@ -33,13 +34,13 @@ def load_snapshot(
     tenants: Sequence[Tenant] | None = None,
     node_taints: Mapping[str, tuple[str, ...]] | None = None,
     predicted: Mapping[int, DurationPrediction | None] | None = None,
-    kept: KeptQueuedJobs | None = None,
+    kept: KeptBuilds | None = None,
 ) -> Snapshot:
     """One cycle's input from the store; `pending` / `running` / `tenants`: already read by the caller (default:
     every PENDING / RUNNING job, every tenant). `nominated`: job id -> when it was first nominated. `node_taints`:
     node -> its taints (the cloud pools' nodes: their pool's taints, and spot). `predicted`: job id -> its
-    predicted run time (the `predict` order reads it). `kept`: the queue's jobs as the last cycle built them (a
-    caller that loads a snapshot each pass: only jobs that changed are built again)."""
+    predicted run time (the `predict` order reads it). `kept`: the queue's jobs and the nodes as the last cycle
+    built them (a caller that loads a snapshot each pass: only jobs and nodes that changed are built again)."""
     pending = store.list_jobs(states=[JobState.PENDING]) if pending is None else pending
     running = store.list_jobs(states=[JobState.RUNNING]) if running is None else running
     tenants = store.list_tenants() if tenants is None else tenants
@@ -58,7 +59,7 @@ def load_snapshot(
         predicted=predicted,
         kept=kept,
     )
-    return Snapshot(nodes=compute_snapshot(nodes, running, node_taints), queue=queue)
+    return Snapshot(nodes=compute_snapshot(nodes, running, node_taints, kept.nodes if kept else None), queue=queue)
 
 
 class QueuedJobs:
@@ -100,11 +101,14 @@ class QueuedJobs:
         return out
 
 
-class KeptQueuedJobs(NamedTuple):
-    """What a caller that loads a snapshot every pass keeps between them: its pending and its running jobs."""
+@dataclass(frozen=True)
+class KeptBuilds:
+    """What a caller that loads a snapshot every pass keeps between them: its pending and running jobs' QueuedJobs,
+    and its nodes' NodeInfos."""
 
-    pending: QueuedJobs
-    running: QueuedJobs
+    pending: QueuedJobs = field(default_factory=lambda: QueuedJobs())
+    running: QueuedJobs = field(default_factory=lambda: QueuedJobs())
+    nodes: NodeInfos = field(default_factory=lambda: NodeInfos())
 
 
 class JobCache:
@@ -158,39 +162,73 @@ def compute_usage_from_holders(
     )
 
 
+def compute_node_info(node: Node, taints: tuple[str, ...] = ()) -> NodeInfo:
+    """The placement engine's view of a node: its GPUs, CPU, memory, labels (its pool, source and own name added),
+    `taints` (and a cluster pool's kind), runtimes and cached images."""
+    source = node.labels.get(SOURCE_LABEL, SOURCE_AGENT)
+    # a cluster pool's node (slurm, kubernetes) carries its kind as a taint: only the jobs it can run tolerate it
+    cluster_taint = (source,) if source in CLUSTER_KINDS else ()
+    return NodeInfo(
+        name=node.name,
+        gpus=node.gpus,
+        cpu_milli=node.cpu_milli,
+        memory_mib=node.memory_mib,
+        # a node no pool started: static; its own name last (never an agent's label): staged jobs ask for it
+        labels=tuple(
+            sorted({POOL_LABEL: STATIC_POOL, SOURCE_LABEL: source, **node.labels, NODE_LABEL: node.name}.items())
+        ),
+        taints=taints + cluster_taint,
+        runtimes=node.runtimes,
+        images=frozenset(node.images),
+    )
+
+
+class NodeInfos:
+    """compute_node_info kept per Node object (the store hands back the same one until the node's row changes) and
+    taints, for a caller that builds a snapshot every pass. Holds the nodes of the last call only."""
+
+    def __init__(self) -> None:
+        self._kept: dict[str, tuple[Node, tuple[str, ...], NodeInfo]] = {}
+
+    def build(self, nodes: Sequence[Node], taints: Mapping[str, tuple[str, ...]]) -> list[NodeInfo]:
+        old, kept, out = self._kept, {}, []
+        for node in nodes:
+            node_taints = taints.get(node.name, ())
+            entry = old.get(node.name)
+            if entry is None or entry[0] is not node or entry[1] != node_taints:
+                entry = (node, node_taints, compute_node_info(node, node_taints))
+            kept[node.name] = entry
+            out.append(entry[2])
+        self._kept = kept
+        return out
+
+
 def compute_snapshot(
-    nodes: Sequence[Node], running: Sequence[Job], node_taints: Mapping[str, tuple[str, ...]] | None = None
+    nodes: Sequence[Node],
+    running: Sequence[Job],
+    node_taints: Mapping[str, tuple[str, ...]] | None = None,
+    infos: NodeInfos | None = None,
 ) -> list[NodeState]:
     """Every node (those that take no work flagged unschedulable) with the GPU, CPU and memory its RUNNING jobs use,
-    and its taints (`node_taints`)."""
+    and its taints (`node_taints`). `infos`: the nodes' NodeInfo as the last call built them (only changed nodes
+    are built again)."""
     taints = node_taints or {}
     use = compute_node_use((j.placed_parts, j.spec.gpu_milli, j.spec.cpu_milli, j.spec.memory_mib) for j in running)
+    built = (infos or NodeInfos()).build(nodes, taints)
     states = []
-    for n in nodes:
-        source = n.labels.get(SOURCE_LABEL, SOURCE_AGENT)
-        # a cluster pool's node (slurm, kubernetes) carries its kind as a taint: only the jobs it can run tolerate it
-        cluster_taint = (source,) if source in CLUSTER_KINDS else ()
-        info = NodeInfo(
-            name=n.name,
-            gpus=n.gpus,
-            cpu_milli=n.cpu_milli,
-            memory_mib=n.memory_mib,
-            # a node no pool started: static; its own name last (never an agent's label): staged jobs ask for it
-            labels=tuple(
-                sorted({POOL_LABEL: STATIC_POOL, SOURCE_LABEL: source, **n.labels, NODE_LABEL: n.name}.items())
-            ),
-            taints=taints.get(n.name, ()) + cluster_taint,
-            runtimes=n.runtimes,
-            images=frozenset(n.images),
-        )
-        u = use.get(n.name) or NodeUse()
-        used = tuple(min(1000, u.gpu_milli.get(g.index, 0)) for g in n.gpus)
+    for n, info in zip(nodes, built):
+        u = use.get(n.name)
+        if u is None:  # nothing runs there
+            used, cpu, memory = (0,) * len(n.gpus), 0, 0
+        else:
+            used = tuple(min(1000, u.gpu_milli.get(g.index, 0)) for g in n.gpus)
+            cpu, memory = u.cpu_milli, u.memory_mib
         states.append(
             NodeState(
                 info=info,
                 gpu_used_milli=used,
-                cpu_used_milli=u.cpu_milli,
-                memory_used_mib=u.memory_mib,
+                cpu_used_milli=cpu,
+                memory_used_mib=memory,
                 schedulable=n.state == "READY" and not n.cordoned,
             )
         )
@@ -323,13 +361,13 @@ def compute_queue_state(
     nominated: Mapping[int, float] | None = None,
     *,
     predicted: Mapping[int, DurationPrediction | None] | None = None,
-    kept: KeptQueuedJobs | None = None,
+    kept: KeptBuilds | None = None,
 ) -> QueueState:
     names = {t.id: t.name for t in tenants}
     pool = compute_pool_milli(nodes)
     models = sorted({g.model for n in nodes for g in n.gpus})
     gpu_models = {(n.name, g.index): g.model for n in nodes for g in n.gpus}
-    kept = kept or KeptQueuedJobs(QueuedJobs(), QueuedJobs())
+    kept = kept or KeptBuilds()
     queued_running = kept.running.build(running, names, models, None, predicted)
     return QueueState(
         pending=kept.pending.build(pending, names, models, nominated, predicted),

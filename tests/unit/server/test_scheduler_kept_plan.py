@@ -131,6 +131,8 @@ def test_a_change_that_moves_only_why_or_when_a_job_waits_is_published_on_the_ne
     assert sched.run_once(now) == []
     _, eta = sched.pending_info[waits]
     assert eta is not None and eta <= now + timedelta(seconds=10), eta
+    kept = sched.passes_kept  # while it stops (its deadline moves with time alone) the plan is kept
+    assert sched.run_once(next(at)) == [] and sched.passes_kept == kept + 1
     assert store.finish_job(holder, JobState.CANCELLED, None, "cancelled", now)
     assert sched.run_once(next(at)) == [waits]
 

@@ -1,6 +1,6 @@
-"""QueuedJobs keeps each job's QueuedJob between a scheduler's passes: whatever changed between two builds (a job's
-row, its nomination, its prediction, the tenants' names, the pool's models), what it hands back equals what
-compute_queued_job builds from scratch."""
+"""What a scheduler keeps between its passes, checked against a fresh build after random changes: QueuedJobs (each
+job's QueuedJob: its row, nomination and prediction, the tenants' names and the pool's models may change) and
+NodeInfos (each node's NodeInfo)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ import random
 from dataclasses import replace
 from datetime import UTC, datetime
 
+from corral.core.resources import GpuInfo
 from corral.scheduler.queueing.prediction import NUM_BINS, DurationPrediction, PredictionBasis
-from corral.store.records import Job, JobSpec
-from corral.store.snapshot import QueuedJobs, compute_queued_job
+from corral.store.records import Job, JobSpec, Node
+from corral.store.snapshot import NodeInfos, QueuedJobs, compute_node_info, compute_queued_job
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 
@@ -66,3 +67,41 @@ def test_kept_queued_jobs_equal_fresh_ones_after_random_changes() -> None:
         reused += sum(1 for a, b in zip(got, again) if a is b)
         assert got == [compute_queued_job(j, tenants, models, nominated, predicted.get(j.id)) for j in listed]
     assert reused > 1000  # built once, handed back as is while nothing changed
+
+
+def test_kept_node_infos_equal_fresh_ones_after_random_changes() -> None:
+    """NodeInfos keeps each node's NodeInfo while the store hands back the same Node and its taints stay: whatever
+    changed (GPUs, health, labels, images, memory, taints, nodes joining and leaving), it equals a fresh one."""
+    rng = random.Random(5)
+    kept = NodeInfos()
+
+    def node(name: str) -> Node:
+        gpus = tuple(
+            GpuInfo(i, f"GPU-{name}-{i}", rng.choice(("H100-80GB", "A100-80GB")), 81920, healthy=rng.random() < 0.9)
+            for i in range(rng.choice((1, 2, 8)))
+        )
+        labels = {"rack": rng.choice(("r1", "r2"))} if rng.random() < 0.5 else {}
+        images = tuple(rng.sample(("pytorch:2", "jax:0.4", "tf:2"), rng.randint(0, 2)))
+        return Node(
+            name, name, "simulated", 64_000, rng.choice((256_000, 512_000)), "READY", T0, T0, gpus, labels,
+            images=images,
+        )  # fmt: skip
+
+    nodes = {f"n{i}": node(f"n{i}") for i in range(20)}
+    taints: dict[str, tuple[str, ...]] = {}
+    reused = 0
+    for _ in range(300):
+        name = f"n{rng.randrange(25)}"
+        move = rng.random()
+        if move < 0.4:
+            nodes[name] = node(name)  # joined, or its row changed
+        elif move < 0.5:
+            nodes.pop(name, None)
+        elif move < 0.6:
+            taints[name] = rng.choice(((), ("spot",), ("pool=a",)))
+        listed = [nodes[k] for k in sorted(nodes)]
+        got = kept.build(listed, taints)
+        again = kept.build(listed, taints)
+        reused += sum(1 for a, b in zip(got, again) if a is b)
+        assert got == [compute_node_info(n, taints.get(n.name, ())) for n in listed]
+    assert reused > 1000

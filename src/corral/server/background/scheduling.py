@@ -29,7 +29,7 @@ from corral.server.services.staging import compute_staging_reasons, describe_sta
 from corral.store.applier import AppliedPlan, apply_plan
 from corral.store.protocols import OperationsStore, SchedulingStore, StagingStore
 from corral.store.records import Job, Tenant, User
-from corral.store.snapshot import JobCache, KeptQueuedJobs, QueuedJobs, compute_running_job, load_snapshot
+from corral.store.snapshot import JobCache, KeptBuilds, compute_running_job, load_snapshot
 
 log = logging.getLogger("corral.scheduler")
 SWEEP_EVERY_S = 5.0  # how often the newest successful jobs are read for the run-time predictions
@@ -123,7 +123,7 @@ class Scheduler(Loop):
         # Each pass reads the pending and running jobs; only those whose row changed since are loaded again.
         self._pending = JobCache(store, [JobState.PENDING])
         self._running = JobCache(store, [JobState.RUNNING])
-        self._queued = KeptQueuedJobs(QueuedJobs(), QueuedJobs())  # their QueuedJobs, built again only on change
+        self._kept = KeptBuilds()  # their QueuedJobs and the nodes' NodeInfos, built again only on change
         self._user_names: dict[int, str] = {}
         self._lock = threading.Lock()
         # The cloud pools' part (server/background/autoscaler.py): the last cycle's input and plan, which the
@@ -228,7 +228,7 @@ class Scheduler(Loop):
                 tenants=tenants,
                 node_taints=self.node_taints,
                 predicted=predicted,
-                kept=self._queued,
+                kept=self._kept,
             )
             kept = self._kept_plan(snapshot, now)
             if kept is not None:  # why each job waits outside the plan (staging, retry, budget) is published anew

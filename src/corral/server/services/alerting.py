@@ -292,6 +292,9 @@ class AlertService:
         # a node's GPU and host series only for the metrics some enabled rule reads (the rules read nothing else;
         # 1,000 nodes make ~100,000 points a round, most of them read by no default rule)
         wanted = {r.metric for r in self.engine.rules() if r.enabled}
+        on_node: dict[str, list[JobPlacement]] = {}  # each node's running jobs (not every job for every node)
+        for p in placements:
+            on_node.setdefault(p.node, []).append(p)
         utilization: dict[tuple[str, int], float] = {}
         # Another replica's agents' samples, from the database (replicas only; one server holds every batch).
         stored = group_latest_points(self.store.latest_points(now - STALE_AFTER_S)) if self._others_store(now) else {}
@@ -301,13 +304,15 @@ class AlertService:
             if name in stored and stored[name].ts > newest_sample_ts(batch):
                 continue  # the node now sends to another replica: its newer samples are below
             stored.pop(name, None)
-            series += compute_batch_series(batch, placements, wanted)
+            series += compute_batch_series(batch, on_node.get(name, ()), wanted)
             utilization.update(
                 {(name, s.index): s.utilization_percent for s in batch.gpus if s.utilization_percent is not None}
             )
         uuids = {n.name: {g.index: g.uuid for g in n.gpus} for n in nodes}
         for name, samples in sorted(stored.items()):
-            series += compute_sample_series(name, samples.gpus, samples.host, uuids.get(name, {}), placements, wanted)
+            series += compute_sample_series(
+                name, samples.gpus, samples.host, uuids.get(name, {}), on_node.get(name, ()), wanted
+            )
             utilization.update(
                 {
                     (name, i): values["gpu_utilization_percent"]

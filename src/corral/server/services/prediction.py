@@ -97,16 +97,22 @@ class RunTimePredictions:
         """Job id -> `predict` of each job, for a caller that asks for the same jobs again and again (the scheduler,
         each pass): a job's answer is kept, the same object, while the job (its Job object), the tenants' names,
         the users' map (the same object: replaced whole when it changes) and what was learnt stay the same. Only
-        the last call's jobs are kept."""
+        the last call's jobs are kept. Features are made outside the lock (API threads call `predict`)."""
         with self._lock:
-            last = self._answered_with
-            same = last is not None and last[0] == self._generation and last[1] == tenants and last[2] is users
+            generation, last = self._generation, self._answered_with
+            same = last is not None and last[0] == generation and last[1] == tenants and last[2] is users
             old = self._answers if same else {}
-            answers: dict[int, tuple[Job, DurationPrediction | None]] = {}
-            for job in jobs:
-                entry = old.get(job.id)
-                if entry is None or entry[0] is not job:
-                    entry = (job, self._predictor.predict(compute_features(job, tenants, users)))
+        answers: dict[int, tuple[Job, DurationPrediction | None]] = {}
+        missing: list[tuple[Job, JobFeatures]] = []
+        for job in jobs:
+            entry = old.get(job.id)
+            if entry is not None and entry[0] is job:
                 answers[job.id] = entry
-            self._answers, self._answered_with = answers, (self._generation, dict(tenants), users)
-            return {i: guess for i, (_, guess) in answers.items()}
+            else:
+                missing.append((job, compute_features(job, tenants, users)))
+        with self._lock:
+            for job, features in missing:
+                answers[job.id] = (job, self._predictor.predict(features))
+            # tagged with the generation read first: if it learnt meanwhile, the next call asks again
+            self._answers, self._answered_with = answers, (generation, dict(tenants), users)
+        return {i: guess for i, (_, guess) in answers.items()}
