@@ -69,7 +69,7 @@ def up(
     from corral.agent.identity import usable_identity
     from corral.agent.main import AgentSettings, AgentThread
     from corral.server.bootstrap import ADMIN_TOKEN_FILE, JOIN_TOKEN_FILE, write_cli_config
-    from corral.server.runtime import ServerThread
+    from corral.server.runtime import ServerThread, settle_heap
     from corral.server.settings import build_settings
 
     _logging()
@@ -105,6 +105,7 @@ def up(
         settings.url, server.credentials.admin_token, "" if settings.tls_cert else server.ca.cert_pem
     )
     agent.start()
+    settle_heap()
     print(f"Corral is up at {settings.url}  (node {settings.node_name}, GPUs: {agent.agent.backend.name})", flush=True)
     print(f"  admin token: {settings.data_dir / ADMIN_TOKEN_FILE}; CLI configured in {config}", flush=True)
     if settings.effective_job_ui_port:
@@ -165,7 +166,7 @@ def server(
     """Start only the server in the foreground (agents join with `corral agent --join`)."""
     from corral.server.bootstrap import JOIN_TOKEN_FILE
     from corral.server.context import context_of
-    from corral.server.runtime import ServerThread
+    from corral.server.runtime import ServerThread, settle_heap
     from corral.server.settings import build_settings
     from corral.server.workers import (
         NotAWorker,
@@ -194,6 +195,7 @@ def server(
         srv.start()
     except RuntimeError as e:  # a port taken: one line that says which and what to set, not a traceback
         _fail(str(e))
+    settle_heap()
     stop = threading.Event()
     workers = None
     telemetry = context_of(srv.app).telemetry
