@@ -130,9 +130,10 @@ def test_predictions_stay_within_a_tenant_and_learn_successes_once() -> None:
 
 
 def test_predict_all_answers_as_predict_does_and_learns_between_passes() -> None:
-    """The scheduler asks for every pending and running job's prediction each pass (predict_all): the answer is
-    the one `predict` gives, kept while nothing changed, and new once a finished job is learnt or a name changes."""
-    predictions = RunTimePredictions()
+    """The scheduler asks for every pending and running job's prediction each pass (predict_all), and a page asks
+    `predict` for each job it lists: both answer as a predictor that keeps nothing (`reference`, taught the same),
+    with the same object while nothing changed, and anew once a finished job is learnt or a name changes."""
+    predictions, reference = RunTimePredictions(), RunTimePredictions()
     tenants, users = {1: "vision"}, {7: "alice"}
     waiting = [
         JobSpec(("python", "train.py"), name=f"train-{i}", gpus=1, tenant_id=1, user_id=7 if i % 2 else None)
@@ -146,19 +147,33 @@ def test_predict_all_answers_as_predict_does_and_learns_between_passes() -> None
             finished_at=START + timedelta(seconds=run_s),
         )  # fmt: skip
 
+    def learn(finished: list[Job]) -> None:
+        for p in (predictions, reference):
+            p.learn(finished, tenants, users)
+
     def fresh(names: dict[int, str], user_names: dict[int, str]) -> dict[int, object]:
+        return {j.id: reference.predict(j, names, user_names) for j in jobs}
+
+    def asked(names: dict[int, str], user_names: dict[int, str]) -> dict[int, object]:
         return {j.id: predictions.predict(j, names, user_names) for j in jobs}
 
     first = predictions.predict_all(jobs, tenants, users)
     assert first == fresh(tenants, users) and all(v is None for v in first.values())  # nothing learnt yet
-    predictions.learn([done(i, 600.0) for i in range(8)], tenants, users)
+    learn([done(i, 600.0) for i in range(8)])
+    assert asked(tenants, users) == fresh(tenants, users)  # learnt since the pass: not its answers
     learnt = predictions.predict_all(jobs, tenants, users)
     assert learnt == fresh(tenants, users) and all(v is not None for v in learnt.values())
     again = predictions.predict_all(jobs, tenants, users)
     assert all(again[k] is learnt[k] for k in learnt)  # kept: the same objects
-    predictions.learn([done(20 + i, 7200.0) for i in range(8)], tenants, users)
+    assert all(predictions.predict(j, tenants, users) is learnt[j.id] for j in jobs)  # a page reads the pass's
+    learn([done(20 + i, 7200.0) for i in range(8)])
+    assert asked(tenants, users) == fresh(tenants, users) != learnt
     assert predictions.predict_all(jobs, tenants, users) == fresh(tenants, users) != learnt
     renamed = {1: "speech"}  # another tenant name: another scope, nothing learnt there
+    assert asked(renamed, users) == fresh(renamed, users)
     assert predictions.predict_all(jobs, renamed, users) == fresh(renamed, users)
     jobs[0] = Job(id=100, spec=waiting[0], state=JobState.PENDING, created_at=START + timedelta(seconds=1))
     assert predictions.predict_all(jobs, renamed, users) == fresh(renamed, users)
+    predictions.predict_all(jobs, tenants, users)
+    bob = {7: "bob"}  # another users' map: alice's jobs are now bob's, of whom nothing was learnt
+    assert asked(tenants, bob) == fresh(tenants, bob) != fresh(tenants, users)

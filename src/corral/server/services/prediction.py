@@ -87,6 +87,21 @@ class RunTimePredictions:
         return added
 
     def predict(self, job: Job, tenants: Mapping[int, str], users: Mapping[int, str]) -> DurationPrediction | None:
+        """The job's predicted run time; predict_all's last answer for it (the same object) when that still holds:
+        the same Job object, nothing learnt since, its tenant's name and the users' map the same (a page lists 500
+        jobs the scheduler asked about on its last pass)."""
+        key = job.spec.tenant_id or 0
+        with self._lock:
+            last, entry = self._answered_with, self._answers.get(job.id)
+            if (
+                entry is not None
+                and entry[0] is job
+                and last is not None
+                and last[0] == self._generation
+                and last[2] is users
+                and last[1].get(key, DEFAULT_TENANT) == tenants.get(key, DEFAULT_TENANT)
+            ):
+                return entry[1]
         features = compute_features(job, tenants, users)
         with self._lock:
             return self._predictor.predict(features)
