@@ -70,12 +70,11 @@ def is_same_work(a: Snapshot, b: Snapshot) -> bool:
     """The two snapshots differ at most in fair share's usage: the same nodes with the same load, the same pending
     jobs (the same objects: a caller that keeps its QueuedJobs between cycles hands back the same ones for jobs
     that did not change) in the same order, the same running jobs, queues and quotas (the pool's GPUs follow from
-    the nodes). A quiet plan of `a`
-    (is_quiet) is then what `b` would give too, but for what time alone moves: fair share's and attained service's
-    order, ETAs and a stopping job's deadline, a reservation that a running job's late end pushes back, a backfill
-    that no longer fits before a reservation, a running job becoming preemptible (its minimum run time, or the
-    settling time after a defragmentation, over). A caller may keep the plan for a while instead of computing it
-    again (server/background/scheduling.py: Scheduler.recheck_s)."""
+    the nodes). A quiet plan of `a` (is_quiet) is then what `b` would give too, but for what time alone moves: fair
+    share's and attained service's order, ETAs and a stopping job's deadline, a reservation that a running job's
+    late end pushes back, a backfill that no longer fits before a reservation, a running job becoming preemptible
+    (its minimum run time, or the settling time after a defragmentation, over). A caller may keep the plan for a
+    while instead of computing it again (server/background/scheduling.py: Scheduler.recheck_s)."""
     qa, qb = a.queue, b.queue
     return (
         len(qa.pending) == len(qb.pending)
