@@ -25,6 +25,7 @@ port, whose bodies are a job's page's, not Corral's) the guard only bounds bodie
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import re
 import time
@@ -136,6 +137,10 @@ class _Gone(Exception):
     """The caller went away before its body was whole: nobody to answer."""
 
 
+# After this many bytes of request bodies are given back, the collector's young generations are collected (below).
+COLLECT_AFTER_BODY_BYTES = 16 * 1024 * 1024
+
+
 class InputGuard:
     """Pure ASGI middleware (no buffering of responses; streaming and websockets pass through untouched)."""
 
@@ -158,6 +163,7 @@ class InputGuard:
         self.body_deadline_s = body_deadline_s
         self.check_nul = check_nul
         self._held = 0  # bytes of the bodies held now (all on the event loop's thread)
+        self._given_back = 0  # bytes of bodies whose requests ended since the young generations were last collected
 
     @property
     def held_bytes(self) -> int:
@@ -237,7 +243,14 @@ class InputGuard:
 
     def _give_back(self, share: _Share) -> None:
         self._held -= share.bytes
+        self._given_back += share.bytes
         share.bytes = 0
+        if self._given_back >= COLLECT_AFTER_BODY_BYTES:
+            # A request that failed (a 422 before any credential is checked) leaves reference cycles that hold its
+            # body (an exception, its traceback, the frames that read it) until the collector runs; a settled heap
+            # (server/runtime.settle_heap) runs young collections 50,000 allocations apart: hundreds of such bodies.
+            self._given_back = 0
+            gc.collect(1)
 
     def _busy(self) -> _Refusal:
         return _Refusal(

@@ -43,6 +43,10 @@ def test_a_queue_that_fits_nowhere_is_planned_once_and_again_after_recheck_s(sto
     assert sched.passes_kept == 1 and sched.pending_reasons == reasons
     assert sched.run_once(T0 + timedelta(seconds=11)) == []  # recheck_s after the plan: computed again
     assert sched.passes_kept == 1 and sched.pending_reasons == reasons
+    for job in big:  # the queue empties: what the passes kept of its jobs is let go
+        store.request_cancel(job.id, T0)
+    assert sched.run_once(T0 + timedelta(seconds=12)) == [] and sched.pending_reasons == {}
+    assert not sched._kept.pending._kept and not sched.predictions._answers  # none of those jobs is held any more
 
 
 def test_each_change_that_could_start_a_job_is_planned_on_the_next_pass(store: SqlStore) -> None:

@@ -106,6 +106,11 @@ class RunTimePredictions:
         with self._lock:
             return self._predictor.predict(features)
 
+    def forget_answers(self) -> None:
+        """Drop predict_all's kept answers (and the jobs they hold): nothing waits or runs."""
+        with self._lock:
+            self._answers, self._answered_with = {}, None
+
     def predict_all(
         self, jobs: Iterable[Job], tenants: Mapping[int, str], users: Mapping[int, str]
     ) -> dict[int, DurationPrediction | None]:
