@@ -232,12 +232,12 @@ class Scheduler(Loop):
                 predicted=predicted,
                 kept=self._kept,
             )
-            kept = self._kept_plan(snapshot, now)
-            if kept is not None:  # why each job waits outside the plan (staging, retry, budget) is published anew
+            kept_plan = self._kept_plan(snapshot, now)
+            if kept_plan is not None:  # why each job waits outside the plan (staging, retry, budget) is published anew
                 self.passes_kept += 1
-                if kept.pending:
+                if kept_plan.pending:
                     self.on_waiting()
-                self._after_apply(kept, AppliedPlan(), pending, ready, waiting, now)
+                self._after_apply(kept_plan, AppliedPlan(), pending, ready, waiting, now)
                 return []
             plan = compute_plan(snapshot, now.timestamp(), self.policy, self.queueing)
             self._quiet_plan = (snapshot, now, plan) if is_quiet(plan) else None
