@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -106,6 +107,47 @@ def test_make_up_starts_and_answers_healthz(tmp_path: Path) -> None:
         out, _ = proc.communicate(timeout=30)
         print(out.decode())  # shown with a failure: what make up said
     assert f"http://127.0.0.1:{port}" in out.decode()
+
+
+def test_a_ctrl_c_during_the_start_of_corral_up_stops_it(tmp_path: Path) -> None:
+    """A Ctrl-C that comes while `corral up` is still starting (its API answers; the agent, the CLI config and the
+    settled heap are on their way) stops it cleanly once it is up. Python's KeyboardInterrupt there either escaped
+    with the server's threads still running or was lost inside the collection, and `corral up` never ended."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")}
+    env.update(
+        CORRAL_PORT=str(port),
+        CORRAL_JOB_UI_PORT=str(free_port()),
+        CORRAL_AGENT_PORT=str(free_port()),
+        CORRAL_GATEWAY_PORT=str(free_port()),
+        CORRAL_DATA_DIR=str(tmp_path / "data"),
+        HOME=str(tmp_path),
+        XDG_CONFIG_HOME=str(tmp_path / ".config"),
+        CORRAL_GPUS="sim:2xA100-80GB",
+    )
+    corral = str(Path(sys.executable).with_name("corral"))
+    proc = subprocess.Popen(
+        [corral, "up"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+    )
+    try:
+        wait_for(lambda: _answers(port) or proc.poll() is not None, 120, "corral up's API answers, or it ended")
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    text = out.decode()
+    print(text)  # shown with a failure
+    assert proc.returncode == 0, text
+    assert "stopping..." in text and "KeyboardInterrupt" not in text
+
+
+def _answers(port: int) -> bool:
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=0.5).status_code == 200
+    except httpx.HTTPError:
+        return False
 
 
 def test_multi_node_job_runs_one_part_per_node(corral_factory: Any) -> None:

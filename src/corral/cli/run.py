@@ -34,14 +34,22 @@ def _logging() -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
-def _wait_for_signal(stop: threading.Event, alive: Any = None) -> None:
-    """Block until SIGINT/SIGTERM (or `alive()` turns false)."""
+def _stop_on_signal() -> threading.Event:
+    """An event that SIGINT/SIGTERM set, installed before anything starts. A Ctrl-C during the start then stops
+    the command once it is up. Python's own KeyboardInterrupt is lost when it lands in a weakref callback or a
+    collection (`settle_heap` runs a full one right after the start), and the command then never stopped."""
+    stop = threading.Event()
 
     def handler(signum: int, _frame: Any) -> None:
         stop.set()
 
     signal.signal(signal.SIGINT, handler)
     signal.signal(signal.SIGTERM, handler)
+    return stop
+
+
+def _wait_for_signal(stop: threading.Event, alive: Any = None) -> None:
+    """Block until `stop` is set (by a signal: `_stop_on_signal`) or `alive()` turns false."""
     while not stop.wait(0.5):
         if alive is not None and not alive():
             break
@@ -95,6 +103,7 @@ def up(
     if usable_identity(agent_settings.tls_files, settings.node_name) is not None:
         server.provision_local_agent(settings.node_name, agent_settings.tls_files.directory)
     agent = AgentThread(agent_settings)
+    stop = _stop_on_signal()
     try:
         server.start()
     except RuntimeError as e:  # a port taken: one line that says which and what to set, not a traceback
@@ -118,7 +127,6 @@ def up(
         settings.data_dir / JOIN_TOKEN_FILE,
         bool(server.credentials.join_token),
     )
-    stop = threading.Event()
     _wait_for_signal(stop, lambda: server.alive)
     print("stopping...", flush=True)
     _leave_or_stop_jobs(agent.agent.executor, stop_jobs, settings.cancel_grace_s)
@@ -191,12 +199,12 @@ def server(
         agent_sockets=inherited_sockets() if starter else (),
         replica_id=worker_replica_id() if starter else None,
     )
+    stop = _stop_on_signal()
     try:
         srv.start()
     except RuntimeError as e:  # a port taken: one line that says which and what to set, not a traceback
         _fail(str(e))
     settle_heap()
-    stop = threading.Event()
     workers = None
     telemetry = context_of(srv.app).telemetry
     if starter is not None:
@@ -286,8 +294,9 @@ def agent(
     except (JoinNeeded, CorralSDKError) as e:
         _fail(str(e))
     thread = AgentThread(settings)
+    stop = _stop_on_signal()
     thread.start()
-    _wait_for_signal(threading.Event(), lambda: thread._thread.is_alive())
+    _wait_for_signal(stop, lambda: thread._thread.is_alive())
     thread.stop()
     if thread.error is not None:
         raise thread.error
