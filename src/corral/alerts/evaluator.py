@@ -135,8 +135,8 @@ def evaluate_rules(
         if not rule.enabled:
             continue
         for point in by_metric.get(rule.metric, ()):
-            labels = dict(point.labels)
-            if not rule.selects(labels) or not rule.comparison.holds(point.value, rule.threshold):
+            # the value first: it rarely holds, and the labels' dict is made only then
+            if not rule.comparison.holds(point.value, rule.threshold) or not rule.selects(dict(point.labels)):
                 continue
             fingerprint = compute_fingerprint(rule.name, point.labels)
             active.add(fingerprint)

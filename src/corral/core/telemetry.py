@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
 from typing import Any
@@ -301,28 +301,40 @@ HOST_SERIES: dict[str, str] = {
 }
 
 
-def compute_gpu_series(sample: GpuSample) -> dict[str, float]:
-    """The GPU_SERIES values one sample carries (absent when the GPU does not report them)."""
-    total = sample.memory_total_mib
-    raw: dict[str, float | int | None] = {
-        "gpu_utilization_percent": sample.utilization_percent,
-        "gpu_memory_used_mib": sample.memory_used_mib,
-        "gpu_memory_used_percent": (
-            100.0 * sample.memory_used_mib / total if total and sample.memory_used_mib is not None else None
-        ),
-        "gpu_power_w": sample.power_w,
-        "gpu_temperature_c": sample.temperature_c,
-        "gpu_sm_clock_mhz": sample.sm_clock_mhz,
-        "gpu_memory_clock_mhz": sample.memory_clock_mhz,
-        "gpu_throttled": 1.0 if sample.throttle_reasons & ~0x1 else 0.0,
-        "gpu_ecc_sbe_total": sample.ecc_sbe_total,
-        "gpu_ecc_dbe_total": sample.ecc_dbe_total,
-        "gpu_retired_pages": sample.retired_pages,
-        "gpu_remapped_rows_uncorrectable": sample.remapped_rows_uncorrectable,
-        "gpu_pcie_rx_kib_s": sample.pcie_rx_kib_s,
-        "gpu_pcie_tx_kib_s": sample.pcie_tx_kib_s,
-    }
-    return {k: float(v) for k, v in raw.items() if v is not None}
+def _memory_used_percent(sample: GpuSample) -> float | None:
+    total, used = sample.memory_total_mib, sample.memory_used_mib
+    return 100.0 * used / total if total and used is not None else None
+
+
+# Each GPU_SERIES metric's value in a sample (None: the GPU does not report it), in GPU_SERIES's order.
+GPU_VALUE: dict[str, Callable[[GpuSample], float | int | None]] = {
+    "gpu_utilization_percent": lambda s: s.utilization_percent,
+    "gpu_memory_used_mib": lambda s: s.memory_used_mib,
+    "gpu_memory_used_percent": _memory_used_percent,
+    "gpu_power_w": lambda s: s.power_w,
+    "gpu_temperature_c": lambda s: s.temperature_c,
+    "gpu_sm_clock_mhz": lambda s: s.sm_clock_mhz,
+    "gpu_memory_clock_mhz": lambda s: s.memory_clock_mhz,
+    "gpu_throttled": lambda s: 1.0 if s.throttle_reasons & ~0x1 else 0.0,
+    "gpu_ecc_sbe_total": lambda s: s.ecc_sbe_total,
+    "gpu_ecc_dbe_total": lambda s: s.ecc_dbe_total,
+    "gpu_retired_pages": lambda s: s.retired_pages,
+    "gpu_remapped_rows_uncorrectable": lambda s: s.remapped_rows_uncorrectable,
+    "gpu_pcie_rx_kib_s": lambda s: s.pcie_rx_kib_s,
+    "gpu_pcie_tx_kib_s": lambda s: s.pcie_tx_kib_s,
+}
+assert list(GPU_VALUE) == list(GPU_SERIES)
+
+
+def compute_gpu_series(sample: GpuSample, metrics: Iterable[str] | None = None) -> dict[str, float]:
+    """The GPU_SERIES values one sample carries (absent when the GPU does not report them); `metrics`: only these
+    (in their order; None: all, in GPU_SERIES's order)."""
+    out: dict[str, float] = {}
+    for metric in GPU_VALUE if metrics is None else metrics:
+        value = GPU_VALUE[metric](sample)
+        if value is not None:
+            out[metric] = float(value)
+    return out
 
 
 def compute_host_series(host: HostSample) -> dict[str, float]:

@@ -85,3 +85,32 @@ def test_xid_79_fires_gpu_unhealthy_and_clearing_resolves_it() -> None:
     for now in (15.0, 20.0, 25.0):
         step(now)
     assert seen == [("gpu_unhealthy", AlertState.FIRING), ("gpu_unhealthy", AlertState.RESOLVED)]
+
+
+def test_only_the_wanted_metrics_are_made_with_the_same_points_and_order() -> None:
+    sim = SimulatedGpuBackend("sim:4xH100-80GB", "n1")
+    batch = _batch(sim, 5.0)
+    wanted = {"gpu_temperature_c", "gpu_ecc_dbe_total", "host_cpu_percent"}
+    every = compute_batch_series(batch, [JOB])
+    assert compute_batch_series(batch, [JOB], wanted) == [p for p in every if p.metric in wanted]
+    assert len({p.metric for p in every}) > len(wanted)
+
+
+def test_a_gpu_labelled_again_when_another_job_holds_it() -> None:
+    """Labels are kept between rounds: a GPU's job and tenant still follow whoever holds it now."""
+    sim = SimulatedGpuBackend("sim:2xH100-80GB", "n1")
+    batch = _batch(sim, 5.0)
+
+    def labels_of_gpu0(jobs: list[JobPlacement]) -> dict[str, str]:
+        points = compute_batch_series(batch, jobs, {"gpu_temperature_c"})
+        return next(dict(p.labels) for p in points if dict(p.labels)["gpu"] == "0")
+
+    assert labels_of_gpu0([JOB])["tenant"] == "vision"
+    assert labels_of_gpu0([JobPlacement("j9", "nlp", "n1", (0,))]) | {"uuid": ""} == {
+        "node": "n1",
+        "gpu": "0",
+        "uuid": "",
+        "job": "j9",
+        "tenant": "nlp",
+    }
+    assert "job" not in labels_of_gpu0([]) and "tenant" not in labels_of_gpu0([])
