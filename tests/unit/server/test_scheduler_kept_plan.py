@@ -218,3 +218,43 @@ def test_published_reasons_match_a_scheduler_that_plans_every_pass(store: SqlSto
         assert keeps.pending_codes == computes.pending_codes, step
         assert keeps.pending_info == computes.pending_info, step
     assert keeps.passes_kept > 20  # the walk kept plans often: the comparison above was about them
+
+
+def test_why_a_job_waits_outside_the_plan_comes_first_and_a_pool_note_replaces_the_plans_reason(
+    store: SqlStore,
+) -> None:
+    """What each pass publishes, kept plan or not: a retry's backoff and a tenant's spent budget come ahead of the
+    plan's reason; a cloud pool's note replaces the plan's reason (never a retry's); new notes are published on the
+    next pass even while the plan is kept."""
+    _node(store, "n0", gpus=2)
+    broke = store.create_tenant("broke", T0).id
+    sched = Scheduler(store, NodeNotifier(), "corral", 1.0, recheck_s=NEVER)
+    fits_nowhere = store.create_job(JobSpec(command=("x",), gpus=8), T0).id
+    noted = store.create_job(JobSpec(command=("x",), gpus=8), T0).id
+    held = store.create_job(JobSpec(command=("x",), gpus=1, tenant_id=broke), T0).id
+    retrying = store.create_job(JobSpec(command=("x",), gpus=1), T0).id
+    assert store.assign_job_parts(retrying, [("n0", [0])], T0)
+    assert store.requeue_job(retrying, "GPU 0 on n9 failed", T0, not_before=T0 + timedelta(hours=1))
+    sched.held_tenants = lambda: {broke: "the tenant's budget is used up"}
+    sched.set_pool_notes({noted: ("scaling_up", "a node is starting in pool p"), retrying: ("scaling_up", "no")})
+    now = T0 + timedelta(seconds=1)
+    for kept in (False, True):
+        sched.run_once(now)
+        assert (sched.passes_kept > 0) is kept
+        codes, reasons = sched.pending_codes, sched.pending_reasons
+        assert (
+            codes[fits_nowhere] not in ("scaling_up", "budget", "retry-backoff") and fits_nowhere in sched.pending_info
+        )
+        assert (codes[noted], reasons[noted]) == ("scaling_up", "a node is starting in pool p")
+        assert (codes[held], reasons[held]) == ("budget", "the tenant's budget is used up")
+        assert codes[retrying] == "retry-backoff" and reasons[retrying].startswith(
+            "waiting to retry at 13:00:00 UTC after:"
+        )
+    sched.set_pool_notes({fits_nowhere: ("scaling_up", "a node is starting in pool q")})
+    sched.run_once(now)
+    assert sched.passes_kept == 2  # the plan is kept; the notes are new
+    assert (sched.pending_codes[fits_nowhere], sched.pending_reasons[fits_nowhere]) == (
+        "scaling_up",
+        "a node is starting in pool q",
+    )
+    assert sched.pending_codes[noted] != "scaling_up"
