@@ -114,7 +114,7 @@ def up(
         settings.url, server.credentials.admin_token, "" if settings.tls_cert else server.ca.cert_pem
     )
     agent.start()
-    settle_heap()
+    settle_heap(settings.switch_interval_ms)
     print(f"Corral is up at {settings.url}  (node {settings.node_name}, GPUs: {agent.agent.backend.name})", flush=True)
     print(f"  admin token: {settings.data_dir / ADMIN_TOKEN_FILE}; CLI configured in {config}", flush=True)
     if settings.effective_job_ui_port:
@@ -174,7 +174,7 @@ def server(
     """Start only the server in the foreground (agents join with `corral agent --join`)."""
     from corral.server.bootstrap import JOIN_TOKEN_FILE
     from corral.server.context import context_of
-    from corral.server.runtime import ServerThread, settle_heap
+    from corral.server.runtime import ServerThread, settle_heap, switch_interval_ms
     from corral.server.settings import build_settings
     from corral.server.workers import (
         NotAWorker,
@@ -204,7 +204,7 @@ def server(
         srv.start()
     except RuntimeError as e:  # a port taken: one line that says which and what to set, not a traceback
         _fail(str(e))
-    settle_heap()
+    settle_heap(switch_interval_ms(settings.switch_interval_ms, serves))
     workers = None
     telemetry = context_of(srv.app).telemetry
     if starter is not None:

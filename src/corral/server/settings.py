@@ -62,6 +62,14 @@ class Settings(BaseSettings):
         "and identity checks keep the port's 40): under load a fleet's work queues for them instead of 40 threads "
         "taking turns on one interpreter.",
     )
+    switch_interval_ms: float | None = Field(
+        None,
+        ge=0.05,
+        le=100.0,
+        description="How long a busy thread of a server process holds the interpreter before one waiting for it takes "
+        "its turn (Python's switch interval). Unset: 0.5 ms in each process of a server with CORRAL_WORKERS > 1, "
+        "CPython's 5 ms in a server of one process.",
+    )
     workers: int = Field(
         1,
         ge=1,

@@ -15,13 +15,17 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 SCRIPT = textwrap.dedent(
     """
-    import gc, json
-    from corral.server.runtime import GC_YOUNG_THRESHOLD, settle_heap
+    import gc, json, sys
+    from corral.server.runtime import GC_YOUNG_THRESHOLD, settle_heap, switch_interval_ms
+    from corral.server.settings import Settings
 
     started = [object() for _ in range(1000)]  # what a server made to start
-    settle_heap()
+    default_switch = sys.getswitchinterval()
+    settle_heap(switch_interval_ms(Settings().switch_interval_ms, "people"))
     frozen, threshold = gc.get_freeze_count(), gc.get_threshold()
 
     class Node:
@@ -35,7 +39,7 @@ SCRIPT = textwrap.dedent(
     cycles(5000)
     collected = gc.collect()
     print(json.dumps({"frozen": frozen, "young": threshold[0], "expected": GC_YOUNG_THRESHOLD, "collected": collected,
-                      "started_alive": len(started)}))
+                      "started_alive": len(started), "switch": sys.getswitchinterval(), "default": default_switch}))
     """
 )
 
@@ -47,6 +51,30 @@ def test_a_settled_heap_freezes_what_started_and_still_collects_what_came_after(
     assert got["young"] == got["expected"] > 700  # young collections further apart than CPython's default
     assert got["collected"] >= 10_000  # 5,000 cycles of two made after it: still found and freed
     assert got["started_alive"] == 1000
+    # in a server of several processes, a thread waiting for the interpreter takes its turn after 0.5 ms, not 5 ms
+    assert got["default"] == 0.005 and got["switch"] == 0.0005
+
+
+def test_the_switch_interval_by_role_unless_set() -> None:
+    from corral.server.runtime import switch_interval_ms
+
+    assert switch_interval_ms(None, "all") is None  # one process: CPython's 5 ms
+    assert switch_interval_ms(None, "people") == switch_interval_ms(None, "agents") == 0.5
+    assert switch_interval_ms(2.0, "all") == switch_interval_ms(2.0, "people") == 2.0
+
+
+def test_the_switch_interval_setting_is_bounded_and_named_when_wrong(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pydantic import ValidationError
+
+    from corral.server.settings import Settings
+
+    assert Settings().switch_interval_ms is None
+    monkeypatch.setenv("CORRAL_SWITCH_INTERVAL_MS", "2")
+    assert Settings().switch_interval_ms == 2.0
+    for wrong in ("0", "1000", "fast"):
+        monkeypatch.setenv("CORRAL_SWITCH_INTERVAL_MS", wrong)
+        with pytest.raises(ValidationError, match="switch_interval_ms"):
+            Settings()
 
 
 BODIES = textwrap.dedent(
