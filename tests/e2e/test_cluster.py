@@ -62,8 +62,8 @@ def test_corral_up_on_postgresql(corral_factory: Any, postgres_url: str) -> None
     assert [j["id"] for j in c.cli_json("jobs", "--all")] == [job]
 
 
-def test_make_up_starts_and_answers_healthz(tmp_path: Path) -> None:
-    port = free_port()
+def _up_env(tmp_path: Path, port: int, gpus: str) -> dict[str, str]:
+    """The environment of a `corral up` of its own: its data and CLI config under `tmp_path`, API on `port`."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")}
     env.update(
         CORRAL_PORT=str(port),
@@ -74,8 +74,14 @@ def test_make_up_starts_and_answers_healthz(tmp_path: Path) -> None:
         CORRAL_DATA_DIR=str(tmp_path / "data"),
         HOME=str(tmp_path),
         XDG_CONFIG_HOME=str(tmp_path / ".config"),
-        CORRAL_GPUS="sim:4xA100-80GB",
+        CORRAL_GPUS=gpus,
     )
+    return env
+
+
+def test_make_up_starts_and_answers_healthz(tmp_path: Path) -> None:
+    port = free_port()
+    env = _up_env(tmp_path, port, "sim:4xA100-80GB")
     proc = subprocess.Popen(
         ["make", "-s", "up"],
         cwd=REPO,
@@ -114,17 +120,7 @@ def test_a_ctrl_c_during_the_start_of_corral_up_stops_it(tmp_path: Path) -> None
     settled heap are on their way) stops it cleanly once it is up. Python's KeyboardInterrupt there either escaped
     with the server's threads still running or was lost inside the collection, and `corral up` never ended."""
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")}
-    env.update(
-        CORRAL_PORT=str(port),
-        CORRAL_JOB_UI_PORT=str(free_port()),
-        CORRAL_AGENT_PORT=str(free_port()),
-        CORRAL_GATEWAY_PORT=str(free_port()),
-        CORRAL_DATA_DIR=str(tmp_path / "data"),
-        HOME=str(tmp_path),
-        XDG_CONFIG_HOME=str(tmp_path / ".config"),
-        CORRAL_GPUS="sim:2xA100-80GB",
-    )
+    env = _up_env(tmp_path, port, "sim:2xA100-80GB")
     corral = str(Path(sys.executable).with_name("corral"))
     proc = subprocess.Popen(
         [corral, "up"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True

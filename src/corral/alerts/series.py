@@ -41,10 +41,11 @@ def _gpu_labels(node: str, index: int, uuid: str, owner: Mapping[int, JobPlaceme
     return _labels_of(node, index, uuid, held.job, held.tenant) if held else _labels_of(node, index, uuid, None, None)
 
 
-@lru_cache(maxsize=65_536)
+@lru_cache(maxsize=16_384)
 def _labels_of(node: str, index: int, uuid: str, job: str | None, tenant: str | None) -> Labels:
     """make_labels of a GPU's labels, kept: a round labels every GPU of the fleet again (8,000 GPUs, every 5 s),
-    and a GPU's labels change only when the job holding it does."""
+    and a GPU's labels change only when the job holding it does. Bounded (about 14 MB full): a fleet's GPUs and the
+    jobs holding them now fit; ended jobs' labels are the first to go."""
     labels: dict[str, object] = {"node": node, "gpu": index, "uuid": uuid}
     if job is not None:
         labels |= {"job": job, "tenant": tenant}

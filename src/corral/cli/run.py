@@ -105,7 +105,7 @@ def up(
     agent = AgentThread(agent_settings)
     stop = _stop_on_signal()
     try:
-        server.start()
+        server.start(stop=stop)
     except RuntimeError as e:  # a port taken: one line that says which and what to set, not a traceback
         _fail(str(e))
     # The CLI verifies an https:// server with the cluster CA, unless the operator's own certificate is served
@@ -201,7 +201,7 @@ def server(
     )
     stop = _stop_on_signal()
     try:
-        srv.start()
+        srv.start(stop=stop)
     except RuntimeError as e:  # a port taken: one line that says which and what to set, not a traceback
         _fail(str(e))
     settle_heap(switch_interval_ms(settings.switch_interval_ms, serves))

@@ -252,7 +252,7 @@ class ServerThread:
         The caller checks first whether the ones in `tls_dir` are still good (a restart reuses them)."""
         provision_node_files(self.store, self.ca, node, tls_dir, context_of(self.app).node_cert_lifetime)
 
-    def start(self, timeout_s: float = 30.0) -> None:
+    def start(self, timeout_s: float = 30.0, stop: threading.Event | None = None) -> None:
         """Start and wait until every port is bound. Raises RuntimeError if one never comes up. Every port is
         tried first: whoever waits for the API's port (a script, `make up`, a benchmark) should not see a server
         that exits a moment later because a port it opens after the API's is taken (the agents' port too when
@@ -276,16 +276,19 @@ class ServerThread:
         for i, listener in enumerate(self.listeners):
             listener.thread.start()
             try:
-                self._wait(listener, timeout_s)
+                self._wait(listener, timeout_s, stop)
             except RuntimeError:
                 if i:
                     self.stop()
                 raise
 
     @staticmethod
-    def _wait(listener: _Listener, timeout_s: float) -> None:
+    def _wait(listener: _Listener, timeout_s: float, stop: threading.Event | None = None) -> None:
+        """Until the listener serves; `stop` set (a Ctrl-C while starting) ends the wait at once."""
         deadline = time.monotonic() + timeout_s
         while not listener.server.started:
+            if stop is not None and stop.is_set():
+                raise RuntimeError("stopped while starting (a signal came)")
             if not listener.thread.is_alive():
                 raise RuntimeError(listener.failure)
             if time.monotonic() > deadline:

@@ -12,6 +12,8 @@ from corral.agent.gpu.simulated import SimulatedGpuBackend
 from corral.core.errors import ValidationError
 from corral.core.simfault import SimFault
 from corral.core.telemetry import (
+    GPU_SERIES,
+    GPU_VALUE,
     GpuEvent,
     GpuEventKind,
     GpuProcess,
@@ -124,6 +126,15 @@ def test_gpu_series_skip_unreported_values() -> None:
     assert series["gpu_throttled"] == 0.0  # idle is not throttling
     assert "gpu_power_w" not in series and "gpu_ecc_dbe_total" not in series
     assert compute_gpu_series(GpuSample(ts=1, index=0, uuid="u", throttle_reasons=0x40))["gpu_throttled"] == 1.0
+
+
+def test_every_gpu_series_has_its_value_in_order_and_only_the_asked_ones_are_made() -> None:
+    assert list(GPU_VALUE) == list(GPU_SERIES)
+    s = GpuSample(ts=1, index=0, uuid="u", utilization_percent=50, temperature_c=61, power_w=300, memory_total_mib=80)
+    every = compute_gpu_series(s)
+    assert list(every) == [m for m in GPU_SERIES if m in every]
+    asked = ["gpu_temperature_c", "gpu_utilization_percent", "gpu_ecc_dbe_total"]  # the last: not reported
+    assert compute_gpu_series(s, asked) == {"gpu_temperature_c": 61.0, "gpu_utilization_percent": 50.0}
 
 
 def test_host_series_percentages() -> None:

@@ -207,6 +207,7 @@ class Scheduler(Loop):
                 self.pending_reasons, self.pending_codes, self.pending_info = {}, {}, {}
                 self.last_cycle = self._quiet_plan = None
                 self._kept = KeptBuilds()  # the last pass's jobs are not held once the queue is empty
+                self._described = None
                 self.predictions.forget_answers()
                 self.staging_nodes = {}
                 return []
