@@ -77,7 +77,7 @@ def up(
     from corral.agent.identity import usable_identity
     from corral.agent.main import AgentSettings, AgentThread
     from corral.server.bootstrap import ADMIN_TOKEN_FILE, JOIN_TOKEN_FILE, write_cli_config
-    from corral.server.runtime import ServerThread, settle_heap
+    from corral.server.runtime import ServerThread, StartStopped, settle_heap
     from corral.server.settings import build_settings
 
     _logging()
@@ -106,6 +106,9 @@ def up(
     stop = _stop_on_signal()
     try:
         server.start(stop=stop)
+    except StartStopped:  # a Ctrl-C while starting: nothing is left running
+        print("stopping...", flush=True)
+        return
     except RuntimeError as e:  # a port taken: one line that says which and what to set, not a traceback
         _fail(str(e))
     # The CLI verifies an https:// server with the cluster CA, unless the operator's own certificate is served
@@ -174,7 +177,7 @@ def server(
     """Start only the server in the foreground (agents join with `corral agent --join`)."""
     from corral.server.bootstrap import JOIN_TOKEN_FILE
     from corral.server.context import context_of
-    from corral.server.runtime import ServerThread, settle_heap, switch_interval_ms
+    from corral.server.runtime import ServerThread, StartStopped, settle_heap, switch_interval_ms
     from corral.server.settings import build_settings
     from corral.server.workers import (
         NotAWorker,
@@ -202,6 +205,9 @@ def server(
     stop = _stop_on_signal()
     try:
         srv.start(stop=stop)
+    except StartStopped:  # a Ctrl-C while starting: nothing is left running
+        print("stopping...", flush=True)
+        return
     except RuntimeError as e:  # a port taken: one line that says which and what to set, not a traceback
         _fail(str(e))
     settle_heap(switch_interval_ms(settings.switch_interval_ms, serves))

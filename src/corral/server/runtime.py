@@ -35,6 +35,10 @@ from corral.store.base import StateStore
 AGENT_KEEP_ALIVE_S = 75
 
 
+class StartStopped(RuntimeError):
+    """`ServerThread.start` was asked to stop (a Ctrl-C while starting): what it had started is stopped again."""
+
+
 def _factory(
     make: Callable[[], ssl.SSLContext],
 ) -> Callable[[uvicorn.Config, Callable[[], ssl.SSLContext]], ssl.SSLContext]:
@@ -277,6 +281,9 @@ class ServerThread:
             listener.thread.start()
             try:
                 self._wait(listener, timeout_s, stop)
+            except StartStopped:
+                self.stop()  # what started, this one included (it may still be coming up)
+                raise
             except RuntimeError:
                 if i:
                     self.stop()
@@ -288,7 +295,7 @@ class ServerThread:
         deadline = time.monotonic() + timeout_s
         while not listener.server.started:
             if stop is not None and stop.is_set():
-                raise RuntimeError("stopped while starting (a signal came)")
+                raise StartStopped("stopped while starting (a signal came)")
             if not listener.thread.is_alive():
                 raise RuntimeError(listener.failure)
             if time.monotonic() > deadline:
