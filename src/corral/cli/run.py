@@ -177,7 +177,7 @@ def server(
     """Start only the server in the foreground (agents join with `corral agent --join`)."""
     from corral.server.bootstrap import JOIN_TOKEN_FILE
     from corral.server.context import context_of
-    from corral.server.runtime import ServerThread, StartStopped, settle_heap, switch_interval_ms
+    from corral.server.runtime import ServerThread, StartStopped, settle_heap
     from corral.server.settings import build_settings
     from corral.server.workers import (
         NotAWorker,
@@ -210,7 +210,7 @@ def server(
         return
     except RuntimeError as e:  # a port taken: one line that says which and what to set, not a traceback
         _fail(str(e))
-    settle_heap(switch_interval_ms(settings.switch_interval_ms, serves))
+    settle_heap(settings.switch_interval_ms, serves)
     workers = None
     telemetry = context_of(srv.app).telemetry
     if starter is not None:

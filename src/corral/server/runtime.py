@@ -70,13 +70,13 @@ def switch_interval_ms(setting: float | None, serves: str) -> float | None:
     return None if serves == "all" else WORKERS_SWITCH_INTERVAL_MS
 
 
-def settle_heap(switch_interval_ms: float | None = None) -> None:
+def settle_heap(switch_setting_ms: float | None = None, serves: str = "all") -> None:
     """Once the server has started: what it made to start (modules, schemas, the app; most of the heap) is frozen out
     of the collector's reach (gc.freeze: full collections then walk only what was made since; those objects are still
     freed by reference count), and young collections are spaced GC_YOUNG_THRESHOLD allocations apart.
 
-    `switch_interval_ms` (CORRAL_SWITCH_INTERVAL_MS): a thread that waits for the interpreter gets it after at most
-    this long. A request gives the interpreter up at each database query and each hand-over between the event loop
+    `switch_setting_ms` (CORRAL_SWITCH_INTERVAL_MS) and `serves` (what this process serves) give the switch interval
+    (`switch_interval_ms`): a thread that waits for the interpreter gets it after at most this long. A request gives the interpreter up at each database query and each hand-over between the event loop
     and its thread, and takes it back after: while a background pass (a scheduling plan, an alert round) computed,
     each of those cost up to CPython's 5 ms, tens of times a request (None: CPython's own; see
     WORKERS_SWITCH_INTERVAL_MS)."""
@@ -84,8 +84,9 @@ def settle_heap(switch_interval_ms: float | None = None) -> None:
     gc.freeze()
     _, middle, old = gc.get_threshold()
     gc.set_threshold(GC_YOUNG_THRESHOLD, middle, old)
-    if switch_interval_ms is not None:
-        sys.setswitchinterval(switch_interval_ms / 1000)
+    interval_ms = switch_interval_ms(switch_setting_ms, serves)
+    if interval_ms is not None:
+        sys.setswitchinterval(interval_ms / 1000)
 
 
 def https_files(settings: Settings, ca: CertificateAuthority) -> tuple[Path, Path]:

@@ -21,12 +21,12 @@ import pytest
 SCRIPT = textwrap.dedent(
     """
     import gc, json, sys
-    from corral.server.runtime import GC_YOUNG_THRESHOLD, settle_heap, switch_interval_ms
+    from corral.server.runtime import GC_YOUNG_THRESHOLD, settle_heap
     from corral.server.settings import Settings
 
     started = [object() for _ in range(1000)]  # what a server made to start
     default_switch = sys.getswitchinterval()
-    settle_heap(switch_interval_ms(Settings().switch_interval_ms, "people"))
+    settle_heap(Settings().switch_interval_ms, "people")
     frozen, threshold = gc.get_freeze_count(), gc.get_threshold()
 
     class Node:
