@@ -595,9 +595,10 @@ def main() -> None:
     for kind in kinds:
         db_rows, summary = run_db(kind, args)
         rows += db_rows
+        processes = args.workers + 1 if args.workers > 1 else 1  # CORRAL_WORKERS: and the loops' process
         log(
             args,
-            f"{kind}: server CPU {summary['server_cpu_percent']}% of a core ({args.workers} process(es)); agent ticks "
+            f"{kind}: server CPU {summary['server_cpu_percent']}% of a core ({processes} process(es)); agent ticks "
             f"{summary['agent_ticks_per_s']}/s (target {summary['agent_ticks_target_per_s']}/s, mean "
             f"{summary['agent_mean_late_ms']} ms late); errors {summary['errors'] or 'none'}; "
             f"{summary['pending_after']} jobs pending after",

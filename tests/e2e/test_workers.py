@@ -1,8 +1,10 @@
 """CORRAL_WORKERS (issue 13: a server that uses more than one core): `corral server` with CORRAL_WORKERS=3 on
-PostgreSQL, real processes over real HTTP. The process started serves people's ports and leads; the two it starts
-serve the agents' port together (each a replica of its own). Agents joined through that port run the work submitted
-through the API, and their telemetry shows in the starter's latest values and Prometheus gauges; a worker killed with -9 is started again and its agents carry on; a worker whose starter is killed
-with -9 stops by itself (no server left behind holding the agents' port)."""
+PostgreSQL, real processes over real HTTP. The process started serves people's ports; two it starts serve the agents'
+port together, and one more runs the leader's loops and alone leads (each a replica of its own). Agents joined
+through that port run the work submitted through the API, and their telemetry shows in the starter's latest values
+and Prometheus gauges; why a job waits, which the loops' process works out, is what people read; a worker killed
+with -9 is started again and its agents carry on, and so does the scheduling when the loops' process is killed; a
+worker whose starter is killed with -9 stops by itself (no server left behind holding the agents' port)."""
 
 from __future__ import annotations
 
@@ -47,6 +49,13 @@ def _alive(pid: int) -> bool:
         return f.read().rsplit(")", 1)[1].split()[0] != "Z"
 
 
+def _role(pid: int) -> str:
+    """What a worker does (CORRAL_WORKER_ROLE in its environment, server/workers.py)."""
+    with open(f"/proc/{pid}/environ", "rb") as f:
+        env = dict(x.split(b"=", 1) for x in f.read().split(b"\0") if b"=" in x)
+    return env.get(b"CORRAL_WORKER_ROLE", b"").decode()
+
+
 def _job_done(c: Corral, headers: dict[str, str], job: int) -> bool:
     return bool(httpx.get(f"{c.url}/api/v1/jobs/{job}", headers=headers).json()["state"] == "SUCCEEDED")
 
@@ -60,15 +69,24 @@ def test_workers_serve_the_agents_port_restart_and_stop_with_their_starter(
     token = (c.data_dir / "admin-token").read_text().strip()
     headers = {"Authorization": f"Bearer {token}"}
 
-    # Three replicas, of which the process started leads and answers people; the agents' port is the workers'.
-    status = wait_for(lambda: len((s := _status(c, token))["replicas"]) == 3 and s, 30, "3 replicas")
+    # Four replicas: the process started answers people; two workers serve the agents' port; the loops' one leads.
+    status = wait_for(
+        lambda: len((s := _status(c, token))["replicas"]) == 4 and s["leader"] and s, 30, "4 replicas, one leading"
+    )
     replicas = {r["id"] for r in status["replicas"]}
-    assert _answering(c, token, 10) == {status["leader"]} and _pid(status["leader"]) == server.pid
-    workers = {r for r in replicas if _pid(r) != server.pid}
-    assert len(workers) == 2 and all(_alive(_pid(w)) for w in workers)
-    # each worker's id extends its starter's: the starter's alert rounds read back nothing its workers stored, as
-    # every batch reaches it through their channels
-    assert all(w.startswith(status["leader"] + "/worker-") for w in workers)
+    (starter,) = {r for r in replicas if _pid(r) == server.pid}
+    assert _answering(c, token, 10) == {starter}
+    workers = replicas - {starter}
+    assert all(_alive(_pid(w)) for w in workers)
+    assert sorted(_role(_pid(w)) for w in workers) == ["agents", "agents", "loops"]
+    assert _role(_pid(status["leader"])) == "loops"
+    loops = status["leader"]
+    workers -= {loops}
+    # each worker's id extends its starter's
+    assert all(w.startswith(starter + "/worker-") for w in workers | {loops})
+    # the agents' reports wait for a core behind people's reads and the scheduler's passes (CORRAL_WORKER_NICE)
+    assert [os.getpriority(os.PRIO_PROCESS, _pid(w)) for w in sorted(workers)] == [10, 10]
+    assert os.getpriority(os.PRIO_PROCESS, _pid(loops)) == os.getpriority(os.PRIO_PROCESS, server.pid) == 0
 
     # Agents joined through the workers' port run what is submitted through the API.
     env = dict(c.env, CORRAL_URL=c.url, CORRAL_TOKEN=token)
@@ -119,10 +137,34 @@ def test_workers_serve_the_agents_port_restart_and_stop_with_their_starter(
     run_jobs(4)
     assert all(n["state"] == "READY" for n in nodes())
 
+    # Why a job waits is worked out by the loops' process and told by the starter (scheduler_view.py).
+    held = []
+    for _ in range(3):  # two hold every GPU; the third waits
+        resp = httpx.post(f"{c.url}/api/v1/jobs", headers=headers, json={"command": ["sleep", "120"], "gpus": 2})
+        assert resp.status_code < 300, resp.text
+        held.append(resp.json()["id"])
+    waiting = wait_for(
+        lambda: (
+            (j := httpx.get(f"{c.url}/api/v1/jobs/{held[-1]}", headers=headers).json())["pending_reason"]
+            not in (None, "waiting for the scheduler")
+            and j
+        ),
+        30,
+        "the reason the third job waits, on the starter",
+    )
+    assert waiting["state"] == "PENDING" and "GPU" in waiting["pending_reason"], waiting
+    for job in held:
+        assert httpx.post(f"{c.url}/api/v1/jobs/{job}/cancel", headers=headers).status_code == 200
+
+    # kill -9 of the loops' process: its starter starts another, which leads, and jobs are placed again.
+    os.kill(_pid(loops), signal.SIGKILL)
+    wait_for(lambda: (leader := _status(c, token)["leader"]) and leader != loops, 60, "a new loops' process leading")
+    run_jobs(2)
+
     # kill -9 of the starter: its workers stop by themselves, and nothing holds the agents' port.
+    left = {r["id"] for r in _status(c, token)["replicas"]} - {starter}
     os.kill(server.pid, signal.SIGKILL)
     server.wait(10)
-    left = (workers - {killed}) | fresh
     wait_for(lambda: not any(_alive(_pid(w)) for w in left), 20, "the workers stopped after their starter")
     time.sleep(0.5)
     with pytest.raises(httpx.TransportError):

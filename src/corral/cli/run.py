@@ -180,13 +180,16 @@ def server(
     from corral.server.runtime import ServerThread, StartStopped, settle_heap
     from corral.server.settings import build_settings
     from corral.server.workers import (
+        VIEW_FILE,
         NotAWorker,
         Workers,
         follow_parent,
         inherited_channel,
         inherited_sockets,
+        inherited_wakes,
         worker_of,
         worker_replica_id,
+        worker_role,
     )
 
     _logging()
@@ -195,12 +198,25 @@ def server(
         starter = worker_of()  # this process is one of CORRAL_WORKERS, started by that one: it serves the agents
     except NotAWorker as e:
         _fail(str(e))
-    serves = "agents" if starter is not None else "people" if settings.workers > 1 else "all"
+    # one process serves everything; or, with CORRAL_WORKERS, the one started serves people's ports and starts the
+    # others: those serving the agents' port and the one running the leader's loops (server/workers.py)
+    serves = worker_role() if starter is not None else "people" if settings.workers > 1 else "all"
+    if serves == "agents" and settings.worker_nice:  # before any thread starts: each inherits it
+        os.nice(settings.worker_nice)
+    view = settings.data_dir / VIEW_FILE
+    if serves == "people":
+        view.unlink(missing_ok=True)  # an earlier run's: people are told nothing until this run's loops wrote it
+    sockets = inherited_sockets() if starter else []
+    if serves == "loops":  # the agents' port is the other workers'
+        for sock in sockets:
+            sock.close()
+        sockets = []
     srv = ServerThread(
         settings,
         serves=serves,
-        agent_sockets=inherited_sockets() if starter else (),
+        agent_sockets=sockets,
         replica_id=worker_replica_id() if starter else None,
+        view_path=view if serves in ("people", "loops") else None,
     )
     stop = _stop_on_signal()
     try:
@@ -217,10 +233,12 @@ def server(
         follow_parent(starter, stop.set)
         if (channel := inherited_channel()) is not None:  # the batches it receives reach the starter's gauges
             telemetry.forward = channel.send
+        inherited_wakes(context_of(srv.app).scheduler.trigger.fire)  # the loops': the starter's submissions wake it
     else:
         if settings.workers > 1:  # after this one's start: the data dir and the database are ready for them
             replica = context_of(srv.app).leadership.id
             workers = Workers(settings, srv.agent_sockets, on_batch=telemetry.remember, replica_of=replica)
+            context_of(srv.app).scheduler.trigger.forward = workers.wake  # the loops' process schedules
             workers.start()
         print(f"Corral server at {settings.url}", flush=True)
         _print_join_hint(
@@ -230,7 +248,11 @@ def server(
             bool(srv.credentials.join_token),
         )
         if workers is not None:
-            print(f"  agents are served by {settings.workers - 1} more server process(es) (CORRAL_WORKERS)", flush=True)
+            print(
+                f"  agents are served by {settings.workers - 1} more server process(es), the scheduler and the other "
+                "loops by one more (CORRAL_WORKERS)",
+                flush=True,
+            )
     _wait_for_signal(stop, lambda: srv.alive)
     if workers is not None:
         workers.stop()

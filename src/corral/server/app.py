@@ -7,6 +7,7 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -85,12 +86,21 @@ def open_server_store(settings: Settings) -> StateStore:
 
 
 def create_app(
-    settings: Settings, store: StateStore | None = None, *, explains: bool = True, replica_id: str | None = None
+    settings: Settings,
+    store: StateStore | None = None,
+    *,
+    serves: str = "all",
+    replica_id: str | None = None,
+    view_path: Path | None = None,
 ) -> FastAPI:
-    """Build the app; the store is opened (and migrated) here unless one is passed in. `explains`: this process
-    answers people (why a job waits): a worker serving only agents (server/workers.py) computes no plan unless it
-    leads. `replica_id`: this process's id among the replicas (default: a new one; a worker's extends its
-    starter's)."""
+    """Build the app; the store is opened (and migrated) here unless one is passed in. `serves`: what this process
+    of the server does (server/workers.py): "all" (a server of one process), or in a server of several "people"
+    (people's ports: it computes no plan, and tells people what the loops' process wrote to `view_path`),
+    "agents" (the agents' port: it computes no plan) or "loops" (it alone leads, runs the scheduler's passes and
+    the other loops, and writes what people are told to `view_path`). `replica_id`: this process's id among the
+    replicas (default: a new one; a worker's extends its starter's)."""
+    if serves not in ("all", "people", "agents", "loops"):
+        raise ValueError(f"serves: {serves!r}")
     store = store or open_server_store(settings)
     # Refuses to start (one line why) when the key file is missing, too open or not this database's.
     keyring = load_keyring(settings.effective_secrets_key_file, store.secret_key_ids())
@@ -98,7 +108,9 @@ def create_app(
     # Several replicas may share the database: the leader applies plans and runs the loops that run once
     # (server/background/leadership.py); the scheduler wakes on a change of leader.
     one_server = bool(getattr(store, "is_sqlite", False))  # SQLite: one server; PostgreSQL: replicas may share it
-    leadership = Leadership(store, settings.url, solo=one_server, replica_id=replica_id)
+    leadership = Leadership(
+        store, settings.url, solo=one_server, replica_id=replica_id, candidate=serves in ("all", "loops")
+    )
     scheduler = Scheduler(
         store,
         notifier,
@@ -109,8 +121,10 @@ def create_app(
         queueing=settings.queueing,
         cancel_grace_s=settings.cancel_grace_s,
         leading=lambda: leadership.leading,
-        explains=explains,
+        explains=serves in ("all", "loops"),
         recheck_s=settings.schedule_recheck_s,
+        view_out=view_path if serves == "loops" else None,
+        view_in=view_path if serves == "people" else None,
     )
     leadership.on_change = lambda _leading: scheduler.trigger.fire()
     policy = HealthPolicy(
@@ -218,6 +232,9 @@ def create_app(
     )
 
     gateway_on_api_port = not settings.effective_gateway_port
+    # the gateway's route refresh and readiness probes: started by the gateway port's app, else by this app's
+    # lifespan (on the API port; in the loops' process, which serves no port but whose services controller reads them)
+    starts_gateway = gateway_on_api_port or serves == "loops"
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -230,13 +247,13 @@ def create_app(
         service_manager.start()
         autoscaler.start()
         clusters.start()
-        if gateway_on_api_port:
+        if starts_gateway:
             await service_manager.gateway.start()
         logins.purge(older_than_s=86400)  # failed-login counters nobody has added to for a day
         try:
             yield
         finally:
-            if gateway_on_api_port:
+            if starts_gateway:
                 await service_manager.gateway.stop()
             autoscaler.stop(timeout_s=30.0)
             clusters.stop(timeout_s=30.0)

@@ -111,7 +111,7 @@ def lifespan_only(app: Any) -> Any:
             await app(scope, receive, send)
         elif scope["type"] == "http":
             await send({"type": "http.response.start", "status": 404, "headers": [(b"content-type", b"text/plain")]})
-            await send({"type": "http.response.body", "body": b"this Corral process serves only the agents' port\n"})
+            await send({"type": "http.response.body", "body": b"this Corral process answers no request on this port\n"})
         else:
             await send({"type": "websocket.close", "code": 1008})
 
@@ -146,12 +146,14 @@ class ServerThread:
         serves: str = "all",
         agent_sockets: Sequence[socket.socket] = (),
         replica_id: str | None = None,
+        view_path: Path | None = None,
     ) -> None:
         """For CORRAL_WORKERS (server/workers.py): `serves` "people" (the API, job-UI and gateway ports; the agents'
-        port is bound at `start`, in `agent_sockets`, for the workers) or "agents" (the agents' port on the
+        port is bound at `start`, in `agent_sockets`, for the workers), "agents" (the agents' port on the
         `agent_sockets` its starter handed it, which checked every port; the app runs on a loopback port of its own
-        that answers no request)."""
-        if serves not in ("all", "people", "agents"):
+        that answers no request) or "loops" (no port: the leader's loops; `view_path`, what it tells the people's
+        process, server/background/scheduler_view.py)."""
+        if serves not in ("all", "people", "agents", "loops"):
             raise ValueError(f"serves: {serves!r}")
         self.settings = settings
         self.serves = serves
@@ -161,7 +163,7 @@ class ServerThread:
         secure_data_dir(*private)
         self.store: StateStore = open_server_store(settings)
         self.credentials: Credentials = ensure_credentials(self.store, settings.data_dir)
-        app = create_app(settings, self.store, explains=serves != "agents", replica_id=replica_id)
+        app = create_app(settings, self.store, serves=serves, replica_id=replica_id, view_path=view_path)
         self.app = app
         secure_data_dir(*private)
         self.ca: CertificateAuthority = context_of(app).ca
@@ -175,20 +177,19 @@ class ServerThread:
             "access_log": False,
             "timeout_graceful_shutdown": 2,
         }  # agents' long polls would hold a longer one
-        # A worker serving agents runs the app (its lifespan: the loops, the leader lease) on a loopback port of
-        # its own that answers no request: people reach the API through its starter only.
-        api = {"port": settings.port} if serves != "agents" else {"port": 0, "host": "127.0.0.1"}
+        # A worker (serving agents, or the loops) runs the app (its lifespan: the loops, the leader lease) on a
+        # loopback port of its own that answers no request: people reach the API through its starter only.
+        worker = serves in ("agents", "loops")
+        api = {"port": 0, "host": "127.0.0.1"} if worker else {"port": settings.port}
         self.listeners = [
             _Listener(
                 "corral-server",
-                uvicorn.Server(
-                    uvicorn.Config(app if serves != "agents" else lifespan_only(app), **(common | api), **people_tls)
-                ),
+                uvicorn.Server(uvicorn.Config(lifespan_only(app) if worker else app, **(common | api), **people_tls)),
                 f"the server could not start on {settings.host}:{settings.port} (is the port taken?)",
             )
         ]
         # Jobs' web UIs on their own port (origin); it serves only /proxy/jobs/... and shares the app's state.
-        job_ui_app = job_ui_app_of(app) if serves != "agents" else None
+        job_ui_app = None if worker else job_ui_app_of(app)
         if job_ui_app is not None:
             self.listeners.append(
                 _Listener(
@@ -203,7 +204,7 @@ class ServerThread:
                 )
             )
         # The services' gateway on its own port (/services/NAME/...); it shares the app's state.
-        gateway_app = gateway_app_of(app) if serves != "agents" else None
+        gateway_app = None if worker else gateway_app_of(app)
         if gateway_app is not None:
             self.listeners.append(
                 _Listener(
@@ -226,6 +227,8 @@ class ServerThread:
             # the agents' port is the workers': its certificate is made here, before they start (several
             # processes issuing it at once could leave a key that does not match the certificate)
             self.ca.ensure_server_cert(server_names(settings))
+            return
+        if serves == "loops":
             return
         # Agents: mutual TLS with the cluster CA's server certificate, client certificates verified.
         agent_cert, agent_key = self.ca.ensure_server_cert(server_names(settings))
@@ -262,7 +265,7 @@ class ServerThread:
         tried first: whoever waits for the API's port (a script, `make up`, a benchmark) should not see a server
         that exits a moment later because a port it opens after the API's is taken (the agents' port too when
         this process leaves it to its workers)."""
-        if self.serves != "agents":  # a worker's ports are its starter's, checked there
+        if self.serves not in ("agents", "loops"):  # a worker's ports are its starter's, checked there
             ports = [(lst.server.config.host, lst.server.config.port, lst.failure) for lst in self.listeners]
             if self.serves == "people":
                 s = self.settings

@@ -77,6 +77,14 @@ class Settings(BaseSettings):
         description="Server processes `corral server` runs on this machine, sharing its ports and the database "
         "(PostgreSQL): each is a replica (docs/operations.md), so a server uses more than one core.",
     )
+    worker_nice: int = Field(
+        10,
+        ge=0,
+        le=19,
+        description="With CORRAL_WORKERS > 1: how much lower the CPU priority (nice) of the processes serving the "
+        "agents' port is than that of the one answering people. Agents report every few seconds and wait well; "
+        "people's reads should not wait behind a fleet's reports for a core.",
+    )
     idempotency_key_ttl_s: float = Field(
         86400.0, ge=86400, le=30 * 86400.0, description="How long a job submission's Idempotency-Key is remembered."
     )

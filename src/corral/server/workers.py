@@ -35,6 +35,11 @@ WORKER_CHANNEL_ENV = "CORRAL_WORKER_CHANNEL"  # and of its end of the channel th
 WORKER_REPLICA_ENV = (
     "CORRAL_WORKER_REPLICA_OF"  # and its starter's replica id, which its own extends (worker_replica_id)
 )
+WORKER_ROLE_ENV = "CORRAL_WORKER_ROLE"  # and what it does: "agents" (the agents' port) or "loops" (the leader's loops)
+WORKER_WAKE_ENV = (
+    "CORRAL_WORKER_WAKE"  # the loops' one: its end of the channel on which its starter wakes its scheduler
+)
+VIEW_FILE = "scheduler-view"  # in the data dir: what the loops' process tells the people's (scheduler_view.py)
 MAX_MESSAGE = 1 << 20  # one batch, encoded (64 GPUs and 1,000 events fit many times over)
 RESTART_AFTER_S = 1.0  # a worker that died is started again after this long, doubled while it keeps dying young
 RESTART_MAX_S = 30.0
@@ -57,6 +62,36 @@ def worker_of() -> int | None:
             f"{WORKER_OF_ENV} is set by `corral server` for the workers it starts (CORRAL_WORKERS), not by hand: unset it"
         )
     return int(raw)
+
+
+def worker_role() -> str:
+    """What this worker does: "agents" or "loops" (Workers)."""
+    role = os.environ.get(WORKER_ROLE_ENV, "agents")
+    return role if role in ("agents", "loops") else "agents"
+
+
+def inherited_wakes(fire: Callable[[], None]) -> threading.Thread | None:
+    """The loops' process: `fire` (its scheduler's trigger) for each wake its starter sends (a submission, a
+    cancel: the starter's scheduler computes nothing and leaves the pass to this one), until the starter's end
+    closes. None when this process was handed no such channel."""
+    raw = os.environ.get(WORKER_WAKE_ENV, "")
+    if not raw.isdigit():
+        return None
+    sock = socket.socket(fileno=int(raw))
+
+    def run() -> None:
+        with sock:
+            while True:
+                try:
+                    if not sock.recv(64):
+                        return
+                except OSError:
+                    return
+                fire()
+
+    thread = threading.Thread(target=run, name="corral-worker-wakes", daemon=True)
+    thread.start()
+    return thread
 
 
 def worker_replica_id() -> str | None:
@@ -188,8 +223,11 @@ def follow_parent(parent: int, on_gone: Callable[[], None]) -> threading.Thread:
 
 
 class Workers:
-    """The other `settings.workers - 1` server processes of this one, serving `sockets` (the agents' port), kept
-    running until `stop`."""
+    """The other server processes of this one, kept running until `stop`: `settings.workers - 1` serving `sockets`
+    (the agents' port), and one that runs the leader's loops (the scheduler's passes, alert rounds, schedules,
+    services, cloud pools), so that no pass holds the interpreter of a process that answers requests. It alone
+    leads (the others never claim the lease), writes what people are told of the queue to the data dir's VIEW_FILE
+    (server/background/scheduler_view.py) and is woken by `wake` (the starter's submissions and cancels)."""
 
     def __init__(
         self,
@@ -201,7 +239,9 @@ class Workers:
         """`on_batch`: each telemetry batch a worker received and stored (BatchChannel). `replica_of`: this
         process's replica id, which the workers' ids extend (worker_replica_id)."""
         self.count = settings.workers - 1
+        self.roles = ["agents"] * self.count + ["loops"]
         self.on_batch = on_batch
+        self._wake: socket.socket | None = None  # the starter's end of the loops' process's wake channel
         self.fds = [sock.fileno() for sock in sockets]
         self.env = dict(os.environ)
         # What flags gave this process reaches the workers as the settings they stand for.
@@ -211,27 +251,51 @@ class Workers:
             CORRAL_DATA_DIR=str(settings.data_dir),
             CORRAL_POLICY=settings.policy,
             CORRAL_WORKERS=str(settings.workers),
-            **{WORKER_OF_ENV: str(os.getpid()), WORKER_FDS_ENV: ",".join(map(str, self.fds))},
+            **{
+                WORKER_OF_ENV: str(os.getpid()),
+                WORKER_FDS_ENV: ",".join(map(str, self.fds)),
+                WORKER_ROLE_ENV: "agents",
+            },
         )
         if replica_of:
             self.env[WORKER_REPLICA_ENV] = replica_of
         if settings.database_url:
             self.env["CORRAL_DATABASE_URL"] = settings.database_url
-        self.procs: list[tuple[subprocess.Popen[bytes], float, float] | None] = [
-            None
-        ] * self.count  # (proc, start, delay)
+        self.procs: list[tuple[subprocess.Popen[bytes], float, float] | None] = [None] * len(
+            self.roles
+        )  # (proc, start, delay), in the order of `roles`
         self._lock = threading.Lock()  # a worker is never started once `stop` began
         self._stopping = threading.Event()
         self._watcher = threading.Thread(target=self._watch, name="corral-workers", daemon=True)
 
     def start(self) -> None:
         with self._lock:
-            for i in range(self.count):
-                self.procs[i] = (self._spawn(), time.monotonic(), RESTART_AFTER_S)
+            for i, role in enumerate(self.roles):
+                self.procs[i] = (self._spawn(role), time.monotonic(), RESTART_AFTER_S)
         self._watcher.start()
 
-    def _spawn(self) -> subprocess.Popen[bytes]:
+    def wake(self) -> None:
+        """Ask the loops' process for a scheduling pass soon (never blocks: a wake already waiting is enough)."""
+        sock = self._wake
+        if sock is None:
+            return
+        try:
+            sock.send(b"w")
+        except OSError:  # full (a wake waits already), or the loops' process is gone (its next one is woken anew)
+            pass
+
+    def _spawn(self, role: str) -> subprocess.Popen[bytes]:
         code = "import sys\nfrom corral.cli.main import main\nsys.exit(main(['server']))"
+        if role == "loops":
+            mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            mine.setblocking(False)
+            with theirs:
+                env = self.env | {WORKER_ROLE_ENV: "loops", WORKER_WAKE_ENV: str(theirs.fileno())}
+                proc = subprocess.Popen([sys.executable, "-c", code], env=env, pass_fds=(*self.fds, theirs.fileno()))
+            old, self._wake = self._wake, mine
+            if old is not None:
+                old.close()
+            return proc
         if self.on_batch is None:
             return subprocess.Popen([sys.executable, "-c", code], env=self.env, pass_fds=self.fds)
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -258,7 +322,7 @@ class Workers:
                     if lived < wait:
                         continue  # dead, started again once it has been gone long enough
                     log.warning("server worker %d exited (%s): starting it again", proc.pid, proc.returncode)
-                    self.procs[i] = (self._spawn(), now, min(wait * 2, RESTART_MAX_S))
+                    self.procs[i] = (self._spawn(self.roles[i]), now, min(wait * 2, RESTART_MAX_S))
 
     def stop(self, timeout_s: float = 15.0) -> None:
         """SIGTERM to every worker (each gives up the lead at once if it had it), then SIGKILL after `timeout_s`."""
@@ -274,3 +338,6 @@ class Workers:
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
+        if self._wake is not None:
+            self._wake.close()
+            self._wake = None

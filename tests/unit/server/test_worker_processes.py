@@ -71,7 +71,7 @@ def test_a_worker_serving_agents_starts_and_stops_the_app_but_answers_no_request
     with TestClient(lifespan_only(app)) as client:
         assert events == ["start"]
         resp = client.get("/api/v1/jobs")
-        assert resp.status_code == 404 and "agents" in resp.text
+        assert resp.status_code == 404 and "answers no request" in resp.text
     assert events == ["start", "stop"]
     assert TestClient(app).get("/api/v1/jobs").json() == [1]  # the app itself would have answered
 

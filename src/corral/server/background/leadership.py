@@ -49,6 +49,7 @@ class Leadership(Loop):
         on_change: Callable[[bool], None] | None = None,
         replica_id: str | None = None,
         solo: bool = False,
+        candidate: bool = True,
     ) -> None:
         super().__init__("leadership", renew_s, log=log)
         self.store = store
@@ -58,6 +59,9 @@ class Leadership(Loop):
         # One server by construction (SQLite: a file on one machine): it leads whatever the lease says, so that a
         # renewal held up by a busy database never pauses its scheduler; the lease and heartbeat only inform status.
         self.solo = solo
+        # A replica that never claims the lease (it heartbeats, and reads who leads from the replicas): the
+        # people's and agents' processes of a server of several, whose loops' process leads (server/workers.py).
+        self.candidate = candidate
         now = datetime.now(UTC)
         self.replica = Replica(self.id, socket.gethostname(), url, __version__, now, now, code_head())
         self.lease: Lease | None = None
@@ -76,6 +80,8 @@ class Leadership(Loop):
 
     def claim(self) -> bool:
         """One claim or renewal now (also the first, before the loops start): whether this replica leads."""
+        if not self.candidate:
+            return False
         now = datetime.now(UTC)
         started = time.monotonic()
         self.lease = self.store.claim_lease(self.id, now, self.ttl_s)

@@ -14,6 +14,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Protocol
 
 from corral.core.staging import CODE_STAGING, IN_STAGED, IN_STAGING
@@ -22,6 +23,7 @@ from corral.scheduler.plan import UNRANKED, Plan, Snapshot, compute_plan, is_qui
 from corral.scheduler.queueing import compute_decayed_usage, get_queueing_policy
 from corral.scheduler.queueing.prediction import DurationPrediction
 from corral.server.background.loop import Loop
+from corral.server.background.scheduler_view import ViewFollower, write_view
 from corral.server.health.consequences import requeue_after_failure
 from corral.server.services.notify import NodeNotifier
 from corral.server.services.prediction import HISTORY_JOBS, RunTimePredictions
@@ -78,6 +80,8 @@ class Scheduler(Loop):
         leading: Callable[[], bool] | None = None,
         explains: bool = True,
         recheck_s: float = RECHECK_S,
+        view_out: Path | None = None,
+        view_in: Path | None = None,
     ) -> None:
         # rest_ratio: under load the passes grow long; resting as long as the last pass took keeps the scheduler to
         # half the server's interpreter and lets each pass take more jobs at once (idle, a pass takes milliseconds)
@@ -92,6 +96,11 @@ class Scheduler(Loop):
         # A replica that answers no one why a job waits (a worker serving only agents: server/workers.py) computes
         # no plan while it does not lead; it still wakes the agents it holds when the leader gave them work.
         self.explains = explains
+        # CORRAL_WORKERS (server/background/scheduler_view.py): the loops' process writes what people are told to
+        # `view_out` after each pass that changed it; the people's process (explains False) reads it from `view_in`.
+        self.view_out = view_out
+        self._published: tuple[object, ...] = ()
+        self._follower = ViewFollower(view_in) if view_in is not None else None
         self.store = store
         self.notifier = notifier
         self.policy = policy
@@ -117,6 +126,7 @@ class Scheduler(Loop):
         # job id -> when running jobs were first preempted for it: it gets the freed GPUs first
         self._nominated: dict[int, float] = {}
         self._latencies: deque[float] = deque(maxlen=10_000)  # submit -> placement, seconds
+        self._placements = 0  # how many were added to _latencies (a change to publish)
         # Run times learnt from finished jobs (the store's history at start, then each job that succeeds).
         self.predictions = RunTimePredictions()
         self._history_learnt = False
@@ -159,7 +169,28 @@ class Scheduler(Loop):
 
     def run_pass(self) -> float | None:
         self.run_once(datetime.now(UTC))
+        if self.view_out is not None:
+            self.publish_view()
         return None
+
+    def publish_view(self) -> None:
+        """Write what people are told (reasons, codes, positions and ETAs, latencies) to `view_out` when it changed
+        since the last write: the published dicts are replaced whole on a change, never changed in place."""
+        assert self.view_out is not None
+        now = (self.pending_reasons, self.pending_codes, self.pending_info, self._placements)
+        # the same objects, or equal ones (a pass with reasons from outside its plan copies them): nothing to write
+        if self._published and all(a is b or a == b for a, b in zip(now, self._published, strict=True)):
+            self._published = now
+            return
+        write_view(self.view_out, self.pending_reasons, self.pending_codes, self.pending_info, self._latencies)
+        self._published = now
+
+    def follow_view(self) -> None:
+        """The people's process: take the loops' process's view when it changed."""
+        view = self._follower.changed() if self._follower is not None else None
+        if view is not None:
+            self.pending_reasons, self.pending_codes, self.pending_info = view.reasons, view.codes, view.info
+            self._latencies = deque(view.latencies_s, maxlen=self._latencies.maxlen)
 
     def on_stop(self) -> None:
         if self.leading():
@@ -193,7 +224,12 @@ class Scheduler(Loop):
         with self._lock:
             leading = self.leading()
             if not leading and not self.explains:
-                self._wake_nodes_with_news(self._running.read())
+                running = self._running.read()
+                self._wake_nodes_with_news(running)
+                if self._follower is not None:  # the people's process of several: what it tells, the loops' one knew
+                    self.follow_view()
+                    self._learn_run_times(running, self.store.list_tenants())  # running jobs' predicted end
+                    self._refresh_users(running)
                 return []
             if leading:
                 self.reconcile_lost_nodes(now)
@@ -306,6 +342,7 @@ class Scheduler(Loop):
             created = {str(j.id): j.created_at for j in ready}
             for job_id in applied.started:
                 self._latencies.append(max((now - created[job_id]).total_seconds(), 0.0))
+                self._placements += 1
         reasons, codes, info = self._plan_reasons(plan)
         # why jobs wait outside the plan (few): ahead of the plan's own reason
         outside: dict[int, tuple[str, str]] = {}

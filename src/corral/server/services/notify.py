@@ -47,9 +47,13 @@ class Trigger:
 
     def __init__(self) -> None:
         self._event = threading.Event()
+        # also wakes another process's scheduler: the loops' process of a server of several (server/workers.py)
+        self.forward: Callable[[], None] | None = None
 
     def fire(self) -> None:
         self._event.set()
+        if self.forward is not None:
+            self.forward()
 
     def wait(self, timeout_s: float) -> bool:
         fired = self._event.wait(timeout_s)

@@ -1,0 +1,99 @@
+"""What the scheduler tells people, handed from the process that schedules to the one that answers them.
+
+A server of several processes (CORRAL_WORKERS, server/workers.py) runs the leader's loops (the scheduler's passes,
+the alert rounds, schedules, services, cloud pools) in a process of their own, so that a pass of 0.3 s over 10,000
+pending jobs never holds the interpreter that answers people's reads (bench/api_load.py). That process writes, after
+each pass that changed it, why each pending job waits (its reason and code), its queue position and ETA, and the
+recent submit-to-placement latencies to one file in the data dir; the people's process reads it again when it
+changed (a stat every WAKE_EVERY_S). The file is replaced whole (written aside, then renamed): a reader sees the old
+view or the new one, never half of one.
+
+marshal: the fastest encoding of dicts of ints and strings CPython has (10,000 jobs: a few ms), and both ends are
+this server's own processes, of the same interpreter, in its private data dir; what does not read as a view is
+ignored (and logged), never half applied.
+"""
+
+from __future__ import annotations
+
+import logging
+import marshal
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+log = logging.getLogger("corral.scheduler")
+VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerView:
+    reasons: dict[int, str] = field(default_factory=dict)  # job id -> why it waits (pending_reason)
+    codes: dict[int, str] = field(default_factory=dict)  # job id -> its stable code (pending_code)
+    info: dict[int, tuple[int, datetime | None]] = field(default_factory=dict)  # job id -> (position, ETA)
+    latencies_s: tuple[float, ...] = ()  # recent submit -> placement latencies
+
+
+def write_view(
+    path: Path,
+    reasons: Mapping[int, str],
+    codes: Mapping[int, str],
+    info: Mapping[int, tuple[int, datetime | None]],
+    latencies_s: Sequence[float],
+) -> None:
+    """Replace the view at `path` (atomically: a reader sees the old one or this one)."""
+    data = marshal.dumps(
+        (
+            VERSION,
+            dict(reasons),
+            dict(codes),
+            {k: (pos, None if eta is None else eta.timestamp()) for k, (pos, eta) in info.items()},
+            [float(x) for x in latencies_s],
+        )
+    )
+    aside = path.with_name(f".{path.name}.{os.getpid()}")
+    with open(aside, "wb") as f:
+        f.write(data)
+    os.replace(aside, path)
+
+
+def read_view(path: Path) -> SchedulerView | None:
+    """The view at `path`; None when there is none, or what is there is not a view (logged)."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    try:
+        version, reasons, codes, info, latencies = marshal.loads(data)
+        if version != VERSION or not all(isinstance(x, dict) for x in (reasons, codes, info)):
+            raise ValueError(f"not a scheduler view of version {VERSION}")
+        if not all(type(k) is int and type(v) is str for d in (reasons, codes) for k, v in d.items()):
+            raise ValueError("a reason or code that is not an id and a text")
+        at = {
+            int(k): (int(pos), None if eta is None else datetime.fromtimestamp(float(eta), UTC))
+            for k, (pos, eta) in info.items()
+        }
+        return SchedulerView(reasons, codes, at, tuple(float(x) for x in latencies))
+    except (EOFError, ValueError, TypeError, OverflowError, OSError) as e:
+        log.warning("the scheduler's view %s could not be read: %s", path, e)
+        return None
+
+
+class ViewFollower:
+    """The people's end: `changed()` gives the view when the file changed since the last call (else None)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._seen: tuple[int, int, int] | None = None
+
+    def changed(self) -> SchedulerView | None:
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return None
+        key = (st.st_ino, st.st_mtime_ns, st.st_size)
+        if key == self._seen:
+            return None
+        self._seen = key  # one that does not read is logged once, not every look
+        return read_view(self.path)

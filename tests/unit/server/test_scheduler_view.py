@@ -1,0 +1,91 @@
+"""CORRAL_WORKERS (issue 13): the loops' process schedules and leads; the people's process computes no plan and tells
+people why a job waits from what the loops' process wrote (server/background/scheduler_view.py). Both databases."""
+
+from __future__ import annotations
+
+import os
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from corral.core.models import JobSpec
+from corral.core.resources import GpuInfo
+from corral.core.states import JobState
+from corral.server.background.leadership import Leadership
+from corral.server.background.scheduler_view import ViewFollower, read_view, write_view
+from corral.server.background.scheduling import Scheduler
+from corral.server.services.notify import NodeNotifier, Trigger
+from corral.store.sql import SqlStore
+
+T0 = datetime(2026, 11, 29, 8, 0, tzinfo=UTC)
+
+
+def test_a_view_reads_back_as_written_and_a_follower_reads_it_only_when_it_changed(tmp_path: Path) -> None:
+    path = tmp_path / "scheduler-view"
+    follower = ViewFollower(path)
+    assert follower.changed() is None  # nothing written yet
+    eta = T0 + timedelta(minutes=3)
+    write_view(path, {7: "no node has 4 free GPUs"}, {7: "resources"}, {7: (1, eta), 8: (2, None)}, [0.25, 1.5])
+    view = follower.changed()
+    assert view is not None
+    assert view.reasons == {7: "no node has 4 free GPUs"} and view.codes == {7: "resources"}
+    assert view.info == {7: (1, eta), 8: (2, None)} and view.latencies_s == (0.25, 1.5)
+    assert follower.changed() is None  # the same file: not read again
+    write_view(path, {}, {}, {}, [])
+    again = follower.changed()
+    assert again is not None and again.reasons == {} and again.info == {}
+    assert not [p for p in tmp_path.iterdir() if p.name != "scheduler-view"]  # written aside, then renamed
+
+
+def test_what_is_not_a_view_is_ignored_not_half_applied(tmp_path: Path) -> None:
+    path = tmp_path / "scheduler-view"
+    for junk in (b"", b"\x00garbage", __import__("marshal").dumps((1, {"7": 3}, {}, {}, []))):
+        path.write_bytes(junk)
+        assert read_view(path) is None
+    follower = ViewFollower(path)
+    assert follower.changed() is None and follower.changed() is None  # read once, then left until it changes
+
+
+def _node_and_jobs(store: SqlStore, jobs: int) -> list[int]:
+    gpu = GpuInfo(index=0, uuid="GPU-0", model="H100-80GB", memory_mib=81920)
+    store.upsert_node("n1", "n1", "simulated", 8000, 65536, {}, [gpu], datetime.now(UTC))
+    return [store.create_job(JobSpec(command=("true",), gpus=1), datetime.now(UTC)).id for _ in range(jobs)]
+
+
+def test_the_people_process_tells_what_the_loops_process_worked_out(store: SqlStore, tmp_path: Path) -> None:
+    path = tmp_path / "scheduler-view"
+    first, second, third = _node_and_jobs(store, 3)
+    loops = Scheduler(store, NodeNotifier(), "bestfit", 1.0, view_out=path)
+    people = Scheduler(store, NodeNotifier(), "bestfit", 1.0, leading=lambda: False, explains=False, view_in=path)
+    people.run_pass()
+    assert people.pending_reasons == {} and people.last_cycle is None  # nothing written yet; it plans nothing itself
+    loops.run_pass()  # starts the first on n1's one GPU; the other two wait
+    written = os.stat(path).st_mtime_ns
+    assert set(loops.pending_reasons) == {second, third}
+    people.run_pass()
+    assert people.last_cycle is None  # still no plan of its own
+    assert people.pending_reasons == loops.pending_reasons and people.pending_codes == loops.pending_codes
+    assert people.pending_info == loops.pending_info and [p for p, _ in people.pending_info.values()] == [0, 1]
+    assert len(people.latencies_s()) == 1  # the first job's wait, for the scheduling-latency histogram
+    loops.run_pass()  # the same work: the same view, not written again
+    assert os.stat(path).st_mtime_ns == written
+    assert store.finish_job(first, JobState.SUCCEEDED, 0, "", datetime.now(UTC))  # n1's GPU is free: the second starts
+    loops.run_pass()
+    people.run_pass()
+    assert set(people.pending_reasons) == {third} and [p for p, _ in people.pending_info.values()] == [0]
+
+
+def test_a_process_that_is_no_candidate_never_takes_the_lease(store: SqlStore) -> None:
+    people = Leadership(store, "https://people", replica_id="p", candidate=False)
+    assert not people.claim() and not people.leading
+    people.run_pass()  # heartbeats all the same
+    assert [r.id for r in store.list_replicas(datetime.now(UTC) - timedelta(minutes=1))] == ["p"]
+    loops = Leadership(store, "https://loops", replica_id="p/worker-1")
+    assert loops.claim() and loops.leading
+    assert not people.claim()
+
+
+def test_a_trigger_also_wakes_where_it_forwards() -> None:
+    trigger, woken = Trigger(), []
+    trigger.forward = lambda: woken.append(1)
+    trigger.fire()
+    assert trigger.wait(0) and woken == [1]
