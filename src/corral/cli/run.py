@@ -180,13 +180,21 @@ def server(
     from corral.server.runtime import ServerThread, StartStopped, settle_heap
     from corral.server.settings import build_settings
     from corral.server.workers import (
+        STUCK_AFTER_S,
         VIEW_FILE,
+        WAKE_BUDGETS,
+        WAKE_POOLS,
+        WAKE_SCHEDULER,
+        WAKE_SERVICES,
         NotAWorker,
         Workers,
         follow_parent,
         inherited_channel,
+        inherited_relay,
         inherited_sockets,
         inherited_wakes,
+        read_batches,
+        watch_progress,
         worker_of,
         worker_replica_id,
         worker_role,
@@ -233,12 +241,41 @@ def server(
         follow_parent(starter, stop.set)
         if (channel := inherited_channel()) is not None:  # the batches it receives reach the starter's gauges
             telemetry.forward = channel.send
-        inherited_wakes(context_of(srv.app).scheduler.trigger.fire)  # the loops': the starter's submissions wake it
+            context_of(srv.app).scheduler.trigger.forward = channel.send_wake  # for the loops' process's scheduler
+        if serves == "loops":  # what the starter's API changed wakes the loop that acts on it; the batches its
+            ctx = context_of(srv.app)  # agents' workers forward reach the alert rounds and the autoscaler here too
+
+            def budgets_changed() -> None:
+                ctx.budgets.invalidate()
+                ctx.scheduler.trigger.fire()
+
+            inherited_wakes(
+                {
+                    WAKE_SCHEDULER: ctx.scheduler.trigger.fire,
+                    WAKE_BUDGETS: budgets_changed,
+                    WAKE_POOLS: ctx.autoscaler.wake,
+                    WAKE_SERVICES: ctx.services.wake,
+                }
+            )
+            if (relay := inherited_relay()) is not None:
+                read_batches(relay, telemetry.remember, on_wake=ctx.scheduler.trigger.fire)
+
+            def stuck(name: str) -> None:  # no other process here takes the lease: its starter starts another
+                logging.getLogger("corral.workers").critical(
+                    "the %s loop finished no pass for %.0f s: this loops' process exits", name, STUCK_AFTER_S
+                )
+                os._exit(70)
+
+            watch_progress([ctx.leadership, ctx.scheduler], stuck)
     else:
         if settings.workers > 1:  # after this one's start: the data dir and the database are ready for them
             replica = context_of(srv.app).leadership.id
             workers = Workers(settings, srv.agent_sockets, on_batch=telemetry.remember, replica_of=replica)
-            context_of(srv.app).scheduler.trigger.forward = workers.wake  # the loops' process schedules
+            ctx = context_of(srv.app)  # the loops' process runs the loops these wake
+            ctx.scheduler.trigger.forward = lambda: workers.tell(WAKE_SCHEDULER)
+            ctx.budgets.forward = lambda: workers.tell(WAKE_BUDGETS)
+            ctx.autoscaler.trigger.forward = lambda: workers.tell(WAKE_POOLS)
+            ctx.services.controller.trigger.forward = lambda: workers.tell(WAKE_SERVICES)
             workers.start()
         print(f"Corral server at {settings.url}", flush=True)
         _print_join_hint(

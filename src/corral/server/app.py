@@ -6,6 +6,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import asdict
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -181,6 +182,14 @@ def create_app(
         shared=not one_server,
     )
     scheduler.on_waiting = autoscaler.wake  # jobs left waiting: the autoscaler looks at once, not at its next tick
+    if serves == "loops":  # what people read of the other loops, handed to the people's process with the queue's
+        scheduler.view_extra = lambda: {
+            "notifiers": [asdict(s) for s in alerting.dispatcher.status()],
+            "demand": {pool: list(d) for pool, d in autoscaler.demand_by_pool().items()},
+        }
+    elif serves == "people":
+        alerting.remote_notifiers = lambda: scheduler.leader_facts.get("notifiers")
+        autoscaler.remote_demand = lambda: scheduler.leader_facts.get("demand")
     job_logs = LogStore(settings.data_dir / "logs", settings.job_log_max_bytes)
     # slurm and kubernetes pools (issue 20): the leader hands the jobs placed there to their cluster and follows them
     clusters = ClusterBridge(

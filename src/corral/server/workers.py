@@ -22,8 +22,9 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
+from typing import Protocol
 
 from corral.core.telemetry import TelemetryBatch, batch_from_dict, batch_to_dict
 from corral.server.settings import Settings
@@ -36,9 +37,14 @@ WORKER_REPLICA_ENV = (
     "CORRAL_WORKER_REPLICA_OF"  # and its starter's replica id, which its own extends (worker_replica_id)
 )
 WORKER_ROLE_ENV = "CORRAL_WORKER_ROLE"  # and what it does: "agents" (the agents' port) or "loops" (the leader's loops)
-WORKER_WAKE_ENV = (
-    "CORRAL_WORKER_WAKE"  # the loops' one: its end of the channel on which its starter wakes its scheduler
-)
+WORKER_WAKE_ENV = "CORRAL_WORKER_WAKE"  # the loops' one: its end of the channel on which its starter wakes its loops
+WORKER_RELAY_ENV = "CORRAL_WORKER_RELAY"  # and of the one on which its starter relays the agents' workers' batches
+# What the starter tells the loops' process on the wake channel, one byte each (Workers.tell, inherited_wakes): the
+# people's API changed what one of the leader's loops acts on, which it would otherwise see at its next pass.
+WAKE_SCHEDULER = b"w"  # a submission, a cancel: a scheduling pass
+WAKE_BUDGETS = b"b"  # a budget set or removed: read the budgets again (then a scheduling pass)
+WAKE_POOLS = b"p"  # a cloud pool created, changed or removed: an autoscaler pass
+WAKE_SERVICES = b"s"  # a request waits for a service scaled to zero: a services controller pass
 VIEW_FILE = "scheduler-view"  # in the data dir: what the loops' process tells the people's (scheduler_view.py)
 MAX_MESSAGE = 1 << 20  # one batch, encoded (64 GPUs and 1,000 events fit many times over)
 RESTART_AFTER_S = 1.0  # a worker that died is started again after this long, doubled while it keeps dying young
@@ -70,10 +76,10 @@ def worker_role() -> str:
     return role if role in ("agents", "loops") else "agents"
 
 
-def inherited_wakes(fire: Callable[[], None]) -> threading.Thread | None:
-    """The loops' process: `fire` (its scheduler's trigger) for each wake its starter sends (a submission, a
-    cancel: the starter's scheduler computes nothing and leaves the pass to this one), until the starter's end
-    closes. None when this process was handed no such channel."""
+def inherited_wakes(handlers: Mapping[bytes, Callable[[], None]]) -> threading.Thread | None:
+    """The loops' process: the handler of each byte its starter sends (WAKE_SCHEDULER...: the starter's loops do
+    not run, and what its API changed is this process's to act on), until the starter's end closes. None when this
+    process was handed no such channel."""
     raw = os.environ.get(WORKER_WAKE_ENV, "")
     if not raw.isdigit():
         return None
@@ -83,11 +89,18 @@ def inherited_wakes(fire: Callable[[], None]) -> threading.Thread | None:
         with sock:
             while True:
                 try:
-                    if not sock.recv(64):
-                        return
+                    data = sock.recv(64)
                 except OSError:
                     return
-                fire()
+                if not data:
+                    return
+                for kind in dict.fromkeys(data[i : i + 1] for i in range(len(data))):
+                    handler = handlers.get(kind)
+                    if handler is not None:
+                        try:
+                            handler()
+                        except Exception:  # noqa: BLE001 - one failed wake never stops the channel
+                            log.exception("a wake from the starter failed")
 
     thread = threading.Thread(target=run, name="corral-worker-wakes", daemon=True)
     thread.start()
@@ -146,6 +159,15 @@ class BatchChannel:
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, MAX_MESSAGE)
         self.dropped = 0
 
+    def send_wake(self) -> None:
+        """Ask the leader's scheduler for a pass soon (a job ended and freed GPUs, a node registered, a GPU failed
+        or came back): its starter relays this to the loops' process. Never blocks; a wake it has no room for is
+        replaced by the leader's next pass, at most CORRAL_SCHEDULE_INTERVAL_S later."""
+        try:
+            self.sock.send(WAKE_MESSAGE)
+        except OSError:
+            self.dropped += 1
+
     def send(self, batch: TelemetryBatch, stored: int) -> None:
         data = _encoded(batch, stored)
         try:
@@ -173,6 +195,7 @@ class BatchChannel:
         self.dropped += 1
 
 
+WAKE_MESSAGE = b'{"wake":1}'  # on a worker's channel: not a batch, a wake for the leader's scheduler
 SLIM_DETAIL = 80  # characters of an event's detail kept when a batch is too large for the channel
 
 
@@ -180,13 +203,26 @@ def _encoded(batch: TelemetryBatch, stored: int) -> bytes:
     return json.dumps({"stored": stored, "batch": batch_to_dict(batch)}, separators=(",", ":")).encode()
 
 
+def inherited_relay() -> socket.socket | None:
+    """The loops' process: its end of the channel on which its starter relays the agents' workers' batches."""
+    raw = os.environ.get(WORKER_RELAY_ENV, "")
+    return socket.socket(fileno=int(raw)) if raw.isdigit() else None
+
+
 def inherited_channel() -> BatchChannel | None:
     raw = os.environ.get(WORKER_CHANNEL_ENV, "")
     return BatchChannel(socket.socket(fileno=int(raw))) if raw.isdigit() else None
 
 
-def read_batches(sock: socket.socket, on_batch: Callable[[TelemetryBatch, int], None]) -> threading.Thread:
-    """The starter's end: `on_batch` for each batch the worker sends, until the worker's end closes."""
+def read_batches(
+    sock: socket.socket,
+    on_batch: Callable[[TelemetryBatch, int], None],
+    relay: Callable[[bytes], None] | None = None,
+    on_wake: Callable[[], None] | None = None,
+) -> threading.Thread:
+    """The starter's end: `on_batch` for each batch the worker sends, until the worker's end closes; `relay` gets
+    each message as it came first (the starter hands it on to the loops' process). The loops' process reads the
+    relayed ones the same way, and `on_wake` for each wake (BatchChannel.send_wake)."""
 
     def run() -> None:
         with sock:
@@ -197,13 +233,56 @@ def read_batches(sock: socket.socket, on_batch: Callable[[TelemetryBatch, int], 
                     return
                 if not data:
                     return  # the worker exited
+                if relay is not None:
+                    relay(data)
                 try:
+                    if data == WAKE_MESSAGE:
+                        if on_wake is not None:
+                            on_wake()
+                        continue
                     message = json.loads(data)
                     on_batch(batch_from_dict(message["batch"]), int(message["stored"]))
                 except Exception:  # noqa: BLE001 - one bad message never stops the channel
                     log.exception("a worker's telemetry batch could not be read")
 
     thread = threading.Thread(target=run, name="corral-worker-batches", daemon=True)
+    thread.start()
+    return thread
+
+
+STUCK_AFTER_S = 120.0  # a loop of the loops' process that finished no pass this long is stuck (watch_progress)
+
+
+class Passes(Protocol):
+    name: str
+    passes: int
+
+
+def watch_progress(
+    loops: Sequence[Passes],
+    on_stuck: Callable[[str], None],
+    stuck_after_s: float = STUCK_AFTER_S,
+    every_s: float = 5.0,
+    stop: threading.Event | None = None,
+) -> threading.Thread:
+    """The loops' process: `on_stuck(name)` once one of `loops` (the lease's renewal, the scheduler) has finished
+    no pass for `stuck_after_s` (a query that never returns, a lock never released). Nothing else on this machine
+    may take the lease over, so the process exits and its starter starts another (server/workers.py)."""
+    stop = stop or threading.Event()
+
+    def watch() -> None:
+        seen = {id(loop): (loop.passes, time.monotonic()) for loop in loops}
+        while not stop.wait(every_s):
+            now = time.monotonic()
+            for loop in loops:
+                passes, since = seen[id(loop)]
+                if loop.passes != passes:
+                    seen[id(loop)] = (loop.passes, now)
+                elif now - since >= stuck_after_s:
+                    on_stuck(loop.name)
+                    return
+
+    thread = threading.Thread(target=watch, name="corral-loops-watch", daemon=True)
     thread.start()
     return thread
 
@@ -242,6 +321,7 @@ class Workers:
         self.roles = ["agents"] * self.count + ["loops"]
         self.on_batch = on_batch
         self._wake: socket.socket | None = None  # the starter's end of the loops' process's wake channel
+        self._relay: socket.socket | None = None  # and of the channel it relays the agents' workers' batches on
         self.fds = [sock.fileno() for sock in sockets]
         self.env = dict(os.environ)
         # What flags gave this process reaches the workers as the settings they stand for.
@@ -274,27 +354,52 @@ class Workers:
                 self.procs[i] = (self._spawn(role), time.monotonic(), RESTART_AFTER_S)
         self._watcher.start()
 
-    def wake(self) -> None:
-        """Ask the loops' process for a scheduling pass soon (never blocks: a wake already waiting is enough)."""
+    def tell(self, kind: bytes) -> None:
+        """Wake one of the loops' process's loops (WAKE_SCHEDULER...). Never blocks: when the channel is full, wakes
+        wait already; when the loops' process is gone, the one started again begins with a pass of each loop."""
         sock = self._wake
         if sock is None:
             return
         try:
-            sock.send(b"w")
-        except OSError:  # full (a wake waits already), or the loops' process is gone (its next one is woken anew)
+            sock.send(kind)
+        except OSError:
+            pass
+
+    def relay(self, data: bytes) -> None:
+        """Hand an agents' worker's telemetry batch on to the loops' process (its alert rounds read the GPUs' events,
+        its autoscaler the GPUs' use); never blocks: a batch it has no room for is replaced by the node's next."""
+        sock = self._relay
+        if sock is None:
+            return
+        try:
+            sock.send(data)
+        except OSError:
             pass
 
     def _spawn(self, role: str) -> subprocess.Popen[bytes]:
         code = "import sys\nfrom corral.cli.main import main\nsys.exit(main(['server']))"
         if role == "loops":
-            mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-            mine.setblocking(False)
-            with theirs:
-                env = self.env | {WORKER_ROLE_ENV: "loops", WORKER_WAKE_ENV: str(theirs.fileno())}
-                proc = subprocess.Popen([sys.executable, "-c", code], env=env, pass_fds=(*self.fds, theirs.fileno()))
-            old, self._wake = self._wake, mine
-            if old is not None:
-                old.close()
+            wake, wake_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            relay, relay_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            wake.setblocking(False)
+            relay.setblocking(False)
+            relay.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, MAX_MESSAGE)
+            with wake_theirs, relay_theirs:
+                env = self.env | {
+                    WORKER_ROLE_ENV: "loops",
+                    WORKER_WAKE_ENV: str(wake_theirs.fileno()),
+                    WORKER_RELAY_ENV: str(relay_theirs.fileno()),
+                }
+                proc = subprocess.Popen(
+                    [sys.executable, "-c", code],
+                    env=env,
+                    pass_fds=(*self.fds, wake_theirs.fileno(), relay_theirs.fileno()),
+                )
+            old = (self._wake, self._relay)
+            self._wake, self._relay = wake, relay
+            for sock in old:
+                if sock is not None:
+                    sock.close()
             return proc
         if self.on_batch is None:
             return subprocess.Popen([sys.executable, "-c", code], env=self.env, pass_fds=self.fds)
@@ -302,7 +407,7 @@ class Workers:
         with theirs:
             env = self.env | {WORKER_CHANNEL_ENV: str(theirs.fileno())}
             proc = subprocess.Popen([sys.executable, "-c", code], env=env, pass_fds=(*self.fds, theirs.fileno()))
-        read_batches(mine, self.on_batch)
+        read_batches(mine, self.on_batch, relay=self.relay)
         return proc
 
     def _watch(self) -> None:
@@ -338,6 +443,7 @@ class Workers:
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
-        if self._wake is not None:
-            self._wake.close()
-            self._wake = None
+        for sock in (self._wake, self._relay):
+            if sock is not None:
+                sock.close()
+        self._wake = self._relay = None

@@ -188,9 +188,9 @@ def test_the_servers_own_workers_are_not_replicas_to_read_back_from(
     assert len(reads) == 1
 
 
-def test_same_server_is_a_worker_and_its_starter_never_two_workers() -> None:
+def test_same_server_is_a_starter_and_its_workers() -> None:
     assert is_same_server("s/worker-1", "s") and is_same_server("s", "s/worker-1") and is_same_server("s", "s")
-    assert not is_same_server("s/worker-2", "s/worker-1")  # each stores batches the other never sees
+    assert is_same_server("s/worker-2", "s/worker-1")  # the agents' worker's batches reach the loops' one's memory
     assert not is_same_server("s2", "s") and not is_same_server("s", "s2") and not is_same_server("s2/worker-1", "s")
 
 
@@ -367,3 +367,35 @@ def test_a_round_builds_only_the_series_its_rules_read_and_a_new_rule_gets_its_o
     assert "gpu_utilization_percent" in {p.metric for p in cluster.leader.alerting.compute_series(now)}
     cluster.leader.alerting.evaluate(now)
     assert ("busy", "b") in _firing(cluster.leader.alerting.list_alerts(cluster.admin, None))
+
+
+def test_a_replica_that_does_not_lead_counts_the_leaders_alerts_and_shows_the_notifiers_it_was_told(
+    cluster: Cluster,
+) -> None:
+    """The Prometheus `corral_alerts{state}` gauge and `GET /alerts/notifiers` of the people's process of a server
+    of several, whose loops' process leads: the leader's saved alerts, and the notifiers' status it handed over
+    (server/background/scheduler_view.py), not this process's own rules and dispatcher, which never run."""
+    now = time.time()
+    cluster.leader.telemetry.receive("b", _batch("b", 85.0, now))
+    cluster.leader.alerting.evaluate(now)
+    leader = cluster.leader.alerting.alert_states()
+    assert leader["firing"] >= 3  # b's two hot GPUs and each tenant's queue
+    assert cluster.follower.alerting.alert_states() == leader
+    told = [
+        {
+            "notifier": "webhook",
+            "delivered": 4,
+            "failed": 2,
+            "dropped": 0,
+            "retries": 6,
+            "last_error": "HTTP 500",
+            "last_error_at": now,
+            "last_success_at": None,
+        }
+    ]
+    assert cluster.follower.alerting.notifier_status() == cluster.follower.alerting.dispatcher.status()
+    cluster.follower.alerting.remote_notifiers = lambda: told
+    status = cluster.follower.alerting.notifier_status()
+    assert [(s.notifier, s.failed, s.last_error) for s in status] == [("webhook", 2, "HTTP 500")]
+    cluster.follower.alerting.remote_notifiers = lambda: None  # nothing told yet
+    assert cluster.follower.alerting.notifier_status() == []

@@ -3,13 +3,17 @@ people why a job waits from what the loops' process wrote (server/background/sch
 
 from __future__ import annotations
 
+import marshal
 import os
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
+
 from corral.core.models import JobSpec
 from corral.core.resources import GpuInfo
 from corral.core.states import JobState
+from corral.server.background import scheduler_view
 from corral.server.background.leadership import Leadership
 from corral.server.background.scheduler_view import ViewFollower, read_view, write_view
 from corral.server.background.scheduling import Scheduler
@@ -24,11 +28,12 @@ def test_a_view_reads_back_as_written_and_a_follower_reads_it_only_when_it_chang
     follower = ViewFollower(path)
     assert follower.changed() is None  # nothing written yet
     eta = T0 + timedelta(minutes=3)
-    write_view(path, {7: "no node has 4 free GPUs"}, {7: "resources"}, {7: (1, eta), 8: (2, None)}, [0.25, 1.5])
+    extra = {"notifiers": [{"notifier": "webhook", "failed": 2}], "demand": {"burst": [3, 12]}}
+    write_view(path, {7: "no node has 4 free GPUs"}, {7: "resources"}, {7: (1, eta), 8: (2, None)}, [0.25, 1.5], extra)
     view = follower.changed()
     assert view is not None
     assert view.reasons == {7: "no node has 4 free GPUs"} and view.codes == {7: "resources"}
-    assert view.info == {7: (1, eta), 8: (2, None)} and view.latencies_s == (0.25, 1.5)
+    assert view.info == {7: (1, eta), 8: (2, None)} and view.latencies_s == (0.25, 1.5) and view.extra == extra
     assert follower.changed() is None  # the same file: not read again
     write_view(path, {}, {}, {}, [])
     again = follower.changed()
@@ -36,13 +41,16 @@ def test_a_view_reads_back_as_written_and_a_follower_reads_it_only_when_it_chang
     assert not [p for p in tmp_path.iterdir() if p.name != "scheduler-view"]  # written aside, then renamed
 
 
-def test_what_is_not_a_view_is_ignored_not_half_applied(tmp_path: Path) -> None:
+def test_what_is_not_a_view_is_ignored_not_half_applied(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "scheduler-view"
-    for junk in (b"", b"\x00garbage", __import__("marshal").dumps((1, {"7": 3}, {}, {}, []))):
+    for junk in (b"", b"\x00garbage", marshal.dumps((2, {"7": 3}, {}, {}, [], {})), marshal.dumps((1, {}, {}, {}, []))):
         path.write_bytes(junk)
         assert read_view(path) is None
     follower = ViewFollower(path)
-    assert follower.changed() is None and follower.changed() is None  # read once, then left until it changes
+    reads = []
+    monkeypatch.setattr(scheduler_view, "read_view", lambda p: reads.append(p))
+    assert follower.changed() is None and follower.changed() is None
+    assert len(reads) == 1  # read once, then left until it changes
 
 
 def _node_and_jobs(store: SqlStore, jobs: int) -> list[int]:
@@ -59,7 +67,7 @@ def test_the_people_process_tells_what_the_loops_process_worked_out(store: SqlSt
     people.run_pass()
     assert people.pending_reasons == {} and people.last_cycle is None  # nothing written yet; it plans nothing itself
     loops.run_pass()  # starts the first on n1's one GPU; the other two wait
-    written = os.stat(path).st_mtime_ns
+    written = os.stat(path).st_ino  # each write replaces the file: a new inode
     assert set(loops.pending_reasons) == {second, third}
     people.run_pass()
     assert people.last_cycle is None  # still no plan of its own
@@ -67,7 +75,7 @@ def test_the_people_process_tells_what_the_loops_process_worked_out(store: SqlSt
     assert people.pending_info == loops.pending_info and [p for p, _ in people.pending_info.values()] == [0, 1]
     assert len(people.latencies_s()) == 1  # the first job's wait, for the scheduling-latency histogram
     loops.run_pass()  # the same work: the same view, not written again
-    assert os.stat(path).st_mtime_ns == written
+    assert os.stat(path).st_ino == written
     assert store.finish_job(first, JobState.SUCCEEDED, 0, "", datetime.now(UTC))  # n1's GPU is free: the second starts
     loops.run_pass()
     people.run_pass()
@@ -89,3 +97,46 @@ def test_a_trigger_also_wakes_where_it_forwards() -> None:
     trigger.forward = lambda: woken.append(1)
     trigger.fire()
     assert trigger.wait(0) and woken == [1]
+
+
+@pytest.mark.postgres
+def test_the_people_process_of_a_server_of_several_leads_nothing_and_tells_what_it_was_told(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    """create_app(serves="people"): no lease, no plan; its queue reasons, notifiers' status and pools' demand are
+    what the loops' process wrote to the view (the app's own alert rules and autoscaler never run)."""
+    from corral.server.app import create_app
+    from corral.server.context import context_of
+    from corral.server.settings import Settings
+    from corral.store.sql import open_store
+
+    view = tmp_path / "scheduler-view"
+    store = open_store(postgres_url)
+    try:
+        app = create_app(Settings(data_dir=tmp_path, database_url=postgres_url), store, serves="people", view_path=view)
+        ctx = context_of(app)
+        assert not ctx.leadership.claim() and not ctx.scheduler.explains
+        (job,) = _node_and_jobs(store, 1)
+        extra = {
+            "notifiers": [
+                {
+                    "notifier": "webhook",
+                    "delivered": 1,
+                    "failed": 3,
+                    "dropped": 0,
+                    "retries": 9,
+                    "last_error": "timed out",
+                    "last_error_at": 5.0,
+                    "last_success_at": 1.0,
+                }
+            ],
+            "demand": {"burst": [2, 16]},
+        }
+        write_view(view, {job: "a reason"}, {job: "resources"}, {job: (0, None)}, [0.5], extra)
+        ctx.scheduler.run_once(datetime.now(UTC))
+        assert ctx.scheduler.last_cycle is None and ctx.scheduler.pending_reasons == {job: "a reason"}
+        assert [(s.notifier, s.failed) for s in ctx.alerting.notifier_status()] == [("webhook", 3)]
+        assert ctx.autoscaler.demand_by_pool() == {"burst": (2, 16)}
+        assert ctx.scheduler.latencies_s() == [0.5]
+    finally:
+        store.close()

@@ -7,8 +7,10 @@ from __future__ import annotations
 import os
 import socket
 import threading
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import pytest
 from fastapi import FastAPI
@@ -16,14 +18,23 @@ from fastapi.testclient import TestClient
 
 from corral.core.telemetry import GpuEvent, GpuEventKind, GpuProcess, GpuSample, HostSample, TelemetryBatch
 from corral.server.runtime import check_ports_free, lifespan_only
+from corral.server.settings import Settings
 from corral.server.workers import (
+    WAKE_BUDGETS,
+    WAKE_POOLS,
+    WAKE_SCHEDULER,
+    WAKE_SERVICES,
     WORKER_FDS_ENV,
     WORKER_OF_ENV,
+    WORKER_WAKE_ENV,
     BatchChannel,
     NotAWorker,
+    Workers,
     bind_sockets,
     inherited_sockets,
+    inherited_wakes,
     read_batches,
+    watch_progress,
     worker_of,
 )
 
@@ -152,3 +163,81 @@ def test_a_batch_too_large_for_the_channel_still_brings_its_gpus_values() -> Non
     assert all(e.xid == 79 and len(e.detail) <= 80 for e in slim.events)
     worker_end.close()
     reader.join(2)
+
+
+def _until(cond: Callable[[], object], s: float = 2.0) -> None:
+    deadline = time.monotonic() + s
+    while not cond() and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def test_the_starter_wakes_the_loops_process_loops_and_relays_its_agents_workers_batches(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The people's API changed what a loop of the loops' process acts on (a submission, a budget, a pool, a service
+    scaled to zero): the starter tells it, one byte per loop; each batch an agents' worker forwards reaches the
+    loops' process too (its alert rounds read the GPUs' XID events, which are stored nowhere), and so does an agents'
+    worker's wake for the scheduler (GPUs freed)."""
+    workers = Workers(Settings(data_dir=tmp_path), [])
+    woken: list[bytes] = []
+    wake, wake_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    relay, relay_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    workers._wake, workers._relay = wake, relay  # as _spawn("loops") leaves them
+    monkeypatch.setenv(WORKER_WAKE_ENV, str(wake_theirs.fileno()))
+    handlers = {k: (lambda k=k: woken.append(k)) for k in (WAKE_SCHEDULER, WAKE_BUDGETS, WAKE_POOLS, WAKE_SERVICES)}
+    reader = inherited_wakes(handlers)
+    assert reader is not None
+    for kind in (WAKE_BUDGETS, WAKE_SCHEDULER, WAKE_POOLS, WAKE_SERVICES):
+        workers.tell(kind)
+    _until(lambda: len(woken) == 4)
+    assert woken == [WAKE_BUDGETS, WAKE_SCHEDULER, WAKE_POOLS, WAKE_SERVICES]
+
+    gpu = GpuSample(ts=1.0, index=3, uuid="GPU-3", utilization_percent=97.0, memory_used_mib=70000, power_w=650.0)
+    xid = GpuEvent(ts=1.0, kind=GpuEventKind.XID, gpu_index=3, xid=79, detail="fallen off the bus")
+    batch = TelemetryBatch(node="n7", ts=1.0, host=None, gpus=(gpu,), events=(xid,), gpu_count=8)
+    on_starter: list[tuple[TelemetryBatch, int]] = []
+    on_loops: list[tuple[TelemetryBatch, int]] = []
+    read_batches(relay_theirs, lambda b, n: on_loops.append((b, n)), on_wake=lambda: woken.append(b"freed"))
+    worker_end, starter_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    read_batches(starter_end, lambda b, n: on_starter.append((b, n)), relay=workers.relay)
+    BatchChannel(worker_end).send(batch, 9)
+    _until(lambda: on_loops)
+    assert on_starter == on_loops == [(batch, 9)]
+    # a job that ended on an agents' worker's node freed GPUs: the wake reaches the loops' process's scheduler
+    BatchChannel(worker_end).send_wake()
+    _until(lambda: woken[-1] == b"freed")
+    assert woken[-1] == b"freed" and on_starter == on_loops == [(batch, 9)]  # a wake, not a batch
+
+    workers.stop()  # the starter's ends close: the loops' process's readers end
+    reader.join(2)
+    assert not reader.is_alive()
+    workers.tell(WAKE_SCHEDULER)  # nothing to tell any more: never raises
+    worker_end.close()
+
+
+def test_the_loops_process_gives_up_once_a_loop_finished_no_pass_for_too_long() -> None:
+    """Nothing else on the machine takes the lease over from a loops' process that hangs: it exits (and its starter
+    starts another) once its lease renewal or its scheduler finished no pass for STUCK_AFTER_S."""
+
+    class FakeLoop:
+        def __init__(self, name: str) -> None:
+            self.name, self.passes = name, 0
+
+    renewal, scheduler = FakeLoop("leadership"), FakeLoop("scheduler")
+    stuck: list[str] = []
+    stop = threading.Event()
+    watcher = watch_progress([renewal, scheduler], stuck.append, stuck_after_s=0.3, every_s=0.02, stop=stop)
+    deadline = time.monotonic() + 0.6
+    while time.monotonic() < deadline:  # both keep passing: nothing is stuck
+        renewal.passes += 1
+        scheduler.passes += 1
+        time.sleep(0.02)
+    assert stuck == []
+    deadline = time.monotonic() + 1.0
+    while not stuck and time.monotonic() < deadline:  # the scheduler's pass never ends; the renewal goes on
+        renewal.passes += 1
+        time.sleep(0.02)
+    assert stuck == ["scheduler"]
+    watcher.join(1)
+    assert not watcher.is_alive()  # said once
+    stop.set()

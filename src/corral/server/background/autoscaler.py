@@ -112,6 +112,8 @@ class Autoscaler(Loop):
         self.join = join
         self.local_root = local_root
         self.latest = latest
+        # the people's process of a server of several: each pool's demand as the loops' process last told it
+        self.remote_demand: Callable[[], Mapping[str, Sequence[int]] | None] | None = None
         # replicas share the database: a node whose agent reports to another replica is judged idle by the samples
         # that replica stored, not by "no job" alone
         self.shared = shared
@@ -129,6 +131,10 @@ class Autoscaler(Loop):
 
     # ---- what the API reads ----
     def demand_by_pool(self) -> Mapping[str, tuple[int, int]]:
+        """Each pool's waiting (jobs, GPUs), as of the last pass: where the passes run (this process, or the loops'
+        process of this server, `remote_demand`)."""
+        if self.remote_demand is not None:
+            return {str(k): (int(v[0]), int(v[1])) for k, v in (self.remote_demand() or {}).items()}
         return dict(self._demand)
 
     # ---- the pass ----

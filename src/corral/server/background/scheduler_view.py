@@ -22,9 +22,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 log = logging.getLogger("corral.scheduler")
-VERSION = 1
+VERSION = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +34,9 @@ class SchedulerView:
     codes: dict[int, str] = field(default_factory=dict)  # job id -> its stable code (pending_code)
     info: dict[int, tuple[int, datetime | None]] = field(default_factory=dict)  # job id -> (position, ETA)
     latencies_s: tuple[float, ...] = ()  # recent submit -> placement latencies
+    # what the leader's other loops know that people read: the notifiers' status (`notifiers`, a list of dicts),
+    # each cloud pool's demand (`demand`, pool -> [jobs, GPUs])
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def write_view(
@@ -41,6 +45,7 @@ def write_view(
     codes: Mapping[int, str],
     info: Mapping[int, tuple[int, datetime | None]],
     latencies_s: Sequence[float],
+    extra: Mapping[str, Any] | None = None,
 ) -> None:
     """Replace the view at `path` (atomically: a reader sees the old one or this one)."""
     data = marshal.dumps(
@@ -50,6 +55,7 @@ def write_view(
             dict(codes),
             {k: (pos, None if eta is None else eta.timestamp()) for k, (pos, eta) in info.items()},
             [float(x) for x in latencies_s],
+            dict(extra or {}),
         )
     )
     aside = path.with_name(f".{path.name}.{os.getpid()}")
@@ -65,8 +71,8 @@ def read_view(path: Path) -> SchedulerView | None:
     except FileNotFoundError:
         return None
     try:
-        version, reasons, codes, info, latencies = marshal.loads(data)
-        if version != VERSION or not all(isinstance(x, dict) for x in (reasons, codes, info)):
+        version, reasons, codes, info, latencies, extra = marshal.loads(data)
+        if version != VERSION or not all(isinstance(x, dict) for x in (reasons, codes, info, extra)):
             raise ValueError(f"not a scheduler view of version {VERSION}")
         if not all(type(k) is int and type(v) is str for d in (reasons, codes) for k, v in d.items()):
             raise ValueError("a reason or code that is not an id and a text")
@@ -74,7 +80,7 @@ def read_view(path: Path) -> SchedulerView | None:
             int(k): (int(pos), None if eta is None else datetime.fromtimestamp(float(eta), UTC))
             for k, (pos, eta) in info.items()
         }
-        return SchedulerView(reasons, codes, at, tuple(float(x) for x in latencies))
+        return SchedulerView(reasons, codes, at, tuple(float(x) for x in latencies), extra)
     except (EOFError, ValueError, TypeError, OverflowError, OSError) as e:
         log.warning("the scheduler's view %s could not be read: %s", path, e)
         return None

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from corral.core.staging import CODE_STAGING, IN_STAGED, IN_STAGING
 from corral.core.states import JobState
@@ -100,6 +100,10 @@ class Scheduler(Loop):
         # `view_out` after each pass that changed it; the people's process (explains False) reads it from `view_in`.
         self.view_out = view_out
         self._published: tuple[object, ...] = ()
+        # what the leader's other loops know that people read (scheduler_view.SchedulerView.extra): asked of them
+        # at each write on the loops' side (`view_extra`), as last read on the people's (`leader_facts`)
+        self.view_extra: Callable[[], dict[str, Any]] = dict
+        self.leader_facts: dict[str, Any] = {}
         self._follower = ViewFollower(view_in) if view_in is not None else None
         self.store = store
         self.notifier = notifier
@@ -177,12 +181,12 @@ class Scheduler(Loop):
         """Write what people are told (reasons, codes, positions and ETAs, latencies) to `view_out` when it changed
         since the last write: the published dicts are replaced whole on a change, never changed in place."""
         assert self.view_out is not None
-        now = (self.pending_reasons, self.pending_codes, self.pending_info, self._placements)
+        now = (self.pending_reasons, self.pending_codes, self.pending_info, self._placements, self.view_extra())
         # the same objects, or equal ones (a pass with reasons from outside its plan copies them): nothing to write
         if self._published and all(a is b or a == b for a, b in zip(now, self._published, strict=True)):
             self._published = now
             return
-        write_view(self.view_out, self.pending_reasons, self.pending_codes, self.pending_info, self._latencies)
+        write_view(self.view_out, self.pending_reasons, self.pending_codes, self.pending_info, self._latencies, now[-1])
         self._published = now
 
     def follow_view(self) -> None:
@@ -191,6 +195,7 @@ class Scheduler(Loop):
         if view is not None:
             self.pending_reasons, self.pending_codes, self.pending_info = view.reasons, view.codes, view.info
             self._latencies = deque(view.latencies_s, maxlen=self._latencies.maxlen)
+            self.leader_facts = view.extra
 
     def on_stop(self) -> None:
         if self.leading():

@@ -78,4 +78,4 @@ def notifiers(caller: User, alerting: AlertingDep) -> list[dict[str, Any]]:
     caller.require(Action.MANAGE_CLUSTER)
     from dataclasses import asdict
 
-    return [asdict(s) for s in alerting.dispatcher.status()]
+    return [asdict(s) for s in alerting.notifier_status()]

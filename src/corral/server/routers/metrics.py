@@ -11,7 +11,6 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 
-from corral.alerts.evaluator import AlertState
 from corral.api.bounds import MAX_GPUS_PER_NODE, MAX_ID
 from corral.api.schemas import SimFaultCommand
 from corral.core.errors import NotFoundError, ValidationError
@@ -223,14 +222,13 @@ def _cluster_stats(ctx: ServerContext) -> ClusterStats:
     jobs_by_state = Counter(j.state.value for j in store.list_jobs(states=[JobState.PENDING, JobState.RUNNING]))
     pending_by_reason = Counter(ctx.scheduler.pending_codes.values())
     nodes = store.list_nodes()
-    alerts = ctx.alerting.engine.alerts([AlertState.PENDING, AlertState.FIRING, AlertState.RESOLVED])
-    failures = sum(s.failed for s in ctx.alerting.dispatcher.status())
+    failures = sum(s.failed for s in ctx.alerting.notifier_status())
     return ClusterStats(
         queue_length=jobs_by_state.get("PENDING", 0),
         pending_by_reason=dict(pending_by_reason),
         jobs_by_state=dict(jobs_by_state),
         nodes_by_state=dict(Counter(n.state for n in nodes)),
-        alerts_by_state=dict(Counter(a.state.value for a in alerts)),
+        alerts_by_state=dict(ctx.alerting.alert_states()),
         scheduling_latency=compute_latency_histogram(ctx.scheduler.latencies_s()),
         samples_ingested=ctx.telemetry.samples_ingested,
         samples_rejected=ctx.telemetry.samples_rejected,

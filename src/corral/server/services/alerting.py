@@ -10,6 +10,7 @@ import re
 import string
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -18,7 +19,13 @@ from typing import Any
 from corral.alerts.defaults import DEFAULT_RULES
 from corral.alerts.engine import AlertEngine
 from corral.alerts.evaluator import ActionRequest, Alert, AlertChange, AlertState, SeriesPoint
-from corral.alerts.notifiers import EmailNotifier, NotificationDispatcher, Notifier, WebhookNotifier
+from corral.alerts.notifiers import (
+    DeliveryStatus,
+    EmailNotifier,
+    NotificationDispatcher,
+    Notifier,
+    WebhookNotifier,
+)
 from corral.alerts.rules import AlertRule, RuleAction, parse_rule, rule_to_dict
 from corral.alerts.series import (
     JobPlacement,
@@ -86,11 +93,11 @@ STALE_AFTER_S = 120.0  # a node's last batch older than this no longer feeds sam
 
 
 def is_same_server(replica_id: str, mine: str) -> bool:
-    """The replica is this process, or one of its workers (CORRAL_WORKERS: a worker's id extends its starter's, and
-    it forwards every batch it receives to its starter, server/workers.py; one the channel had no room for is
-    replaced by that node's next), or this process's starter (which serves no agents itself). Another worker of the
-    same starter is not: it stores batches this one never sees."""
-    return replica_id == mine or replica_id.startswith(mine + "/") or mine.startswith(replica_id + "/")
+    """The replica is one of this server's processes (CORRAL_WORKERS: a worker's id extends its starter's,
+    server/workers.py): the starter, which receives every batch its agents' workers forward, and the loops' process
+    (the one that leads and evaluates), to which the starter relays them. Such a replica's batches are in this
+    process's memory already (one the channels had no room for is replaced by that node's next)."""
+    return replica_id.partition("/")[0] == mine.partition("/")[0]
 
 
 @dataclass(slots=True)
@@ -217,6 +224,9 @@ class AlertService:
         self._running = JobCache(store, [JobState.RUNNING])  # each round reads only the jobs that changed
         # tenant -> % of its budget used this period (server/services/budgets.py; set by the app)
         self.budget_used: Callable[[], Mapping[str, float]] = dict
+        # the people's process of a server of several: the notifiers' status as the loops' process last told it
+        # (server/background/scheduler_view.py); None: this process's own dispatcher's
+        self.remote_notifiers: Callable[[], list[dict[str, Any]] | None] | None = None
         self.loop = AlertLoop(self, settings.alert_interval_s)  # rounds on their own thread (server/background)
         self.reload()
 
@@ -426,6 +436,20 @@ class AlertService:
         return False
 
     # ---- API operations ----------------------------------------------------------------
+    def notifier_status(self) -> list[DeliveryStatus]:
+        """Each notifier's deliveries: where the rounds run (this process, or the loops' process of this server)."""
+        if self.remote_notifiers is not None:
+            return [DeliveryStatus(**d) for d in self.remote_notifiers() or []]
+        return self.dispatcher.status()
+
+    def alert_states(self) -> Counter[str]:
+        """How many current alerts (pending, firing, recently resolved) are in each state: this replica's own when
+        it evaluates them, else those the leader saved at its last round (as list_alerts)."""
+        if self.shared and self.leading is not None and not self.leading():
+            alerts, _, _ = self.store.load_alert_snapshot()
+            return Counter(str(a.get("state")) for a in alerts)
+        return Counter(a.state.value for a in self.engine.alerts(list(AlertState)))
+
     def list_alerts(self, caller: Principal, states: Sequence[AlertState] | None) -> list[dict[str, Any]]:
         """The current alerts: this replica's own when it evaluates them (it leads, or is the only server), else
         those the leader saved at its last round. A tenant member sees its tenant's and the cluster's only."""

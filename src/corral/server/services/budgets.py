@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Protocol
 
@@ -52,6 +53,8 @@ class BudgetTracker:
         self.owned_price = owned_price
         self.refresh_s = refresh_s
         self._lock = threading.Lock()
+        # also read again where the scheduler runs: the loops' process of a server of several (server/workers.py)
+        self.forward: Callable[[], None] | None = None
         self._at = 0.0
         self._statuses: dict[str, BudgetStatus] = {}
         self._tenant_ids: dict[str, int] = {}
@@ -89,6 +92,8 @@ class BudgetTracker:
     def invalidate(self) -> None:
         with self._lock:
             self._at = 0.0
+        if self.forward is not None:
+            self.forward()
 
     def statuses(self) -> dict[str, BudgetStatus]:
         return self.refresh()
