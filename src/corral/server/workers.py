@@ -155,8 +155,9 @@ class BatchChannel:
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
         self.sock.setblocking(False)
-        # a datagram is at most the send buffer: as large as the kernel allows (net.core.wmem_max, doubled)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, MAX_MESSAGE)
+        # a datagram is at most the send buffer, which the kernel doubles (up to net.core.wmem_max): at most
+        # MAX_MESSAGE, what the reader receives whole (a larger one would arrive cut short)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, MAX_MESSAGE // 2)
         self.dropped = 0
 
     def send_wake(self) -> None:
@@ -220,9 +221,9 @@ def read_batches(
     relay: Callable[[bytes], None] | None = None,
     on_wake: Callable[[], None] | None = None,
 ) -> threading.Thread:
-    """The starter's end: `on_batch` for each batch the worker sends, until the worker's end closes; `relay` gets
-    each message as it came first (the starter hands it on to the loops' process). The loops' process reads the
-    relayed ones the same way, and `on_wake` for each wake (BatchChannel.send_wake)."""
+    """The starter's end: `on_batch` for each batch the worker sends, and `on_wake` for each wake
+    (BatchChannel.send_wake), until the worker's end closes; `relay` gets each batch as it came (the starter hands it
+    on to the loops' process, which reads the relayed ones the same way)."""
 
     def run() -> None:
         with sock:
@@ -233,8 +234,6 @@ def read_batches(
                     return
                 if not data:
                     return  # the worker exited
-                if relay is not None:
-                    relay(data)
                 try:
                     if data == WAKE_MESSAGE:
                         if on_wake is not None:
@@ -242,6 +241,8 @@ def read_batches(
                         continue
                     message = json.loads(data)
                     on_batch(batch_from_dict(message["batch"]), int(message["stored"]))
+                    if relay is not None:  # one that reads as a batch
+                        relay(data)
                 except Exception:  # noqa: BLE001 - one bad message never stops the channel
                     log.exception("a worker's telemetry batch could not be read")
 
@@ -355,8 +356,10 @@ class Workers:
         self._watcher.start()
 
     def tell(self, kind: bytes) -> None:
-        """Wake one of the loops' process's loops (WAKE_SCHEDULER...). Never blocks: when the channel is full, wakes
-        wait already; when the loops' process is gone, the one started again begins with a pass of each loop."""
+        """Wake one of the loops' process's loops (WAKE_SCHEDULER...). Never blocks: a wake the channel has no room
+        for (hundreds wait already, while the loops' process starts) is dropped, and that loop acts at its next pass
+        (each loop's first pass comes as the process starts); when the loops' process is gone, the one started again
+        begins with a pass of each loop."""
         sock = self._wake
         if sock is None:
             return
@@ -383,7 +386,7 @@ class Workers:
             relay, relay_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
             wake.setblocking(False)
             relay.setblocking(False)
-            relay.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, MAX_MESSAGE)
+            relay.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, MAX_MESSAGE // 2)
             with wake_theirs, relay_theirs:
                 env = self.env | {
                     WORKER_ROLE_ENV: "loops",
@@ -407,7 +410,7 @@ class Workers:
         with theirs:
             env = self.env | {WORKER_CHANNEL_ENV: str(theirs.fileno())}
             proc = subprocess.Popen([sys.executable, "-c", code], env=env, pass_fds=(*self.fds, theirs.fileno()))
-        read_batches(mine, self.on_batch, relay=self.relay)
+        read_batches(mine, self.on_batch, relay=self.relay, on_wake=lambda: self.tell(WAKE_SCHEDULER))
         return proc
 
     def _watch(self) -> None:

@@ -151,6 +151,8 @@ def test_a_replica_alone_reads_no_samples_back_but_reads_those_of_one_heard_from
     PostgreSQL holds them all in memory and skips it. One heard from within the stale window (the follower, or this
     server's own process before a restart: another replica id) may have stored some, and they are read."""
     now = time.time()
+    for node in ("a", "b"):  # the leader holds a batch of each node
+        cluster.leader.telemetry.receive(node, _batch(node, 40.0, now - 10))
     cluster.follower.telemetry.receive("b", _batch("b", 85.0, now))
     reads: list[object] = []
     real = cluster.leader.store.latest_points
@@ -178,6 +180,8 @@ def test_the_servers_own_workers_are_not_replicas_to_read_back_from(
     monkeypatch.setattr(cluster.leader.store, "latest_points", lambda *a, **k: reads.append(a) or real(*a, **k))
     silent = datetime.fromtimestamp(now - STALE_AFTER_S - OTHERS_MARGIN_S - 5, UTC)
     cluster.leader.store.touch_replica(ReplicaRow("follower", "host", "https://x", "0", silent, silent))
+    for node in ("a", "b"):  # every batch reaches the leader's memory
+        cluster.leader.telemetry.receive(node, _batch(node, 40.0, now))
     heard = datetime.now(UTC)
     for worker in ("leader/worker-41", "leader/worker-42"):
         cluster.leader.store.touch_replica(ReplicaRow(worker, "host", "https://x", "0", heard, heard))
@@ -399,3 +403,25 @@ def test_a_replica_that_does_not_lead_counts_the_leaders_alerts_and_shows_the_no
     assert [(s.notifier, s.failed, s.last_error) for s in status] == [("webhook", 2, "HTTP 500")]
     cluster.follower.alerting.remote_notifiers = lambda: None  # nothing told yet
     assert cluster.follower.alerting.notifier_status() == []
+
+
+def test_one_servers_round_reads_back_only_the_nodes_whose_batch_its_memory_lacks(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The loops' process of a server of several holds every batch the starter relayed to it; one the channels had
+    no room for (or sent before it started) is read back from the database for that node alone, not lost."""
+    now = time.time()
+    reads: list[tuple[object, ...]] = []
+    real = cluster.leader.store.latest_points
+    monkeypatch.setattr(cluster.leader.store, "latest_points", lambda *a, **k: reads.append(a) or real(*a, **k))
+    silent = datetime.fromtimestamp(now - STALE_AFTER_S - OTHERS_MARGIN_S - 5, UTC)  # no other replica lately
+    cluster.leader.store.touch_replica(ReplicaRow("follower", "host", "https://x", "0", silent, silent))
+    cluster.leader.telemetry.receive("a", _batch("a", 40.0, now))  # relayed
+    cluster.follower.telemetry.receive("b", _batch("b", 85.0, now))  # stored by a worker; the relay dropped it
+    cluster.leader.alerting.evaluate(now)
+    assert [tuple(r[1]) for r in reads] == [("b",)]  # b alone
+    assert ("hot", "b") in _firing(cluster.leader.alerting.list_alerts(cluster.admin, None))
+    cluster.leader.telemetry.receive("b", _batch("b", 85.0, now + 1))
+    reads.clear()
+    cluster.leader.alerting.evaluate(now + 1)
+    assert reads == []  # every node's batch in memory: nothing read back

@@ -138,5 +138,9 @@ def test_the_people_process_of_a_server_of_several_leads_nothing_and_tells_what_
         assert [(s.notifier, s.failed) for s in ctx.alerting.notifier_status()] == [("webhook", 3)]
         assert ctx.autoscaler.demand_by_pool() == {"burst": (2, 16)}
         assert ctx.scheduler.latencies_s() == [0.5]
+        # a loops' process of another version (an upgrade under way) wrote what this one does not read: nothing shown
+        write_view(view, {}, {}, {}, [], {"notifiers": [{"name": "webhook"}], "demand": {"burst": "many"}})
+        ctx.scheduler.run_once(datetime.now(UTC))
+        assert ctx.alerting.notifier_status() == [] and ctx.autoscaler.demand_by_pool() == {}
     finally:
         store.close()

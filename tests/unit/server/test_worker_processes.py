@@ -197,16 +197,22 @@ def test_the_starter_wakes_the_loops_process_loops_and_relays_its_agents_workers
     batch = TelemetryBatch(node="n7", ts=1.0, host=None, gpus=(gpu,), events=(xid,), gpu_count=8)
     on_starter: list[tuple[TelemetryBatch, int]] = []
     on_loops: list[tuple[TelemetryBatch, int]] = []
-    read_batches(relay_theirs, lambda b, n: on_loops.append((b, n)), on_wake=lambda: woken.append(b"freed"))
+    read_batches(relay_theirs, lambda b, n: on_loops.append((b, n)))
     worker_end, starter_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    read_batches(starter_end, lambda b, n: on_starter.append((b, n)), relay=workers.relay)
+    read_batches(  # as Workers._spawn reads an agents' worker's channel
+        starter_end,
+        lambda b, n: on_starter.append((b, n)),
+        relay=workers.relay,
+        on_wake=lambda: workers.tell(WAKE_SCHEDULER),
+    )
     BatchChannel(worker_end).send(batch, 9)
     _until(lambda: on_loops)
     assert on_starter == on_loops == [(batch, 9)]
-    # a job that ended on an agents' worker's node freed GPUs: the wake reaches the loops' process's scheduler
+    # a job that ended on an agents' worker's node freed GPUs: the wake reaches the loops' process's scheduler, on
+    # the wake channel (never behind batches)
     BatchChannel(worker_end).send_wake()
-    _until(lambda: woken[-1] == b"freed")
-    assert woken[-1] == b"freed" and on_starter == on_loops == [(batch, 9)]  # a wake, not a batch
+    _until(lambda: len(woken) == 5)
+    assert woken[4:] == [WAKE_SCHEDULER] and on_starter == on_loops == [(batch, 9)]  # a wake, not a batch
 
     workers.stop()  # the starter's ends close: the loops' process's readers end
     reader.join(2)

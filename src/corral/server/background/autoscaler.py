@@ -133,9 +133,12 @@ class Autoscaler(Loop):
     def demand_by_pool(self) -> Mapping[str, tuple[int, int]]:
         """Each pool's waiting (jobs, GPUs), as of the last pass: where the passes run (this process, or the loops'
         process of this server, `remote_demand`)."""
-        if self.remote_demand is not None:
+        if self.remote_demand is None:
+            return dict(self._demand)
+        try:  # written by this server's own loops' process, maybe of another version during an upgrade
             return {str(k): (int(v[0]), int(v[1])) for k, v in (self.remote_demand() or {}).items()}
-        return dict(self._demand)
+        except (TypeError, ValueError, IndexError, AttributeError):
+            return {}
 
     # ---- the pass ----
     def run_pass(self) -> float | None:

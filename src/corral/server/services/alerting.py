@@ -40,6 +40,7 @@ from corral.alerts.series import (
 from corral.alerts.silences import MAX_TENANT_SILENCE_S, Silence, parse_silence, silence_to_dict
 from corral.core.errors import ConflictError, ForbiddenError, NotFoundError, ValidationError
 from corral.core.health import describe_gpu_fault
+from corral.core.models import Node
 from corral.core.rollup import RetentionPolicy, compute_closed_before, compute_retention_cutoffs
 from corral.core.states import JobState
 from corral.core.telemetry import TelemetryBatch
@@ -90,6 +91,7 @@ def check_stored_rule(rule: AlertRule) -> None:
 
 OTHERS_MARGIN_S = 30.0  # a margin on the stale window for replicas' clocks and a heartbeat's period
 STALE_AFTER_S = 120.0  # a node's last batch older than this no longer feeds sampled series
+MEMORY_FRESH_S = 30.0  # a node's batch in memory older than this: its samples may be newer in the database
 
 
 def is_same_server(replica_id: str, mine: str) -> bool:
@@ -307,7 +309,7 @@ class AlertService:
             on_node.setdefault(p.node, []).append(p)
         utilization: dict[tuple[str, int], float] = {}
         # Another replica's agents' samples, from the database (replicas only; one server holds every batch).
-        stored = group_latest_points(self.store.latest_points(now - STALE_AFTER_S)) if self._others_store(now) else {}
+        stored = self._read_back(now, nodes)
         for name, batch in self.telemetry.latest().items():
             if now - batch.ts > STALE_AFTER_S:
                 continue
@@ -348,6 +350,19 @@ class AlertService:
         series += compute_queue_series(pending)
         series += compute_budget_series(self.budget_used())
         return series
+
+    def _read_back(self, now: float, nodes: Sequence[Node]) -> dict[str, StoredSamples]:
+        """The latest samples other processes stored, for the nodes whose batches this process may not hold: every
+        node when another replica was heard from lately (_others_store); else (one server, all its batches in this
+        memory) only the nodes whose batch is missing here or older than MEMORY_FRESH_S (one the channels had no
+        room for, one received before this process started)."""
+        if self._others_store(now):
+            return group_latest_points(self.store.latest_points(now - STALE_AFTER_S))
+        if not self.shared:
+            return {}
+        held = self.telemetry.latest()
+        missing = [n.name for n in nodes if (b := held.get(n.name)) is None or now - b.ts > MEMORY_FRESH_S]
+        return group_latest_points(self.store.latest_points(now - STALE_AFTER_S, missing)) if missing else {}
 
     def _others_store(self, now: float) -> bool:
         """Whether another replica may have stored samples young enough to count: one was heard from within
@@ -438,9 +453,12 @@ class AlertService:
     # ---- API operations ----------------------------------------------------------------
     def notifier_status(self) -> list[DeliveryStatus]:
         """Each notifier's deliveries: where the rounds run (this process, or the loops' process of this server)."""
-        if self.remote_notifiers is not None:
+        if self.remote_notifiers is None:
+            return self.dispatcher.status()
+        try:  # written by this server's own loops' process, maybe of another version during an upgrade
             return [DeliveryStatus(**d) for d in self.remote_notifiers() or []]
-        return self.dispatcher.status()
+        except (TypeError, ValueError):
+            return []
 
     def alert_states(self) -> Counter[str]:
         """How many current alerts (pending, firing, recently resolved) are in each state: this replica's own when
