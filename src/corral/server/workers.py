@@ -94,13 +94,12 @@ def inherited_wakes(handlers: Mapping[bytes, Callable[[], None]]) -> threading.T
                     return
                 if not data:
                     return
-                for kind in dict.fromkeys(data[i : i + 1] for i in range(len(data))):
-                    handler = handlers.get(kind)
-                    if handler is not None:
-                        try:
-                            handler()
-                        except Exception:  # noqa: BLE001 - one failed wake never stops the channel
-                            log.exception("a wake from the starter failed")
+                handler = handlers.get(data)  # one byte a message (Workers.tell)
+                if handler is not None:
+                    try:
+                        handler()
+                    except Exception:  # noqa: BLE001 - one failed wake never stops the channel
+                        log.exception("a wake from the starter failed")
 
     thread = threading.Thread(target=run, name="corral-worker-wakes", daemon=True)
     thread.start()
@@ -302,12 +301,22 @@ def follow_parent(parent: int, on_gone: Callable[[], None]) -> threading.Thread:
     return thread
 
 
+def _send_nowait(sock: socket.socket | None, data: bytes) -> None:
+    """One message on a non-blocking channel to the loops' process; none when it has no room or is gone."""
+    if sock is None:
+        return
+    try:
+        sock.send(data)
+    except OSError:
+        pass
+
+
 class Workers:
     """The other server processes of this one, kept running until `stop`: `settings.workers - 1` serving `sockets`
     (the agents' port), and one that runs the leader's loops (the scheduler's passes, alert rounds, schedules,
     services, cloud pools), so that no pass holds the interpreter of a process that answers requests. It alone
     leads (the others never claim the lease), writes what people are told of the queue to the data dir's VIEW_FILE
-    (server/background/scheduler_view.py) and is woken by `wake` (the starter's submissions and cancels)."""
+    (server/background/scheduler_view.py) and is woken by `tell` (what the starter's API changed)."""
 
     def __init__(
         self,
@@ -360,24 +369,12 @@ class Workers:
         for (hundreds wait already, while the loops' process starts) is dropped, and that loop acts at its next pass
         (each loop's first pass comes as the process starts); when the loops' process is gone, the one started again
         begins with a pass of each loop."""
-        sock = self._wake
-        if sock is None:
-            return
-        try:
-            sock.send(kind)
-        except OSError:
-            pass
+        _send_nowait(self._wake, kind)
 
     def relay(self, data: bytes) -> None:
         """Hand an agents' worker's telemetry batch on to the loops' process (its alert rounds read the GPUs' events,
         its autoscaler the GPUs' use); never blocks: a batch it has no room for is replaced by the node's next."""
-        sock = self._relay
-        if sock is None:
-            return
-        try:
-            sock.send(data)
-        except OSError:
-            pass
+        _send_nowait(self._relay, data)
 
     def _spawn(self, role: str) -> subprocess.Popen[bytes]:
         code = "import sys\nfrom corral.cli.main import main\nsys.exit(main(['server']))"
