@@ -4,10 +4,10 @@ https:// server: CORRAL_CA_FILE > the config's `ca` (written by `corral up`/`cor
 
 from __future__ import annotations
 
-import json
 import os
 
 from corral.api.paths import cli_config_file
+from corral.sdk import litejson
 
 TYPE_CHECKING = False  # not typing's: the CLI's light path does not import typing (a few ms per call)
 if TYPE_CHECKING:
@@ -63,7 +63,7 @@ def load_config() -> dict[str, str]:
     except (FileNotFoundError, NotADirectoryError):
         return {}
     try:
-        saved: dict[str, str] = json.loads(text)
+        saved: dict[str, str] = litejson.loads(text)
     except ValueError as e:
         raise ConfigError(f"{path} is not valid JSON: {e}") from e
     return saved

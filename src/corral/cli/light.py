@@ -10,17 +10,16 @@ tests/unit/cli/test_cli_light_path.py checks it.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
 
 from corral import __version__
 from corral.core.errors import CorralError, ValidationError
 
 TYPE_CHECKING = False  # not typing's: the CLI's light path does not import typing (a few ms per call)
 if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
     from typing import Any, NoReturn
 
 LIGHT_COMMANDS = ("submit", "jobs", "show", "logs", "cancel", "wait")
@@ -886,6 +885,8 @@ COMMANDS: dict[str, Callable[[list[str]], None]] = {
 
 
 def print_json(data: Any) -> None:
+    import json
+
     print(json.dumps(data, indent=2))
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import json
+from corral.sdk import litejson
 
 TYPE_CHECKING = False  # not typing's: the CLI's light path does not import typing (a few ms per call)
 if TYPE_CHECKING:
@@ -40,7 +40,7 @@ def compute_unreachable_error(url: str, e: BaseException) -> CorralConnectionErr
 def compute_api_error(status: int, reason: str, content: bytes) -> CorralAPIError:
     """The error an answer >= 400 stands for: the server's `{"error": {code, message, field}}` when it sent one."""
     try:
-        body = json.loads(content)
+        body = litejson.loads(content)
         err = body.get("error", {})
         message, code, field = err.get("message") or reason, err.get("code", "error"), err.get("field")
     except (ValueError, AttributeError):

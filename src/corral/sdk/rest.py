@@ -6,11 +6,10 @@ through `corral.sdk.client.CorralClient`."""
 
 from __future__ import annotations
 
-import json
 import select
-from urllib.parse import urlencode, urlsplit
 
-from corral.sdk.endpoints import CONNECT_TIMEOUT_S, FAILOVER_STATUS, Endpoints, compute_may_resend
+from corral.sdk import litejson
+from corral.sdk.endpoints import CONNECT_TIMEOUT_S, FAILOVER_STATUS, Endpoints, compute_may_resend, split_url
 from corral.sdk.errors import (
     CorralConnectionError,
     CorralSDKError,
@@ -28,6 +27,20 @@ if TYPE_CHECKING:
     from typing import Any, Self
 
 
+_UNRESERVED = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-~")
+
+
+def _quote_plus(value: object) -> str:
+    raw = str(value).encode()
+    return "".join(chr(b) if b in _UNRESERVED else "+" if b == 32 else f"%{b:02X}" for b in raw)
+
+
+def encode_query(params: dict[str, Any]) -> str:
+    """`urllib.parse.urlencode(params)` (each value as its str(), UTF-8, a space as `+`), without loading
+    urllib.parse and `re` on the CLI's light path (tests/unit/sdk/test_split_url.py holds the two equal)."""
+    return "&".join(f"{_quote_plus(k)}={_quote_plus(v)}" for k, v in params.items())
+
+
 class RestResponse:
     __slots__ = ("content", "headers", "reason", "status")
 
@@ -35,7 +48,7 @@ class RestResponse:
         self.status, self.headers, self.content, self.reason = status, headers, content, reason
 
     def json(self) -> Any:
-        return json.loads(self.content)
+        return litejson.loads(self.content)
 
 
 class RestClient:
@@ -57,7 +70,7 @@ class RestClient:
         self._prefixes: dict[str, str] = {}
         self._conns: dict[str, WireConnection] = {}
         for u in self._endpoints.urls:
-            parts = urlsplit(u)
+            parts = split_url(u)
             if parts.scheme not in ("http", "https") or not parts.hostname:
                 shown = url if isinstance(url, str) and not self._endpoints.several else u
                 raise CorralConnectionError(
@@ -102,11 +115,11 @@ class RestClient:
     ) -> RestResponse:
         """Send one request; an answer >= 400 raises CorralAPIError, no answer CorralConnectionError. With
         several URLs it fails over as corral.sdk.endpoints says."""
-        query = f"?{urlencode(params)}" if params else ""
+        query = f"?{encode_query(params)}" if params else ""
         hdrs = dict(self._headers, **(headers or {}))
         body = None
         if json_body is not None:
-            body = json.dumps(json_body).encode()
+            body = litejson.dumps(json_body).encode()
             hdrs["Content-Type"] = "application/json"
         if not self._endpoints.several:
             out = self._exchange(self.url, method, path + query, body, hdrs)

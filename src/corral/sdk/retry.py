@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 
 TYPE_CHECKING = False  # not typing's: the CLI's light path does not import typing (a few ms per call)
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import TypeVar
 
     T = TypeVar("T")

@@ -3,15 +3,16 @@ with a body of known length, an answer of `Content-Length`, chunked, or read-to-
 
 Why not the standard library's http.client: importing it costs ~17 ms (it loads email.parser, email.message and ssl
 for every call, plain http:// included), a quarter of a whole `corral submit` (issue 13: a loop of submissions from
-the shell). This module loads socket only, and ssl only for an https:// URL. Servers here are Corral's own
+the shell). A plain http:// connection is a `_socket.socket` (the socket module's own base: `import socket` loads
+enum, selectors and array, ~3 ms); an https:// one loads socket and ssl. Servers here are Corral's own
 (uvicorn with h11); nothing in HTTP/1.1 that they send is left out (no 1xx answers but `100 Continue`, which we
 never ask for).
 """
 
 from __future__ import annotations
 
+import _socket
 import io
-import socket
 
 TYPE_CHECKING = False  # not typing's: the CLI's light path does not import typing
 if TYPE_CHECKING:
@@ -30,6 +31,36 @@ class ProtocolError(Exception):
 
 class RemoteDisconnected(ConnectionResetError):
     """The server closed the connection before answering (a kept-alive connection it had closed meanwhile)."""
+
+
+class _SocketReader(io.RawIOBase):
+    """A socket's receiving side as a raw stream, for io.BufferedReader (socket.socket.makefile's SocketIO)."""
+
+    def __init__(self, sock: _socket.socket) -> None:
+        self._sock = sock
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
+        return self._sock.recv_into(buffer)
+
+
+def open_plain(host: str | bytes, port: int, timeout: float) -> _socket.socket:
+    """socket.create_connection((host, port), timeout) on `_socket`: each address getaddrinfo gives, in order,
+    until one connects; the last one's error when none does."""
+    error: OSError | None = None
+    for family, kind, proto, _, address in _socket.getaddrinfo(host, port, 0, _socket.SOCK_STREAM):
+        sock = _socket.socket(family, kind, proto)
+        try:
+            sock.settimeout(timeout)
+            sock.connect(address)
+        except OSError as e:
+            sock.close()
+            error = e
+            continue
+        return sock
+    raise error or OSError("getaddrinfo returned no address")
 
 
 class WireResponse:
@@ -51,7 +82,7 @@ class WireConnection:
 
     def __init__(self, host: str, port: int, timeout: float, context: ssl.SSLContext | None = None) -> None:
         self.host, self.port, self.timeout, self.context = host, port, timeout, context
-        self.sock: socket.socket | None = None
+        self.sock: _socket.socket | None = None
         self._rfile: io.BufferedReader | None = None
         self._method = ""
         default = 443 if context is not None else 80
@@ -62,16 +93,27 @@ class WireConnection:
     def connect(self) -> None:
         # An ASCII host goes as bytes: a str host makes getaddrinfo load the idna codec (~2 ms of every CLI call).
         host: str | bytes = self.host.encode("ascii") if self.host.isascii() else self.host
-        sock = socket.create_connection((host, self.port), self.timeout)  # type: ignore[arg-type]  # getaddrinfo takes bytes
+        if self.context is None:
+            sock = open_plain(host, self.port, self.timeout)
+            try:
+                sock.setsockopt(_socket.IPPROTO_TCP, _socket.TCP_NODELAY, 1)
+            except BaseException:
+                sock.close()
+                raise
+            self.sock = sock
+            self._rfile = io.BufferedReader(_SocketReader(sock))
+            return
+        import socket
+
+        tls = socket.create_connection((host, self.port), self.timeout)  # type: ignore[arg-type]  # getaddrinfo takes bytes
         try:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            if self.context is not None:
-                sock = self.context.wrap_socket(sock, server_hostname=self.host)
+            tls.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            tls = self.context.wrap_socket(tls, server_hostname=self.host)
         except BaseException:
-            sock.close()
+            tls.close()
             raise
-        self.sock = sock
-        self._rfile = sock.makefile("rb")
+        self.sock = tls
+        self._rfile = tls.makefile("rb")
 
     def close(self) -> None:
         sock, rfile = self.sock, self._rfile
