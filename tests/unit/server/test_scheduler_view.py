@@ -82,6 +82,30 @@ def test_the_people_process_tells_what_the_loops_process_worked_out(store: SqlSt
     assert set(people.pending_reasons) == {third} and [p for p, _ in people.pending_info.values()] == [0]
 
 
+def test_a_new_loops_process_removes_the_copies_aside_that_dead_writers_left(store: SqlStore, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    path = tmp_path / "scheduler-view"
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = tmp_path / f".scheduler-view.{int(gone.stdout)}"  # its writer was killed before its rename
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        busy = tmp_path / f".scheduler-view.{live.pid}"  # a running writer's copy, about to be renamed
+        for f in (dead, busy, tmp_path / ".scheduler-view.tmp", tmp_path / "other.123"):
+            f.write_bytes(b"x")
+        Scheduler(store, NodeNotifier(), "bestfit", 1.0, view_out=path)
+        assert not dead.exists()
+        assert sorted(p.name for p in tmp_path.iterdir() if "view" in p.name or "other" in p.name) == [
+            f".scheduler-view.{live.pid}",
+            ".scheduler-view.tmp",
+            "other.123",
+        ]
+    finally:
+        live.kill()
+        live.wait()
+
+
 def test_a_process_that_is_no_candidate_never_takes_the_lease(store: SqlStore) -> None:
     people = Leadership(store, "https://people", replica_id="p", candidate=False)
     assert not people.claim() and not people.leading

@@ -64,6 +64,40 @@ def write_view(
     os.replace(aside, path)
 
 
+def sweep_asides(path: Path) -> list[Path]:
+    """Remove the copies aside of the view at `path` (`.NAME.PID`) whose writer no longer runs: one killed between
+    writing its copy and renaming it (a loops' process that stopped making progress exits at once, os._exit) left it
+    behind, and each new process would leave one more. Answers what it removed."""
+    removed = []
+    prefix = f".{path.name}."
+    try:
+        names = os.listdir(path.parent)
+    except FileNotFoundError:
+        return removed
+    for name in names:
+        pid = name[len(prefix) :]
+        if not name.startswith(prefix) or not pid.isdigit() or _runs(int(pid)):
+            continue
+        try:
+            os.unlink(path.parent / name)
+        except FileNotFoundError:
+            continue
+        removed.append(path.parent / name)
+    return removed
+
+
+def _runs(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: running
+        return True
+    return True
+
+
 def read_view(path: Path) -> SchedulerView | None:
     """The view at `path`; None when there is none, or what is there is not a view (logged)."""
     try:
