@@ -175,13 +175,13 @@ def server(
     host: Host = None, port: Port = None, data_dir: DataDir = None, database_url: DbUrl = None, policy: Policy = None
 ) -> None:
     """Start only the server in the foreground (agents join with `corral agent --join`)."""
+    from corral.server.background.scheduler_view import sweep_views, view_path
     from corral.server.bootstrap import JOIN_TOKEN_FILE
     from corral.server.context import context_of
     from corral.server.runtime import ServerThread, StartStopped, settle_heap
     from corral.server.settings import build_settings
     from corral.server.workers import (
         STUCK_AFTER_S,
-        VIEW_FILE,
         WAKE_BUDGETS,
         WAKE_POOLS,
         WAKE_SCHEDULER,
@@ -211,9 +211,10 @@ def server(
     serves = worker_role() if starter is not None else "people" if settings.workers > 1 else "all"
     if serves == "agents" and settings.worker_nice:  # before any thread starts: each inherits it
         os.nice(settings.worker_nice)
-    view = settings.data_dir / VIEW_FILE
-    if serves == "people":
-        view.unlink(missing_ok=True)  # an earlier run's: people are told nothing until this run's loops wrote it
+    view = view_path(settings.data_dir, starter if starter is not None else os.getpid())
+    if serves == "people":  # what this host's servers that no longer run left; people are told nothing until
+        sweep_views(settings.data_dir)  # this run's loops' process wrote its view
+        view.unlink(missing_ok=True)
     sockets = inherited_sockets() if starter else []
     if serves == "loops":  # the agents' port is the other workers'
         for sock in sockets:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 TYPE_CHECKING = False  # not typing's: the CLI's light path does not import typing
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
 _WHITESPACE = " \t\n\r"
@@ -33,29 +34,32 @@ def _not_serializable(o: object) -> Any:
     raise TypeError(f"Object of type {type(o).__name__} is not JSON serializable")
 
 
-try:
-    from _json import encode_basestring_ascii as _encode_str
-    from _json import make_encoder as _make_encoder
-    from _json import make_scanner as _make_scanner
-except ImportError:  # pragma: no cover  (no C accelerator: json's own)
-    from json import dumps as _dumps
-    from json import loads as _loads
+def _json_loads(text: str | bytes | bytearray) -> Any:
+    from json import loads as json_loads
+
+    return json_loads(text)
+
+
+def _json_dumps(obj: Any) -> str:
+    from json import dumps as json_dumps
+
+    return json_dumps(obj)
+
+
+def _c_functions() -> tuple[Callable[[str | bytes], Any], Callable[[Any], str]]:
+    """loads and dumps on `_json`'s scanner and encoder; raises when `_json` is missing or no longer takes what is
+    given here (a private module: its signatures could change with an interpreter)."""
+    from _json import encode_basestring_ascii as encode_str
+    from _json import make_encoder, make_scanner
+
+    scan = make_scanner(_Decoding())  # type: ignore[arg-type]  # any object with a JSONDecoder's attributes
 
     def loads(text: str | bytes) -> Any:
-        return _loads(text)
-
-    def dumps(obj: Any) -> str:
-        return _dumps(obj)
-
-else:
-    _scan = _make_scanner(_Decoding())  # type: ignore[arg-type]  # any object with a JSONDecoder's attributes
-
-    def loads(text: str | bytes) -> Any:
-        """`json.loads(text)` (bytes are UTF-8, the only encoding Corral's server sends)."""
+        """`json.loads(text)` (bytes: UTF-8 as json reads it; a BOM, UTF-16 or UTF-32 go to json itself)."""
         if isinstance(text, bytes | bytearray):
-            if text[:1] in (b"\xef", b"\xfe", b"\xff") or b"\x00" in text[:4]:  # a BOM, UTF-16 or UTF-32: json's own
+            if text[:1] in (b"\xef", b"\xfe", b"\xff") or b"\x00" in text[:4]:
                 return _json_loads(text)
-            s = text.decode("utf-8")
+            s = text.decode("utf-8", "surrogatepass")
         else:
             s = text
         if s.startswith("\ufeff"):
@@ -64,7 +68,7 @@ else:
         while start < end and s[start] in _WHITESPACE:
             start += 1
         try:
-            obj, at = _scan(s, start)
+            obj, at = scan(s, start)
         except StopIteration as e:
             return _fail("Expecting value", s, e.value)
         while at < end and s[at] in _WHITESPACE:
@@ -75,14 +79,19 @@ else:
 
     def dumps(obj: Any) -> str:
         """`json.dumps(obj)`: ASCII, ", " and ": " between items, NaN and infinities allowed, keys as given."""
-        encode = _make_encoder({}, _not_serializable, _encode_str, None, ": ", ", ", False, False, True)
+        encode = make_encoder({}, _not_serializable, encode_str, None, ": ", ", ", False, False, True)
         return "".join(encode(obj, 0))
 
+    sample = {"a": [1, 2.5, None, True, "\u00e9"], "b": {}}
+    if loads(dumps(sample)) != sample or dumps(sample) != '{"a": [1, 2.5, null, true, "\\u00e9"], "b": {}}':
+        raise RuntimeError("_json does not answer as json does")
+    return loads, dumps
 
-def _json_loads(text: bytes | bytearray) -> Any:
-    from json import loads as json_loads
 
-    return json_loads(text)
+try:
+    loads, dumps = _c_functions()
+except Exception:  # pragma: no cover  (another interpreter, or one whose _json changed: json's own)
+    loads, dumps = _json_loads, _json_dumps
 
 
 def _fail(message: str, s: str, at: int) -> Any:

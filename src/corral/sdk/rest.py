@@ -31,13 +31,14 @@ _UNRESERVED = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz01
 
 
 def _quote_plus(value: object) -> str:
-    raw = str(value).encode()
+    raw = value if isinstance(value, bytes) else str(value).encode()
     return "".join(chr(b) if b in _UNRESERVED else "+" if b == 32 else f"%{b:02X}" for b in raw)
 
 
 def encode_query(params: dict[str, Any]) -> str:
-    """`urllib.parse.urlencode(params)` (each value as its str(), UTF-8, a space as `+`), without loading
-    urllib.parse and `re` on the CLI's light path (tests/unit/sdk/test_split_url.py holds the two equal)."""
+    """`urllib.parse.urlencode(params)` (each key and value as its str() in UTF-8, or as bytes, a space as `+`),
+    without loading urllib.parse and `re` on the CLI's light path (tests/unit/sdk/test_split_url.py holds the two
+    equal)."""
     return "&".join(f"{_quote_plus(k)}={_quote_plus(v)}" for k, v in params.items())
 
 

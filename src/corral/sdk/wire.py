@@ -51,12 +51,14 @@ def open_plain(host: str | bytes, port: int, timeout: float) -> _socket.socket:
     until one connects; the last one's error when none does."""
     error: OSError | None = None
     for family, kind, proto, _, address in _socket.getaddrinfo(host, port, 0, _socket.SOCK_STREAM):
-        sock = _socket.socket(family, kind, proto)
-        try:
+        sock = None
+        try:  # a family this host cannot open (IPv6 switched off: localhost's ::1) is skipped, as by socket's
+            sock = _socket.socket(family, kind, proto)
             sock.settimeout(timeout)
             sock.connect(address)
         except OSError as e:
-            sock.close()
+            if sock is not None:
+                sock.close()
             error = e
             continue
         return sock

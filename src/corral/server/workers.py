@@ -45,7 +45,6 @@ WAKE_SCHEDULER = b"w"  # a submission, a cancel: a scheduling pass
 WAKE_BUDGETS = b"b"  # a budget set or removed: read the budgets again (then a scheduling pass)
 WAKE_POOLS = b"p"  # a cloud pool created, changed or removed: an autoscaler pass
 WAKE_SERVICES = b"s"  # a request waits for a service scaled to zero: a services controller pass
-VIEW_FILE = "scheduler-view"  # in the data dir: what the loops' process tells the people's (scheduler_view.py)
 MAX_MESSAGE = 1 << 20  # one batch, encoded (64 GPUs and 1,000 events fit many times over)
 RESTART_AFTER_S = 1.0  # a worker that died is started again after this long, doubled while it keeps dying young
 RESTART_MAX_S = 30.0
@@ -315,8 +314,8 @@ class Workers:
     """The other server processes of this one, kept running until `stop`: `settings.workers - 1` serving `sockets`
     (the agents' port), and one that runs the leader's loops (the scheduler's passes, alert rounds, schedules,
     services, cloud pools), so that no pass holds the interpreter of a process that answers requests. It alone
-    leads (the others never claim the lease), writes what people are told of the queue to the data dir's VIEW_FILE
-    (server/background/scheduler_view.py) and is woken by `tell` (what the starter's API changed)."""
+    leads (the others never claim the lease), writes what people are told of the queue to the data dir
+    (server/background/scheduler_view.py: view_path) and is woken by `tell` (what the starter's API changed)."""
 
     def __init__(
         self,

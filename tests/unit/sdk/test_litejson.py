@@ -106,3 +106,23 @@ def test_byte_order_marks_and_wide_encodings_read_as_json_reads_them() -> None:
         assert e.msg.startswith("Unexpected UTF-8 BOM")
     else:
         raise AssertionError("a str with a BOM was read")
+
+
+@given(
+    st.binary(max_size=24) | values.map(lambda v: json.dumps(v, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+)
+def test_bytes_read_as_json_reads_them(raw: bytes) -> None:
+    try:
+        expected: Any = json.loads(raw)
+    except ValueError:
+        try:
+            litejson.loads(raw)
+        except ValueError:
+            return
+        raise AssertionError(f"{raw!r} was read, json refuses it") from None
+    assert same(litejson.loads(raw), expected)
+
+
+def test_json_itself_is_not_what_answers() -> None:
+    # the point of the module: json (and re with it) stays unloaded (tests/unit/cli/test_cli_light_path.py)
+    assert litejson.loads.__module__ == "corral.sdk.litejson" and "_c_functions" in litejson.loads.__qualname__

@@ -71,7 +71,9 @@ def test_the_usual_urls_take_the_short_way() -> None:
 
 
 params = st.dictionaries(
-    st.text(max_size=8), st.text(max_size=12) | st.integers() | st.booleans() | st.none(), max_size=4
+    st.text(max_size=8) | st.binary(max_size=4),
+    st.text(max_size=12) | st.binary(max_size=6) | st.integers() | st.booleans() | st.none(),
+    max_size=4,
 )
 
 
@@ -84,3 +86,41 @@ def test_encode_query_writes_what_urlencode_writes(p: dict[str, Any]) -> None:
             encode_query(p)
         return
     assert encode_query(p) == expected
+
+
+def test_an_address_family_this_host_cannot_open_is_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """IPv6 switched off: localhost's ::1 comes first and its socket cannot be made; 127.0.0.1 is tried next, as
+    socket.create_connection does."""
+    import _socket
+    import http.server
+    import threading
+
+    from corral.sdk import wire
+
+    class Ok(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"ok")
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    srv = http.server.HTTPServer(("127.0.0.1", 0), Ok)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    real = _socket.getaddrinfo
+    port = srv.server_address[1]
+    unopenable = (_socket.AF_PACKET, _socket.SOCK_STREAM, 6, "", ("::1", port))  # EPROTONOSUPPORT / ESOCKTNOSUPPORT
+    monkeypatch.setattr(
+        _socket, "getaddrinfo", lambda *a: [unopenable, *real("127.0.0.1", port, 0, _socket.SOCK_STREAM)]
+    )
+    try:
+        sock = wire.open_plain(b"localhost", port, 5)
+        assert sock.getpeername() == ("127.0.0.1", port)
+        sock.close()
+        monkeypatch.setattr(_socket, "getaddrinfo", lambda *a: [unopenable])
+        with pytest.raises(OSError):
+            wire.open_plain(b"localhost", port, 5)
+    finally:
+        srv.shutdown()

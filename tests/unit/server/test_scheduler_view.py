@@ -82,25 +82,43 @@ def test_the_people_process_tells_what_the_loops_process_worked_out(store: SqlSt
     assert set(people.pending_reasons) == {third} and [p for p, _ in people.pending_info.values()] == [0]
 
 
-def test_a_new_loops_process_removes_the_copies_aside_that_dead_writers_left(store: SqlStore, tmp_path: Path) -> None:
+def test_a_new_loops_process_removes_what_dead_writers_of_this_host_left_and_nothing_else(
+    store: SqlStore, tmp_path: Path
+) -> None:
     import subprocess
     import sys
 
-    path = tmp_path / "scheduler-view"
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    dead = tmp_path / f".scheduler-view.{int(gone.stdout)}"  # its writer was killed before its rename
+    dead = int(gone.stdout)
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead_too = int(gone.stdout)
+    me = os.getpid()
+    view = scheduler_view.view_path(tmp_path, me)
+    host = scheduler_view.host_tag()
+    assert view.name == f"scheduler-view.{host}.{me}"
     live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        busy = tmp_path / f".scheduler-view.{live.pid}"  # a running writer's copy, about to be renamed
-        for f in (dead, busy, tmp_path / ".scheduler-view.tmp", tmp_path / "other.123"):
-            f.write_bytes(b"x")
-        Scheduler(store, NodeNotifier(), "bestfit", 1.0, view_out=path)
-        assert not dead.exists()
-        assert sorted(p.name for p in tmp_path.iterdir() if "view" in p.name or "other" in p.name) == [
-            f".scheduler-view.{live.pid}",
+        removed = [
+            f".{view.name}.{dead}",  # its writer was killed between its write and its rename
+            f"scheduler-view.{host}.{dead}",  # the view of a server of this host that no longer runs
+            f".scheduler-view.{host}.{dead}.{dead}",
+        ]
+        kept = [
+            f".{view.name}.{live.pid}",  # a running writer's copy, about to be renamed
+            f"scheduler-view.other-host.{dead}",  # another host's: its pids mean nothing here
+            f".scheduler-view.other-host.{me}.{dead}",
+            f".scheduler-view.{host}.\u00b2",  # names no pid of ours: left alone, and no error
+            f".scheduler-view.{host}.{me}.99999999999999999999",
+            f"scheduler-view.{host}.\u0661\u0662",
             ".scheduler-view.tmp",
             "other.123",
         ]
+        for name in removed + kept:
+            (tmp_path / name).write_bytes(b"x")
+        (tmp_path / f"scheduler-view.{host}.{dead_too}").mkdir()  # not a file: kept
+        kept.append(f"scheduler-view.{host}.{dead_too}")
+        Scheduler(store, NodeNotifier(), "bestfit", 1.0, view_out=view)
+        assert sorted(p.name for p in tmp_path.iterdir() if "view" in p.name or "other" in p.name) == sorted(kept)
     finally:
         live.kill()
         live.wait()

@@ -87,3 +87,23 @@ def test_a_replayed_or_refused_submission_wakes_nothing(world: tuple[TestClient,
     bad = client.post("/api/v1/jobs", json={"command": [], "gpus": 0}, headers=admin)
     assert bad.status_code == 422 and bad.json()["error"]["field"] == "command"
     assert rec.events == ["answered"]
+
+
+def test_a_stored_submission_whose_answer_fails_still_wakes_the_scheduler(
+    world: tuple[TestClient, Recorder, dict[str, str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client, rec, admin = world
+    import corral.server.routers.jobs as jobs_router
+
+    def broken(*_: object, **__: object) -> object:
+        raise RuntimeError("the answer cannot be made")
+
+    monkeypatch.setattr(jobs_router, "job_out", broken)
+    client_500 = TestClient(client.app, raise_server_exceptions=False)
+    rec.events.clear()
+    r = client_500.post("/api/v1/jobs", json={"command": ["true"]}, headers=admin)
+    assert r.status_code == 500
+    assert "wake" in rec.events  # the job is stored (below): it must not wait for the next periodic pass
+    monkeypatch.undo()
+    listed = client.get("/api/v1/jobs", params={"all": "true"}, headers=admin).json()
+    assert [j["command"] for j in listed] == [["true"]]

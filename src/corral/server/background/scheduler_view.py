@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import marshal
 import os
+import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -26,6 +27,7 @@ from typing import Any
 
 log = logging.getLogger("corral.scheduler")
 VERSION = 2
+VIEW_NAME = "scheduler-view"
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,36 +66,67 @@ def write_view(
     os.replace(aside, path)
 
 
-def sweep_asides(path: Path) -> list[Path]:
-    """Remove the copies aside of the view at `path` (`.NAME.PID`) whose writer no longer runs: one killed between
-    writing its copy and renaming it (a loops' process that stopped making progress exits at once, os._exit) left it
-    behind, and each new process would leave one more. Answers what it removed."""
-    removed = []
-    prefix = f".{path.name}."
+MAX_PID = 1 << 22  # Linux's largest pid_max
+
+
+def view_path(data_dir: Path, starter_pid: int) -> Path:
+    """The view of the server process `starter_pid` on this host: `scheduler-view.HOST.PID` in the data dir.
+    Several servers may share one data dir (replicas on one machine; on several, over shared storage): each has
+    its own view, and each sweeps only its own host's leftovers (sweep_views), where a pid says whether its
+    writer still runs."""
+    return data_dir / f"{VIEW_NAME}.{host_tag()}.{starter_pid}"
+
+
+def host_tag() -> str:
+    """This host's name as a file name may hold it."""
+    import socket
+
+    name = "".join(c if c.isascii() and (c.isalnum() or c in "-_") else "_" for c in socket.gethostname())
+    return name[:64] or "host"
+
+
+def sweep_views(data_dir: Path) -> list[Path]:
+    """Remove what this host's dead writers left in `data_dir`: the view of a server process that no longer runs,
+    and a copy aside (`.VIEW.PID`) whose writer no longer runs (killed between its write and its rename; a loops'
+    process that stopped making progress exits at once, os._exit). Other hosts' files are never touched (their
+    pids mean nothing here). Answers what it removed; what it cannot read or remove is logged, never raised (a
+    server must start whatever lies in its data dir)."""
+    prefix = f"{VIEW_NAME}.{host_tag()}."
+    removed: list[Path] = []
     try:
-        names = os.listdir(path.parent)
-    except FileNotFoundError:
+        names = os.listdir(data_dir)
+    except OSError as e:
+        log.warning("cannot list %s for old scheduler views: %s", data_dir, e)
         return removed
     for name in names:
-        pid = name[len(prefix) :]
-        if not name.startswith(prefix) or not pid.isdigit() or _runs(int(pid)):
+        aside = name.startswith("." + prefix)
+        if not aside and not name.startswith(prefix):
             continue
+        pids = name[len(prefix) + aside :].split(".")
+        if len(pids) != (2 if aside else 1) or not all(p.isascii() and p.isdigit() and int(p) < MAX_PID for p in pids):
+            continue
+        if _runs(int(pids[-1])):  # a view's server, or an aside's writer
+            continue
+        path = data_dir / name
         try:
-            os.unlink(path.parent / name)
+            if stat.S_ISREG(os.lstat(path).st_mode):
+                os.unlink(path)
+                removed.append(path)
         except FileNotFoundError:
             continue
-        removed.append(path.parent / name)
+        except OSError as e:
+            log.warning("cannot remove the old scheduler view %s: %s", path, e)
     return removed
 
 
 def _runs(pid: int) -> bool:
-    if pid == os.getpid():
+    if pid in (0, os.getpid()):
         return True
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:  # another user's process: running
+    except (PermissionError, OverflowError):  # another user's process: running; no such pid: kept, never guessed
         return True
     return True
 

@@ -23,7 +23,7 @@ from corral.scheduler.plan import UNRANKED, Plan, Snapshot, compute_plan, is_qui
 from corral.scheduler.queueing import compute_decayed_usage, get_queueing_policy
 from corral.scheduler.queueing.prediction import DurationPrediction
 from corral.server.background.loop import Loop
-from corral.server.background.scheduler_view import ViewFollower, sweep_asides, write_view
+from corral.server.background.scheduler_view import ViewFollower, sweep_views, write_view
 from corral.server.health.consequences import requeue_after_failure
 from corral.server.services.notify import NodeNotifier
 from corral.server.services.prediction import HISTORY_JOBS, RunTimePredictions
@@ -100,7 +100,7 @@ class Scheduler(Loop):
         # `view_out` after each pass that changed it; the people's process (explains False) reads it from `view_in`.
         self.view_out = view_out
         if view_out is not None:
-            sweep_asides(view_out)
+            sweep_views(view_out.parent)
         self._published: tuple[object, ...] = ()
         # what the leader's other loops know that people read (scheduler_view.SchedulerView.extra): asked of them
         # at each write on the loops' side (`view_extra`), as last read on the people's (`leader_facts`)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Annotated
 
@@ -47,7 +49,8 @@ def create_job(
     `Idempotency-Key`, a retry (same key, same body, same caller) returns the job the first
     request made, marked `Idempotent-Replayed: true`; the same key with another body is refused (422)."""
     jobs = _submit([body], response, caller, store, sched.trigger, settings, idempotency_key, after)
-    return job_out(request, store, sched, jobs[0])
+    with wake_if_failing(sched.trigger):
+        return job_out(request, store, sched, jobs[0])
 
 
 @router.post("/batch", status_code=201, response_model=list[JobOut])
@@ -66,8 +69,9 @@ def create_jobs(
     transaction, or none (the error names `jobs.N.field`). Answers every job made, arrays' tasks included, in
     order. `Idempotency-Key` works as for a single submission."""
     jobs = _submit(body.jobs, response, caller, store, sched.trigger, settings, idempotency_key, after)
-    names = known_tenant_names(store, {j.spec.tenant_id for j in jobs})
-    return [job_out(request, store, sched, j, names) for j in jobs]
+    with wake_if_failing(sched.trigger):
+        names = known_tenant_names(store, {j.spec.tenant_id for j in jobs})
+        return [job_out(request, store, sched, j, names) for j in jobs]
 
 
 def _submit(
@@ -110,6 +114,17 @@ def wake_after(after: BackgroundTasks, trigger: Trigger) -> None:
         trigger.fire()
 
     after.add_task(wake)
+
+
+@contextmanager
+def wake_if_failing(trigger: Trigger) -> Iterator[None]:
+    """Around what follows wake_after: the change is stored, so when its answer cannot be made (an error, then a
+    500, and FastAPI runs no background task) the scheduler is woken at once instead."""
+    try:
+        yield
+    except BaseException:
+        trigger.fire()
+        raise
 
 
 DEFAULT_PAGE = 500  # jobs in one answer unless `limit` says otherwise (kubectl's chunk size)
@@ -224,7 +239,8 @@ def cancel_job(
     if job.node and not job.state.terminal:
         notifier.notify(job.node)
     wake_after(after, sched.trigger)
-    return job_out(request, store, sched, job)
+    with wake_if_failing(sched.trigger):
+        return job_out(request, store, sched, job)
 
 
 @router.get("/{job_id}/logs", response_class=PlainTextResponse)
