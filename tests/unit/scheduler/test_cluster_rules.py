@@ -20,6 +20,7 @@ from corral.scheduler.framework import (
     REASON_UNSCHEDULABLE_NODE,
     ScoreContext,
 )
+from corral.scheduler.plugins import get_policy
 
 ONE = ResourceRequest(gpus=1)
 
@@ -233,6 +234,22 @@ def test_lru_sees_each_node_by_name() -> None:
     used = ScoreContext(last_used={"n00": 7, "n01": 2, "n02": 9, "n03": 8})
     again = Cluster(_infos(4), "lru", used).find(ONE)
     assert isinstance(again, Placement) and again.node == "n01"  # the oldest use
+
+
+def test_a_weighted_mix_keeps_what_its_parts_say_of_nodes_and_ties() -> None:
+    # lru in a mix still sees each node by name (its identical nodes are not one class with one score)
+    assert Cluster(_infos(4), "lru:1+bestfit:1").class_count == 4
+    ctx = ScoreContext(last_used={"n00": 7, "n01": 2})
+    got = Cluster(_infos(4), "lru:1+bestfit:1", ctx).find(ONE)
+    assert isinstance(got, Placement) and got.node == "n02"  # as lru alone: bestfit scores the empty nodes alike
+    used = ScoreContext(last_used={"n00": 7, "n01": 2, "n02": 9, "n03": 8})
+    again = Cluster(_infos(4), "bestfit:1+lru:1", used).find(ONE)
+    assert isinstance(again, Placement) and again.node == "n01"
+    # first-free in a mix: ties still go to the first node, never to the seeded shuffle
+    mix = get_policy("first-free:1+spread:1")
+    assert getattr(mix, "first_wins", False) and not getattr(get_policy("spread:1+bestfit:1"), "first_wins", False)
+    picks = {_first_node(Cluster(_infos(4), mix, rng=random.Random(seed))) for seed in range(8)}
+    assert picks == {"n00"}
 
 
 def test_gpu_supply_comes_from_the_nodes_unless_given() -> None:

@@ -47,6 +47,12 @@ class WeightedPolicy:
         self.parts = tuple(parts)
         self.name = name
         self.gpu_aware = any(p.gpu_aware for p, _ in self.parts)
+        # what the engine reads of a policy besides its scores holds for the mix when it holds for one part: a part
+        # that scores each node by its name (lru) makes the mix's scores per node too (no class of identical nodes
+        # shares one score), and with first-free in it ties go to the first node, never to the seeded shuffle
+        # ('random' is never mixed: get_policy)
+        self.per_node = any(getattr(p, "per_node", False) for p, _ in self.parts)
+        self.first_wins = any(getattr(p, "first_wins", False) for p, _ in self.parts)
 
     def score_node(
         self,
