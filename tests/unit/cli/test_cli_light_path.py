@@ -120,6 +120,14 @@ def test_a_usual_submission_loads_neither_argparse_nor_re_json_or_socket(refusin
     assert r.returncode == 2 and "argparse" in mods and "ambiguous option: --gpu" in r.stderr
 
 
+def test_a_usual_job_list_loads_neither_argparse_nor_re_json_or_socket(refusing_url: str) -> None:
+    r, mods = _loaded_modules("jobs", "--all", "-w", url=refusing_url)
+    assert r.returncode == 1 and "corral.sdk.rest" in mods, r.stderr
+    assert sorted(m for m in mods if m.split(".")[0] in LEAN) == []
+    r, mods = _loaded_modules("jobs", "-aw", url=refusing_url)  # combined short flags: argparse's to read
+    assert r.returncode == 1 and "argparse" in mods, r.stderr
+
+
 def test_version_loads_neither_argparse_nor_the_client() -> None:
     r, mods = _loaded_modules("--version")
     assert r.returncode == 0 and r.stdout.strip() == __import__("corral").__version__

@@ -104,3 +104,26 @@ def test_the_usual_command_lines_are_read_without_argparse(argv: list[str]) -> N
 )
 def test_what_it_does_not_read_whole_goes_to_argparse(argv: list[str]) -> None:
     assert light.fast_submit_args(argv) is None
+
+
+JOBS_WORDS = ["--all", "-a", "--array", "-r", "--wide", "-w", "--json", "-aw", "-ra", "--al", "--js", "-h", "--help"]
+JOBS_WORDS += ["x", "--wide=1", "--", "-", "--all=", "-A", "--ALL"]
+
+
+@given(st.lists(st.sampled_from(JOBS_WORDS), max_size=6))
+def test_corral_jobs_flags_read_without_argparse_are_what_argparse_reads(argv: list[str]) -> None:
+    fast = light.fast_flag_args(argv, light.JOBS_FLAGS)
+    if fast is None:  # argparse's own reading (or its error): nothing to compare
+        return
+    assert vars(fast) == vars(light._jobs_parser().parse_args(argv)), argv
+
+
+def test_corral_jobs_leaves_the_unusual_to_argparse() -> None:
+    for argv in (["-aw"], ["--al"], ["-h"], ["--all", "x"], ["--json=1"]):
+        assert light.fast_flag_args(argv, light.JOBS_FLAGS) is None, argv
+    assert vars(light.fast_flag_args([], light.JOBS_FLAGS) or {}) == {
+        "all": False,
+        "array": False,
+        "wide": False,
+        "json": False,
+    }
