@@ -514,6 +514,31 @@ def fast_flag_args(argv: Sequence[str], flags: dict[str, str]) -> SubmitArgs | N
     return SubmitArgs(values)
 
 
+def fast_id_args(
+    argv: Sequence[str], flags: dict[str, str], defaults: dict[str, Any] | None = None
+) -> SubmitArgs | None:
+    """`corral show|logs|cancel|wait JOB_ID [flags]` read without argparse: one job id (ASCII digits, 1 to
+    2^31-1) and flags spelled whole and apart, in any order; an option with a value (`--timeout`, `--rank`) keeps
+    its default here. None for anything else: argparse reads it, with its errors."""
+    values: dict[str, Any] = dict.fromkeys(flags.values(), False)
+    values.update(defaults or {})
+    job_id = None
+    for arg in argv:
+        if arg.isascii() and arg.isdigit():
+            if job_id is not None or not 1 <= int(arg) <= 2**31 - 1:
+                return None
+            job_id = int(arg)
+            continue
+        dest = flags.get(arg)
+        if dest is None:
+            return None
+        values[dest] = True
+    if job_id is None:
+        return None
+    values["job_id"] = job_id
+    return SubmitArgs(values)
+
+
 def _jobs_parser() -> Any:
     p = _parser(
         prog="corral jobs",
@@ -706,10 +731,14 @@ def zoned(text: str) -> str:
     return f"{text} UTC" if text else ""  # the API's times are UTC
 
 
-def show(argv: list[str]) -> None:
+def _show_parser() -> Any:
     p = _id_parser("corral show", "Show one job.")
     p.add_argument("--json", action="store_true", help="Print JSON instead of a table.")
-    a = p.parse_args(argv)
+    return p
+
+
+def show(argv: list[str]) -> None:
+    a: Any = fast_id_args(argv, {"--json": "json"}) or _show_parser().parse_args(argv)
     from corral.cli.config import make_rest_client
 
     with make_rest_client() as c:
@@ -806,11 +835,15 @@ def print_job(j: dict[str, Any]) -> None:
     print_fields(fields, 10)
 
 
-def logs(argv: list[str]) -> None:
+def _logs_parser() -> Any:
     p = _id_parser("corral logs", "Print a job's logs (stdout and stderr).")
     p.add_argument("--follow", "-f", action="store_true", help="Keep printing until the job ends.")
     p.add_argument("--rank", type=int, default=0, help="Which part of a multi-node job.")
-    a = p.parse_args(argv)
+    return p
+
+
+def logs(argv: list[str]) -> None:
+    a: Any = fast_id_args(argv, {"--follow": "follow", "-f": "follow"}, {"rank": 0}) or _logs_parser().parse_args(argv)
     from corral.cli.config import make_rest_client
 
     offset = 0
@@ -849,10 +882,14 @@ def logs(argv: list[str]) -> None:
             time.sleep(0.5)
 
 
-def cancel(argv: list[str]) -> None:
+def _cancel_parser() -> Any:
     p = _id_parser("corral cancel", "Cancel a job (SIGTERM, then SIGKILL after a grace period).")
     p.add_argument("--json", action="store_true", help="Print JSON instead of a table.")
-    a = p.parse_args(argv)
+    return p
+
+
+def cancel(argv: list[str]) -> None:
+    a: Any = fast_id_args(argv, {"--json": "json"}) or _cancel_parser().parse_args(argv)
     from corral.cli.config import make_rest_client
 
     with make_rest_client() as c:
@@ -875,10 +912,14 @@ def _seconds(text: str) -> float:
     return value
 
 
-def wait(argv: list[str]) -> None:
+def _wait_parser() -> Any:
     p = _id_parser("corral wait", "Wait for a job to end; exits with the job's exit code.")
     p.add_argument("--timeout", type=_seconds, help="Give up after S seconds (exit 124).")
-    a = p.parse_args(argv)
+    return p
+
+
+def wait(argv: list[str]) -> None:
+    a: Any = fast_id_args(argv, {}, {"timeout": None}) or _wait_parser().parse_args(argv)
     from corral.cli.config import make_rest_client
 
     deadline = None if a.timeout is None else time.monotonic() + a.timeout

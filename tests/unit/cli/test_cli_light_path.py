@@ -120,11 +120,17 @@ def test_a_usual_submission_loads_neither_argparse_nor_re_json_or_socket(refusin
     assert r.returncode == 2 and "argparse" in mods and "ambiguous option: --gpu" in r.stderr
 
 
-def test_a_usual_job_list_loads_neither_argparse_nor_re_json_or_socket(refusing_url: str) -> None:
+def test_a_usual_job_list_or_job_command_loads_neither_argparse_nor_re_json_or_socket(refusing_url: str) -> None:
     r, mods = _loaded_modules("jobs", "--all", "-w", url=refusing_url)
     assert r.returncode == 1 and "corral.sdk.rest" in mods, r.stderr
     assert sorted(m for m in mods if m.split(".")[0] in LEAN) == []
     r, mods = _loaded_modules("jobs", "-aw", url=refusing_url)  # combined short flags: argparse's to read
+    assert r.returncode == 1 and "argparse" in mods, r.stderr
+    for args in (("show", "7"), ("cancel", "7", "--json"), ("logs", "7", "-f"), ("wait", "7")):
+        r, mods = _loaded_modules(*args, url=refusing_url)
+        assert r.returncode == 1 and "corral.sdk.rest" in mods, r.stderr
+        assert sorted(m for m in mods if m.split(".")[0] in LEAN) == [], args
+    r, mods = _loaded_modules("wait", "7", "--timeout", "1", url=refusing_url)  # a value: argparse reads it
     assert r.returncode == 1 and "argparse" in mods, r.stderr
 
 

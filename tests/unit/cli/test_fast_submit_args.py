@@ -127,3 +127,28 @@ def test_corral_jobs_leaves_the_unusual_to_argparse() -> None:
         "wide": False,
         "json": False,
     }
+
+
+ID_WORDS = ["7", "007", "0", "2147483647", "2147483648", "-1", "\u0663", "x", "--", "-h", "-fj", "--js"]
+ID_WORDS += ["--json", "--follow", "-f", "--rank", "3", "--rank=2", "--timeout", "1.5", "--timeout=0"]
+ID_COMMANDS = [
+    (light._show_parser, {"--json": "json"}, None),
+    (light._cancel_parser, {"--json": "json"}, None),
+    (light._logs_parser, {"--follow": "follow", "-f": "follow"}, {"rank": 0}),
+    (light._wait_parser, {}, {"timeout": None}),
+]
+
+
+@given(st.sampled_from(ID_COMMANDS), st.lists(st.sampled_from(ID_WORDS), max_size=4))
+def test_show_logs_cancel_and_wait_read_without_argparse_what_argparse_reads(command: Any, argv: list[str]) -> None:
+    parser, flags, defaults = command
+    fast = light.fast_id_args(argv, flags, defaults)
+    if fast is None:
+        return
+    assert vars(fast) == vars(parser().parse_args(argv)), argv
+
+
+def test_a_job_id_command_line_of_another_shape_goes_to_argparse() -> None:
+    for argv in (["7", "8"], [], ["0"], ["2147483648"], ["-1"], ["\u0663"], ["7", "--"], ["--json=1", "7"]):
+        assert light.fast_id_args(argv, {"--json": "json"}) is None, argv
+    assert vars(light.fast_id_args(["--json", "007"], {"--json": "json"}) or {}) == {"json": True, "job_id": 7}
