@@ -482,8 +482,11 @@ def submit(argv: list[str]) -> None:
         print(job["id"] if job.get("array_id") is None else job["array_id"])
 
 
+MAX_JOB_ID = 2**31 - 1
+
+
 def _job_id(text: str) -> int:
-    if not text.isdigit() or not 1 <= int(text) <= 2**31 - 1:
+    if not text.isdigit() or not 1 <= int(text) <= MAX_JOB_ID:
         import argparse
 
         raise argparse.ArgumentTypeError(f"{text!r} is not a job id (a whole number from 1, as `corral jobs` shows)")
@@ -497,8 +500,15 @@ def _id_parser(prog: str, description: str) -> Any:
 
 
 # `corral jobs`' options (all flags): each spelling -> its attribute
-JOBS_FLAGS = {"--all": "all", "-a": "all", "--array": "array", "-r": "array", "--wide": "wide", "-w": "wide"}
-JOBS_FLAGS["--json"] = "json"
+JOBS_FLAGS = {
+    "--all": "all",
+    "-a": "all",
+    "--array": "array",
+    "-r": "array",
+    "--wide": "wide",
+    "-w": "wide",
+    "--json": "json",
+}
 
 
 def fast_flag_args(argv: Sequence[str], flags: dict[str, str]) -> SubmitArgs | None:
@@ -520,23 +530,14 @@ def fast_id_args(
     """`corral show|logs|cancel|wait JOB_ID [flags]` read without argparse: one job id (ASCII digits, 1 to
     2^31-1) and flags spelled whole and apart, in any order; an option with a value (`--timeout`, `--rank`) keeps
     its default here. None for anything else: argparse reads it, with its errors."""
-    values: dict[str, Any] = dict.fromkeys(flags.values(), False)
-    values.update(defaults or {})
-    job_id = None
-    for arg in argv:
-        if arg.isascii() and arg.isdigit():
-            if job_id is not None or not 1 <= int(arg) <= 2**31 - 1:
-                return None
-            job_id = int(arg)
-            continue
-        dest = flags.get(arg)
-        if dest is None:
-            return None
-        values[dest] = True
-    if job_id is None:
+    ids = [arg for arg in argv if arg.isascii() and arg.isdigit()]
+    if len(ids) != 1 or not 1 <= int(ids[0]) <= MAX_JOB_ID:
         return None
-    values["job_id"] = job_id
-    return SubmitArgs(values)
+    args = fast_flag_args([arg for arg in argv if arg != ids[0]], flags)
+    if args is None:
+        return None
+    args.__dict__.update(defaults or {}, job_id=int(ids[0]))
+    return args
 
 
 def _jobs_parser() -> Any:
