@@ -96,6 +96,8 @@ def test_a_new_loops_process_removes_what_dead_writers_of_this_host_left_and_not
     view = scheduler_view.view_path(tmp_path, me)
     host = scheduler_view.host_tag()
     assert view.name == f"scheduler-view.{host}.{me}"
+    # hosts whose names read alike as file names (a dot, a long name cut) still have views of their own
+    assert len({scheduler_view.host_tag(h) for h in ("gpu.01", "gpu_01", "a" * 70, "a" * 71)}) == 4
     live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         removed = [

@@ -77,12 +77,16 @@ def view_path(data_dir: Path, starter_pid: int) -> Path:
     return data_dir / f"{VIEW_NAME}.{host_tag()}.{starter_pid}"
 
 
-def host_tag() -> str:
-    """This host's name as a file name may hold it."""
+def host_tag(hostname: str | None = None) -> str:
+    """This host's name (or `hostname`) as a file name may hold it: its letters, digits, `-` and `_` (others as
+    `_`, at most 64), then a hash of the whole name, so that two hosts whose names read alike there (`gpu.01`,
+    `gpu_01`) never share a view or sweep each other's."""
+    import hashlib
     import socket
 
-    name = "".join(c if c.isascii() and (c.isalnum() or c in "-_") else "_" for c in socket.gethostname())
-    return name[:64] or "host"
+    full = socket.gethostname() if hostname is None else hostname
+    name = "".join(c if c.isascii() and (c.isalnum() or c in "-_") else "_" for c in full)
+    return f"{name[:64]}-{hashlib.sha256(full.encode('utf-8', 'surrogatepass')).hexdigest()[:12]}"
 
 
 def sweep_views(data_dir: Path) -> list[Path]:
